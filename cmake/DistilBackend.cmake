@@ -1,0 +1,20 @@
+# distil_add_backend(NAME): add backends/NAME, whose CMakeLists defines the object library
+# distil_backend_NAME (and links its vendor libraries into `distil` itself), put its objects
+# into libdistil and tell core/registry.c about it with DISTIL_USE_<NAME>.
+set(DISTIL_BACKENDS "" CACHE INTERNAL "")
+macro(distil_add_backend name)
+    add_subdirectory(${PROJECT_SOURCE_DIR}/backends/${name} ${PROJECT_BINARY_DIR}/backends/${name})
+    string(TOUPPER ${name} _distil_up)
+    target_sources(distil PRIVATE $<TARGET_OBJECTS:distil_backend_${name}>)
+    target_compile_definitions(distil_registry PRIVATE DISTIL_USE_${_distil_up}=1)
+    set(DISTIL_BACKENDS "${DISTIL_BACKENDS};${name}" CACHE INTERNAL "")
+endmacro()
+
+# Common settings of a backend object library.
+function(distil_backend_library name)
+    add_library(distil_backend_${name} OBJECT ${ARGN})
+    target_include_directories(distil_backend_${name} PRIVATE
+        ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/core)
+    target_compile_definitions(distil_backend_${name} PRIVATE DISTIL_BUILDING=1)
+    distil_target_warnings(distil_backend_${name})
+endfunction()

@@ -1,0 +1,22 @@
+# Warning and sanitizer flags, applied per target with distil_target_warnings().
+set(DISTIL_C_WARNINGS -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+    -Wno-unused-parameter)
+if(DISTIL_WERROR)
+    list(APPEND DISTIL_C_WARNINGS -Werror)
+endif()
+
+function(distil_target_warnings target)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:C>:${DISTIL_C_WARNINGS}>)
+endfunction()
+
+if(DISTIL_SANITIZE)
+    string(REPLACE ";" "," _distil_san "${DISTIL_SANITIZE}")
+    add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=${_distil_san}>
+                        $<$<COMPILE_LANGUAGE:C,CXX>:-fno-omit-frame-pointer>
+                        $<$<COMPILE_LANGUAGE:C,CXX>:-fno-sanitize-recover=all>)
+    add_link_options(-fsanitize=${_distil_san})
+endif()
+
+if(DISTIL_NATIVE)
+    add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-march=native>)
+endif()

@@ -1,0 +1,244 @@
+/*
+ * backend.h - the internal backend vtable (never installed). The core decides, backends compute.
+ *
+ * The core validates every public argument, plans chunks and workspace, and then calls these
+ * operations with argument structs that are already valid: backends never re-validate and never
+ * see a public descriptor. Device memory is addressed as (base, byte offset) pairs so that
+ * backends whose buffers are handles (OpenCL cl_mem) work the same as pointer backends.
+ */
+#ifndef DISTIL_CORE_BACKEND_H
+#define DISTIL_CORE_BACKEND_H
+
+#include "distil.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DISTIL_BACKEND_API_VERSION 1
+
+/* A place in the backend's memory: a device pointer / cl_mem / host pointer plus a byte offset.
+ * A NULL base means "absent" for optional operands. */
+typedef struct distil_dptr {
+    void *base;
+    size_t off; /* bytes */
+} distil_dptr;
+
+static inline distil_dptr distil_dptr_make(const void *base, size_t off) {
+    distil_dptr p;
+    p.base = (void *)base;
+    p.off = off;
+    return p;
+}
+static inline distil_dptr distil_dptr_add(distil_dptr p, size_t bytes) {
+    p.off += bytes;
+    return p;
+}
+static inline bool distil_dptr_present(distil_dptr p) {
+    return p.base != NULL;
+}
+/* For pointer backends (cpu, cuda, hip): the address itself. */
+static inline void *distil_dptr_addr(distil_dptr p) {
+    return p.base ? (void *)((char *)p.base + p.off) : NULL;
+}
+
+/*
+ * C (m, n) = alpha * op(A) * op(B) + beta * C [+ bias broadcast over rows], row-major.
+ *   op(A) is (m, k): A is (m, k) with row stride lda, or (k, m) when trans_a.
+ *   op(B) is (k, n): B is (k, n) with row stride ldb, or (n, k) when trans_b.
+ *   A and B have dtype ab_dtype; C has c_dtype (F32, or equal to ab_dtype); accumulation is fp32.
+ *   bias (n) has ab_dtype, optional; it is added once to each row of C after the product.
+ * beta == 0 means C is not read (it may hold NaN).
+ */
+typedef struct distil_gemm_args {
+    bool trans_a, trans_b;
+    int64_t m, n, k;
+    float alpha, beta;
+    distil_dtype ab_dtype, c_dtype;
+    distil_dptr a;
+    int64_t lda;
+    distil_dptr b;
+    int64_t ldb;
+    distil_dptr c;
+    int64_t ldc;
+    distil_dptr bias;
+} distil_gemm_args;
+
+/*
+ * Count the rows that take part in a mean: label != ignore_index and, when vocab > 0, label in
+ * [0, vocab). Writes max(count, min_one ? 1 : 0) as one fp32 value to n_out. With labels absent
+ * it writes rows (or 1 when rows == 0 and min_one). Rows only within [0, rows).
+ */
+typedef struct distil_count_args {
+    distil_dptr labels; /* (rows) int64, optional */
+    int64_t rows;
+    int64_t ignore_index;
+    int64_t vocab; /* > 0: labels outside [0, vocab) are not counted */
+    bool min_one;
+    distil_dptr n_out; /* 1 fp32 */
+} distil_count_args;
+
+/*
+ * SPEC section 1 on a block of rows: per-row JSD loss and, optionally, the gradient.
+ *   x (rows, vocab) row stride x_stride, dtype: student log-probs; y likewise: teacher
+ *   labels (rows) int64, optional: rows whose label == ignore_index get loss 0 and gradient 0
+ *   row_loss (rows) fp32: written for every row
+ *   grad (rows, vocab) row stride grad_stride, dtype, optional; may equal x (in place)
+ *   grad = grad_scale / n * dl/dx, where n is the fp32 at n_valid (1 when absent). When n is 0
+ *   the gradient is 0.
+ */
+typedef struct distil_jsd_rows_args {
+    distil_dptr x, y;
+    int64_t x_stride, y_stride;
+    int64_t rows, vocab;
+    distil_dtype dtype;
+    float beta;
+    distil_dptr labels;
+    int64_t ignore_index;
+    distil_dptr row_loss;
+    distil_dptr grad;
+    int64_t grad_stride;
+    float grad_scale;
+    distil_dptr n_valid;
+} distil_jsd_rows_args;
+
+/*
+ * SPEC section 2 steps 2-5 on one chunk of fp32 logits.
+ *   zs, zt (rows, vocab) fp32 dense (row stride vocab): student / teacher logits of the chunk
+ *   labels (rows) int64: the chunk's labels. A label outside [0, vocab) that is not
+ *     ignore_index marks the row ignored and records row_offset + i as an invalid label
+ *     (backends keep the first such row for their synchronize / return value).
+ *   ce_rows, jsd_rows (rows) fp32: per-row CE and JSD (0 for ignored rows), always written
+ *   g (rows, vocab) dtype g_dtype, row stride vocab, optional: the logit gradient
+ *     G = (weight_hard / n) (s - onehot) + (weight_soft / n) (1/tau) (g - q sum g)
+ *     with n the fp32 at n_valid. Ignored rows get 0. When g_dtype is F32 the core may pass
+ *     g == zs (in place): each element of zs must be read before the same element of g is written.
+ */
+typedef struct distil_distill_rows_args {
+    distil_dptr zs, zt;
+    int64_t rows, vocab;
+    int64_t row_offset;
+    distil_dptr labels;
+    int64_t ignore_index;
+    float beta, inv_temperature, weight_hard, weight_soft;
+    distil_dptr ce_rows, jsd_rows;
+    distil_dptr g;
+    distil_dtype g_dtype;
+    distil_dptr n_valid;
+} distil_distill_rows_args;
+
+/*
+ * out[0] = wa * sum(a) / n + wb * sum(b) / n, n = fp32 at n_valid (1 if absent; n == 0 gives 0).
+ * With parts, also out[1] = sum(a) / n and out[2] = sum(b) / n. b is optional (then wb unused).
+ * The summation order is fixed (deterministic).
+ */
+typedef struct distil_reduce_args {
+    distil_dptr a, b; /* (count) fp32 */
+    int64_t count;
+    float wa, wb;
+    distil_dptr n_valid;
+    bool parts;
+    distil_dptr out; /* fp32, 1 or 3 values */
+} distil_reduce_args;
+
+/* dst (count) dst_dtype = src (count) src_dtype, element by element (round to nearest even). */
+typedef struct distil_cast_args {
+    distil_dptr src, dst;
+    distil_dtype src_dtype, dst_dtype;
+    int64_t count;
+} distil_cast_args;
+
+/* dst (count) dtype = value. */
+typedef struct distil_fill_args {
+    distil_dptr dst;
+    distil_dtype dtype;
+    int64_t count;
+    float value;
+} distil_fill_args;
+
+/* The whole of distil_jsd in one backend call (optional op `jsd`); the core fills it after
+ * validation. Strides are already resolved (never 0). rows >= 1. */
+typedef struct distil_jsd_args {
+    distil_dptr x, y, labels, loss, grad;
+    int64_t x_stride, y_stride, grad_stride;
+    int64_t rows, vocab;
+    distil_dtype dtype;
+    float beta, grad_scale;
+    int64_t ignore_index;
+    distil_reduction reduction;
+} distil_jsd_args;
+
+/* The whole of distil_fused_linear_jsd in one backend call (optional op `fused_linear_jsd`).
+ * rows >= 1; absent gradients have a NULL base; workspace is what the core planned for
+ * chunk_rows (the backend may use less). */
+typedef struct distil_fused_args {
+    distil_dptr xs, ws, bs, xt, wt, bt, labels, loss;
+    distil_dptr grad_xs, grad_ws, grad_bs;
+    int64_t rows, vocab, hs, ht;
+    distil_dtype dtype;
+    float weight_hard, weight_soft, beta, inv_temperature;
+    int64_t ignore_index;
+    bool return_parts;
+    int64_t chunk_rows;
+    distil_dptr workspace;
+    size_t workspace_bytes;
+} distil_fused_args;
+
+/* Core-side sink for backend error messages; see core/error.h. */
+typedef struct distil_ctx distil_ctx;
+
+/*
+ * A backend: a const static struct written with designated initialisers. Every operation takes
+ * the backend's own context `b` first, except probe and create. Optional members may be NULL;
+ * the note says what the core does then.
+ */
+typedef struct distil_backend {
+    int api_version;  /* must be DISTIL_BACKEND_API_VERSION */
+    const char *name; /* "cuda", "hip", "opencl", "cpu", "ref" */
+    int priority;     /* auto selection prefers higher: cuda 400, hip 300, opencl 200, cpu 100 */
+    bool host_memory; /* device pointers are host pointers (cpu, ref) */
+
+    /* Count devices; cheap, no allocation, safe with missing drivers. 0 = unavailable. */
+    distil_status (*probe)(int *n_devices);
+    /* Per-context state on one device; report failures through distil_error_set(ctx, ...). */
+    distil_status (*create)(distil_ctx *ctx, int device, void **b);
+    void (*destroy)(void *b);
+    /* Write the device name into buf (NUL-terminated, at most n bytes). */
+    void (*describe)(void *b, char *buf, size_t n);
+    /* Bind a native stream/queue; NULL restores the backend's own. NULL op: only NULL accepted. */
+    distil_status (*set_stream)(void *b, void *stream);
+    /* Wait for queued work; return deferred errors (invalid label, device fault) once. */
+    distil_status (*synchronize)(void *b);
+
+    distil_status (*mem_alloc)(void *b, size_t bytes, void **ptr);
+    void (*mem_free)(void *b, void *ptr);
+    /* Host <-> device copies, blocking for the host. */
+    distil_status (*mem_upload)(void *b, distil_dptr dst, const void *src, size_t bytes);
+    distil_status (*mem_download)(void *b, void *dst, distil_dptr src, size_t bytes);
+    /* Optional: can the backend tell that p is not its memory? NULL: the core cannot check. */
+    distil_status (*check_pointer)(void *b, const void *p, const char *what);
+
+    distil_status (*gemm)(void *b, const distil_gemm_args *a);
+    distil_status (*count_valid)(void *b, const distil_count_args *a);
+    distil_status (*jsd_rows)(void *b, const distil_jsd_rows_args *a);
+    distil_status (*distill_rows)(void *b, const distil_distill_rows_args *a);
+    distil_status (*reduce)(void *b, const distil_reduce_args *a);
+    distil_status (*cast)(void *b, const distil_cast_args *a);
+    distil_status (*fill)(void *b, const distil_fill_args *a);
+    /* Optional whole operations. When present the core calls them instead of composing the
+     * kernels above (the ref backend computes each loss whole, in float64). */
+    distil_status (*jsd)(void *b, const distil_jsd_args *a);
+    distil_status (*fused_linear_jsd)(void *b, const distil_fused_args *a);
+    /* Optional: most rows per chunk the backend prefers for (V, Hs, Ht); NULL = core default. */
+    int64_t (*preferred_chunk_rows)(void *b, int64_t vocab, int64_t hs, int64_t ht);
+} distil_backend;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DISTIL_CORE_BACKEND_H */

@@ -1,0 +1,302 @@
+/*
+ * distil.h - the whole public C API of distil, a library of LLM distillation losses.
+ *
+ * Two losses, forward and backward, on CUDA, HIP, OpenCL and the CPU behind one API:
+ *   distil_jsd                generalised Jensen-Shannon divergence over log-probabilities
+ *   distil_fused_linear_jsd   chunked LM-head projection + hard CE + soft JSD, never holding
+ *                             the [T, V] logits
+ * The math is SPEC.md; every backend must match the float64 reference ("ref") within its
+ * tolerances.
+ *
+ * Conventions
+ *   - Every function that can fail returns a distil_status; DISTIL_OK is 0. The detailed message
+ *     of the last failure is distil_ctx_last_error(ctx). No function aborts, exits or prints.
+ *   - Tensors are row-major. Strides are in elements; a stride of 0 in a descriptor means
+ *     "dense" (equal to the row width).
+ *   - Every tensor pointer given to a loss lives in the memory of the context's backend: device
+ *     pointers on "cuda"/"hip", cl_mem handles (cast to void *) on "opencl", host pointers on
+ *     "cpu"/"ref". distil_malloc gives such memory on any backend.
+ *   - Loss calls are asynchronous on the context's stream on GPU backends: they enqueue work and
+ *     return. The loss is written to device memory; nothing synchronises the host inside a call.
+ *   - A context serves one thread at a time; separate contexts are independent.
+ */
+#ifndef DISTIL_H
+#define DISTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(DISTIL_BUILDING_SHARED)
+#define DISTIL_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define DISTIL_API __attribute__((visibility("default")))
+#else
+#define DISTIL_API
+#endif
+
+#if defined(__GNUC__)
+#define DISTIL_NODISCARD __attribute__((warn_unused_result))
+#else
+#define DISTIL_NODISCARD
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+#define DISTIL_VERSION_MAJOR  0
+#define DISTIL_VERSION_MINOR  1
+#define DISTIL_VERSION_PATCH  0
+#define DISTIL_VERSION_NUMBER                                                                      \
+    (DISTIL_VERSION_MAJOR * 10000 + DISTIL_VERSION_MINOR * 100 + DISTIL_VERSION_PATCH)
+
+/* The version of the library actually linked, as MAJOR*10000 + MINOR*100 + PATCH. */
+DISTIL_API unsigned distil_version_number(void);
+/* The same as "MAJOR.MINOR.PATCH"; a static string. */
+DISTIL_API const char *distil_version_string(void);
+
+/* ---------------------------------------------------------------- status */
+
+/* Status codes. The numbers are pinned forever: new codes are only ever appended. */
+typedef enum distil_status {
+    DISTIL_OK = 0,
+    DISTIL_ERR_INVALID_ARG = 1,    /* an argument broke a rule; the message names it */
+    DISTIL_ERR_UNSUPPORTED = 2,    /* valid, but this backend or build cannot do it */
+    DISTIL_ERR_OUT_OF_MEMORY = 3,  /* host or device allocation failed; the context stays usable */
+    DISTIL_ERR_BACKEND = 4,        /* the vendor runtime failed (driver, kernel launch, ...) */
+    DISTIL_ERR_NOT_AVAILABLE = 5,  /* backend not compiled in, or it has no such device */
+    DISTIL_ERR_INVALID_LABEL = 6,  /* a label outside [0, V) that is not ignore_index (deferred) */
+    DISTIL_ERR_WORKSPACE = 7,      /* the workspace lent with distil_ctx_set_workspace is too small */
+    DISTIL_ERR_VERSION = 8,        /* a descriptor's struct_size is not one this library knows */
+} distil_status;
+
+/* A static, human-readable name for a status; never NULL (unknown codes give "unknown status"). */
+DISTIL_API const char *distil_status_string(distil_status status);
+
+/* ---------------------------------------------------------------- dtypes */
+
+typedef enum distil_dtype {
+    DISTIL_F32 = 0,
+    DISTIL_BF16 = 1,
+    DISTIL_F16 = 2,
+} distil_dtype;
+
+/* Bytes per element of a dtype; 0 for an unknown dtype. */
+DISTIL_API size_t distil_dtype_size(distil_dtype dtype);
+/* "f32", "bf16", "f16", or "unknown". */
+DISTIL_API const char *distil_dtype_name(distil_dtype dtype);
+
+/* ---------------------------------------------------------------- backends */
+
+/*
+ * Backends compiled into this build, in priority order (cuda, hip, opencl, cpu, ref).
+ * distil_backend_name(i) is NULL for i outside [0, distil_backend_count()).
+ */
+DISTIL_API int distil_backend_count(void);
+DISTIL_API const char *distil_backend_name(int index);
+
+/*
+ * How many devices the named backend sees (probed once per process, thread-safe).
+ * Returns DISTIL_OK and *n_devices >= 1 when it has a device, DISTIL_ERR_NOT_AVAILABLE with
+ * *n_devices = 0 when it is compiled in but finds none, and DISTIL_ERR_INVALID_ARG for a name
+ * that is not compiled in. The message goes to distil_ctx_last_error(NULL).
+ */
+DISTIL_API distil_status distil_backend_device_count(const char *name, int *n_devices);
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct distil_ctx distil_ctx;
+
+/*
+ * Create a context on one device of one backend.
+ *   backend  "cuda", "hip", "opencl", "cpu", "ref" (case-insensitive), or NULL / "auto":
+ *            then the environment variable DISTIL_BACKEND if set, else the highest-priority
+ *            backend that has a device. A backend asked for by name (argument or environment)
+ *            that is missing or has no device is an error: there is no silent fallback.
+ *   device   device index within the backend, or -1 for DISTIL_DEVICE (default 0).
+ * On failure *out is NULL and the message is in distil_ctx_last_error(NULL).
+ * Returns DISTIL_OK, DISTIL_ERR_INVALID_ARG, DISTIL_ERR_NOT_AVAILABLE, DISTIL_ERR_OUT_OF_MEMORY,
+ * DISTIL_ERR_BACKEND.
+ */
+DISTIL_API DISTIL_NODISCARD distil_status distil_ctx_create(distil_ctx **out, const char *backend,
+                                                            int device);
+
+/* Destroy a context and everything it allocated internally. NULL is a no-op. */
+DISTIL_API void distil_ctx_destroy(distil_ctx *ctx);
+
+/* Name of the context's backend ("cuda", ...); never NULL ("" for a NULL ctx). */
+DISTIL_API const char *distil_ctx_backend_name(const distil_ctx *ctx);
+
+/* Human-readable name of the context's device (e.g. "NVIDIA H200"); never NULL. */
+DISTIL_API const char *distil_ctx_device_name(const distil_ctx *ctx);
+
+/*
+ * The message of the last failed call on ctx ("" when none failed yet). With ctx == NULL: the
+ * message of the last failed call that had no context (distil_ctx_create,
+ * distil_backend_device_count) on this thread. Valid until the next call on the same context.
+ */
+DISTIL_API const char *distil_ctx_last_error(const distil_ctx *ctx);
+
+/*
+ * Bind the stream that later calls enqueue on: a cudaStream_t, hipStream_t or
+ * cl_command_queue (of the context's device), cast to void *. NULL restores the context's own
+ * stream. The caller keeps ownership and must keep it alive while the context uses it. The cpu
+ * and ref backends accept only NULL (DISTIL_ERR_UNSUPPORTED otherwise).
+ */
+DISTIL_API DISTIL_NODISCARD distil_status distil_ctx_set_stream(distil_ctx *ctx, void *stream);
+
+/*
+ * Wait until all work enqueued by this context has finished, then report deferred errors:
+ * DISTIL_ERR_INVALID_LABEL (with the first bad row in the message) or DISTIL_ERR_BACKEND for an
+ * asynchronous device fault. A deferred error is reported once.
+ */
+DISTIL_API DISTIL_NODISCARD distil_status distil_ctx_synchronize(distil_ctx *ctx);
+
+/*
+ * Lend the context a workspace of `bytes` in its backend's memory (a framework's allocator,
+ * say). Later calls take their scratch memory from it instead of allocating; a call that needs
+ * more returns DISTIL_ERR_WORKSPACE (see the *_workspace_size queries). ptr == NULL with
+ * bytes == 0 returns to the context's own, lazily grown workspace. The library never frees a
+ * lent workspace; it must stay valid until unset or the context is destroyed.
+ */
+DISTIL_API DISTIL_NODISCARD distil_status distil_ctx_set_workspace(distil_ctx *ctx, void *ptr,
+                                                                   size_t bytes);
+
+/* ---------------------------------------------------------------- memory */
+
+/*
+ * Memory in the context's address space, so that one program runs on every backend.
+ * distil_malloc returns a device pointer (cuda/hip), a cl_mem (opencl) or host memory (cpu/ref),
+ * aligned to at least 256 bytes; bytes == 0 gives NULL and DISTIL_OK. distil_free(ctx, NULL) is a
+ * no-op. The copies are synchronous with respect to the host: they wait for the context's
+ * stream, and the host buffer may be reused when they return.
+ */
+DISTIL_API DISTIL_NODISCARD distil_status distil_malloc(distil_ctx *ctx, size_t bytes, void **ptr);
+DISTIL_API void distil_free(distil_ctx *ctx, void *ptr);
+DISTIL_API DISTIL_NODISCARD distil_status distil_memcpy_to_device(distil_ctx *ctx, void *dst,
+                                                                  const void *src_host,
+                                                                  size_t bytes);
+DISTIL_API DISTIL_NODISCARD distil_status distil_memcpy_to_host(distil_ctx *ctx, void *dst_host,
+                                                                const void *src, size_t bytes);
+
+/* ---------------------------------------------------------------- JSD */
+
+typedef enum distil_reduction {
+    DISTIL_REDUCTION_BATCHMEAN = 0, /* sum of row losses / N, N = rows whose label != ignore */
+    DISTIL_REDUCTION_SUM = 1,       /* sum of row losses */
+    DISTIL_REDUCTION_NONE = 2,      /* one loss per row, [rows] fp32; ignored rows hold 0 */
+} distil_reduction;
+
+/* Descriptor of distil_jsd. Always fill it with distil_jsd_desc_init() first. */
+typedef struct distil_jsd_desc {
+    size_t struct_size;         /* set by _init; lets the library reject a mismatched header */
+    int64_t rows;               /* T >= 0 */
+    int64_t vocab;              /* V >= 1 */
+    int64_t student_stride;     /* row stride of student_logp, elements; 0 = vocab */
+    int64_t teacher_stride;     /* row stride of teacher_logp, elements; 0 = vocab */
+    int64_t grad_stride;        /* row stride of grad_student; 0 = vocab */
+    distil_dtype dtype;         /* of student_logp, teacher_logp and grad (default F32) */
+    float beta;                 /* in [0, 1], weight of the teacher; 0: KL(p||q), 1: KL(q||p) */
+    int64_t ignore_index;       /* rows whose label equals it are ignored (default -100) */
+    distil_reduction reduction; /* default BATCHMEAN */
+    float grad_scale;           /* the gradient written is grad_scale * dloss/dx (default 1) */
+} distil_jsd_desc;
+
+DISTIL_API void distil_jsd_desc_init(distil_jsd_desc *desc);
+
+/*
+ * Generalised JSD between student and teacher log-probabilities, and its gradient with respect
+ * to the student (SPEC.md section 1).
+ *   student_logp  (rows, vocab), row stride student_stride, dtype       x = log q
+ *   teacher_logp  (rows, vocab), row stride teacher_stride, dtype       y = log p
+ *   labels        (rows) int64 or NULL (no row ignored)
+ *   loss          fp32: 1 value, or (rows) values for DISTIL_REDUCTION_NONE
+ *   grad_student  (rows, vocab), row stride grad_stride, dtype, or NULL (loss only). It may be
+ *                 student_logp itself (in place) when the strides are equal.
+ * batchmean divides loss and gradient by N counted on the device; N == 0 gives loss 0 and a zero
+ * gradient. Ignored rows get a zero gradient. rows == 0 writes loss 0 (one value) and nothing
+ * else. Asynchronous on GPU backends. Scratch memory: distil_jsd_workspace_size.
+ * Returns DISTIL_OK, DISTIL_ERR_INVALID_ARG, DISTIL_ERR_VERSION, DISTIL_ERR_UNSUPPORTED,
+ * DISTIL_ERR_OUT_OF_MEMORY, DISTIL_ERR_WORKSPACE, DISTIL_ERR_BACKEND.
+ */
+DISTIL_API DISTIL_NODISCARD distil_status distil_jsd(distil_ctx *ctx, const distil_jsd_desc *desc,
+                                                     const void *student_logp,
+                                                     const void *teacher_logp,
+                                                     const int64_t *labels, float *loss,
+                                                     void *grad_student);
+
+/* Scratch bytes distil_jsd needs for this descriptor (for distil_ctx_set_workspace). */
+DISTIL_API DISTIL_NODISCARD distil_status distil_jsd_workspace_size(distil_ctx *ctx,
+                                                                    const distil_jsd_desc *desc,
+                                                                    size_t *bytes);
+
+/* ---------------------------------------------------------------- fused linear JSD */
+
+/* Descriptor of distil_fused_linear_jsd. Always fill it with distil_fused_linear_jsd_desc_init. */
+typedef struct distil_fused_linear_jsd_desc {
+    size_t struct_size;     /* set by _init */
+    int64_t rows;           /* T >= 0 */
+    int64_t vocab;          /* V >= 1, shared by student and teacher heads */
+    int64_t student_hidden; /* Hs >= 1 */
+    int64_t teacher_hidden; /* Ht >= 1 */
+    distil_dtype dtype;     /* of every float input and gradient output (default BF16) */
+    float weight_hard;      /* weight of the hard CE, >= 0 (default 0.5) */
+    float weight_soft;      /* weight of the soft JSD, >= 0 (default 0.5); not both 0 */
+    float beta;             /* JSD beta in [0, 1] (default 0.5) */
+    float temperature;      /* tau > 0, finite; divides the logits of the soft part (default 1) */
+    int64_t ignore_index;   /* default -100 */
+    int64_t chunk_rows;     /* rows per chunk; 0 = chosen from V, the hidden sizes and memory */
+    int return_parts;       /* nonzero: loss holds 3 values, see distil_fused_linear_jsd */
+    /* Shapes of the heads as the caller holds them, so that a mismatch is caught rather than
+     * read out of bounds. 0 = "as above" (the default). */
+    int64_t teacher_vocab;         /* rows of Wt; must equal vocab (unequal: UNSUPPORTED) */
+    int64_t student_weight_hidden; /* columns of Ws; must equal student_hidden */
+    int64_t teacher_weight_hidden; /* columns of Wt; must equal teacher_hidden */
+} distil_fused_linear_jsd_desc;
+
+DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *desc);
+
+/*
+ * The fused linear distillation loss of SPEC.md section 2, chunk by chunk over rows.
+ *   student_hidden  xs (rows, Hs)   dense, dtype
+ *   student_weight  Ws (V, Hs)      dense, dtype (nn.Linear layout)
+ *   student_bias    bs (V) or NULL
+ *   teacher_hidden  xt (rows, Ht)   dense, dtype
+ *   teacher_weight  Wt (V, Ht)      dense, dtype
+ *   teacher_bias    bt (V) or NULL
+ *   labels          (rows) int64, required; ignore_index marks ignored rows
+ *   loss            fp32: 1 value, loss = wh * sum CE / N + ws * sum JSD / N, N = max(1, valid
+ *                   rows); with return_parts, 3 values: loss, sum CE / N, sum JSD / N
+ *   grad_student_hidden  (rows, Hs) dtype or NULL
+ *   grad_student_weight  (V, Hs) dtype or NULL (accumulated in fp32, written once)
+ *   grad_student_bias    (V) dtype or NULL; may be given only with student_bias
+ * Gradient outputs are overwritten, not accumulated into. With every gradient NULL no backward
+ * work is done. rows == 0 writes loss 0 (and the parts) and nothing else; row pointers
+ * (hidden states, labels) may then be NULL. A label outside [0, V) that is not ignore_index makes its row ignored and is
+ * reported as DISTIL_ERR_INVALID_LABEL by the next distil_ctx_synchronize (the cpu and ref
+ * backends return it from the call itself, with every output written). Asynchronous on GPU
+ * backends. Scratch memory: distil_fused_linear_jsd_workspace_size.
+ * Returns DISTIL_OK, DISTIL_ERR_INVALID_ARG, DISTIL_ERR_VERSION, DISTIL_ERR_UNSUPPORTED,
+ * DISTIL_ERR_OUT_OF_MEMORY, DISTIL_ERR_WORKSPACE, DISTIL_ERR_BACKEND, DISTIL_ERR_INVALID_LABEL.
+ */
+DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd(
+    distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc, const void *student_hidden,
+    const void *student_weight, const void *student_bias, const void *teacher_hidden,
+    const void *teacher_weight, const void *teacher_bias, const int64_t *labels, float *loss,
+    void *grad_student_hidden, void *grad_student_weight, void *grad_student_bias);
+
+/*
+ * Scratch bytes distil_fused_linear_jsd needs for this descriptor, with the chunk size it would
+ * use (for distil_ctx_set_workspace). `want_grads` says whether gradients will be asked for.
+ * With a lent workspace and chunk_rows == 0, the call picks the largest chunk that fits.
+ */
+DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd_workspace_size(
+    distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc, int want_grads, size_t *bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DISTIL_H */
