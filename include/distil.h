@@ -46,9 +46,9 @@ extern "C" {
 
 /* ---------------------------------------------------------------- version */
 
-#define DISTIL_VERSION_MAJOR  0
-#define DISTIL_VERSION_MINOR  1
-#define DISTIL_VERSION_PATCH  0
+#define DISTIL_VERSION_MAJOR 0
+#define DISTIL_VERSION_MINOR 1
+#define DISTIL_VERSION_PATCH 0
 #define DISTIL_VERSION_NUMBER                                                                      \
     (DISTIL_VERSION_MAJOR * 10000 + DISTIL_VERSION_MINOR * 100 + DISTIL_VERSION_PATCH)
 
@@ -62,14 +62,14 @@ DISTIL_API const char *distil_version_string(void);
 /* Status codes. The numbers are pinned forever: new codes are only ever appended. */
 typedef enum distil_status {
     DISTIL_OK = 0,
-    DISTIL_ERR_INVALID_ARG = 1,    /* an argument broke a rule; the message names it */
-    DISTIL_ERR_UNSUPPORTED = 2,    /* valid, but this backend or build cannot do it */
-    DISTIL_ERR_OUT_OF_MEMORY = 3,  /* host or device allocation failed; the context stays usable */
-    DISTIL_ERR_BACKEND = 4,        /* the vendor runtime failed (driver, kernel launch, ...) */
-    DISTIL_ERR_NOT_AVAILABLE = 5,  /* backend not compiled in, or it has no such device */
-    DISTIL_ERR_INVALID_LABEL = 6,  /* a label outside [0, V) that is not ignore_index (deferred) */
-    DISTIL_ERR_WORKSPACE = 7,      /* the workspace lent with distil_ctx_set_workspace is too small */
-    DISTIL_ERR_VERSION = 8,        /* a descriptor's struct_size is not one this library knows */
+    DISTIL_ERR_INVALID_ARG = 1,   /* an argument broke a rule; the message names it */
+    DISTIL_ERR_UNSUPPORTED = 2,   /* valid, but this backend or build cannot do it */
+    DISTIL_ERR_OUT_OF_MEMORY = 3, /* host or device allocation failed; the context stays usable */
+    DISTIL_ERR_BACKEND = 4,       /* the vendor runtime failed (driver, kernel launch, ...) */
+    DISTIL_ERR_NOT_AVAILABLE = 5, /* backend not compiled in, or it has no such device */
+    DISTIL_ERR_INVALID_LABEL = 6, /* a label outside [0, V) that is not ignore_index (deferred) */
+    DISTIL_ERR_WORKSPACE = 7, /* the workspace lent with distil_ctx_set_workspace is too small */
+    DISTIL_ERR_VERSION = 8,   /* a descriptor's struct_size is not one this library knows */
 } distil_status;
 
 /* A static, human-readable name for a status; never NULL (unknown codes give "unknown status"). */
@@ -274,11 +274,11 @@ DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *
  *   grad_student_bias    (V) dtype or NULL; may be given only with student_bias
  * Gradient outputs are overwritten, not accumulated into. With every gradient NULL no backward
  * work is done. rows == 0 writes loss 0 (and the parts) and nothing else; row pointers
- * (hidden states, labels) may then be NULL. A label outside [0, V) that is not ignore_index makes its row ignored and is
- * reported as DISTIL_ERR_INVALID_LABEL by the next distil_ctx_synchronize (the cpu and ref
- * backends return it from the call itself, with every output written). Asynchronous on GPU
- * backends. Scratch memory: distil_fused_linear_jsd_workspace_size.
- * Returns DISTIL_OK, DISTIL_ERR_INVALID_ARG, DISTIL_ERR_VERSION, DISTIL_ERR_UNSUPPORTED,
+ * (hidden states, labels) may then be NULL. A label outside [0, V) that is not ignore_index makes
+ * its row ignored and is reported as DISTIL_ERR_INVALID_LABEL by the next distil_ctx_synchronize
+ * (the cpu and ref backends return it from the call itself, with every output written).
+ * Asynchronous on GPU backends. Scratch memory: distil_fused_linear_jsd_workspace_size. Returns
+ * DISTIL_OK, DISTIL_ERR_INVALID_ARG, DISTIL_ERR_VERSION, DISTIL_ERR_UNSUPPORTED,
  * DISTIL_ERR_OUT_OF_MEMORY, DISTIL_ERR_WORKSPACE, DISTIL_ERR_BACKEND, DISTIL_ERR_INVALID_LABEL.
  */
 DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd(

@@ -1,0 +1,75 @@
+/* chunk.c - see chunk.h. */
+#include "chunk.h"
+#include "workspace.h"
+
+static int64_t distil_clamp_rows(int64_t c, int64_t rows) {
+    if (c > rows) {
+        c = rows;
+    }
+    return c < 1 ? 1 : c;
+}
+
+int64_t distil_chunk_default_rows(int64_t rows, int64_t vocab) {
+    const double budget = 256.0 * 1024 * 1024;
+    double fit = budget / (8.0 * (double)vocab);
+    int64_t c = 1;
+    while ((double)(c * 2) <= fit && c < (int64_t)1 << 20) {
+        c *= 2;
+    }
+    return distil_clamp_rows(c, rows);
+}
+
+/* Append a region of `bytes` at *cursor and return its offset. */
+static size_t distil_take(size_t *cursor, size_t bytes) {
+    size_t off = *cursor;
+    *cursor += distil_ws_round(bytes);
+    return off;
+}
+
+void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_fused_plan *p) {
+    size_t es = distil_dtype_size(s->dtype);
+    size_t c = (size_t)distil_clamp_rows(chunk_rows, s->rows);
+    size_t v = (size_t)s->vocab;
+    bool f32 = s->dtype == DISTIL_F32;
+    bool grads = s->want_gx || s->want_gw || s->want_gb;
+    size_t cur = 0;
+    p->chunk_rows = (int64_t)c;
+    p->g_in_place = f32;
+    p->gw_acc = s->want_gw && !f32;
+    p->gb_acc = s->want_gb && !f32;
+    p->off_n = distil_take(&cur, sizeof(float));
+    p->off_ce = distil_take(&cur, (size_t)s->rows * sizeof(float));
+    p->off_jsd = distil_take(&cur, (size_t)s->rows * sizeof(float));
+    p->off_gw = distil_take(&cur, p->gw_acc ? v * (size_t)s->hs * sizeof(float) : 0);
+    p->off_gb = distil_take(&cur, p->gb_acc ? v * sizeof(float) : 0);
+    p->off_zs = distil_take(&cur, c * v * sizeof(float));
+    p->off_zt = distil_take(&cur, c * v * sizeof(float));
+    p->off_g = f32 ? p->off_zs : distil_take(&cur, grads ? c * v * es : 0);
+    p->off_ones = distil_take(&cur, s->want_gb ? c * es : 0);
+    p->bytes = cur;
+}
+
+bool distil_chunk_plan_fit(const distil_fused_shape *s, int64_t preferred, size_t available,
+                           distil_fused_plan *p) {
+    distil_chunk_plan(s, preferred, p);
+    if (p->bytes <= available) {
+        return true;
+    }
+    /* bytes grow linearly with the chunk: solve for the largest chunk that fits. */
+    distil_fused_plan one;
+    distil_chunk_plan(s, 1, &one);
+    if (one.bytes > available) {
+        *p = one;
+        return false;
+    }
+    size_t per_row = (p->bytes - one.bytes) / (size_t)(p->chunk_rows - 1);
+    int64_t c = 1 + (int64_t)((available - one.bytes) / (per_row + 1));
+    for (; c > 1; c--) {
+        distil_chunk_plan(s, c, p);
+        if (p->bytes <= available) {
+            return true;
+        }
+    }
+    *p = one;
+    return true;
+}

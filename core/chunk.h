@@ -1,0 +1,46 @@
+/*
+ * chunk.h - the chunk planner of the fused loss (pure: no context, no allocation).
+ *
+ * Workspace layout, every region aligned to DISTIL_WS_ALIGN bytes:
+ *   fixed    n (1 fp32) | ce (T) fp32 | jsd (T) fp32 | gw (V, Hs) fp32 | gb (V) fp32
+ *   chunk    zs (C, V) fp32 | zt (C, V) fp32 | g (C, V) dtype | ones (C) dtype
+ * gw / gb exist only when that gradient is wanted and the dtype is not F32 (an F32 output is
+ * accumulated in place); g exists only when gradients are wanted and the dtype is not F32 (for
+ * F32 the logit gradient overwrites zs); ones only when grad_bs is wanted.
+ */
+#ifndef DISTIL_CORE_CHUNK_H
+#define DISTIL_CORE_CHUNK_H
+
+#include "distil.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct distil_fused_shape {
+    int64_t rows, vocab, hs, ht;
+    distil_dtype dtype;
+    bool want_gx, want_gw, want_gb;
+} distil_fused_shape;
+
+typedef struct distil_fused_plan {
+    int64_t chunk_rows;
+    bool g_in_place;     /* G overwrites zs */
+    bool gw_acc, gb_acc; /* fp32 accumulators in the workspace */
+    size_t off_n, off_ce, off_jsd, off_gw, off_gb, off_zs, off_zt, off_g, off_ones;
+    size_t bytes;
+} distil_fused_plan;
+
+/* Rows per chunk the core prefers when the backend states none: zs + zt near 256 MiB, a power of
+ * two in [1, rows]. */
+int64_t distil_chunk_default_rows(int64_t rows, int64_t vocab);
+
+/* Lay out the workspace for chunk_rows (clamped to [1, rows]). */
+void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_fused_plan *p);
+
+/* The largest chunk <= preferred whose plan fits in `available` bytes; false when even one row
+ * does not fit (p then holds the one-row plan). */
+bool distil_chunk_plan_fit(const distil_fused_shape *s, int64_t preferred, size_t available,
+                           distil_fused_plan *p);
+
+#endif /* DISTIL_CORE_CHUNK_H */

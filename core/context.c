@@ -1,0 +1,120 @@
+/*
+ * context.c - context life cycle, stream binding, synchronisation and the lent workspace.
+ */
+#include "ctx.h"
+#include "error.h"
+#include "registry.h"
+#include "workspace.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* device == -1: DISTIL_DEVICE, else 0. The index must be one the backend has. */
+static distil_status distil_ctx_pick_device(const distil_backend *be, int device, int *out) {
+    if (device == -1) {
+        const char *env = getenv("DISTIL_DEVICE");
+        char *end = NULL;
+        device = 0;
+        if (env != NULL && env[0] != '\0') {
+            long v = strtol(env, &end, 10);
+            if (*end != '\0' || v < 0 || v > 1 << 20) {
+                return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG,
+                                        "ctx_create: DISTIL_DEVICE '%s' is not a device index",
+                                        env);
+            }
+            device = (int)v;
+        }
+    }
+    int n = 0;
+    (void)distil_backend_device_count(be->name, &n);
+    if (device < 0 || device >= n) {
+        return distil_error_set(NULL, DISTIL_ERR_NOT_AVAILABLE,
+                                "ctx_create: device %d of backend '%s' does not exist (%d found)",
+                                device, be->name, n);
+    }
+    *out = device;
+    return DISTIL_OK;
+}
+
+distil_status distil_ctx_create(distil_ctx **out, const char *backend, int device) {
+    if (out == NULL) {
+        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "ctx_create: out is NULL");
+    }
+    *out = NULL;
+    const distil_backend *be = NULL;
+    DISTIL_TRY(distil_registry_select(backend, &be));
+    DISTIL_TRY(distil_ctx_pick_device(be, device, &device));
+    distil_ctx *ctx = calloc(1, sizeof *ctx);
+    if (ctx == NULL) {
+        return distil_error_set(NULL, DISTIL_ERR_OUT_OF_MEMORY, "ctx_create: out of host memory");
+    }
+    ctx->be = be;
+    distil_status s = be->create(ctx, device, &ctx->b);
+    if (s != DISTIL_OK) {
+        distil_error_set(NULL, s, "ctx_create: %s", ctx->msg);
+        free(ctx);
+        return s;
+    }
+    be->describe(ctx->b, ctx->device_name, sizeof ctx->device_name);
+    *out = ctx;
+    return DISTIL_OK;
+}
+
+void distil_ctx_destroy(distil_ctx *ctx) {
+    if (ctx == NULL) {
+        return;
+    }
+    if (ctx->ws_own != NULL) {
+        ctx->be->mem_free(ctx->b, ctx->ws_own);
+    }
+    ctx->be->destroy(ctx->b);
+    free(ctx);
+}
+
+const char *distil_ctx_backend_name(const distil_ctx *ctx) {
+    return ctx ? ctx->be->name : "";
+}
+
+const char *distil_ctx_device_name(const distil_ctx *ctx) {
+    return ctx ? ctx->device_name : "";
+}
+
+distil_status distil_ctx_set_stream(distil_ctx *ctx, void *stream) {
+    if (ctx == NULL) {
+        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "ctx_set_stream: ctx is NULL");
+    }
+    if (ctx->be->set_stream == NULL) {
+        if (stream == NULL) {
+            return DISTIL_OK;
+        }
+        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
+                                "ctx_set_stream: backend '%s' has no streams; stream must be NULL",
+                                ctx->be->name);
+    }
+    return ctx->be->set_stream(ctx->b, stream);
+}
+
+distil_status distil_ctx_synchronize(distil_ctx *ctx) {
+    if (ctx == NULL) {
+        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "ctx_synchronize: ctx is NULL");
+    }
+    return ctx->be->synchronize(ctx->b);
+}
+
+distil_status distil_ctx_set_workspace(distil_ctx *ctx, void *ptr, size_t bytes) {
+    if (ctx == NULL) {
+        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "ctx_set_workspace: ctx is NULL");
+    }
+    if ((ptr == NULL) != (bytes == 0)) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
+                                "ctx_set_workspace: ptr is %s but bytes is %zu (give both or "
+                                "neither)",
+                                ptr ? "set" : "NULL", bytes);
+    }
+    if (ptr != NULL && ctx->be->check_pointer != NULL) {
+        DISTIL_TRY(ctx->be->check_pointer(ctx->b, ptr, "workspace"));
+    }
+    ctx->ws_lent = ptr;
+    ctx->ws_lent_bytes = bytes;
+    return DISTIL_OK;
+}

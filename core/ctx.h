@@ -1,0 +1,24 @@
+/*
+ * ctx.h - the context as the core sees it (internal; the public type is opaque).
+ * A context binds one backend and one device, owns the backend's state, the last-error message
+ * and the workspace (its own, grown lazily, or one lent by the caller).
+ */
+#ifndef DISTIL_CORE_CTX_H
+#define DISTIL_CORE_CTX_H
+
+#include "backend.h"
+
+#define DISTIL_MSG_BYTES 1024
+
+struct distil_ctx {
+    const distil_backend *be;
+    void *b; /* backend state */
+    char device_name[128];
+    char msg[DISTIL_MSG_BYTES];
+    void *ws_own; /* the context's own workspace, allocated by the backend */
+    size_t ws_own_bytes;
+    void *ws_lent; /* workspace lent by the caller, or NULL */
+    size_t ws_lent_bytes;
+};
+
+#endif /* DISTIL_CORE_CTX_H */

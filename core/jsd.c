@@ -1,0 +1,189 @@
+/*
+ * jsd.c - the public entry point distil_jsd: validate, plan the workspace, then either the
+ * backend's whole `jsd` op or count_valid -> jsd_rows -> reduce (SPEC section 1).
+ */
+#include "ctx.h"
+#include "error.h"
+#include "validate.h"
+#include "workspace.h"
+
+static const char *const fn = "jsd";
+
+void distil_jsd_desc_init(distil_jsd_desc *desc) {
+    if (desc == NULL) {
+        return;
+    }
+    distil_jsd_desc d = {0};
+    d.struct_size = sizeof d;
+    d.dtype = DISTIL_F32;
+    d.beta = 0.5f;
+    d.ignore_index = -100;
+    d.reduction = DISTIL_REDUCTION_BATCHMEAN;
+    d.grad_scale = 1.0f;
+    *desc = d;
+}
+
+/* Descriptor-only checks (shared with the workspace query); fills the scalar part of args. */
+static distil_status distil_jsd_check_desc(distil_ctx *ctx, const distil_jsd_desc *d,
+                                           distil_jsd_args *a) {
+    DISTIL_TRY(distil_check_not_null(ctx, fn, "desc", d));
+    if (d->struct_size != sizeof *d) {
+        return distil_error_set(ctx, DISTIL_ERR_VERSION,
+                                "%s: desc.struct_size %zu != %zu (use distil_jsd_desc_init)", fn,
+                                d->struct_size, sizeof *d);
+    }
+    DISTIL_TRY(distil_check_dtype(ctx, fn, "dtype", d->dtype));
+    if (d->reduction < DISTIL_REDUCTION_BATCHMEAN || d->reduction > DISTIL_REDUCTION_NONE) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
+                                "%s: reduction %d is not one of "
+                                "BATCHMEAN, SUM, NONE",
+                                fn, (int)d->reduction);
+    }
+    DISTIL_TRY(distil_check_min(ctx, fn, "rows", d->rows, 0));
+    DISTIL_TRY(distil_check_min(ctx, fn, "vocab", d->vocab, 1));
+    DISTIL_TRY(
+        distil_check_stride(ctx, fn, "student_logp", d->student_stride, d->vocab, &a->x_stride));
+    DISTIL_TRY(
+        distil_check_stride(ctx, fn, "teacher_logp", d->teacher_stride, d->vocab, &a->y_stride));
+    DISTIL_TRY(
+        distil_check_stride(ctx, fn, "grad_student", d->grad_stride, d->vocab, &a->grad_stride));
+    size_t es = distil_dtype_size(d->dtype);
+    DISTIL_TRY(distil_check_size(ctx, fn, "student_logp", d->rows, a->x_stride, es));
+    DISTIL_TRY(distil_check_size(ctx, fn, "teacher_logp", d->rows, a->y_stride, es));
+    DISTIL_TRY(distil_check_size(ctx, fn, "grad_student", d->rows, a->grad_stride, es));
+    DISTIL_TRY(distil_check_unit(ctx, fn, "beta", d->beta));
+    DISTIL_TRY(distil_check_finite(ctx, fn, "grad_scale", d->grad_scale));
+    a->rows = d->rows;
+    a->vocab = d->vocab;
+    a->dtype = d->dtype;
+    a->beta = d->beta;
+    a->grad_scale = d->grad_scale;
+    a->ignore_index = d->ignore_index;
+    a->reduction = d->reduction;
+    return DISTIL_OK;
+}
+
+/* Pointer checks, in the fixed order NULL -> backend ownership -> aliasing. */
+static distil_status distil_jsd_check_ptrs(distil_ctx *ctx, const distil_jsd_args *a, const void *x,
+                                           const void *y, const int64_t *labels, const float *loss,
+                                           const void *grad) {
+    if (a->rows > 0) {
+        DISTIL_TRY(distil_check_not_null(ctx, fn, "student_logp", x));
+        DISTIL_TRY(distil_check_not_null(ctx, fn, "teacher_logp", y));
+    }
+    DISTIL_TRY(distil_check_not_null(ctx, fn, "loss", loss));
+    DISTIL_TRY(distil_check_device_ptr(ctx, fn, "student_logp", x));
+    DISTIL_TRY(distil_check_device_ptr(ctx, fn, "teacher_logp", y));
+    DISTIL_TRY(distil_check_device_ptr(ctx, fn, "labels", labels));
+    DISTIL_TRY(distil_check_device_ptr(ctx, fn, "loss", loss));
+    DISTIL_TRY(distil_check_device_ptr(ctx, fn, "grad_student", grad));
+    if (grad != NULL && grad == y) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
+                                "%s: grad_student aliases teacher_logp", fn);
+    }
+    if (grad != NULL && grad == x && a->grad_stride != a->x_stride) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
+                                "%s: grad_student is student_logp (in place) but its row stride "
+                                "%lld != %lld",
+                                fn, (long long)a->grad_stride, (long long)a->x_stride);
+    }
+    return DISTIL_OK;
+}
+
+/* Workspace layout of the composed path: [n (one fp32, padded)] [row_loss (rows) fp32]. */
+static size_t distil_jsd_ws_bytes(const distil_ctx *ctx, const distil_jsd_args *a) {
+    if (ctx->be->jsd != NULL || a->rows == 0) {
+        return 0;
+    }
+    size_t bytes = DISTIL_WS_ALIGN;
+    if (a->reduction != DISTIL_REDUCTION_NONE) {
+        bytes += distil_ws_round((size_t)a->rows * sizeof(float));
+    }
+    return bytes;
+}
+
+distil_status distil_jsd_workspace_size(distil_ctx *ctx, const distil_jsd_desc *desc,
+                                        size_t *bytes) {
+    if (ctx == NULL) {
+        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "jsd_workspace_size: ctx is NULL");
+    }
+    DISTIL_TRY(distil_check_not_null(ctx, "jsd_workspace_size", "bytes", bytes));
+    distil_jsd_args a = {0};
+    DISTIL_TRY(distil_jsd_check_desc(ctx, desc, &a));
+    *bytes = distil_jsd_ws_bytes(ctx, &a);
+    return DISTIL_OK;
+}
+
+/* count_valid -> jsd_rows -> reduce on the backend's kernels. */
+static distil_status distil_jsd_compose(distil_ctx *ctx, const distil_jsd_args *a) {
+    const distil_backend *be = ctx->be;
+    if (be->jsd_rows == NULL || be->count_valid == NULL || be->reduce == NULL) {
+        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED, "%s: backend '%s' lacks JSD kernels",
+                                fn, be->name);
+    }
+    distil_dptr ws;
+    DISTIL_TRY(distil_ws_acquire(ctx, distil_jsd_ws_bytes(ctx, a), fn, &ws));
+    bool mean = a->reduction == DISTIL_REDUCTION_BATCHMEAN;
+    bool none = a->reduction == DISTIL_REDUCTION_NONE;
+    distil_dptr n = mean ? ws : distil_dptr_make(NULL, 0);
+    distil_dptr row_loss = none ? a->loss : distil_dptr_add(ws, DISTIL_WS_ALIGN);
+    if (mean) {
+        distil_count_args c = {.labels = a->labels,
+                               .rows = a->rows,
+                               .ignore_index = a->ignore_index,
+                               .vocab = 0,
+                               .min_one = false,
+                               .n_out = n};
+        DISTIL_TRY(be->count_valid(ctx->b, &c));
+    }
+    distil_jsd_rows_args r = {.x = a->x,
+                              .y = a->y,
+                              .x_stride = a->x_stride,
+                              .y_stride = a->y_stride,
+                              .rows = a->rows,
+                              .vocab = a->vocab,
+                              .dtype = a->dtype,
+                              .beta = a->beta,
+                              .labels = a->labels,
+                              .ignore_index = a->ignore_index,
+                              .row_loss = row_loss,
+                              .grad = a->grad,
+                              .grad_stride = a->grad_stride,
+                              .grad_scale = a->grad_scale,
+                              .n_valid = n};
+    DISTIL_TRY(be->jsd_rows(ctx->b, &r));
+    if (none) {
+        return DISTIL_OK;
+    }
+    distil_reduce_args red = {
+        .a = row_loss, .count = a->rows, .wa = 1.0f, .n_valid = n, .out = a->loss};
+    return be->reduce(ctx->b, &red);
+}
+
+distil_status distil_jsd(distil_ctx *ctx, const distil_jsd_desc *desc, const void *student_logp,
+                         const void *teacher_logp, const int64_t *labels, float *loss,
+                         void *grad_student) {
+    if (ctx == NULL) {
+        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "%s: ctx is NULL", fn);
+    }
+    distil_jsd_args a = {0};
+    DISTIL_TRY(distil_jsd_check_desc(ctx, desc, &a));
+    DISTIL_TRY(
+        distil_jsd_check_ptrs(ctx, &a, student_logp, teacher_logp, labels, loss, grad_student));
+    a.x = distil_dptr_make(student_logp, 0);
+    a.y = distil_dptr_make(teacher_logp, 0);
+    a.labels = distil_dptr_make(labels, 0);
+    a.loss = distil_dptr_make(loss, 0);
+    a.grad = distil_dptr_make(grad_student, 0);
+    if (a.rows == 0) {
+        if (a.reduction == DISTIL_REDUCTION_NONE) {
+            return DISTIL_OK;
+        }
+        distil_fill_args f = {.dst = a.loss, .dtype = DISTIL_F32, .count = 1, .value = 0.0f};
+        return ctx->be->fill(ctx->b, &f);
+    }
+    if (ctx->be->jsd != NULL) {
+        return ctx->be->jsd(ctx->b, &a);
+    }
+    return distil_jsd_compose(ctx, &a);
+}

@@ -1,0 +1,37 @@
+/*
+ * ref.h - the float64 reference backend "ref": the oracle of every test. Plain C, double
+ * accumulators, no threads, written for clarity. It computes each loss whole (the optional
+ * whole ops of the vtable) straight from SPEC.md, sharing only the row math below.
+ */
+#ifndef DISTIL_REF_H
+#define DISTIL_REF_H
+
+#include "backend.h"
+#include "error.h"
+
+typedef struct distil_ref_state {
+    distil_ctx *ctx;
+    int64_t bad_label_row; /* first row with an invalid label since the last synchronize, or -1 */
+    int64_t bad_label;
+} distil_ref_state;
+
+/* Element i of a (dtype) array at host address p, widened to double. */
+double distil_ref_load(const void *p, distil_dtype dtype, int64_t i);
+/* Store v at element i, rounded to dtype (via fp32). */
+void distil_ref_store(void *p, distil_dtype dtype, int64_t i, double v);
+
+/* log(exp(a) + exp(b)) without overflow; -inf when both are -inf; NaN in, NaN out. */
+double distil_ref_logaddexp(double a, double b);
+/* log sum_v exp(z[v] * scale) over n values. */
+double distil_ref_logsumexp(const double *z, int64_t n, double scale);
+
+/*
+ * SPEC section 1 for one row: returns sum_v e_v for student x = log q and teacher y = log p
+ * (n values each) and, when grad != NULL, writes de/dx for each v.
+ */
+double distil_ref_jsd_row(const double *x, const double *y, int64_t n, double beta, double *grad);
+
+distil_status distil_ref_jsd(void *b, const distil_jsd_args *a);
+distil_status distil_ref_fused(void *b, const distil_fused_args *a);
+
+#endif /* DISTIL_REF_H */

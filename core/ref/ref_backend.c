@@ -1,0 +1,111 @@
+/*
+ * ref_backend.c - the "ref" backend's vtable: host memory, life cycle, fill / cast, and the two
+ * whole-loss ops of ref_jsd.c and ref_fused.c. Always compiled in; always has one device.
+ */
+#include "ref.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static distil_status distil_ref_probe(int *n_devices) {
+    *n_devices = 1;
+    return DISTIL_OK;
+}
+
+static distil_status distil_ref_create(distil_ctx *ctx, int device, void **b) {
+    distil_ref_state *st = calloc(1, sizeof *st);
+    if (st == NULL) {
+        return distil_error_set(ctx, DISTIL_ERR_OUT_OF_MEMORY, "ref: out of host memory");
+    }
+    st->ctx = ctx;
+    st->bad_label_row = -1;
+    *b = st;
+    return DISTIL_OK;
+}
+
+static void distil_ref_destroy(void *b) {
+    free(b);
+}
+
+static void distil_ref_describe(void *b, char *buf, size_t n) {
+    snprintf(buf, n, "float64 reference (host)");
+}
+
+static distil_status distil_ref_synchronize(void *b) {
+    distil_ref_state *st = b;
+    if (st->bad_label_row < 0) {
+        return DISTIL_OK;
+    }
+    int64_t row = st->bad_label_row;
+    st->bad_label_row = -1;
+    return distil_error_set(st->ctx, DISTIL_ERR_INVALID_LABEL,
+                            "labels: row %lld has label %lld outside [0, vocab)", (long long)row,
+                            (long long)st->bad_label);
+}
+
+static distil_status distil_ref_alloc(void *b, size_t bytes, void **ptr) {
+    distil_ref_state *st = b;
+    size_t rounded = (bytes + 255) / 256 * 256;
+    *ptr = aligned_alloc(256, rounded);
+    if (*ptr == NULL) {
+        return distil_error_set(st->ctx, DISTIL_ERR_OUT_OF_MEMORY, "ref: cannot allocate %zu bytes",
+                                bytes);
+    }
+    return DISTIL_OK;
+}
+
+static void distil_ref_free(void *b, void *ptr) {
+    free(ptr);
+}
+
+static distil_status distil_ref_upload(void *b, distil_dptr dst, const void *src, size_t bytes) {
+    memcpy(distil_dptr_addr(dst), src, bytes);
+    return DISTIL_OK;
+}
+
+static distil_status distil_ref_download(void *b, void *dst, distil_dptr src, size_t bytes) {
+    memcpy(dst, distil_dptr_addr(src), bytes);
+    return DISTIL_OK;
+}
+
+static distil_status distil_ref_fill(void *b, const distil_fill_args *a) {
+    for (int64_t i = 0; i < a->count; i++) {
+        distil_ref_store(distil_dptr_addr(a->dst), a->dtype, i, a->value);
+    }
+    return DISTIL_OK;
+}
+
+static distil_status distil_ref_cast(void *b, const distil_cast_args *a) {
+    for (int64_t i = 0; i < a->count; i++) {
+        double v = distil_ref_load(distil_dptr_addr(a->src), a->src_dtype, i);
+        distil_ref_store(distil_dptr_addr(a->dst), a->dst_dtype, i, v);
+    }
+    return DISTIL_OK;
+}
+
+/* The whole ops ignore the core's chunk workspace: keep it one row small. */
+static int64_t distil_ref_chunk_rows(void *b, int64_t vocab, int64_t hs, int64_t ht) {
+    return 1;
+}
+
+const distil_backend distil_backend_ref = {
+    .api_version = DISTIL_BACKEND_API_VERSION,
+    .name = "ref",
+    .priority = 0,
+    .host_memory = true,
+    .probe = distil_ref_probe,
+    .create = distil_ref_create,
+    .destroy = distil_ref_destroy,
+    .describe = distil_ref_describe,
+    .synchronize = distil_ref_synchronize,
+    .mem_alloc = distil_ref_alloc,
+    .mem_free = distil_ref_free,
+    .mem_upload = distil_ref_upload,
+    .mem_download = distil_ref_download,
+    .cast = distil_ref_cast,
+    .fill = distil_ref_fill,
+    .jsd = distil_ref_jsd,
+    .fused_linear_jsd = distil_ref_fused,
+    .preferred_chunk_rows = distil_ref_chunk_rows,
+};

@@ -1,0 +1,173 @@
+/*
+ * ref_fused.c - distil_fused_linear_jsd in float64 (SPEC section 2), row by row with no
+ * chunking: logits, CE, soft JSD and the logit gradient G in double; grad_Ws and grad_bs
+ * accumulated in double and rounded once.
+ */
+#include "ref.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Row-wise scratch and double accumulators of one call. */
+typedef struct distil_ref_fused_buf {
+    double *zs, *zt, *x, *y, *g, *G; /* (V) each */
+    double *xs_row;                  /* (Hs) */
+    double *gw;                      /* (V, Hs) or NULL */
+    double *gb;                      /* (V) or NULL */
+} distil_ref_fused_buf;
+
+/* z[v] = sum_h x[h] W[v, h] + bias[v] for one row of hidden states. */
+static void distil_ref_logits(const distil_fused_args *a, distil_dptr xp, distil_dptr wp,
+                              distil_dptr bp, int64_t H, int64_t i, double *z) {
+    const void *x = distil_dptr_addr(xp), *w = distil_dptr_addr(wp), *bias = distil_dptr_addr(bp);
+    for (int64_t v = 0; v < a->vocab; v++) {
+        double s = bias ? distil_ref_load(bias, a->dtype, v) : 0.0;
+        for (int64_t h = 0; h < H; h++) {
+            s += distil_ref_load(x, a->dtype, i * H + h) * distil_ref_load(w, a->dtype, v * H + h);
+        }
+        z[v] = s;
+    }
+}
+
+/* CE and JSD of one valid row; fills G = dloss/dzs (already divided by n) when wanted. */
+static void distil_ref_row(const distil_fused_args *a, distil_ref_fused_buf *B, int64_t label,
+                           double n, double *ce, double *jsd) {
+    int64_t V = a->vocab;
+    double tau_inv = a->inv_temperature;
+    double lse = distil_ref_logsumexp(B->zs, V, 1.0);
+    double lse_s = distil_ref_logsumexp(B->zs, V, tau_inv);
+    double lse_t = distil_ref_logsumexp(B->zt, V, tau_inv);
+    for (int64_t v = 0; v < V; v++) {
+        B->x[v] = B->zs[v] * tau_inv - lse_s;
+        B->y[v] = B->zt[v] * tau_inv - lse_t;
+    }
+    *ce = lse - B->zs[label];
+    *jsd = distil_ref_jsd_row(B->x, B->y, V, a->beta, B->g);
+    double gsum = 0.0;
+    for (int64_t v = 0; v < V; v++) {
+        gsum += B->g[v];
+    }
+    for (int64_t v = 0; v < V; v++) {
+        double s = exp(B->zs[v] - lse) - (v == label ? 1.0 : 0.0);
+        double q = exp(B->x[v]);
+        B->G[v] = a->weight_hard / n * s + a->weight_soft / n * tau_inv * (B->g[v] - q * gsum);
+    }
+}
+
+/* grad_xs row i = G Ws, and the double accumulators of grad_Ws and grad_bs. */
+static void distil_ref_row_backward(const distil_fused_args *a, distil_ref_fused_buf *B,
+                                    int64_t i) {
+    int64_t V = a->vocab, H = a->hs;
+    const void *w = distil_dptr_addr(a->ws);
+    void *gx = distil_dptr_addr(a->grad_xs);
+    for (int64_t h = 0; h < H; h++) {
+        B->xs_row[h] = distil_ref_load(distil_dptr_addr(a->xs), a->dtype, i * H + h);
+    }
+    for (int64_t h = 0; gx != NULL && h < H; h++) {
+        double s = 0.0;
+        for (int64_t v = 0; v < V; v++) {
+            s += B->G[v] * distil_ref_load(w, a->dtype, v * H + h);
+        }
+        distil_ref_store(gx, a->dtype, i * H + h, s);
+    }
+    for (int64_t v = 0; v < V; v++) {
+        for (int64_t h = 0; B->gw != NULL && h < H; h++) {
+            B->gw[v * H + h] += B->G[v] * B->xs_row[h];
+        }
+        if (B->gb != NULL) {
+            B->gb[v] += B->G[v];
+        }
+    }
+}
+
+static distil_status distil_ref_fused_alloc(distil_ref_state *st, const distil_fused_args *a,
+                                            distil_ref_fused_buf *B) {
+    size_t V = (size_t)a->vocab, H = (size_t)a->hs;
+    double *row = calloc(6 * V + H, sizeof(double));
+    B->gw = distil_dptr_present(a->grad_ws) ? calloc(V * H, sizeof(double)) : NULL;
+    B->gb = distil_dptr_present(a->grad_bs) ? calloc(V, sizeof(double)) : NULL;
+    if (row == NULL || (distil_dptr_present(a->grad_ws) && B->gw == NULL) ||
+        (distil_dptr_present(a->grad_bs) && B->gb == NULL)) {
+        free(row);
+        free(B->gw);
+        free(B->gb);
+        return distil_error_set(st->ctx, DISTIL_ERR_OUT_OF_MEMORY,
+                                "fused_linear_jsd: ref: out of host memory");
+    }
+    B->zs = row;
+    B->zt = row + V;
+    B->x = row + 2 * V;
+    B->y = row + 3 * V;
+    B->g = row + 4 * V;
+    B->G = row + 5 * V;
+    B->xs_row = row + 6 * V;
+    return DISTIL_OK;
+}
+
+/* Valid rows for the mean; records the first invalid label. */
+static int64_t distil_ref_count_valid(distil_ref_state *st, const distil_fused_args *a) {
+    const int64_t *labels = distil_dptr_addr(a->labels);
+    int64_t n = 0;
+    for (int64_t i = 0; i < a->rows; i++) {
+        int64_t l = labels[i];
+        if (l == a->ignore_index) {
+            continue;
+        }
+        if (l < 0 || l >= a->vocab) {
+            if (st->bad_label_row < 0) {
+                st->bad_label_row = i;
+                st->bad_label = l;
+            }
+            continue;
+        }
+        n++;
+    }
+    return n;
+}
+
+static void distil_ref_fused_finish(const distil_fused_args *a, distil_ref_fused_buf *B, double ce,
+                                    double jsd, double n) {
+    float *loss = distil_dptr_addr(a->loss);
+    loss[0] = (float)(a->weight_hard * ce / n + a->weight_soft * jsd / n);
+    if (a->return_parts) {
+        loss[1] = (float)(ce / n);
+        loss[2] = (float)(jsd / n);
+    }
+    for (int64_t k = 0; B->gw != NULL && k < a->vocab * a->hs; k++) {
+        distil_ref_store(distil_dptr_addr(a->grad_ws), a->dtype, k, B->gw[k]);
+    }
+    for (int64_t v = 0; B->gb != NULL && v < a->vocab; v++) {
+        distil_ref_store(distil_dptr_addr(a->grad_bs), a->dtype, v, B->gb[v]);
+    }
+}
+
+distil_status distil_ref_fused(void *b, const distil_fused_args *a) {
+    distil_ref_state *st = b;
+    distil_ref_fused_buf B = {0};
+    DISTIL_TRY(distil_ref_fused_alloc(st, a, &B));
+    const int64_t *labels = distil_dptr_addr(a->labels);
+    int64_t count = distil_ref_count_valid(st, a);
+    double n = count > 0 ? (double)count : 1.0;
+    double ce_sum = 0.0, jsd_sum = 0.0;
+    for (int64_t i = 0; i < a->rows; i++) {
+        int64_t l = labels[i];
+        bool valid = l != a->ignore_index && l >= 0 && l < a->vocab;
+        for (int64_t v = 0; v < a->vocab; v++) {
+            B.G[v] = 0.0;
+        }
+        if (valid) {
+            double ce, jsd;
+            distil_ref_logits(a, a->xs, a->ws, a->bs, a->hs, i, B.zs);
+            distil_ref_logits(a, a->xt, a->wt, a->bt, a->ht, i, B.zt);
+            distil_ref_row(a, &B, l, n, &ce, &jsd);
+            ce_sum += ce;
+            jsd_sum += jsd;
+        }
+        distil_ref_row_backward(a, &B, i);
+    }
+    distil_ref_fused_finish(a, &B, ce_sum, jsd_sum, n);
+    free(B.zs);
+    free(B.gw);
+    free(B.gb);
+    return DISTIL_OK;
+}

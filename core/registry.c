@@ -1,0 +1,130 @@
+/*
+ * registry.c - the static table of compiled-in backends (DISTIL_USE_<NAME> is set by
+ * distil_add_backend() for this file only), probed once under pthread_once.
+ */
+#include "registry.h"
+#include "error.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <strings.h>
+
+extern const distil_backend distil_backend_ref;
+#ifdef DISTIL_USE_CUDA
+extern const distil_backend distil_backend_cuda;
+#endif
+#ifdef DISTIL_USE_HIP
+extern const distil_backend distil_backend_hip;
+#endif
+#ifdef DISTIL_USE_OPENCL
+extern const distil_backend distil_backend_opencl;
+#endif
+#ifdef DISTIL_USE_CPU
+extern const distil_backend distil_backend_cpu;
+#endif
+
+/* Priority order: the auto choice is the first entry with a device. */
+static const distil_backend *const distil_backends[] = {
+#ifdef DISTIL_USE_CUDA
+    &distil_backend_cuda,
+#endif
+#ifdef DISTIL_USE_HIP
+    &distil_backend_hip,
+#endif
+#ifdef DISTIL_USE_OPENCL
+    &distil_backend_opencl,
+#endif
+#ifdef DISTIL_USE_CPU
+    &distil_backend_cpu,
+#endif
+    &distil_backend_ref,
+};
+#define DISTIL_N_BACKENDS ((int)(sizeof distil_backends / sizeof distil_backends[0]))
+
+static int distil_device_counts[DISTIL_N_BACKENDS];
+static pthread_once_t distil_probe_once = PTHREAD_ONCE_INIT;
+
+static void distil_registry_probe(void) {
+    for (int i = 0; i < DISTIL_N_BACKENDS; i++) {
+        const distil_backend *be = distil_backends[i];
+        int n = 0;
+        if (be->api_version == DISTIL_BACKEND_API_VERSION && be->probe(&n) == DISTIL_OK) {
+            distil_device_counts[i] = n > 0 ? n : 0;
+        }
+    }
+}
+
+static int distil_registry_find(const char *name) {
+    pthread_once(&distil_probe_once, distil_registry_probe);
+    for (int i = 0; i < DISTIL_N_BACKENDS; i++) {
+        if (strcasecmp(name, distil_backends[i]->name) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+int distil_backend_count(void) {
+    return DISTIL_N_BACKENDS;
+}
+
+const char *distil_backend_name(int index) {
+    return index >= 0 && index < DISTIL_N_BACKENDS ? distil_backends[index]->name : NULL;
+}
+
+distil_status distil_backend_device_count(const char *name, int *n_devices) {
+    if (n_devices == NULL) {
+        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG,
+                                "backend_device_count: n_devices is NULL");
+    }
+    *n_devices = 0;
+    if (name == NULL) {
+        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "backend_device_count: name is NULL");
+    }
+    int i = distil_registry_find(name);
+    if (i < 0) {
+        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG,
+                                "backend_device_count: backend '%s' is not compiled in", name);
+    }
+    *n_devices = distil_device_counts[i];
+    if (*n_devices == 0) {
+        return distil_error_set(NULL, DISTIL_ERR_NOT_AVAILABLE,
+                                "backend_device_count: backend '%s' has no device", name);
+    }
+    return DISTIL_OK;
+}
+
+/* The highest-priority backend with a device; ref always has one. */
+static const distil_backend *distil_registry_best(void) {
+    pthread_once(&distil_probe_once, distil_registry_probe);
+    for (int i = 0; i < DISTIL_N_BACKENDS; i++) {
+        if (distil_device_counts[i] > 0) {
+            return distil_backends[i];
+        }
+    }
+    return &distil_backend_ref;
+}
+
+distil_status distil_registry_select(const char *name, const distil_backend **out) {
+    const char *source = "backend";
+    if (name == NULL || strcasecmp(name, "auto") == 0) {
+        name = getenv("DISTIL_BACKEND");
+        source = "DISTIL_BACKEND";
+        if (name == NULL || name[0] == '\0' || strcasecmp(name, "auto") == 0) {
+            *out = distil_registry_best();
+            return DISTIL_OK;
+        }
+    }
+    int i = distil_registry_find(name);
+    if (i < 0) {
+        return distil_error_set(NULL, DISTIL_ERR_NOT_AVAILABLE,
+                                "ctx_create: %s '%s' is not compiled into this build", source,
+                                name);
+    }
+    if (distil_device_counts[i] == 0) {
+        return distil_error_set(NULL, DISTIL_ERR_NOT_AVAILABLE,
+                                "ctx_create: %s '%s' has no device on this machine", source, name);
+    }
+    *out = distil_backends[i];
+    return DISTIL_OK;
+}

@@ -1,0 +1,106 @@
+/* validate.c - see validate.h. */
+#include "validate.h"
+#include "ctx.h"
+#include "error.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+
+distil_status distil_check_not_null(distil_ctx *ctx, const char *fn, const char *name,
+                                    const void *p) {
+    if (p == NULL) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG, "%s: %s is NULL", fn, name);
+    }
+    return DISTIL_OK;
+}
+
+distil_status distil_check_device_ptr(distil_ctx *ctx, const char *fn, const char *name,
+                                      const void *p) {
+    if (p == NULL || ctx->be->check_pointer == NULL) {
+        return DISTIL_OK;
+    }
+    distil_status s = ctx->be->check_pointer(ctx->b, p, name);
+    if (s != DISTIL_OK) {
+        char why[DISTIL_MSG_BYTES];
+        snprintf(why, sizeof why, "%s", ctx->msg);
+        return distil_error_set(ctx, s, "%s: %s", fn, why);
+    }
+    return DISTIL_OK;
+}
+
+distil_status distil_check_dtype(distil_ctx *ctx, const char *fn, const char *name,
+                                 distil_dtype dtype) {
+    if (distil_dtype_size(dtype) == 0) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
+                                "%s: %s %d is not a dtype (F32, BF16 or F16)", fn, name,
+                                (int)dtype);
+    }
+    return DISTIL_OK;
+}
+
+distil_status distil_check_min(distil_ctx *ctx, const char *fn, const char *name, int64_t v,
+                               int64_t min) {
+    if (v < min) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG, "%s: %s %lld < %lld", fn, name,
+                                (long long)v, (long long)min);
+    }
+    return DISTIL_OK;
+}
+
+distil_status distil_check_stride(distil_ctx *ctx, const char *fn, const char *name, int64_t stride,
+                                  int64_t width, int64_t *resolved) {
+    if (stride == 0) {
+        *resolved = width;
+        return DISTIL_OK;
+    }
+    if (stride < width) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG, "%s: %s: row stride %lld < vocab %lld",
+                                fn, name, (long long)stride, (long long)width);
+    }
+    *resolved = stride;
+    return DISTIL_OK;
+}
+
+distil_status distil_check_unit(distil_ctx *ctx, const char *fn, const char *name, float v) {
+    if (!(v >= 0.0f && v <= 1.0f)) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG, "%s: %s %g is not in [0, 1]", fn, name,
+                                (double)v);
+    }
+    return DISTIL_OK;
+}
+
+distil_status distil_check_nonneg(distil_ctx *ctx, const char *fn, const char *name, float v) {
+    if (!(v >= 0.0f) || isinf(v)) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG, "%s: %s %g must be finite and >= 0",
+                                fn, name, (double)v);
+    }
+    return DISTIL_OK;
+}
+
+distil_status distil_check_positive(distil_ctx *ctx, const char *fn, const char *name, float v) {
+    if (!(v > 0.0f) || isinf(v)) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG, "%s: %s %g must be finite and > 0", fn,
+                                name, (double)v);
+    }
+    return DISTIL_OK;
+}
+
+distil_status distil_check_finite(distil_ctx *ctx, const char *fn, const char *name, float v) {
+    if (!isfinite(v)) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG, "%s: %s %g is not finite", fn, name,
+                                (double)v);
+    }
+    return DISTIL_OK;
+}
+
+distil_status distil_check_size(distil_ctx *ctx, const char *fn, const char *name, int64_t rows,
+                                int64_t cols, size_t elem) {
+    /* Both are >= 0 here; keep rows * cols * elem below 2^62 so that offsets never wrap. */
+    const double limit = 4611686018427387904.0;
+    if ((double)rows * (double)cols * (double)elem >= limit) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG, "%s: %s of %lld x %lld is too large",
+                                fn, name, (long long)rows, (long long)cols);
+    }
+    return DISTIL_OK;
+}
