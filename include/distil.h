@@ -114,7 +114,8 @@ typedef struct distil_ctx distil_ctx;
  *   backend  "cuda", "hip", "opencl", "cpu", "ref" (case-insensitive), or NULL / "auto":
  *            then the environment variable DISTIL_BACKEND if set, else the highest-priority
  *            backend that has a device. A backend asked for by name (argument or environment)
- *            that is missing or has no device is an error: there is no silent fallback.
+ *            that is not compiled in or has no device gives DISTIL_ERR_NOT_AVAILABLE: there is
+ *            no silent fallback.
  *   device   device index within the backend, or -1 for DISTIL_DEVICE (default 0).
  * On failure *out is NULL and the message is in distil_ctx_last_error(NULL).
  * Returns DISTIL_OK, DISTIL_ERR_INVALID_ARG, DISTIL_ERR_NOT_AVAILABLE, DISTIL_ERR_OUT_OF_MEMORY,

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Install what is needed, build distil with warnings as errors and every backend whose
+# toolchain is present (the CUDA/HIP backends compile without a GPU; their tests skip), and
+# run the whole test suite. Backends without a device are reported as skipped, not passed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh --test
+. scripts/env.sh
+build="${DISTIL_TEST_BUILD_DIR:-build-test}"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDISTIL_WERROR=ON \
+    -DDISTIL_BUILD_TESTS=ON -DDISTIL_BUILD_BENCH=ON ${DISTIL_CMAKE_ARGS:-}
+cmake --build "$build" -j"$jobs"
+ctest --test-dir "$build" --output-on-failure -j"$jobs" ${DISTIL_CTEST_ARGS:-}
