@@ -2,6 +2,7 @@
  * ref_backend.c - the "ref" backend's vtable: host memory, life cycle, fill / cast, and the two
  * whole-loss ops of ref_jsd.c and ref_fused.c. Always compiled in; always has one device.
  */
+#include "fault.h"
 #include "ref.h"
 
 #include <stdio.h>
@@ -47,7 +48,7 @@ static distil_status distil_ref_synchronize(void *b) {
 static distil_status distil_ref_alloc(void *b, size_t bytes, void **ptr) {
     distil_ref_state *st = b;
     size_t rounded = (bytes + 255) / 256 * 256;
-    *ptr = aligned_alloc(256, rounded);
+    *ptr = distil_fault_alloc() ? NULL : aligned_alloc(256, rounded);
     if (*ptr == NULL) {
         return distil_error_set(st->ctx, DISTIL_ERR_OUT_OF_MEMORY, "ref: cannot allocate %zu bytes",
                                 bytes);
