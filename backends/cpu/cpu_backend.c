@@ -1,0 +1,209 @@
+/*
+ * cpu_backend.c - the "cpu" backend's vtable: life cycle, threads, host memory, deferred label
+ * errors and the chunk-size preference. The kernels live in cpu_gemm.c, cpu_jsd.c,
+ * cpu_distill.c and cpu_reduce.c; the row kernels in cpu_kern_*.c, one table per ISA.
+ */
+#include "cpu_internal.h"
+#include "error.h"
+#include "fault.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef DISTIL_CPU_HAVE_OPENBLAS_CONFIG
+#include <cblas.h>
+#endif
+
+static distil_status cpu_probe(int *n_devices) {
+    *n_devices = 1;
+    return DISTIL_OK;
+}
+
+/* DISTIL_NUM_THREADS when it is a positive integer, else what OpenMP would use. */
+static int cpu_thread_count(void) {
+    const char *env = getenv("DISTIL_NUM_THREADS");
+    if (env != NULL && *env != '\0') {
+        char *end = NULL;
+        long n = strtol(env, &end, 10);
+        if (*end == '\0' && n > 0 && n <= 4096) {
+            return (int)n;
+        }
+    }
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+/* The widest kernel table this CPU runs; DISTIL_CPU_ISA (generic, avx2, avx512) may narrow it,
+ * which lets tests exercise every table on one machine. */
+static const cpu_kernels *cpu_pick_kernels(void) {
+    const char *want = getenv("DISTIL_CPU_ISA");
+    const cpu_kernels *best = &distil_cpu_kernels_generic;
+    (void)want;
+#if defined(DISTIL_CPU_HAVE_AVX2) || defined(DISTIL_CPU_HAVE_AVX512)
+    __builtin_cpu_init();
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                __builtin_cpu_supports("f16c");
+#endif
+#if defined(DISTIL_CPU_HAVE_AVX2)
+    if (avx2 && !(want && strcasecmp(want, "generic") == 0)) {
+        best = &distil_cpu_kernels_avx2;
+    }
+#endif
+#if defined(DISTIL_CPU_HAVE_AVX512)
+    bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                  __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    if (avx512 && !(want && (strcasecmp(want, "generic") == 0 || strcasecmp(want, "avx2") == 0))) {
+        best = &distil_cpu_kernels_avx512;
+    }
+#endif
+    return best;
+}
+
+/* "OpenBLAS 0.3.21" from the library's own configuration string. */
+static void cpu_blas_name(char *buf, size_t n) {
+#ifdef DISTIL_CPU_HAVE_OPENBLAS_CONFIG
+    const char *cfg = openblas_get_config();
+    const char *sp = cfg ? strchr(cfg, ' ') : NULL;
+    const char *end = sp ? strchr(sp + 1, ' ') : NULL;
+    int len = cfg ? (end ? (int)(end - cfg) : (int)strlen(cfg)) : 0;
+    snprintf(buf, n, "%.*s", len, cfg ? cfg : "");
+#else
+    snprintf(buf, n, "BLAS");
+#endif
+}
+
+static distil_status cpu_create(distil_ctx *ctx, int device, void **b) {
+    cpu_state *st = distil_fault_alloc() ? NULL : calloc(1, sizeof *st);
+    if (st == NULL) {
+        return distil_error_set(ctx, DISTIL_ERR_OUT_OF_MEMORY, "cpu: out of host memory");
+    }
+    st->ctx = ctx;
+    st->threads = cpu_thread_count();
+    st->k = cpu_pick_kernels();
+    char blas[48];
+    cpu_blas_name(blas, sizeof blas);
+    snprintf(st->name, sizeof st->name, "CPU (%d thread%s, %s, %s)", st->threads,
+             st->threads == 1 ? "" : "s", st->k->isa, blas);
+    *b = st;
+    return DISTIL_OK;
+}
+
+static void cpu_destroy(void *b) {
+    cpu_state *st = b;
+    if (st == NULL) {
+        return;
+    }
+    free(st->scratch);
+    free(st->rows);
+    free(st);
+}
+
+static void cpu_describe(void *b, char *buf, size_t n) {
+    const cpu_state *st = b;
+    snprintf(buf, n, "%s", st->name);
+}
+
+/* Work is synchronous; only an invalid label found by distill_rows is deferred, reported once. */
+static distil_status cpu_synchronize(void *b) {
+    cpu_state *st = b;
+    if (!st->bad_label) {
+        return DISTIL_OK;
+    }
+    st->bad_label = false;
+    return distil_error_set(
+        st->ctx, DISTIL_ERR_INVALID_LABEL, "labels: row %lld has label %lld outside [0, %lld)",
+        (long long)st->bad_row, (long long)st->bad_value, (long long)st->bad_vocab);
+}
+
+static distil_status cpu_mem_alloc(void *b, size_t bytes, void **ptr) {
+    cpu_state *st = b;
+    size_t rounded = (bytes + 255) / 256 * 256;
+    *ptr = (distil_fault_alloc() || rounded < bytes) ? NULL : aligned_alloc(256, rounded);
+    if (*ptr == NULL) {
+        return distil_error_set(st->ctx, DISTIL_ERR_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes",
+                                bytes);
+    }
+    return DISTIL_OK;
+}
+
+static void cpu_mem_free(void *b, void *ptr) {
+    free(ptr);
+}
+
+static distil_status cpu_mem_upload(void *b, distil_dptr dst, const void *src, size_t bytes) {
+    if (bytes > 0) {
+        memcpy(distil_dptr_addr(dst), src, bytes);
+    }
+    return DISTIL_OK;
+}
+
+static distil_status cpu_mem_download(void *b, void *dst, distil_dptr src, size_t bytes) {
+    if (bytes > 0) {
+        memcpy(dst, distil_dptr_addr(src), bytes);
+    }
+    return DISTIL_OK;
+}
+
+distil_status distil_cpu_grow(cpu_state *st, void **buf, size_t *cap, size_t bytes,
+                              const char *what) {
+    if (bytes <= *cap) {
+        return DISTIL_OK;
+    }
+    size_t rounded = (bytes + 63) / 64 * 64;
+    void *p = (distil_fault_alloc() || rounded < bytes) ? NULL : aligned_alloc(64, rounded);
+    if (p == NULL) {
+        return distil_error_set(st->ctx, DISTIL_ERR_OUT_OF_MEMORY,
+                                "cpu: cannot allocate %zu bytes of %s scratch", bytes, what);
+    }
+    free(*buf);
+    *buf = p;
+    *cap = rounded;
+    return DISTIL_OK;
+}
+
+/*
+ * Rows per chunk of the fused loss: the two fp32 logit blocks (2 C V floats) near 64 MiB, as a
+ * power of two in [32, 512]. Larger chunks keep OpenBLAS efficient (the Gᵀ xs product has k = C,
+ * and each chunk rereads the V x Hs accumulator); beyond ~256 rows the GEMMs gain little.
+ */
+static int64_t cpu_preferred_chunk_rows(void *b, int64_t vocab, int64_t hs, int64_t ht) {
+    const double budget = 64.0 * 1024 * 1024;
+    double fit = budget / (8.0 * (double)vocab);
+    int64_t c = 32;
+    while (c < 512 && (double)(c * 2) <= fit) {
+        c *= 2;
+    }
+    return c;
+}
+
+const distil_backend distil_backend_cpu = {
+    .api_version = DISTIL_BACKEND_API_VERSION,
+    .name = "cpu",
+    .priority = 100,
+    .host_memory = true,
+    .probe = cpu_probe,
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .describe = cpu_describe,
+    .synchronize = cpu_synchronize,
+    .mem_alloc = cpu_mem_alloc,
+    .mem_free = cpu_mem_free,
+    .mem_upload = cpu_mem_upload,
+    .mem_download = cpu_mem_download,
+    .gemm = distil_cpu_gemm,
+    .count_valid = distil_cpu_count_valid,
+    .jsd_rows = distil_cpu_jsd_rows,
+    .distill_rows = distil_cpu_distill_rows,
+    .reduce = distil_cpu_reduce,
+    .cast = distil_cpu_cast,
+    .fill = distil_cpu_fill,
+    .preferred_chunk_rows = cpu_preferred_chunk_rows,
+};

@@ -1,0 +1,92 @@
+/*
+ * cpu_internal.h - state and shared declarations of the "cpu" backend (OpenMP + OpenBLAS).
+ *
+ * Device memory is host memory. Row kernels come from one template compiled once per ISA
+ * (cpu_kern_*.c); the backend picks a table at create time. Every row is computed by exactly one
+ * thread in a fixed order, so results do not depend on the thread count or the scheduling.
+ */
+#ifndef DISTIL_CPU_INTERNAL_H
+#define DISTIL_CPU_INTERNAL_H
+
+#include "backend.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One row of SPEC section 1: x, y (vocab) of dtype; grad (vocab) of dtype or NULL (loss only).
+ * grad = gscale * de/dx; grad may equal x. */
+typedef struct cpu_jsd_row {
+    const void *x, *y;
+    void *grad;
+    int64_t vocab;
+    distil_dtype dtype;
+    float beta, gscale;
+} cpu_jsd_row;
+
+/* One valid row of SPEC section 2 steps 2-5 on fp32 logits zs, zt (vocab); label in [0, vocab).
+ * g (vocab) of g_dtype or NULL; it may equal zs when g_dtype is F32.
+ * G = gh (s - onehot) + gs inv_t (g - q sum g), with gh = weight_hard / n, gs = weight_soft / n.
+ * scratch holds cpu_distill_scratch_floats(vocab) floats of the calling thread. */
+typedef struct cpu_distill_row {
+    const float *zs, *zt;
+    void *g;
+    distil_dtype g_dtype;
+    int64_t vocab, label;
+    float beta, inv_t, gh, gs;
+    float *scratch;
+    float ce, jsd; /* out */
+} cpu_distill_row;
+
+/* A table of row kernels built for one instruction set. */
+typedef struct cpu_kernels {
+    const char *isa;
+    /* dst (n) fp32 = src (n) dtype, and back (round to nearest even). */
+    void (*to_f32)(distil_dtype dtype, const void *src, float *dst, int64_t n);
+    void (*from_f32)(distil_dtype dtype, const float *src, void *dst, int64_t n);
+    /* Returns the row loss; writes the whole grad row when grad is not NULL. */
+    double (*jsd_row)(const cpu_jsd_row *r);
+    /* Writes ce, jsd and, when g is not NULL, the whole G row. */
+    void (*distill_row)(cpu_distill_row *r);
+} cpu_kernels;
+
+extern const cpu_kernels distil_cpu_kernels_generic;
+#if defined(DISTIL_CPU_HAVE_AVX2)
+extern const cpu_kernels distil_cpu_kernels_avx2;
+#endif
+#if defined(DISTIL_CPU_HAVE_AVX512)
+extern const cpu_kernels distil_cpu_kernels_avx512;
+#endif
+
+/* Per-context state. A context serves one host thread at a time, so the scratch buffers need no
+ * lock. */
+typedef struct cpu_state {
+    distil_ctx *ctx;
+    int threads;
+    const cpu_kernels *k;
+    void *scratch; /* gemm operand conversion and C staging, grown on demand */
+    size_t scratch_bytes;
+    void *rows; /* per-thread distill rows */
+    size_t rows_bytes;
+    bool bad_label; /* first invalid label since the last synchronize */
+    int64_t bad_row, bad_value, bad_vocab;
+    char name[96];
+} cpu_state;
+
+/* Floats of per-thread scratch that distill_row needs for a vocabulary. */
+int64_t distil_cpu_distill_scratch_floats(int64_t vocab);
+
+/* Make *buf hold at least bytes (64-byte aligned, contents not kept); OOM reported on ctx. */
+distil_status distil_cpu_grow(cpu_state *st, void **buf, size_t *cap, size_t bytes,
+                              const char *what);
+
+/* The operations of the vtable, one file each. */
+distil_status distil_cpu_gemm(void *b, const distil_gemm_args *a);
+distil_status distil_cpu_count_valid(void *b, const distil_count_args *a);
+distil_status distil_cpu_jsd_rows(void *b, const distil_jsd_rows_args *a);
+distil_status distil_cpu_distill_rows(void *b, const distil_distill_rows_args *a);
+distil_status distil_cpu_reduce(void *b, const distil_reduce_args *a);
+distil_status distil_cpu_cast(void *b, const distil_cast_args *a);
+distil_status distil_cpu_fill(void *b, const distil_fill_args *a);
+
+#endif /* DISTIL_CPU_INTERNAL_H */

@@ -1,0 +1,430 @@
+/*
+ * cpu_kern_impl.h - the row kernels of the cpu backend, as a template over the vector width.
+ *
+ * Included by cpu_kern_{generic,avx2,avx512}.c, which define CPU_VW (lanes) and CPU_KTABLE (the
+ * name of the exported table) and are compiled with their own ISA flags. A row is walked in tiles
+ * of CPU_TILE fp32 values: fp32 data is used in place, bf16/fp16 data and ragged tails are
+ * converted into stack tiles first (tails padded with -inf, which every formula maps to 0).
+ * Sums are taken per tile in fp32 lanes and carried across tiles in double.
+ */
+#include "cpu_internal.h"
+#include "cpu_vmath.h"
+#include "half.h"
+
+#include <math.h>
+#include <stdalign.h>
+
+#if defined(__AVX512F__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#define CPU_TILE 512
+
+static inline int64_t k_round_up(int64_t n) {
+    return (n + CPU_VW - 1) / CPU_VW * CPU_VW;
+}
+
+/* ------------------------------------------------------------------ dtype conversion */
+
+static inline vf k_f16_to_f32(vh h) {
+#if CPU_VW == 16 && defined(__AVX512F__)
+    return (vf)_mm512_cvtph_ps((__m256i)h);
+#elif CPU_VW == 8 && defined(__F16C__)
+    return (vf)_mm256_cvtph_ps((__m128i)h);
+#else
+    /* Put the 15 magnitude bits under the fp32 exponent and rescale by 2^(127-15): exact for
+     * normals and subnormals. Inf/NaN (exponent 31) get the fp32 all-ones exponent instead. */
+    vu u = __builtin_convertvector(h, vu);
+    vu em = u & 0x7fffu;
+    vf f = (vf)(em << 13) * 0x1p112f;
+    f = vf_sel((vi)(em >= 0x7c00u), (vf)((em << 13) | 0x7f800000u), f);
+    return (vf)((vu)f | ((u & 0x8000u) << 16));
+#endif
+}
+
+/* Round to nearest even; NaN stays a quiet NaN (as half.h). */
+static inline vh k_f32_to_bf16(vf f) {
+    vu u = (vu)f;
+    vu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    vu nan = (vu)((u & 0x7fffffffu) > 0x7f800000u);
+    r = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
+    return __builtin_convertvector(r, vh);
+}
+
+static void k_to_f32(distil_dtype dt, const void *src, float *dst, int64_t n) {
+    if (dt == DISTIL_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    const uint16_t *h = (const uint16_t *)src;
+    int64_t i = 0;
+    for (; i + CPU_VW <= n; i += CPU_VW) {
+        vh v;
+        memcpy(&v, h + i, sizeof v);
+        vf f = dt == DISTIL_BF16 ? (vf)(__builtin_convertvector(v, vu) << 16) : k_f16_to_f32(v);
+        vf_store(dst + i, f);
+    }
+    for (; i < n; i++) {
+        dst[i] = dt == DISTIL_BF16 ? distil_bf16_to_f32(h[i]) : distil_f16_to_f32(h[i]);
+    }
+}
+
+static void k_f32_to_f16(const float *src, uint16_t *h, int64_t n) {
+    int64_t i = 0;
+#if CPU_VW == 16 && defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) {
+        __m256i v = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_si256((__m256i *)(h + i), v);
+    }
+#elif CPU_VW == 8 && defined(__F16C__)
+    for (; i + 8 <= n; i += 8) {
+        __m128i v = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128((__m128i *)(h + i), v);
+    }
+#endif
+    for (; i < n; i++) {
+        h[i] = distil_f32_to_f16(src[i]);
+    }
+}
+
+static void k_from_f32(distil_dtype dt, const float *src, void *dst, int64_t n) {
+    if (dt == DISTIL_F32) {
+        memmove(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    uint16_t *h = (uint16_t *)dst;
+    if (dt == DISTIL_F16) {
+        k_f32_to_f16(src, h, n);
+        return;
+    }
+    int64_t i = 0;
+    for (; i + CPU_VW <= n; i += CPU_VW) {
+        vh v = k_f32_to_bf16(vf_load(src + i));
+        memcpy(h + i, &v, sizeof v);
+    }
+    for (; i < n; i++) {
+        h[i] = distil_f32_to_bf16(src[i]);
+    }
+}
+
+/* Elements [off, off + n) of a row of dtype as fp32: in place when possible, else converted into
+ * buf and padded with -inf up to a whole vector. */
+static inline const float *k_tile_in(distil_dtype dt, const void *row, int64_t off, int64_t n,
+                                     float *buf) {
+    int64_t nr = k_round_up(n);
+    if (dt == DISTIL_F32 && n == nr) {
+        return (const float *)row + off;
+    }
+    k_to_f32(dt, (const char *)row + (size_t)off * distil_dtype_size(dt), buf, n);
+    for (int64_t i = n; i < nr; i++) {
+        buf[i] = -__builtin_inff();
+    }
+    return buf;
+}
+
+/* ------------------------------------------------------------------ JSD element terms */
+
+/* Per-row constants of SPEC 1. */
+typedef struct k_jsd {
+    float beta, omb;  /* beta, 1 - beta */
+    float lb, l1b, c; /* log beta, log(1 - beta), their difference */
+    float inv_omb;    /* 1 / (1 - beta) */
+} k_jsd;
+
+static void k_jsd_init(k_jsd *k, float beta) {
+    k->beta = beta;
+    k->omb = 1.0f - beta;
+    k->lb = logf(beta);
+    k->l1b = logf(k->omb);
+    k->c = (float)(log((double)beta) - log((double)k->omb));
+    k->inv_omb = 1.0f / k->omb;
+}
+
+/*
+ * 0 < beta < 1. Returns e; *dq = de/dx = (1-beta) q (x - log m); *q = q (when q != NULL).
+ * log m = logaddexp(log beta + y, log(1-beta) + x) is taken in log space, arranged so that no
+ * large numbers cancel: with t = log(beta p) - log((1-beta) q) = c - (x - y),
+ *   y - log m = -log beta - softplus(-t),   x - log m = -log(1-beta) - softplus(t),
+ *   softplus(+-t) = max(+-t, 0) + log1p(exp(-|t|)).
+ * The larger weighted probability is its weight times exp of its input; the smaller one is that
+ * times exp(-|t|), so one exp serves both. A term whose input is -inf (probability 0) is masked
+ * to 0, which also covers x = y = -inf (where t is NaN). NaN inputs give NaN.
+ */
+static inline vf k_jsd_mid(vf x, vf y, const k_jsd *k, vf *dq, vf *q) {
+    vf t = k->c - (x - y);
+    vi pos = t >= 0.0f;
+    vf ex = vf_exp(-vf_abs(t));
+    vf l = vf_log1p01(ex);
+    vf tp = vf_min0(t) - k->lb - l;
+    vf tq = -vf_max0(t) - k->l1b - l;
+    vf w = vf_sel(pos, vf_set(k->beta), vf_set(k->omb)) * vf_exp(vf_sel(pos, y, x));
+    vf we = w * ex;
+    vf wp = vf_sel(pos, w, we);
+    vf wq = vf_sel(pos, we, w);
+    vi xin = x != -__builtin_inff();
+    vf ep = vf_and(y != -__builtin_inff(), wp * tp);
+    vf eq = vf_and(xin, wq * tq);
+    *dq = eq;
+    if (q) {
+        *q = vf_and(xin, wq * k->inv_omb);
+    }
+    return ep + eq;
+}
+
+/* beta == 0: forward KL(p||q). e = p (y - x), de/dx = -p; p == 0 contributes 0. */
+static inline vf k_jsd_fwd(vf x, vf y, vf *dq) {
+    vf p = vf_exp(y);
+    *dq = -p;
+    return vf_and(p != 0.0f, p * (y - x));
+}
+
+/* beta == 1: reverse KL(q||p). e = q (x - y), de/dx = q (x - y + 1); q == 0 contributes 0. */
+static inline vf k_jsd_rev(vf x, vf y, vf *dq, vf *q) {
+    vf qq = vf_exp(x);
+    vi live = qq != 0.0f;
+    vf d = x - y;
+    *dq = vf_and(live, qq * (d + 1.0f));
+    *q = qq;
+    return vf_and(live, qq * d);
+}
+
+enum { K_FWD = 0, K_MID = 1, K_REV = 2 };
+
+static inline int k_jsd_mode(float beta) {
+    return beta == 0.0f ? K_FWD : (beta == 1.0f ? K_REV : K_MID);
+}
+
+/* One element vector of any mode; q is filled only when asked (the fused loss needs it). */
+static inline __attribute__((always_inline)) vf k_jsd_elem(int mode, vf x, vf y, const k_jsd *k,
+                                                           vf *dq, vf *q) {
+    if (mode == K_MID) {
+        return k_jsd_mid(x, y, k, dq, q);
+    }
+    if (mode == K_FWD) {
+        if (q) {
+            *q = vf_exp(x);
+        }
+        return k_jsd_fwd(x, y, dq);
+    }
+    vf qq;
+    vf e = k_jsd_rev(x, y, dq, &qq);
+    if (q) {
+        *q = qq;
+    }
+    return e;
+}
+
+/* ------------------------------------------------------------------ jsd_row */
+
+/* n (a multiple of CPU_VW) elements: returns the lane sums of e, writes g = gscale de/dx when g
+ * is not NULL (g may equal x), and ORs "some input was NaN" into *nan. */
+static inline __attribute__((always_inline)) vf k_jsd_tile(int mode, bool want_g, const float *x,
+                                                           const float *y, float *g, int64_t n,
+                                                           const k_jsd *k, float gscale, vi *nan) {
+    vf acc = vf_set(0.0f);
+    vi bad = *nan;
+    for (int64_t i = 0; i < n; i += CPU_VW) {
+        vf xv = vf_load(x + i);
+        vf yv = vf_load(y + i);
+        vf dq;
+        acc += k_jsd_elem(mode, xv, yv, k, &dq, NULL);
+        bad |= (xv != xv) | (yv != yv);
+        if (want_g) {
+            vf_store(g + i, dq * gscale);
+        }
+    }
+    *nan = bad;
+    return acc;
+}
+
+static vf k_jsd_tile_any(int mode, const float *x, const float *y, float *g, int64_t n,
+                         const k_jsd *k, float gscale, vi *nan) {
+    switch (mode * 2 + (g != NULL)) {
+    case K_FWD * 2:
+        return k_jsd_tile(K_FWD, false, x, y, g, n, k, gscale, nan);
+    case K_FWD * 2 + 1:
+        return k_jsd_tile(K_FWD, true, x, y, g, n, k, gscale, nan);
+    case K_MID * 2:
+        return k_jsd_tile(K_MID, false, x, y, g, n, k, gscale, nan);
+    case K_MID * 2 + 1:
+        return k_jsd_tile(K_MID, true, x, y, g, n, k, gscale, nan);
+    case K_REV * 2:
+        return k_jsd_tile(K_REV, false, x, y, g, n, k, gscale, nan);
+    default:
+        return k_jsd_tile(K_REV, true, x, y, g, n, k, gscale, nan);
+    }
+}
+
+/* SPEC 1 on one row in a single streaming pass: each x, y element is read once and each
+ * gradient element written once (after its x was read, so grad may alias x). */
+static double k_jsd_row(const cpu_jsd_row *r) {
+    alignas(64) float xb[CPU_TILE];
+    alignas(64) float yb[CPU_TILE];
+    alignas(64) float gb[CPU_TILE];
+    k_jsd k;
+    k_jsd_init(&k, r->beta);
+    int mode = k_jsd_mode(r->beta);
+    size_t es = distil_dtype_size(r->dtype);
+    double sum = 0.0;
+    vi nan = {0};
+    for (int64_t off = 0; off < r->vocab; off += CPU_TILE) {
+        int64_t n = r->vocab - off < CPU_TILE ? r->vocab - off : CPU_TILE;
+        const float *xp = k_tile_in(r->dtype, r->x, off, n, xb);
+        const float *yp = k_tile_in(r->dtype, r->y, off, n, yb);
+        bool direct = xp != xb; /* fp32 and a whole number of vectors */
+        float *gp = r->grad ? (direct ? (float *)r->grad + off : gb) : NULL;
+        sum += vf_hsum(k_jsd_tile_any(mode, xp, yp, gp, k_round_up(n), &k, r->gscale, &nan));
+        if (r->grad && !direct) {
+            k_from_f32(r->dtype, gb, (char *)r->grad + (size_t)off * es, n);
+        }
+    }
+    return vi_any(nan) ? (double)__builtin_nanf("") : sum;
+}
+
+/* ------------------------------------------------------------------ distill_row */
+
+/* Row maxima of zs and zt (vocab fp32 each). */
+static void k_max2(const float *zs, const float *zt, int64_t vocab, float *ms, float *mt) {
+    alignas(64) float sb[CPU_TILE];
+    alignas(64) float tb[CPU_TILE];
+    vf a = vf_set(-__builtin_inff());
+    vf b = a;
+    for (int64_t off = 0; off < vocab; off += CPU_TILE) {
+        int64_t n = vocab - off < CPU_TILE ? vocab - off : CPU_TILE;
+        const float *sp = k_tile_in(DISTIL_F32, zs, off, n, sb);
+        const float *tp = k_tile_in(DISTIL_F32, zt, off, n, tb);
+        for (int64_t i = 0; i < n; i += CPU_VW) {
+            a = vf_max(a, vf_load(sp + i));
+            b = vf_max(b, vf_load(tp + i));
+        }
+    }
+    *ms = vf_hmax(a);
+    *mt = vf_hmax(b);
+}
+
+/* sum_v exp((z_v - m) * scale) in double; NaN if any z is NaN. */
+static double k_sum_exp(const float *z, int64_t vocab, float m, float scale) {
+    alignas(64) float zb[CPU_TILE];
+    double sum = 0.0;
+    for (int64_t off = 0; off < vocab; off += CPU_TILE) {
+        int64_t n = vocab - off < CPU_TILE ? vocab - off : CPU_TILE;
+        const float *zp = k_tile_in(DISTIL_F32, z, off, n, zb);
+        vf acc = vf_set(0.0f);
+        for (int64_t i = 0; i < n; i += CPU_VW) {
+            acc += vf_exp((vf_load(zp + i) - m) * scale);
+        }
+        sum += vf_hsum(acc);
+    }
+    return sum;
+}
+
+/* Log-softmax of one row, kept as (max, log of the shifted sum): x_v = (z_v - m) s - l. */
+typedef struct k_lsm {
+    float m, s, l;
+} k_lsm;
+
+/* Pass 3: x, y from the logits, e and dq, q into scratch. Returns sum e; *sg = sum dq. */
+static inline __attribute__((always_inline)) double k_distill_jsd(int mode,
+                                                                  const cpu_distill_row *r,
+                                                                  const k_lsm *ls, const k_lsm *lt,
+                                                                  const k_jsd *k, double *sg) {
+    alignas(64) float sb[CPU_TILE];
+    alignas(64) float tb[CPU_TILE];
+    float *dqs = r->scratch;
+    float *qs = r->scratch + k_round_up(r->vocab);
+    double se = 0.0;
+    double sd = 0.0;
+    for (int64_t off = 0; off < r->vocab; off += CPU_TILE) {
+        int64_t n = r->vocab - off < CPU_TILE ? r->vocab - off : CPU_TILE;
+        const float *sp = k_tile_in(DISTIL_F32, r->zs, off, n, sb);
+        const float *tp = k_tile_in(DISTIL_F32, r->zt, off, n, tb);
+        vf ae = vf_set(0.0f);
+        vf ad = vf_set(0.0f);
+        for (int64_t i = 0; i < n; i += CPU_VW) {
+            vf x = (vf_load(sp + i) - ls->m) * ls->s - ls->l;
+            vf y = (vf_load(tp + i) - lt->m) * lt->s - lt->l;
+            vf dq;
+            vf q;
+            ae += k_jsd_elem(mode, x, y, k, &dq, &q);
+            ad += dq;
+            vf_store(dqs + off + i, dq);
+            vf_store(qs + off + i, q);
+        }
+        se += vf_hsum(ae);
+        sd += vf_hsum(ad);
+    }
+    *sg = sd;
+    return se;
+}
+
+/* Pass 4: G = gh (s - onehot) + gs inv_t (dq - q sum_dq), s = softmax(zs) (= q when inv_t is 1).
+ * zs is read before g is written at the same place, so g may be zs. */
+static void k_distill_grad(const cpu_distill_row *r, const k_lsm *l1, double sg) {
+    alignas(64) float sb[CPU_TILE];
+    alignas(64) float gb[CPU_TILE];
+    const float *dqs = r->scratch;
+    const float *qs = r->scratch + k_round_up(r->vocab);
+    float gsi = r->gs * r->inv_t;
+    float gsum = (float)sg;
+    bool unscaled = r->inv_t == 1.0f;
+    size_t es = distil_dtype_size(r->g_dtype);
+    for (int64_t off = 0; off < r->vocab; off += CPU_TILE) {
+        int64_t n = r->vocab - off < CPU_TILE ? r->vocab - off : CPU_TILE;
+        bool direct = r->g_dtype == DISTIL_F32 && n == k_round_up(n);
+        const float *sp = unscaled ? NULL : k_tile_in(DISTIL_F32, r->zs, off, n, sb);
+        float *gp = direct ? (float *)r->g + off : gb;
+        for (int64_t i = 0; i < n; i += CPU_VW) {
+            vf q = vf_load(qs + off + i);
+            vf s = unscaled ? q : vf_exp((vf_load(sp + i) - l1->m) - l1->l);
+            vf_store(gp + i, s * r->gh + (vf_load(dqs + off + i) - q * gsum) * gsi);
+        }
+        if (r->label >= off && r->label < off + n) {
+            gp[r->label - off] -= r->gh;
+        }
+        if (!direct) {
+            k_from_f32(r->g_dtype, gb, (char *)r->g + (size_t)off * es, n);
+        }
+    }
+}
+
+/* SPEC 2 steps 2-5 on one valid row, in four passes over the row (kept in cache between them):
+ * maxima, exp sums, the JSD terms, the gradient. */
+static void k_distill_row(cpu_distill_row *r) {
+    float ms;
+    float mt;
+    k_max2(r->zs, r->zt, r->vocab, &ms, &mt);
+    k_lsm ls = {ms, r->inv_t, (float)log(k_sum_exp(r->zs, r->vocab, ms, r->inv_t))};
+    k_lsm lt = {mt, r->inv_t, (float)log(k_sum_exp(r->zt, r->vocab, mt, r->inv_t))};
+    k_lsm l1 = ls;
+    if (r->inv_t != 1.0f) {
+        l1.s = 1.0f;
+        l1.l = (float)log(k_sum_exp(r->zs, r->vocab, ms, 1.0f));
+    }
+    /* CE = logsumexp(zs) - zs[label] = l1 - (zs[label] - max) */
+    r->ce = (float)((double)l1.l - ((double)r->zs[r->label] - (double)ms));
+    k_jsd k;
+    k_jsd_init(&k, r->beta);
+    double sg = 0.0;
+    switch (k_jsd_mode(r->beta)) {
+    case K_FWD:
+        r->jsd = (float)k_distill_jsd(K_FWD, r, &ls, &lt, &k, &sg);
+        break;
+    case K_MID:
+        r->jsd = (float)k_distill_jsd(K_MID, r, &ls, &lt, &k, &sg);
+        break;
+    default:
+        r->jsd = (float)k_distill_jsd(K_REV, r, &ls, &lt, &k, &sg);
+        break;
+    }
+    if (r->g) {
+        k_distill_grad(r, &l1, sg);
+    }
+}
+
+const cpu_kernels CPU_KTABLE = {
+    .isa = CPU_ISA_NAME,
+    .to_f32 = k_to_f32,
+    .from_f32 = k_from_f32,
+    .jsd_row = k_jsd_row,
+    .distill_row = k_distill_row,
+};
