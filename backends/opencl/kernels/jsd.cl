@@ -1,0 +1,67 @@
+/*
+ * jsd.cl - SPEC section 1 on a block of rows: per-row generalised JSD and its gradient with
+ * respect to the student, in one pass over each row (opencl backend; common.cl comes first).
+ * Inputs are log-probs, so no max or log-sum-exp is needed. One work-group per row; all math in
+ * float whatever DTYPE is.
+ */
+
+/*
+ * x, y       (rows, vocab) DTYPE, row strides x_stride / y_stride, at element offsets x_off,
+ *            y_off: student and teacher log-probs
+ * labels     (rows) long at lab_off, read when has_labels: label == ignore_index ignores the row
+ * row_loss   (rows) float at loss_off: sum over the row of the element term, 0 when ignored
+ * grad       (rows, vocab) DTYPE, row stride grad_stride, written when has_grad:
+ *            grad_scale / n * de/dx with n = n_valid[n_off] (1 when !has_n); 0 when n == 0 or the
+ *            row is ignored. grad may be x itself (in place): each work-item reads x[j] before it
+ *            writes grad[j], and no other work-item touches j.
+ */
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+distil_jsd_rows(__global const T *x, ulong x_off, ulong x_stride, __global const T *y, ulong y_off,
+                ulong y_stride, long vocab, float beta, __global const long *labels, ulong lab_off,
+                int has_labels, long ignore_index, __global float *row_loss, ulong loss_off,
+                __global T *grad, ulong grad_off, ulong grad_stride, int has_grad, float grad_scale,
+                __global const float *n_valid, ulong n_off, int has_n) {
+    __local float red[WG_SIZE];
+    const ulong row = get_group_id(0);
+    const int lid = (int)get_local_id(0);
+    __global const T *xr = x + x_off + row * x_stride;
+    __global const T *yr = y + y_off + row * y_stride;
+    __global T *gr = grad + grad_off + row * grad_stride;
+
+    if (has_labels && labels[lab_off + row] == ignore_index) {
+        /* Uniform over the work-group, so returning before the reduction is safe. */
+        if (has_grad) {
+            for (long j = lid; j < vocab; j += WG_SIZE) {
+                STORE(DTYPE, gr, j, 0.0f);
+            }
+        }
+        if (lid == 0) {
+            row_loss[loss_off + row] = 0.0f;
+        }
+        return;
+    }
+    /* n == 0 only when every row is ignored; keep the gradient 0 then rather than 0 / 0. */
+    const float n = has_n ? n_valid[n_off] : 1.0f;
+    const float scale = n == 0.0f ? 0.0f : grad_scale / n;
+    const float lb = distil_log_beta(beta);
+    const float l1b = distil_log_1m_beta(beta);
+
+    float acc = 0.0f;
+    for (long base = 0; base < vocab; base += WG_SIZE * VEC) {
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            const long j = base + k * WG_SIZE + lid;
+            if (j < vocab) {
+                float dx;
+                acc += distil_jsd_elem(LOAD(DTYPE, xr, j), LOAD(DTYPE, yr, j), beta, lb, l1b, &dx);
+                if (has_grad) {
+                    STORE(DTYPE, gr, j, scale * dx);
+                }
+            }
+        }
+    }
+    const float total = distil_group_sum(acc, red);
+    if (lid == 0) {
+        row_loss[loss_off + row] = total;
+    }
+}

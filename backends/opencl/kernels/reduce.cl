@@ -1,0 +1,65 @@
+/*
+ * reduce.cl - the device-side normaliser N and the final loss sums (opencl backend; common.cl
+ * comes first). Both kernels run as one work-group of WG_SIZE so that the summation order is
+ * fixed: work-item i sums elements i, i + WG_SIZE, ... in order, then a tree.
+ */
+
+/*
+ * n_out[n_off] = max(count, min_one ? 1 : 0) as a float, where count is the number of rows in
+ * [0, rows) with labels[lab_off + i] != ignore_index and, when vocab > 0, within [0, vocab).
+ * Without labels (has_labels == 0) every row counts.
+ */
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+distil_count_valid(__global const long *labels, ulong lab_off, int has_labels, long rows,
+                   long ignore_index, long vocab, int min_one, __global float *n_out, ulong n_off) {
+    __local uint red[WG_SIZE];
+    const int lid = (int)get_local_id(0);
+    uint count = 0;
+    if (has_labels) {
+        for (long i = lid; i < rows; i += WG_SIZE) {
+            const long l = labels[lab_off + i];
+            if (l != ignore_index && (vocab <= 0 || (l >= 0 && l < vocab))) {
+                count++;
+            }
+        }
+    } else if (lid == 0) {
+        count = (uint)rows;
+    }
+    const uint total = distil_group_sum_uint(count, red);
+    if (lid == 0) {
+        n_out[n_off] = (float)(min_one && total == 0 ? 1u : total);
+    }
+}
+
+/*
+ * out[0] = wa * sum(a) / n + wb * sum(b) / n, n = n_valid[n_off] (1 when !has_n), all 0 when
+ * n == 0. With parts, out[1] = sum(a) / n and out[2] = sum(b) / n. a, b: (count) float; b is
+ * read only when has_b.
+ */
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+distil_reduce(__global const float *a, ulong a_off, __global const float *b, ulong b_off,
+              int has_b, long count, float wa, float wb, __global const float *n_valid,
+              ulong n_off, int has_n, int parts, __global float *out, ulong out_off) {
+    __local float red[WG_SIZE];
+    const int lid = (int)get_local_id(0);
+    float pa = 0.0f, pb = 0.0f;
+    for (long i = lid; i < count; i += WG_SIZE) {
+        pa += a[a_off + i];
+        if (has_b) {
+            pb += b[b_off + i];
+        }
+    }
+    const float sa = distil_group_sum(pa, red);
+    const float sb = has_b ? distil_group_sum(pb, red) : 0.0f;
+    if (lid != 0) {
+        return;
+    }
+    const float n = has_n ? n_valid[n_off] : 1.0f;
+    const float ra = n == 0.0f ? 0.0f : sa / n;
+    const float rb = n == 0.0f ? 0.0f : sb / n;
+    out[out_off] = has_b ? wa * ra + wb * rb : wa * ra;
+    if (parts) {
+        out[out_off + 1] = ra;
+        out[out_off + 2] = rb;
+    }
+}

@@ -1,0 +1,272 @@
+/*
+ * opencl_backend.c - the "opencl" backend's vtable and lifecycle: device choice, one cl_context
+ * and in-order queue per distil context (or a queue the caller lends), and synchronize, which
+ * reports a deferred invalid label once. Targets OpenCL 1.2: PoCL, NVIDIA, AMD, Intel.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "opencl_internal.h"
+
+#include "error.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <fcntl.h>
+#include <unistd.h>
+#define OCL_HAVE_PIPE 1
+#endif
+
+static distil_status ocl_probe(int *n_devices) {
+    distil_ocl_device devs[DISTIL_OCL_MAX_DEVICES];
+    distil_ocl_devices(devs, DISTIL_OCL_MAX_DEVICES, n_devices);
+    return DISTIL_OK;
+}
+
+/* The label state's "nothing recorded" value, see distill.cl. */
+static distil_status ocl_label_state_reset(distil_ocl *b) {
+    const cl_int init[4] = {INT_MAX, 0, 0, -1};
+    cl_int err = clEnqueueWriteBuffer(b->queue, b->label_state, CL_TRUE, 0, sizeof init, init, 0,
+                                      NULL, NULL);
+    return err == CL_SUCCESS ? DISTIL_OK : distil_ocl_fail(b, err, "resetting the label state");
+}
+
+static void ocl_pipe_open(distil_ocl *b) {
+    b->probe_pipe[0] = b->probe_pipe[1] = -1;
+#ifdef OCL_HAVE_PIPE
+    if (pipe(b->probe_pipe) != 0) {
+        b->probe_pipe[0] = b->probe_pipe[1] = -1;
+        return;
+    }
+    fcntl(b->probe_pipe[0], F_SETFD, FD_CLOEXEC);
+    fcntl(b->probe_pipe[1], F_SETFD, FD_CLOEXEC);
+#endif
+}
+
+static void ocl_destroy(void *vb) {
+    distil_ocl *b = vb;
+    if (b == NULL) {
+        return;
+    }
+    if (b->queue != NULL) {
+        clFinish(b->queue); /* a lent queue may still run our kernels */
+    }
+    distil_ocl_programs_release(b);
+    distil_ocl_scratch_release(b);
+    if (b->label_state != NULL) {
+        clReleaseMemObject(b->label_state);
+    }
+    if (b->alloc_queue != NULL) {
+        clReleaseCommandQueue(b->alloc_queue);
+    }
+    if (b->own_queue != NULL) {
+        clReleaseCommandQueue(b->own_queue);
+    }
+    if (b->context != NULL) {
+        clReleaseContext(b->context);
+    }
+#ifdef OCL_HAVE_PIPE
+    if (b->probe_pipe[0] >= 0) {
+        close(b->probe_pipe[0]);
+        close(b->probe_pipe[1]);
+    }
+#endif
+    free(b);
+}
+
+/* Device name, limits, tuning and build options. */
+static void ocl_describe_device(distil_ocl *b) {
+    char dev[160] = "";
+    char plat[96] = "";
+    clGetDeviceInfo(b->device, CL_DEVICE_NAME, sizeof dev - 1, dev, NULL);
+    clGetPlatformInfo(b->platform, CL_PLATFORM_NAME, sizeof plat - 1, plat, NULL);
+    snprintf(b->name, sizeof b->name, "%s (%s)", dev, plat);
+    b->max_alloc = 0;
+    clGetDeviceInfo(b->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof b->max_alloc, &b->max_alloc,
+                    NULL);
+    b->tuning = distil_ocl_tuning_pick(b->device);
+    char tune[128];
+    distil_ocl_tuning_options(&b->tuning, tune, sizeof tune);
+    snprintf(b->options, sizeof b->options, "-cl-std=CL1.2 %s", tune);
+    const char *user = getenv("DISTIL_OPENCL_BUILD_OPTIONS");
+    snprintf(b->user_options, sizeof b->user_options, "%s", user ? user : "");
+}
+
+/* Context, queues, label state: everything create needs after the device is known. */
+static distil_status ocl_open(distil_ocl *b) {
+    cl_int err = CL_SUCCESS;
+    const cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)b->platform,
+                                           0};
+    b->context = clCreateContext(props, 1, &b->device, NULL, NULL, &err);
+    if (err != CL_SUCCESS) {
+        return distil_ocl_fail(b, err, "clCreateContext");
+    }
+    b->own_queue = clCreateCommandQueue(b->context, b->device, 0, &err);
+    if (err == CL_SUCCESS) {
+        b->alloc_queue = clCreateCommandQueue(b->context, b->device, 0, &err);
+    }
+    if (err != CL_SUCCESS) {
+        return distil_ocl_fail(b, err, "clCreateCommandQueue");
+    }
+    b->queue = b->own_queue;
+    ocl_describe_device(b);
+    DISTIL_TRY(distil_ocl_buffer_new(b, 4 * sizeof(cl_int), &b->label_state));
+    DISTIL_TRY(ocl_label_state_reset(b));
+    /* Every cl_mem of this platform starts with the same dispatch pointer (check_pointer). */
+    memcpy(&b->mem_dispatch, (const void *)b->label_state, sizeof b->mem_dispatch);
+    ocl_pipe_open(b);
+    return DISTIL_OK;
+}
+
+static distil_status ocl_create(distil_ctx *ctx, int device, void **out) {
+    *out = NULL;
+    distil_ocl_device devs[DISTIL_OCL_MAX_DEVICES];
+    int n = 0;
+    distil_ocl_devices(devs, DISTIL_OCL_MAX_DEVICES, &n);
+    if (n == 0) {
+        const char *want = getenv("DISTIL_OPENCL_PLATFORM");
+        return distil_error_set(ctx, DISTIL_ERR_NOT_AVAILABLE,
+                                "opencl: no usable OpenCL device%s%s%s (is an ICD installed, "
+                                "e.g. pocl-opencl-icd or the GPU driver's?)",
+                                want ? " on a platform matching DISTIL_OPENCL_PLATFORM='" : "",
+                                want ? want : "", want ? "'" : "");
+    }
+    if (device < 0 || device >= n) {
+        return distil_error_set(ctx, DISTIL_ERR_NOT_AVAILABLE,
+                                "opencl: device %d does not exist (%d device%s)", device, n,
+                                n == 1 ? "" : "s");
+    }
+    distil_ocl *b = calloc(1, sizeof *b);
+    if (b == NULL) {
+        return distil_error_set(ctx, DISTIL_ERR_OUT_OF_MEMORY, "opencl: backend state");
+    }
+    b->ctx = ctx;
+    b->platform = devs[device].platform;
+    b->device = devs[device].device;
+    b->probe_pipe[0] = b->probe_pipe[1] = -1;
+    distil_status s = ocl_open(b);
+    if (s != DISTIL_OK) {
+        ocl_destroy(b);
+        return s;
+    }
+    *out = b;
+    return DISTIL_OK;
+}
+
+static void ocl_describe(void *vb, char *buf, size_t n) {
+    const distil_ocl *b = vb;
+    if (n > 0) {
+        snprintf(buf, n, "%s", b->name);
+    }
+}
+
+/* Ask OpenCL about a queue only after checking (safely) that it is an object of our platform. */
+static distil_status ocl_check_queue(distil_ocl *b, cl_command_queue q) {
+    void *word = NULL;
+    void *ours = NULL;
+    memcpy(&ours, (const void *)b->own_queue, sizeof ours);
+    cl_context c = NULL;
+    cl_device_id d = NULL;
+    cl_command_queue_properties props = 0;
+    if ((b->probe_pipe[0] >= 0 && (!distil_ocl_read_word(b, q, &word) || word != ours)) ||
+        clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof c, &c, NULL) != CL_SUCCESS ||
+        clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof d, &d, NULL) != CL_SUCCESS ||
+        clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL) != CL_SUCCESS) {
+        return distil_error_set(b->ctx, DISTIL_ERR_INVALID_ARG,
+                                "ctx_set_stream: stream is not a cl_command_queue of this OpenCL "
+                                "platform");
+    }
+    if (c != b->context || d != b->device) {
+        return distil_error_set(b->ctx, DISTIL_ERR_INVALID_ARG,
+                                "ctx_set_stream: the queue belongs to another cl_context or "
+                                "device; create it on this context's cl_context (CL_MEM_CONTEXT "
+                                "of a distil_malloc buffer) and device");
+    }
+    if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) {
+        return distil_error_set(b->ctx, DISTIL_ERR_UNSUPPORTED,
+                                "ctx_set_stream: out-of-order queues are not supported (the "
+                                "kernels of a call depend on each other in order)");
+    }
+    return DISTIL_OK;
+}
+
+static distil_status ocl_set_stream(void *vb, void *stream) {
+    distil_ocl *b = vb;
+    cl_command_queue q = stream ? (cl_command_queue)stream : b->own_queue;
+    if (q == b->queue) {
+        return DISTIL_OK;
+    }
+    if (stream != NULL) {
+        DISTIL_TRY(ocl_check_queue(b, q));
+    }
+    /* Work queued so far must finish before the other queue may depend on it. */
+    cl_int err = clFinish(b->queue);
+    if (err != CL_SUCCESS) {
+        return distil_ocl_fail(b, err, "clFinish before switching queues");
+    }
+    b->queue = q;
+    return DISTIL_OK;
+}
+
+/* Report the first invalid label recorded by distill_rows, once. */
+static distil_status ocl_label_report(distil_ocl *b) {
+    cl_int st[4];
+    cl_int err =
+        clEnqueueReadBuffer(b->queue, b->label_state, CL_TRUE, 0, sizeof st, st, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        return distil_ocl_fail(b, err, "reading the label state");
+    }
+    b->label_pending = false;
+    if (st[0] == INT_MAX) {
+        return DISTIL_OK;
+    }
+    DISTIL_TRY(ocl_label_state_reset(b));
+    if (st[3] != st[0]) {
+        return distil_error_set(b->ctx, DISTIL_ERR_INVALID_LABEL,
+                                "labels: row %d has a label outside [0, %lld)", (int)st[0],
+                                (long long)b->label_vocab);
+    }
+    const long long label = (long long)(((uint64_t)(uint32_t)st[2] << 32) | (uint32_t)st[1]);
+    return distil_error_set(b->ctx, DISTIL_ERR_INVALID_LABEL,
+                            "labels: row %d has label %lld outside [0, %lld)", (int)st[0], label,
+                            (long long)b->label_vocab);
+}
+
+static distil_status ocl_synchronize(void *vb) {
+    distil_ocl *b = vb;
+    cl_int err = clFinish(b->queue);
+    if (err != CL_SUCCESS) {
+        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
+                                "opencl: clFinish failed: %s (%d); the device may have faulted "
+                                "or been lost",
+                                distil_ocl_error_name(err), (int)err);
+    }
+    return b->label_pending ? ocl_label_report(b) : DISTIL_OK;
+}
+
+const distil_backend distil_backend_opencl = {
+    .api_version = DISTIL_BACKEND_API_VERSION,
+    .name = "opencl",
+    .priority = 200,
+    .host_memory = false,
+    .probe = ocl_probe,
+    .create = ocl_create,
+    .destroy = ocl_destroy,
+    .describe = ocl_describe,
+    .set_stream = ocl_set_stream,
+    .synchronize = ocl_synchronize,
+    .mem_alloc = distil_ocl_mem_alloc,
+    .mem_free = distil_ocl_mem_free,
+    .mem_upload = distil_ocl_mem_upload,
+    .mem_download = distil_ocl_mem_download,
+    .check_pointer = distil_ocl_check_pointer,
+    .gemm = distil_ocl_gemm,
+    .count_valid = distil_ocl_count_valid,
+    .jsd_rows = distil_ocl_jsd_rows,
+    .distill_rows = distil_ocl_distill_rows,
+    .reduce = distil_ocl_reduce,
+    .cast = distil_ocl_cast,
+    .fill = distil_ocl_fill,
+};

@@ -1,0 +1,202 @@
+/*
+ * opencl_internal.h - state and helpers shared by the files of the opencl backend (OpenCL 1.2
+ * host API). Device pointers are cl_mem handles; a distil_dptr is (cl_mem, byte offset) and
+ * kernels take the buffer plus an element offset. Nothing here is visible outside the backend.
+ */
+#ifndef DISTIL_OPENCL_INTERNAL_H
+#define DISTIL_OPENCL_INTERNAL_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+
+#include "backend.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* ---------------------------------------------------------------- devices (opencl_device.c) */
+
+/* One usable device, in the order the backend numbers them (GPUs first, see the .c file). */
+typedef struct distil_ocl_device {
+    cl_platform_id platform;
+    cl_device_id device;
+} distil_ocl_device;
+
+#define DISTIL_OCL_MAX_DEVICES 64
+
+/* Fill out[0 .. *n) in selection order, honouring DISTIL_OPENCL_PLATFORM; *n = 0 when OpenCL
+ * has no platform. Never fails. */
+void distil_ocl_devices(distil_ocl_device *out, int cap, int *n);
+
+/* ---------------------------------------------------------------- tuning (tuning.c) */
+
+typedef struct distil_ocl_tuning {
+    int wg_size;   /* work-group size of the row and reduction kernels (power of two) */
+    int vec;       /* elements per work-item per step of a row loop */
+    int gemm_tile; /* tile edge of the fallback gemm.cl */
+} distil_ocl_tuning;
+
+/* Pick the tuning for a device: vendor first, then a device-name substring, then defaults,
+ * clamped to the device's largest work-group. */
+distil_ocl_tuning distil_ocl_tuning_pick(cl_device_id device);
+/* "-DWG_SIZE=.. -DVEC=.. -DGEMM_TILE=.." into buf. */
+void distil_ocl_tuning_options(const distil_ocl_tuning *t, char *buf, size_t n);
+
+/* ---------------------------------------------------------------- programs (opencl_program.c) */
+
+/* The programs: each is common.cl followed by the listed kernel files. */
+typedef enum distil_ocl_prog {
+    DISTIL_OCL_PROG_ROWS,        /* jsd.cl + distill.cl, -DDTYPE */
+    DISTIL_OCL_PROG_REDUCE,      /* reduce.cl */
+    DISTIL_OCL_PROG_ELEMENTWISE, /* elementwise.cl, -DSRC_DTYPE -DDST_DTYPE */
+    DISTIL_OCL_PROG_GEMM,        /* gemm.cl */
+    DISTIL_OCL_PROG_COUNT
+} distil_ocl_prog;
+
+#define DISTIL_OCL_MAX_KERNELS 4
+
+typedef struct distil_ocl_program {
+    char *key; /* program id and the full option string */
+    cl_program program;
+    const char *names[DISTIL_OCL_MAX_KERNELS];
+    cl_kernel kernels[DISTIL_OCL_MAX_KERNELS];
+    size_t local[DISTIL_OCL_MAX_KERNELS][3]; /* reqd_work_group_size of each kernel */
+    int n_kernels;
+} distil_ocl_program;
+
+/* A kernel ready to launch, with the work-group size it was compiled for. */
+typedef struct distil_ocl_kernel {
+    cl_kernel kernel;
+    const char *name;
+    size_t local[3];
+} distil_ocl_kernel;
+
+/* Kernel source text of one .cl file: embedded, or read from DISTIL_OPENCL_KERNEL_DIR. */
+typedef enum distil_ocl_src {
+    DISTIL_OCL_SRC_COMMON,
+    DISTIL_OCL_SRC_JSD,
+    DISTIL_OCL_SRC_DISTILL,
+    DISTIL_OCL_SRC_REDUCE,
+    DISTIL_OCL_SRC_ELEMENTWISE,
+    DISTIL_OCL_SRC_GEMM,
+    DISTIL_OCL_SRC_COUNT
+} distil_ocl_src;
+
+/* ---------------------------------------------------------------- backend state */
+
+/* A backend-owned device buffer that only grows. */
+typedef struct distil_ocl_scratch {
+    cl_mem mem;
+    size_t bytes;
+} distil_ocl_scratch;
+
+enum { DISTIL_OCL_SCRATCH_A, DISTIL_OCL_SCRATCH_B, DISTIL_OCL_SCRATCH_C, DISTIL_OCL_SCRATCH_N };
+
+typedef struct distil_ocl {
+    distil_ctx *ctx; /* where messages go */
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_context context;
+    cl_command_queue own_queue;   /* made by create, in order */
+    cl_command_queue queue;       /* own_queue or the one lent with set_stream */
+    cl_command_queue alloc_queue; /* private: forces allocations without waiting on `queue` */
+    char name[256];
+    cl_ulong max_alloc;
+    distil_ocl_tuning tuning;
+    char options[512];      /* "-cl-std=CL1.2" and the tuning's -D options */
+    char user_options[512]; /* DISTIL_OPENCL_BUILD_OPTIONS, appended last */
+
+    distil_ocl_program *programs; /* the program cache, keyed by program + options */
+    int n_programs;
+    int cap_programs;
+    char *sources[DISTIL_OCL_SRC_COUNT]; /* texts read from disk (runtime loading only) */
+
+    distil_ocl_scratch scratch[DISTIL_OCL_SCRATCH_N];
+    /* Deferred invalid label: int[4] {first bad row or INT_MAX, label lo, label hi, captured
+     * row}, see distill.cl. label_pending: distill_rows ran since the last synchronize. */
+    cl_mem label_state;
+    bool label_pending;
+    int64_t label_vocab; /* V of the last distill_rows, for the message */
+    void *mem_dispatch;  /* first word of a cl_mem of this platform (check_pointer) */
+    int probe_pipe[2];   /* for reading unknown pointers safely (check_pointer), -1 if none */
+} distil_ocl;
+
+/* ---------------------------------------------------------------- errors (opencl_error.c) */
+
+const char *distil_ocl_error_name(cl_int err);
+/* Map an OpenCL error to a status (allocation failures -> OUT_OF_MEMORY, others -> BACKEND)
+ * and record "opencl: <what>: <name> (<code>)" on the context. */
+distil_status distil_ocl_fail(distil_ocl *b, cl_int err, const char *what);
+
+/* ---------------------------------------------------------------- launching (opencl_launch.c) */
+
+typedef struct distil_ocl_arg {
+    size_t size;
+    const void *value;
+} distil_ocl_arg;
+#define DISTIL_OCL_ARG(v)                                                                          \
+    { sizeof(v), &(v) }
+
+/* Get a kernel of a program built with `defines` (e.g. "-DDTYPE=bf16", may be ""). */
+distil_status distil_ocl_kernel_get(distil_ocl *b, distil_ocl_prog prog, const char *defines,
+                                    const char *name, distil_ocl_kernel *out);
+/* Set the arguments and enqueue on b->queue: `groups` work-groups of the kernel's size in
+ * dimension 0 (and groups_y in dimension 1). */
+distil_status distil_ocl_launch(distil_ocl *b, const distil_ocl_kernel *k,
+                                const distil_ocl_arg *args, int n_args, size_t groups,
+                                size_t groups_y);
+/* Work-groups for a grid-stride loop over `count` items with `per_group` items per group. */
+size_t distil_ocl_groups(size_t count, size_t per_group);
+/* The dtype as a kernel token: "f32", "bf16", "f16". */
+const char *distil_ocl_dtype_token(distil_dtype dtype);
+/* A distil_dptr's buffer and its offset in elements of `elem` bytes. */
+cl_mem distil_ocl_mem(distil_dptr p);
+cl_ulong distil_ocl_elems(distil_dptr p, size_t elem);
+
+/* ---------------------------------------------------------------- programs and sources */
+
+void distil_ocl_programs_release(distil_ocl *b);
+/* Text of one source file; the embedded copy or DISTIL_OPENCL_KERNEL_DIR/<file>. */
+distil_status distil_ocl_source_get(distil_ocl *b, distil_ocl_src src, const char **text,
+                                    size_t *len);
+/* The file name of a source ("jsd.cl"), for messages. */
+const char *distil_ocl_source_file(distil_ocl_src src);
+
+/* ---------------------------------------------------------------- memory (opencl_memory.c) */
+
+distil_status distil_ocl_buffer_new(distil_ocl *b, size_t bytes, cl_mem *out);
+/* A scratch buffer of at least `bytes`, grown (and never shrunk) as needed. */
+distil_status distil_ocl_scratch_get(distil_ocl *b, int slot, size_t bytes, cl_mem *out);
+void distil_ocl_scratch_release(distil_ocl *b);
+/* Read the first pointer-sized word at p without faulting; false when p is unreadable. */
+bool distil_ocl_read_word(distil_ocl *b, const void *p, void **word);
+
+/* ---------------------------------------------------------------- vtable operations */
+
+distil_status distil_ocl_mem_alloc(void *vb, size_t bytes, void **ptr);
+void distil_ocl_mem_free(void *vb, void *ptr);
+distil_status distil_ocl_mem_upload(void *vb, distil_dptr dst, const void *src, size_t bytes);
+distil_status distil_ocl_mem_download(void *vb, void *dst, distil_dptr src, size_t bytes);
+distil_status distil_ocl_check_pointer(void *vb, const void *p, const char *what);
+
+distil_status distil_ocl_gemm(void *vb, const distil_gemm_args *a);
+distil_status distil_ocl_count_valid(void *vb, const distil_count_args *a);
+distil_status distil_ocl_jsd_rows(void *vb, const distil_jsd_rows_args *a);
+distil_status distil_ocl_distill_rows(void *vb, const distil_distill_rows_args *a);
+distil_status distil_ocl_reduce(void *vb, const distil_reduce_args *a);
+distil_status distil_ocl_cast(void *vb, const distil_cast_args *a);
+distil_status distil_ocl_fill(void *vb, const distil_fill_args *a);
+
+/* Strided 2-D cast (rows, cols) between element offsets, used by gemm for its operands. */
+distil_status distil_ocl_cast_rows(distil_ocl *b, cl_mem src, cl_ulong src_off, cl_ulong src_ld,
+                                   distil_dtype src_dtype, cl_mem dst, cl_ulong dst_off,
+                                   cl_ulong dst_ld, distil_dtype dst_dtype, cl_ulong rows,
+                                   cl_ulong cols);
+/* c (rows, cols) fp32 += bias (cols) broadcast over rows. */
+distil_status distil_ocl_bias_add(distil_ocl *b, cl_mem c, cl_ulong c_off, cl_ulong ldc,
+                                  cl_ulong rows, cl_ulong cols, distil_dptr bias,
+                                  distil_dtype bias_dtype);
+
+#endif /* DISTIL_OPENCL_INTERNAL_H */

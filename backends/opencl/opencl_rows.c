@@ -1,0 +1,104 @@
+/*
+ * opencl_rows.c - launchers of the row kernels jsd_rows (jsd.cl) and distill_rows (distill.cl)
+ * of the opencl backend: one work-group per row. Absent optional buffers are passed as the
+ * backend's label-state buffer with a has_* flag of 0, so kernels never see a NULL cl_mem.
+ */
+#include "opencl_internal.h"
+
+#include "error.h"
+
+#include <stdio.h>
+
+/* An optional operand: its buffer and element offset, or the dummy buffer and 0. */
+static cl_int ocl_optional(distil_ocl *b, distil_dptr p, size_t elem, cl_mem *mem, cl_ulong *off) {
+    const bool present = distil_dptr_present(p);
+    *mem = present ? distil_ocl_mem(p) : b->label_state;
+    *off = present ? distil_ocl_elems(p, elem) : 0;
+    return present ? 1 : 0;
+}
+
+distil_status distil_ocl_jsd_rows(void *vb, const distil_jsd_rows_args *a) {
+    distil_ocl *b = vb;
+    char defs[64];
+    snprintf(defs, sizeof defs, "-DDTYPE=%s", distil_ocl_dtype_token(a->dtype));
+    distil_ocl_kernel k;
+    DISTIL_TRY(distil_ocl_kernel_get(b, DISTIL_OCL_PROG_ROWS, defs, "distil_jsd_rows", &k));
+    const size_t es = distil_dtype_size(a->dtype);
+    cl_mem x = distil_ocl_mem(a->x), y = distil_ocl_mem(a->y);
+    cl_mem loss = distil_ocl_mem(a->row_loss);
+    cl_ulong x_off = distil_ocl_elems(a->x, es), y_off = distil_ocl_elems(a->y, es);
+    cl_ulong loss_off = distil_ocl_elems(a->row_loss, sizeof(float));
+    cl_ulong x_stride = (cl_ulong)a->x_stride, y_stride = (cl_ulong)a->y_stride;
+    cl_ulong grad_stride = (cl_ulong)a->grad_stride;
+    cl_long vocab = a->vocab, ignore = a->ignore_index;
+    cl_float beta = a->beta, grad_scale = a->grad_scale;
+    cl_mem labels, grad, n_valid;
+    cl_ulong lab_off, grad_off, n_off;
+    cl_int has_labels = ocl_optional(b, a->labels, sizeof(int64_t), &labels, &lab_off);
+    cl_int has_grad = ocl_optional(b, a->grad, es, &grad, &grad_off);
+    cl_int has_n = ocl_optional(b, a->n_valid, sizeof(float), &n_valid, &n_off);
+    const distil_ocl_arg args[] = {
+        DISTIL_OCL_ARG(x),          DISTIL_OCL_ARG(x_off),       DISTIL_OCL_ARG(x_stride),
+        DISTIL_OCL_ARG(y),          DISTIL_OCL_ARG(y_off),       DISTIL_OCL_ARG(y_stride),
+        DISTIL_OCL_ARG(vocab),      DISTIL_OCL_ARG(beta),        DISTIL_OCL_ARG(labels),
+        DISTIL_OCL_ARG(lab_off),    DISTIL_OCL_ARG(has_labels),  DISTIL_OCL_ARG(ignore),
+        DISTIL_OCL_ARG(loss),       DISTIL_OCL_ARG(loss_off),    DISTIL_OCL_ARG(grad),
+        DISTIL_OCL_ARG(grad_off),   DISTIL_OCL_ARG(grad_stride), DISTIL_OCL_ARG(has_grad),
+        DISTIL_OCL_ARG(grad_scale), DISTIL_OCL_ARG(n_valid),     DISTIL_OCL_ARG(n_off),
+        DISTIL_OCL_ARG(has_n),
+    };
+    return distil_ocl_launch(b, &k, args, (int)(sizeof args / sizeof args[0]), (size_t)a->rows, 0);
+}
+
+/* After a chunk: remember the label of the first invalid row while the labels still exist. */
+static distil_status ocl_label_capture(distil_ocl *b, const distil_distill_rows_args *a,
+                                       const char *defs) {
+    distil_ocl_kernel k;
+    DISTIL_TRY(distil_ocl_kernel_get(b, DISTIL_OCL_PROG_ROWS, defs, "distil_label_capture", &k));
+    cl_mem labels = distil_ocl_mem(a->labels);
+    cl_ulong lab_off = distil_ocl_elems(a->labels, sizeof(int64_t));
+    cl_long rows = a->rows, row_offset = a->row_offset;
+    const distil_ocl_arg args[] = {
+        DISTIL_OCL_ARG(labels),     DISTIL_OCL_ARG(lab_off),        DISTIL_OCL_ARG(rows),
+        DISTIL_OCL_ARG(row_offset), DISTIL_OCL_ARG(b->label_state),
+    };
+    return distil_ocl_launch(b, &k, args, (int)(sizeof args / sizeof args[0]), 1, 0);
+}
+
+distil_status distil_ocl_distill_rows(void *vb, const distil_distill_rows_args *a) {
+    distil_ocl *b = vb;
+    char defs[64];
+    snprintf(defs, sizeof defs, "-DDTYPE=%s", distil_ocl_dtype_token(a->g_dtype));
+    distil_ocl_kernel k;
+    DISTIL_TRY(distil_ocl_kernel_get(b, DISTIL_OCL_PROG_ROWS, defs, "distil_distill_rows", &k));
+    cl_mem zs = distil_ocl_mem(a->zs), zt = distil_ocl_mem(a->zt);
+    cl_mem labels = distil_ocl_mem(a->labels);
+    cl_mem ce = distil_ocl_mem(a->ce_rows), jsd = distil_ocl_mem(a->jsd_rows);
+    cl_ulong zs_off = distil_ocl_elems(a->zs, sizeof(float));
+    cl_ulong zt_off = distil_ocl_elems(a->zt, sizeof(float));
+    cl_ulong lab_off = distil_ocl_elems(a->labels, sizeof(int64_t));
+    cl_ulong ce_off = distil_ocl_elems(a->ce_rows, sizeof(float));
+    cl_ulong jsd_off = distil_ocl_elems(a->jsd_rows, sizeof(float));
+    cl_long vocab = a->vocab, row_offset = a->row_offset, ignore = a->ignore_index;
+    cl_float beta = a->beta, inv_t = a->inv_temperature;
+    cl_float wh = a->weight_hard, ws = a->weight_soft;
+    cl_mem g, n_valid;
+    cl_ulong g_off, n_off;
+    cl_int has_g = ocl_optional(b, a->g, distil_dtype_size(a->g_dtype), &g, &g_off);
+    cl_int has_n = ocl_optional(b, a->n_valid, sizeof(float), &n_valid, &n_off);
+    const distil_ocl_arg args[] = {
+        DISTIL_OCL_ARG(zs),     DISTIL_OCL_ARG(zs_off),  DISTIL_OCL_ARG(zt),
+        DISTIL_OCL_ARG(zt_off), DISTIL_OCL_ARG(vocab),   DISTIL_OCL_ARG(row_offset),
+        DISTIL_OCL_ARG(labels), DISTIL_OCL_ARG(lab_off), DISTIL_OCL_ARG(ignore),
+        DISTIL_OCL_ARG(beta),   DISTIL_OCL_ARG(inv_t),   DISTIL_OCL_ARG(wh),
+        DISTIL_OCL_ARG(ws),     DISTIL_OCL_ARG(ce),      DISTIL_OCL_ARG(ce_off),
+        DISTIL_OCL_ARG(jsd),    DISTIL_OCL_ARG(jsd_off), DISTIL_OCL_ARG(g),
+        DISTIL_OCL_ARG(g_off),  DISTIL_OCL_ARG(has_g),   DISTIL_OCL_ARG(n_valid),
+        DISTIL_OCL_ARG(n_off),  DISTIL_OCL_ARG(has_n),   DISTIL_OCL_ARG(b->label_state),
+    };
+    DISTIL_TRY(
+        distil_ocl_launch(b, &k, args, (int)(sizeof args / sizeof args[0]), (size_t)a->rows, 0));
+    b->label_pending = true;
+    b->label_vocab = a->vocab;
+    return ocl_label_capture(b, a, defs);
+}
