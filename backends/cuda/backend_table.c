@@ -1,0 +1,44 @@
+/*
+ * backend_table.c - the vtable of the cuda backend, or of the hip backend when this file is
+ * compiled with DISTIL_USE_HIP (backends/hip builds the same sources). Written in C11 so the
+ * designated initialisers stay plain C; the operations live in the .cu files.
+ */
+#include "gpu_backend.h"
+
+#ifdef DISTIL_USE_HIP
+#define DISTIL_GPU_TABLE          distil_backend_hip
+#define DISTIL_GPU_TABLE_NAME     "hip"
+#define DISTIL_GPU_TABLE_PRIORITY 300
+#else
+#define DISTIL_GPU_TABLE          distil_backend_cuda
+#define DISTIL_GPU_TABLE_NAME     "cuda"
+#define DISTIL_GPU_TABLE_PRIORITY 400
+#endif
+
+const distil_backend DISTIL_GPU_TABLE = {
+    .api_version = DISTIL_BACKEND_API_VERSION,
+    .name = DISTIL_GPU_TABLE_NAME,
+    .priority = DISTIL_GPU_TABLE_PRIORITY,
+    .host_memory = false,
+    .probe = DISTIL_GPU_FN(probe),
+    .create = DISTIL_GPU_FN(create),
+    .destroy = DISTIL_GPU_FN(destroy),
+    .describe = DISTIL_GPU_FN(describe),
+    .set_stream = DISTIL_GPU_FN(set_stream),
+    .synchronize = DISTIL_GPU_FN(synchronize),
+    .mem_alloc = DISTIL_GPU_FN(mem_alloc),
+    .mem_free = DISTIL_GPU_FN(mem_free),
+    .mem_upload = DISTIL_GPU_FN(mem_upload),
+    .mem_download = DISTIL_GPU_FN(mem_download),
+    .check_pointer = DISTIL_GPU_FN(check_pointer),
+    .gemm = DISTIL_GPU_FN(gemm),
+    .count_valid = DISTIL_GPU_FN(count_valid),
+    .jsd_rows = DISTIL_GPU_FN(jsd_rows),
+    .distill_rows = DISTIL_GPU_FN(distill_rows),
+    .reduce = DISTIL_GPU_FN(reduce),
+    .cast = DISTIL_GPU_FN(cast),
+    .fill = DISTIL_GPU_FN(fill),
+    .jsd = NULL,
+    .fused_linear_jsd = NULL,
+    .preferred_chunk_rows = DISTIL_GPU_FN(preferred_chunk_rows),
+};

@@ -1,0 +1,119 @@
+/*
+ * dtype.cuh - device loads and stores of f32 / bf16 / f16 elements as fp32, one element or a
+ * vector of N at once (N * element size = 2, 4, 8 or 16 bytes, one memory instruction).
+ * bf16 is handled as raw bits (round to nearest even, NaN kept quiet), fp16 through the vendor.
+ */
+#ifndef DISTIL_GPU_DTYPE_CUH
+#define DISTIL_GPU_DTYPE_CUH
+
+#include "vendor.h"
+
+#include "distil.h"
+
+#include <stdint.h>
+
+namespace DISTIL_GPU_NS {
+
+__device__ __forceinline__ float bf16_bits_to_float(unsigned short h) {
+    return __uint_as_float(static_cast<unsigned>(h) << 16);
+}
+
+__device__ __forceinline__ unsigned short float_to_bf16_bits(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return static_cast<unsigned short>((u >> 16) | 0x40u);
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return static_cast<unsigned short>(u >> 16);
+}
+
+template <int DT> struct dt_traits;
+template <> struct dt_traits<DISTIL_F32> {
+    typedef float T;
+    static __device__ __forceinline__ float to_f(float v) {
+        return v;
+    }
+    static __device__ __forceinline__ float from_f(float v) {
+        return v;
+    }
+};
+template <> struct dt_traits<DISTIL_BF16> {
+    typedef unsigned short T;
+    static __device__ __forceinline__ float to_f(unsigned short v) {
+        return bf16_bits_to_float(v);
+    }
+    static __device__ __forceinline__ unsigned short from_f(float v) {
+        return float_to_bf16_bits(v);
+    }
+};
+template <> struct dt_traits<DISTIL_F16> {
+    typedef unsigned short T;
+    static __device__ __forceinline__ float to_f(unsigned short v) {
+        return distil_f16_bits_to_float(v);
+    }
+    static __device__ __forceinline__ unsigned short from_f(float v) {
+        return distil_float_to_f16_bits(v);
+    }
+};
+
+/* The unsigned type of a given byte width: one load / store instruction. */
+template <int BYTES> struct bytes_type;
+template <> struct bytes_type<2> { typedef unsigned short T; };
+template <> struct bytes_type<4> { typedef unsigned T; };
+template <> struct bytes_type<8> { typedef uint2 T; };
+template <> struct bytes_type<16> { typedef uint4 T; };
+
+/* o[0..N) = base[i .. i + N) as fp32; base + i must be aligned to N elements. STREAM marks data
+ * read once (evict first). */
+template <int DT, int N, bool STREAM = false>
+__device__ __forceinline__ void vload(const void *base, int64_t i, float (&o)[N]) {
+    typedef typename dt_traits<DT>::T E;
+    typedef typename bytes_type<N * sizeof(E)>::T W;
+    union {
+        W w;
+        E e[N];
+    } u;
+    const W *p = reinterpret_cast<const W *>(static_cast<const E *>(base) + i);
+    if constexpr (STREAM && sizeof(W) == 16) {
+        u.w = distil_load_stream(p);
+    } else {
+        u.w = *p;
+    }
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        o[k] = dt_traits<DT>::to_f(u.e[k]);
+    }
+}
+
+/* base[i .. i + N) = v[0..N) rounded to DT; same alignment rule as vload. */
+template <int DT, int N>
+__device__ __forceinline__ void vstore(void *base, int64_t i, const float (&v)[N]) {
+    typedef typename dt_traits<DT>::T E;
+    typedef typename bytes_type<N * sizeof(E)>::T W;
+    union {
+        W w;
+        E e[N];
+    } u;
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        u.e[k] = dt_traits<DT>::from_f(v[k]);
+    }
+    *reinterpret_cast<W *>(static_cast<E *>(base) + i) = u.w;
+}
+
+template <int DT> __device__ __forceinline__ float load1(const void *base, int64_t i) {
+    return dt_traits<DT>::to_f(static_cast<const typename dt_traits<DT>::T *>(base)[i]);
+}
+
+template <int DT> __device__ __forceinline__ void store1(void *base, int64_t i, float v) {
+    static_cast<typename dt_traits<DT>::T *>(base)[i] = dt_traits<DT>::from_f(v);
+}
+
+/* Elements of DT in 16 bytes: the vector width of the streaming kernels. */
+template <int DT> struct vec16 {
+    static constexpr int N = 16 / static_cast<int>(sizeof(typename dt_traits<DT>::T));
+};
+
+} // namespace DISTIL_GPU_NS
+
+#endif /* DISTIL_GPU_DTYPE_CUH */

@@ -1,0 +1,167 @@
+/*
+ * gemm.cu - distil_gemm_args on the vendor BLAS: row-major C (m, n) = alpha op(A) op(B) + beta C
+ * is the column-major C^T (n, m) = op(B)^T op(A)^T, so B goes first and the shapes swap.
+ * fp32 accumulation always (CUBLAS_COMPUTE_32F, no TF32). A bias is fused with cuBLASLt's bias
+ * epilogue when the library accepts it, else added by a small kernel after the product.
+ * The portable kernel (gemm_portable.cu) serves when there is no vendor BLAS or when
+ * DISTIL_CUDA_GEMM=portable.
+ */
+#include "gemm_portable.cuh"
+
+namespace DISTIL_GPU_NS {
+
+#if DISTIL_GPU_HAVE_BLAS
+static cudaDataType_t gemm_type(distil_dtype d) {
+    return d == DISTIL_F32 ? CUDA_R_32F : (d == DISTIL_BF16 ? CUDA_R_16BF : CUDA_R_16F);
+}
+
+static distil_status gemm_blas_fail(gpu_state *b, cublasStatus_t st, const char *what) {
+    const distil_status s =
+        st == CUBLAS_STATUS_ALLOC_FAILED ? DISTIL_ERR_OUT_OF_MEMORY : DISTIL_ERR_BACKEND;
+    return distil_error_set(b->ctx, s, "%s: gemm: %s: %s", DISTIL_GPU_NAME, what,
+                            cublasGetStatusString(st));
+}
+
+static distil_status gemm_blas(gpu_state *b, const distil_gemm_args *a) {
+    const cublasOperation_t op_b = a->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = a->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cudaDataType_t ab = gemm_type(a->ab_dtype);
+    const cublasStatus_t st = cublasGemmEx(
+        b->blas, op_b, op_a, static_cast<int>(a->n), static_cast<int>(a->m), static_cast<int>(a->k),
+        &a->alpha, distil_dptr_addr(a->b), ab, static_cast<int>(a->ldb), distil_dptr_addr(a->a), ab,
+        static_cast<int>(a->lda), &a->beta, distil_dptr_addr(a->c), gemm_type(a->c_dtype),
+        static_cast<int>(a->ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        return gemm_blas_fail(b, st, "cublasGemmEx");
+    }
+    return DISTIL_OK;
+}
+#endif
+
+#if DISTIL_GPU_HAVE_BLAS
+static bool gemm_fits_int(const distil_gemm_args *a) {
+    const int64_t lim = 0x7fffffff;
+    return a->m <= lim && a->n <= lim && a->k <= lim && a->lda <= lim && a->ldb <= lim &&
+           a->ldc <= lim;
+}
+
+#endif
+
+#if DISTIL_GPU_HAVE_BLASLT
+/* Descriptors of one cuBLASLt product, destroyed together. */
+struct lt_plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    ~lt_plan() {
+        if (pref) {
+            cublasLtMatmulPreferenceDestroy(pref);
+        }
+        if (lc) {
+            cublasLtMatrixLayoutDestroy(lc);
+        }
+        if (lb) {
+            cublasLtMatrixLayoutDestroy(lb);
+        }
+        if (la) {
+            cublasLtMatrixLayoutDestroy(la);
+        }
+        if (op) {
+            cublasLtMatmulDescDestroy(op);
+        }
+    }
+};
+
+/* Column-major view: first operand op(B^T) (n, k), second op(A^T) (k, m), D = C^T (n, m). */
+static cublasStatus_t lt_describe(const gpu_state *b, const distil_gemm_args *a, lt_plan &pl) {
+    const cudaDataType_t ab = gemm_type(a->ab_dtype);
+    const cublasOperation_t op_b = a->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = a->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const void *bias = distil_dptr_addr(a->bias);
+    const int32_t bias_type = ab;
+    const uint64_t ws = b->blas_ws_bytes;
+    cublasStatus_t st = cublasLtMatmulDescCreate(&pl.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    st =
+        st ? st
+           : cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof op_b);
+    st =
+        st ? st
+           : cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_a, sizeof op_a);
+    st =
+        st ? st
+           : cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    st = st ? st
+            : cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                             sizeof bias);
+    st = st ? st
+            : cublasLtMatmulDescSetAttribute(pl.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                             sizeof bias_type);
+    st = st ? st
+            : cublasLtMatrixLayoutCreate(&pl.la, ab, a->trans_b ? a->k : a->n,
+                                         a->trans_b ? a->n : a->k, a->ldb);
+    st = st ? st
+            : cublasLtMatrixLayoutCreate(&pl.lb, ab, a->trans_a ? a->m : a->k,
+                                         a->trans_a ? a->k : a->m, a->lda);
+    st = st ? st : cublasLtMatrixLayoutCreate(&pl.lc, gemm_type(a->c_dtype), a->n, a->m, a->ldc);
+    st = st ? st : cublasLtMatmulPreferenceCreate(&pl.pref);
+    st = st ? st
+            : cublasLtMatmulPreferenceSetAttribute(
+                  pl.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    return st;
+}
+
+/* The product with the bias fused; false when cuBLASLt has no kernel for it (then the caller
+ * adds the bias itself). */
+static bool gemm_lt_bias(gpu_state *b, const distil_gemm_args *a) {
+    lt_plan pl;
+    if (lt_describe(b, a, pl) != CUBLAS_STATUS_SUCCESS) {
+        return false;
+    }
+    cublasLtMatmulHeuristicResult_t h;
+    int found = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(b->lt, pl.op, pl.la, pl.lb, pl.lc, pl.lc, pl.pref, 1, &h,
+                                       &found) != CUBLAS_STATUS_SUCCESS ||
+        found < 1) {
+        return false;
+    }
+    void *c = distil_dptr_addr(a->c);
+    return cublasLtMatmul(b->lt, pl.op, &a->alpha, distil_dptr_addr(a->b), pl.la,
+                          distil_dptr_addr(a->a), pl.lb, &a->beta, c, pl.lc, c, pl.lc, &h.algo,
+                          b->blas_ws, b->blas_ws_bytes, b->stream) == CUBLAS_STATUS_SUCCESS;
+}
+#endif
+
+static distil_status gemm_portable(gpu_state *b, const distil_gemm_args *a) {
+    const cudaError_t e = gemm_portable_launch(a, b->stream);
+    return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm (portable)");
+}
+
+} // namespace DISTIL_GPU_NS
+
+using namespace DISTIL_GPU_NS;
+
+extern "C" distil_status DISTIL_GPU_FN(gemm)(void *vb, const distil_gemm_args *a) {
+    gpu_state *b = gpu_of(vb);
+    if (a->m <= 0 || a->n <= 0) {
+        return DISTIL_OK;
+    }
+    gpu_device_guard guard(b);
+#if DISTIL_GPU_HAVE_BLAS
+    if (!b->portable_gemm && gemm_fits_int(a)) {
+        const bool bias = distil_dptr_present(a->bias);
+#if DISTIL_GPU_HAVE_BLASLT
+        if (bias && gemm_lt_bias(b, a)) {
+            return DISTIL_OK;
+        }
+#endif
+        DISTIL_TRY(gemm_blas(b, a));
+        if (!bias) {
+            return DISTIL_OK;
+        }
+        const cudaError_t e = gemm_bias_add_launch(a, b->stream);
+        return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm bias");
+    }
+#endif
+    return gemm_portable(b, a);
+}

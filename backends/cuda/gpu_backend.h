@@ -1,0 +1,47 @@
+/*
+ * gpu_backend.h - the operations of the cuda / hip backend as plain C declarations, so that the
+ * vtable (backend_table.c, C11) can list them. The same sources build both backends; the name
+ * prefix keeps the two sets of symbols apart when one library holds both.
+ */
+#ifndef DISTIL_GPU_BACKEND_H
+#define DISTIL_GPU_BACKEND_H
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef DISTIL_USE_HIP
+#define DISTIL_GPU_FN(name) distil_hip_##name
+#else
+#define DISTIL_GPU_FN(name) distil_cuda_##name
+#endif
+
+distil_status DISTIL_GPU_FN(probe)(int *n_devices);
+distil_status DISTIL_GPU_FN(create)(distil_ctx *ctx, int device, void **b);
+void DISTIL_GPU_FN(destroy)(void *b);
+void DISTIL_GPU_FN(describe)(void *b, char *buf, size_t n);
+distil_status DISTIL_GPU_FN(set_stream)(void *b, void *stream);
+distil_status DISTIL_GPU_FN(synchronize)(void *b);
+
+distil_status DISTIL_GPU_FN(mem_alloc)(void *b, size_t bytes, void **ptr);
+void DISTIL_GPU_FN(mem_free)(void *b, void *ptr);
+distil_status DISTIL_GPU_FN(mem_upload)(void *b, distil_dptr dst, const void *src, size_t bytes);
+distil_status DISTIL_GPU_FN(mem_download)(void *b, void *dst, distil_dptr src, size_t bytes);
+distil_status DISTIL_GPU_FN(check_pointer)(void *b, const void *p, const char *what);
+
+distil_status DISTIL_GPU_FN(gemm)(void *b, const distil_gemm_args *a);
+distil_status DISTIL_GPU_FN(count_valid)(void *b, const distil_count_args *a);
+distil_status DISTIL_GPU_FN(jsd_rows)(void *b, const distil_jsd_rows_args *a);
+distil_status DISTIL_GPU_FN(distill_rows)(void *b, const distil_distill_rows_args *a);
+distil_status DISTIL_GPU_FN(reduce)(void *b, const distil_reduce_args *a);
+distil_status DISTIL_GPU_FN(cast)(void *b, const distil_cast_args *a);
+distil_status DISTIL_GPU_FN(fill)(void *b, const distil_fill_args *a);
+int64_t DISTIL_GPU_FN(preferred_chunk_rows)(void *b, int64_t vocab, int64_t hs, int64_t ht);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DISTIL_GPU_BACKEND_H */

@@ -1,0 +1,208 @@
+/*
+ * gpu_context.cu - lifecycle of the cuda / hip backend: probe, create (own stream, BLAS handles
+ * bound to it, an explicit BLAS workspace, the deferred-error word), destroy, describe,
+ * set_stream and synchronize (which reports a recorded invalid label once). Also the mapping of
+ * runtime errors to statuses shared by every file.
+ */
+#include "gpu_state.cuh"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+namespace DISTIL_GPU_NS {
+
+#if DISTIL_GPU_HAVE_BLAS
+/* 32 MiB: what cuBLAS itself recommends on Hopper for its workspace. */
+constexpr size_t GPU_BLAS_WS_BYTES = 32u << 20;
+#endif
+
+distil_status gpu_fail(gpu_state *b, cudaError_t e, const char *what) {
+    (void)cudaGetLastError(); /* clear a non-sticky error so the context stays usable */
+    const distil_status s =
+        e == cudaErrorMemoryAllocation ? DISTIL_ERR_OUT_OF_MEMORY : DISTIL_ERR_BACKEND;
+    return distil_error_set(b ? b->ctx : nullptr, s, "%s: %s: %s", DISTIL_GPU_NAME, what,
+                            cudaGetErrorString(e));
+}
+
+distil_status gpu_check_launch(gpu_state *b, const char *what) {
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, what);
+}
+
+static const unsigned long long GPU_NO_LABEL_ERROR = ~0ull;
+
+/* Environment knobs read once per context: DISTIL_CUDA_GEMM=portable, DISTIL_CUDA_CLUSTER=n. */
+static void gpu_read_env(gpu_state *b) {
+    const char *g = getenv("DISTIL_CUDA_GEMM");
+    b->portable_gemm = !DISTIL_GPU_HAVE_BLAS || (g != nullptr && strcmp(g, "portable") == 0);
+    const char *c = getenv("DISTIL_CUDA_CLUSTER");
+    b->cluster = 0;
+    if (c != nullptr) {
+        const int n = atoi(c);
+        b->cluster = n == 1 || n == 2 || n == 4 || n == 8 ? n : 0;
+    }
+}
+
+static distil_status gpu_query_device(gpu_state *b) {
+    cudaDeviceProp prop;
+    GPU_TRY(b, cudaGetDeviceProperties(&prop, b->device), "cudaGetDeviceProperties");
+    snprintf(b->name, sizeof b->name, "%s", prop.name);
+    b->sm_count = prop.multiProcessorCount;
+    b->cc_major = prop.major;
+    return DISTIL_OK;
+}
+
+static distil_status gpu_init_blas(gpu_state *b) {
+#if DISTIL_GPU_HAVE_BLAS
+    if (cublasCreate(&b->blas) != CUBLAS_STATUS_SUCCESS) {
+        b->blas = nullptr;
+        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND, "%s: cublasCreate failed",
+                                DISTIL_GPU_NAME);
+    }
+    GPU_TRY(b, cudaMalloc(&b->blas_ws, GPU_BLAS_WS_BYTES), "BLAS workspace");
+    b->blas_ws_bytes = GPU_BLAS_WS_BYTES;
+    if (cublasSetStream(b->blas, b->stream) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetWorkspace(b->blas, b->blas_ws, b->blas_ws_bytes) != CUBLAS_STATUS_SUCCESS) {
+        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND, "%s: cuBLAS stream/workspace setup",
+                                DISTIL_GPU_NAME);
+    }
+#endif
+#if DISTIL_GPU_HAVE_BLASLT
+    if (cublasLtCreate(&b->lt) != CUBLAS_STATUS_SUCCESS) {
+        b->lt = nullptr;
+        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND, "%s: cublasLtCreate failed",
+                                DISTIL_GPU_NAME);
+    }
+#endif
+    return DISTIL_OK;
+}
+
+static distil_status gpu_init(gpu_state *b) {
+    DISTIL_TRY(gpu_query_device(b));
+    GPU_TRY(b, cudaStreamCreateWithFlags(&b->own_stream, cudaStreamNonBlocking), "stream create");
+    b->stream = b->own_stream;
+    DISTIL_TRY(gpu_init_blas(b));
+    GPU_TRY(b, cudaMalloc(&b->label_err, sizeof(gpu_label_error)), "label error word");
+    const gpu_label_error none = {GPU_NO_LABEL_ERROR, 0};
+    GPU_TRY(b, cudaMemcpy(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice),
+            "label error word");
+    return DISTIL_OK;
+}
+
+static void gpu_release(gpu_state *b) {
+#if DISTIL_GPU_HAVE_BLASLT
+    if (b->lt) {
+        cublasLtDestroy(b->lt);
+    }
+#endif
+#if DISTIL_GPU_HAVE_BLAS
+    if (b->blas) {
+        cublasDestroy(b->blas);
+    }
+#endif
+    if (b->own_stream) {
+        (void)cudaStreamSynchronize(b->own_stream);
+        (void)cudaStreamDestroy(b->own_stream);
+    }
+    (void)cudaFree(b->blas_ws);
+    (void)cudaFree(b->label_err);
+    (void)cudaGetLastError();
+    free(b);
+}
+
+/* The recorded invalid label, if any, as a status (and reset the word). */
+static distil_status gpu_take_label_error(gpu_state *b) {
+    gpu_label_error e;
+    GPU_TRY(b, cudaMemcpyAsync(&e, b->label_err, sizeof e, cudaMemcpyDeviceToHost, b->stream),
+            "synchronize");
+    GPU_TRY(b, cudaStreamSynchronize(b->stream), "synchronize");
+    if (e.key == GPU_NO_LABEL_ERROR) {
+        return DISTIL_OK;
+    }
+    const gpu_label_error none = {GPU_NO_LABEL_ERROR, 0};
+    GPU_TRY(b, cudaMemcpyAsync(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice, b->stream),
+            "synchronize");
+    GPU_TRY(b, cudaStreamSynchronize(b->stream), "synchronize");
+    const unsigned long long row = e.key >> 32;
+    const unsigned code = static_cast<unsigned>(e.key & 0xffffffffu);
+    const long long label = static_cast<long long>(code) - 2147483648LL;
+    const char *bound = code == 0 ? "<= " : (code == 0xffffffffu ? ">= " : "");
+    return distil_error_set(b->ctx, DISTIL_ERR_INVALID_LABEL,
+                            "labels: row %llu has label %s%lld outside [0, %lld)", row, bound,
+                            label, e.vocab);
+}
+
+} // namespace DISTIL_GPU_NS
+
+using namespace DISTIL_GPU_NS;
+
+extern "C" distil_status DISTIL_GPU_FN(probe)(int *n_devices) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        n = 0;
+    }
+    (void)cudaGetLastError();
+    *n_devices = n;
+    return DISTIL_OK;
+}
+
+extern "C" distil_status DISTIL_GPU_FN(create)(distil_ctx *ctx, int device, void **out) {
+    *out = nullptr;
+    gpu_state *b = static_cast<gpu_state *>(calloc(1, sizeof(gpu_state)));
+    if (b == nullptr) {
+        return distil_error_set(ctx, DISTIL_ERR_OUT_OF_MEMORY, "%s: backend state",
+                                DISTIL_GPU_NAME);
+    }
+    b->ctx = ctx;
+    b->device = device;
+    gpu_read_env(b);
+    distil_status s;
+    {
+        gpu_device_guard guard(b);
+        s = gpu_init(b);
+    }
+    if (s != DISTIL_OK) {
+        gpu_device_guard guard(b);
+        gpu_release(b);
+        return s;
+    }
+    *out = b;
+    return DISTIL_OK;
+}
+
+extern "C" void DISTIL_GPU_FN(destroy)(void *vb) {
+    if (vb == nullptr) {
+        return;
+    }
+    gpu_state *b = gpu_of(vb);
+    gpu_device_guard guard(b);
+    gpu_release(b);
+}
+
+extern "C" void DISTIL_GPU_FN(describe)(void *vb, char *buf, size_t n) {
+    if (n > 0) {
+        snprintf(buf, n, "%s", gpu_of(vb)->name);
+    }
+}
+
+extern "C" distil_status DISTIL_GPU_FN(set_stream)(void *vb, void *stream) {
+    gpu_state *b = gpu_of(vb);
+    b->stream = stream != nullptr ? static_cast<cudaStream_t>(stream) : b->own_stream;
+#if DISTIL_GPU_HAVE_BLAS
+    /* cublasSetStream resets the workspace to cuBLAS's own pool: set ours again. */
+    if (cublasSetStream(b->blas, b->stream) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetWorkspace(b->blas, b->blas_ws, b->blas_ws_bytes) != CUBLAS_STATUS_SUCCESS) {
+        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND, "%s: set_stream: cuBLAS rebinding",
+                                DISTIL_GPU_NAME);
+    }
+#endif
+    return DISTIL_OK;
+}
+
+extern "C" distil_status DISTIL_GPU_FN(synchronize)(void *vb) {
+    gpu_state *b = gpu_of(vb);
+    gpu_device_guard guard(b);
+    GPU_TRY(b, cudaStreamSynchronize(b->stream), "synchronize");
+    return gpu_take_label_error(b);
+}

@@ -1,0 +1,105 @@
+/*
+ * gpu_state.cuh - the per-context state of the cuda / hip backend and the helpers every .cu file
+ * shares: vendor errors to distil statuses (with the vendor's message), the device guard, and
+ * dptr -> typed pointer. Backend layer; C++17, included after vendor.h.
+ */
+#ifndef DISTIL_GPU_STATE_CUH
+#define DISTIL_GPU_STATE_CUH
+
+#include "vendor.h"
+
+#include "error.h"
+#include "gpu_backend.h"
+
+#include <stdint.h>
+
+namespace DISTIL_GPU_NS {
+
+/* The first invalid label seen by distill_rows, in device memory. key = row << 32 | label code,
+ * so the smallest key is the smallest row (atomicMin on an integer: deterministic). */
+struct gpu_label_error {
+    unsigned long long key; /* ~0ull: none */
+    long long vocab;
+};
+
+struct gpu_state {
+    distil_ctx *ctx; /* where messages go */
+    int device;
+    int sm_count;
+    int cc_major;
+    char name[256];
+    cudaStream_t own_stream; /* created at create, used when no stream is bound */
+    cudaStream_t stream;     /* where every call enqueues */
+#if DISTIL_GPU_HAVE_BLAS
+    cublasHandle_t blas;
+#endif
+#if DISTIL_GPU_HAVE_BLASLT
+    cublasLtHandle_t lt;
+#endif
+    void *blas_ws; /* explicit cuBLAS workspace: capturable and deterministic */
+    size_t blas_ws_bytes;
+    gpu_label_error *label_err; /* device */
+    bool portable_gemm;         /* DISTIL_CUDA_GEMM=portable, or no vendor BLAS */
+    int cluster;                /* blocks per row in distill_rows (1 = no cluster); 0 = auto */
+};
+
+static inline gpu_state *gpu_of(void *b) {
+    return static_cast<gpu_state *>(b);
+}
+
+/* A failed runtime call as a status: OUT_OF_MEMORY for allocation failures, BACKEND otherwise.
+ * The error is cleared from the runtime so that the context stays usable. */
+distil_status gpu_fail(gpu_state *b, cudaError_t e, const char *what);
+/* The launch status of the last kernel (what names the operation). */
+distil_status gpu_check_launch(gpu_state *b, const char *what);
+
+#define GPU_TRY(b, expr, what)                                                                     \
+    do {                                                                                           \
+        cudaError_t gpu_try_e_ = (expr);                                                           \
+        if (gpu_try_e_ != cudaSuccess) {                                                           \
+            return gpu_fail((b), gpu_try_e_, (what));                                              \
+        }                                                                                          \
+    } while (0)
+
+/* Makes b->device current for the scope and restores the caller's device after. */
+class gpu_device_guard {
+  public:
+    explicit gpu_device_guard(const gpu_state *b) : prev_(-1) {
+        int cur = -1;
+        if (cudaGetDevice(&cur) == cudaSuccess && cur != b->device &&
+            cudaSetDevice(b->device) == cudaSuccess) {
+            prev_ = cur;
+        }
+    }
+    ~gpu_device_guard() {
+        if (prev_ >= 0) {
+            (void)cudaSetDevice(prev_);
+        }
+    }
+    gpu_device_guard(const gpu_device_guard &) = delete;
+    gpu_device_guard &operator=(const gpu_device_guard &) = delete;
+
+  private:
+    int prev_;
+};
+
+template <typename T> static inline T *gpu_ptr(distil_dptr p) {
+    return static_cast<T *>(distil_dptr_addr(p));
+}
+
+static inline bool gpu_aligned(const void *p, size_t bytes) {
+    return (reinterpret_cast<uintptr_t>(p) % bytes) == 0;
+}
+
+/* Blocks for a grid-stride loop over n items of `per_block` each, capped to keep launches small. */
+static inline unsigned gpu_grid_for(int64_t n, int64_t per_block, int64_t cap) {
+    int64_t g = (n + per_block - 1) / per_block;
+    if (g < 1) {
+        g = 1;
+    }
+    return static_cast<unsigned>(g < cap ? g : cap);
+}
+
+} // namespace DISTIL_GPU_NS
+
+#endif /* DISTIL_GPU_STATE_CUH */

@@ -1,0 +1,179 @@
+/*
+ * small_ops.cu - the small kernels of the backend: count_valid (N on the device), reduce (the
+ * deterministic scalar loss), cast and fill. count_valid and reduce run as one block with a fixed
+ * summation order (integer counts, double sums), so their results are bitwise reproducible.
+ */
+#include "gpu_state.cuh"
+#include "dtype.cuh"
+#include "reduce.cuh"
+
+namespace DISTIL_GPU_NS {
+
+constexpr int SMALL_THREADS = 512;
+
+/* n_out = max(count, min_one), count = rows with label != ignore (and in [0, vocab) if vocab > 0),
+ * or rows when labels is NULL. One block. */
+__global__ void __launch_bounds__(SMALL_THREADS)
+    distil_count_valid_kernel(const int64_t *labels, int64_t rows, int64_t ignore, int64_t vocab,
+                              bool min_one, float *n_out) {
+    __shared__ long long scratch[DISTIL_GPU_MAX_WARPS];
+    long long c = 0;
+    if (labels != nullptr) {
+        for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
+            const int64_t l = labels[i];
+            c += l != ignore && (vocab <= 0 || (l >= 0 && l < vocab)) ? 1 : 0;
+        }
+    } else if (threadIdx.x == 0) {
+        c = rows;
+    }
+    c = block_sum(c, scratch);
+    if (threadIdx.x == 0) {
+        *n_out = static_cast<float>(c < 1 && min_one ? 1 : c);
+    }
+}
+
+/* out[0] = wa sum(a) / n + wb sum(b) / n (and the parts). One block, double accumulation. */
+__global__ void __launch_bounds__(SMALL_THREADS)
+    distil_reduce_kernel(const float *a, const float *b, int64_t count, float wa, float wb,
+                         const float *n_valid, bool parts, float *out) {
+    __shared__ double scratch[DISTIL_GPU_MAX_WARPS];
+    double sa = 0.0;
+    double sb = 0.0;
+    for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+        sa += a[i];
+        if (b != nullptr) {
+            sb += b[i];
+        }
+    }
+    sa = block_sum(sa, scratch);
+    sb = block_sum(sb, scratch);
+    if (threadIdx.x == 0) {
+        const double n = n_valid != nullptr ? static_cast<double>(*n_valid) : 1.0;
+        const double pa = n != 0.0 ? sa / n : 0.0;
+        const double pb = n != 0.0 ? sb / n : 0.0;
+        out[0] = static_cast<float>(wa * pa + (b != nullptr ? wb * pb : 0.0));
+        if (parts) {
+            out[1] = static_cast<float>(pa);
+            out[2] = static_cast<float>(pb);
+        }
+    }
+}
+
+/* dst = src element by element; N-element vectors over the body when VEC, scalar tail. */
+template <int SDT, int DDT, int N>
+__global__ void distil_cast_kernel(const void *src, void *dst, int64_t count) {
+    const int64_t n_vec = count / N;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n_vec;
+         v += stride) {
+        float t[N];
+        vload<SDT, N, true>(src, v * N, t);
+        vstore<DDT, N>(dst, v * N, t);
+    }
+    for (int64_t i = n_vec * N + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+         i < count; i += stride) {
+        store1<DDT>(dst, i, load1<SDT>(src, i));
+    }
+}
+
+template <int DT> __global__ void distil_fill_kernel(void *dst, int64_t count, float value) {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+         i += stride) {
+        store1<DT>(dst, i, value);
+    }
+}
+
+template <int SDT, int DDT>
+static void cast_launch(const void *src, void *dst, int64_t count, cudaStream_t s) {
+    constexpr int N = 4;
+    const unsigned grid = gpu_grid_for(count, 256 * N, 65536);
+    if (gpu_aligned(src, N * sizeof(typename dt_traits<SDT>::T)) &&
+        gpu_aligned(dst, N * sizeof(typename dt_traits<DDT>::T))) {
+        distil_cast_kernel<SDT, DDT, N><<<grid, 256, 0, s>>>(src, dst, count);
+    } else {
+        distil_cast_kernel<SDT, DDT, 1><<<grid, 256, 0, s>>>(src, dst, count);
+    }
+}
+
+template <int SDT>
+static void cast_launch_dst(distil_dtype ddt, const void *src, void *dst, int64_t count,
+                            cudaStream_t s) {
+    switch (ddt) {
+    case DISTIL_F32:
+        cast_launch<SDT, DISTIL_F32>(src, dst, count, s);
+        break;
+    case DISTIL_BF16:
+        cast_launch<SDT, DISTIL_BF16>(src, dst, count, s);
+        break;
+    default:
+        cast_launch<SDT, DISTIL_F16>(src, dst, count, s);
+        break;
+    }
+}
+
+} // namespace DISTIL_GPU_NS
+
+using namespace DISTIL_GPU_NS;
+
+extern "C" distil_status DISTIL_GPU_FN(count_valid)(void *vb, const distil_count_args *a) {
+    gpu_state *b = gpu_of(vb);
+    gpu_device_guard guard(b);
+    distil_count_valid_kernel<<<1, SMALL_THREADS, 0, b->stream>>>(
+        gpu_ptr<const int64_t>(a->labels), a->rows, a->ignore_index, a->vocab, a->min_one,
+        gpu_ptr<float>(a->n_out));
+    return gpu_check_launch(b, "count_valid");
+}
+
+extern "C" distil_status DISTIL_GPU_FN(reduce)(void *vb, const distil_reduce_args *a) {
+    gpu_state *b = gpu_of(vb);
+    gpu_device_guard guard(b);
+    distil_reduce_kernel<<<1, SMALL_THREADS, 0, b->stream>>>(
+        gpu_ptr<const float>(a->a), gpu_ptr<const float>(a->b), a->count, a->wa, a->wb,
+        gpu_ptr<const float>(a->n_valid), a->parts, gpu_ptr<float>(a->out));
+    return gpu_check_launch(b, "reduce");
+}
+
+extern "C" distil_status DISTIL_GPU_FN(cast)(void *vb, const distil_cast_args *a) {
+    gpu_state *b = gpu_of(vb);
+    if (a->count <= 0) {
+        return DISTIL_OK;
+    }
+    gpu_device_guard guard(b);
+    const void *src = distil_dptr_addr(a->src);
+    void *dst = distil_dptr_addr(a->dst);
+    switch (a->src_dtype) {
+    case DISTIL_F32:
+        cast_launch_dst<DISTIL_F32>(a->dst_dtype, src, dst, a->count, b->stream);
+        break;
+    case DISTIL_BF16:
+        cast_launch_dst<DISTIL_BF16>(a->dst_dtype, src, dst, a->count, b->stream);
+        break;
+    default:
+        cast_launch_dst<DISTIL_F16>(a->dst_dtype, src, dst, a->count, b->stream);
+        break;
+    }
+    return gpu_check_launch(b, "cast");
+}
+
+extern "C" distil_status DISTIL_GPU_FN(fill)(void *vb, const distil_fill_args *a) {
+    gpu_state *b = gpu_of(vb);
+    if (a->count <= 0) {
+        return DISTIL_OK;
+    }
+    gpu_device_guard guard(b);
+    void *dst = distil_dptr_addr(a->dst);
+    const unsigned grid = gpu_grid_for(a->count, 256, 65536);
+    switch (a->dtype) {
+    case DISTIL_F32:
+        distil_fill_kernel<DISTIL_F32><<<grid, 256, 0, b->stream>>>(dst, a->count, a->value);
+        break;
+    case DISTIL_BF16:
+        distil_fill_kernel<DISTIL_BF16><<<grid, 256, 0, b->stream>>>(dst, a->count, a->value);
+        break;
+    default:
+        distil_fill_kernel<DISTIL_F16><<<grid, 256, 0, b->stream>>>(dst, a->count, a->value);
+        break;
+    }
+    return gpu_check_launch(b, "fill");
+}

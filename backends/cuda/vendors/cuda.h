@@ -1,0 +1,64 @@
+/*
+ * vendors/cuda.h - the CUDA side of vendor.h: runtime, cuBLAS/cuBLASLt and fp16 headers, the
+ * warp width and the warp primitives. Only vendor.h includes this file.
+ */
+#ifndef DISTIL_VENDORS_CUDA_H
+#define DISTIL_VENDORS_CUDA_H
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#define DISTIL_GPU_NAME     "cuda"
+#define DISTIL_GPU_PRIORITY 400
+/* Namespace of the internal C++ symbols, distinct from the hip build of the same sources. */
+#define DISTIL_GPU_NS          distil_cuda_impl
+#define DISTIL_GPU_HAVE_BLAS   1
+#define DISTIL_GPU_HAVE_BLASLT 1
+/* Thread block clusters (distributed shared memory) exist from sm_90 on. */
+#define DISTIL_GPU_HAVE_CLUSTERS 1
+
+/* Threads of a warp; a compile-time constant so reductions unroll. */
+#define DISTIL_GPU_WARP       32
+#define DISTIL_GPU_LANES_MASK 0xffffffffu
+
+__device__ __forceinline__ float distil_warp_xor(float v, int lane_mask) {
+    return __shfl_xor_sync(DISTIL_GPU_LANES_MASK, v, lane_mask);
+}
+__device__ __forceinline__ double distil_warp_xor(double v, int lane_mask) {
+    return __shfl_xor_sync(DISTIL_GPU_LANES_MASK, v, lane_mask);
+}
+__device__ __forceinline__ long long distil_warp_xor(long long v, int lane_mask) {
+    return __shfl_xor_sync(DISTIL_GPU_LANES_MASK, v, lane_mask);
+}
+
+/* fp16 bits <-> fp32, round to nearest even. */
+__device__ __forceinline__ float distil_f16_bits_to_float(unsigned short h) {
+    return __half2float(__ushort_as_half(h));
+}
+__device__ __forceinline__ unsigned short distil_float_to_f16_bits(float f) {
+    return __half_as_ushort(__float2half_rn(f));
+}
+
+/* A 16-byte load that tells the cache the line will not be read again (streaming). */
+template <typename T> __device__ __forceinline__ T distil_load_stream(const T *p) {
+    return __ldcs(p);
+}
+
+/* Pointer kind as the runtime sees it: 1 device (or managed) memory, 0 anything else. */
+static inline cudaError_t distil_gpu_pointer_device(const void *p, int *is_device, int *device) {
+    cudaPointerAttributes at;
+    cudaError_t e = cudaPointerGetAttributes(&at, p);
+    *is_device = 0;
+    *device = -1;
+    if (e != cudaSuccess) {
+        return e;
+    }
+    *is_device = at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged;
+    *device = at.device;
+    return cudaSuccess;
+}
+
+#endif /* DISTIL_VENDORS_CUDA_H */
