@@ -87,11 +87,11 @@ static void ocl_describe_device(distil_ocl *b) {
     clGetDeviceInfo(b->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof b->max_alloc, &b->max_alloc,
                     NULL);
     b->tuning = distil_ocl_tuning_pick(b->device);
-    char tune[128];
-    distil_ocl_tuning_options(&b->tuning, tune, sizeof tune);
-    snprintf(b->options, sizeof b->options, "-cl-std=CL1.2 %s", tune);
     const char *user = getenv("DISTIL_OPENCL_BUILD_OPTIONS");
     snprintf(b->user_options, sizeof b->user_options, "%s", user ? user : "");
+    char tune[128];
+    distil_ocl_tuning_options(&b->tuning, b->user_options, tune, sizeof tune);
+    snprintf(b->options, sizeof b->options, "-cl-std=CL1.2%s", tune);
 }
 
 /* Context, queues, label state: everything create needs after the device is known. */

@@ -41,8 +41,8 @@ typedef struct distil_ocl_tuning {
 /* Pick the tuning for a device: vendor first, then a device-name substring, then defaults,
  * clamped to the device's largest work-group. */
 distil_ocl_tuning distil_ocl_tuning_pick(cl_device_id device);
-/* "-DWG_SIZE=.. -DVEC=.. -DGEMM_TILE=.." into buf. */
-void distil_ocl_tuning_options(const distil_ocl_tuning *t, char *buf, size_t n);
+/* " -DWG_SIZE=.. -DVEC=.. -DGEMM_TILE=.." into buf, leaving out what `user` defines. */
+void distil_ocl_tuning_options(const distil_ocl_tuning *t, const char *user, char *buf, size_t n);
 
 /* ---------------------------------------------------------------- programs (opencl_program.c) */
 

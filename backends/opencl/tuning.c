@@ -99,6 +99,20 @@ distil_ocl_tuning distil_ocl_tuning_pick(cl_device_id device) {
     return t;
 }
 
-void distil_ocl_tuning_options(const distil_ocl_tuning *t, char *buf, size_t n) {
-    snprintf(buf, n, "-DWG_SIZE=%d -DVEC=%d -DGEMM_TILE=%d", t->wg_size, t->vec, t->gemm_tile);
+/* Append " -DNAME=value" unless the user's options define NAME themselves (a second -D of the
+ * same macro would only warn about the redefinition). */
+static void ocl_define(char *buf, size_t n, const char *user, const char *name, int value) {
+    char probe[64];
+    snprintf(probe, sizeof probe, "-D%s=", name);
+    if (strstr(user, probe) == NULL) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, n - len, " -D%s=%d", name, value);
+    }
+}
+
+void distil_ocl_tuning_options(const distil_ocl_tuning *t, const char *user, char *buf, size_t n) {
+    buf[0] = '\0';
+    ocl_define(buf, n, user, "WG_SIZE", t->wg_size);
+    ocl_define(buf, n, user, "VEC", t->vec);
+    ocl_define(buf, n, user, "GEMM_TILE", t->gemm_tile);
 }

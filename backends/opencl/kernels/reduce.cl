@@ -37,9 +37,9 @@ distil_count_valid(__global const long *labels, ulong lab_off, int has_labels, l
  * read only when has_b.
  */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
-distil_reduce(__global const float *a, ulong a_off, __global const float *b, ulong b_off,
-              int has_b, long count, float wa, float wb, __global const float *n_valid,
-              ulong n_off, int has_n, int parts, __global float *out, ulong out_off) {
+distil_reduce(__global const float *a, ulong a_off, __global const float *b, ulong b_off, int has_b,
+              long count, float wa, float wb, __global const float *n_valid, ulong n_off, int has_n,
+              int parts, __global float *out, ulong out_off) {
     __local float red[WG_SIZE];
     const int lid = (int)get_local_id(0);
     float pa = 0.0f, pb = 0.0f;
