@@ -111,6 +111,8 @@ def parse_args(argv):
     a("--floor-from", help="distil-bench JSON whose floor rates to use (same device)")
     a("--liger-compiled", type=ranged(int, 0, 1), default=1,
       help="LigerFusedLinearJSDLoss(compiled=...) (default 1, Liger's default)")
+    a("--compile-dynamic", type=ranged(int, 0, 1), default=0,
+      help="torch.compile(dynamic=True): one compile for all T instead of one per T")
     a("--json")
     a("--csv")
     a("--isolate", type=ranged(int, 0, 1), default=1,
@@ -255,15 +257,27 @@ def make_set(s, device, torch):
             "labels": labels(), "leaves": ["xs", "ws"]}
 
 
+_COMPILED = {}
+
+
 def make_call(impl, s, args, torch):
     """A function of one input set that returns the loss (no backward)."""
     jsd_eager, fused_eager = make_losses(torch)
+
+    def compiled(fn):  # one compiled function per loss, so dynamic shapes compile once
+        if fn.__name__ not in _COMPILED:
+            for knob in ("cache_size_limit", "recompile_limit"):  # one compile per T and mode
+                if hasattr(torch._dynamo.config, knob):
+                    setattr(torch._dynamo.config, knob, 64)
+            _COMPILED[fn.__name__] = torch.compile(fn, dynamic=bool(args.compile_dynamic))
+        return _COMPILED[fn.__name__]
+
     if s["workload"] == "jsd":
         if impl == "liger":
             from liger_kernel.transformers import LigerJSD
             m = LigerJSD(beta=s["beta"], ignore_index=IGNORE)
             return lambda st: m(st["x"], st["y"], st["labels"])
-        f = torch.compile(jsd_eager, dynamic=False) if impl == "compile" else jsd_eager
+        f = compiled(jsd_eager) if impl == "compile" else jsd_eager
         return lambda st: f(st["x"], st["y"], st["labels"], s["beta"])
     if impl == "liger":
         from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
@@ -273,7 +287,7 @@ def make_call(impl, s, args, torch):
                                     compiled=bool(args.liger_compiled),
                                     chunk_size=s["chunk_rows"] or 1024)
         return lambda st: m(st["xs"], st["ws"], st["xt"], st["wt"], st["labels"])
-    f = torch.compile(fused_eager, dynamic=False) if impl == "compile" else fused_eager
+    f = compiled(fused_eager) if impl == "compile" else fused_eager
     return lambda st: f(st["xs"], st["ws"], st["xt"], st["wt"], st["labels"], s["weight_hard"],
                         s["weight_soft"], s["beta"], s["temperature"])
 
@@ -294,7 +308,7 @@ def clear_grads(sets):
             st[k].grad = None
 
 
-def time_mode(call, sets, full, args, torch, cuda):
+def time_mode(call, sets, full, args, torch, cuda, warmup):
     """Samples of one call each (ms), rotating the sets; returns (samples, last loss)."""
     for st in sets:
         for k in st["leaves"]:
@@ -306,7 +320,8 @@ def time_mode(call, sets, full, args, torch, cuda):
             loss.backward()
         return loss
 
-    for i in range(args.warmup):
+    # torch.compile finishes compiling (in worker processes) during its first calls: warm longer
+    for i in range(warmup):
         clear_grads(sets)
         once(i)
     ms, i, start = [], 0, time.perf_counter()
@@ -358,7 +373,19 @@ def new_row(impl, s, mode, dev):
         r.update(Hs=None, Ht=None, temperature=None, weight_hard=None, weight_soft=None,
                  chunk_rows=None)
     r["bytes"], r["flops"] = work_of(s, mode == "full")
+    if impl == "compile":
+        r["message"] = f"torch.compile(dynamic={bool(ARGS.compile_dynamic)})"
+    if impl == "liger":
+        r["message"] = f"liger-kernel {liger_version()}"
     return r
+
+
+def liger_version():
+    try:
+        from importlib.metadata import version
+        return version("liger-kernel")
+    except Exception:
+        return "unknown version"
 
 
 def measure(r, call, sets, s, args, torch):
@@ -372,7 +399,8 @@ def measure(r, call, sets, s, args, torch):
         before = torch.cuda.memory_allocated()
     else:
         before = max_rss_bytes()
-    ms, loss = time_mode(call, sets, full, args, torch, cuda)
+    warmup = max(args.warmup, 10) if r["backend"] == "torch-compile" else args.warmup
+    ms, loss = time_mode(call, sets, full, args, torch, cuda, warmup)
     extra = output_bytes(s, full)
     if cuda:
         working = torch.cuda.max_memory_allocated() - before - extra
@@ -518,14 +546,16 @@ def write_files(args, rows, torch, argv):
                              "max_reps": args.max_reps, "min_time_s": args.min_time,
                              "cache_mb": args.cache_mb, "max_sets": args.sets},
                 "results": rows}
-        with open(args.json, "w") as f:
+        with open(args.json + ".tmp", "w") as f:
             json.dump(head, f, indent=1)
             f.write("\n")
+        os.replace(args.json + ".tmp", args.json)  # never a half-written file
     if args.csv:
-        with open(args.csv, "w") as f:
+        with open(args.csv + ".tmp", "w") as f:
             f.write(",".join(FIELDS) + "\n")
             for r in rows:
                 f.write(",".join(csv_value(r[k]) for k in FIELDS) + "\n")
+        os.replace(args.csv + ".tmp", args.csv)
 
 
 def liger_usable(args):
@@ -574,7 +604,8 @@ def sweep(args, torch, argv):
                 for r in new:
                     finish_row(r, args)
                     print_row(r)
-                rows += new
+                rows += [{k: clean(r[k]) for k in FIELDS} for r in new]
+                write_files(args, rows, torch, argv)  # a run cut short keeps what it measured
     return rows
 
 
@@ -582,16 +613,22 @@ def clean(v):
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
+ARGS = None
+
+
 def main(argv):
-    args = parse_args(argv)
+    global ARGS
+    args = ARGS = parse_args(argv)
     import torch
     if args._point:
         resolve(args, torch)
         point_child(args, torch)
         return 0
-    rows = sweep(args, torch, argv)
-    rows = [{k: clean(r[k]) for k in FIELDS} for r in rows]
-    write_files(args, rows, torch, argv)
+    try:
+        rows = sweep(args, torch, argv)
+    except KeyboardInterrupt:
+        print("baselines.py: interrupted; the files hold the points finished", file=sys.stderr)
+        return 130
     return 0 if all(r["status"] == "ok" for r in rows) else 3
 
 

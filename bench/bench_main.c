@@ -79,6 +79,19 @@ static int bench_n_modes(const bench_options *opt, bench_mode *modes) {
     return n;
 }
 
+static int bench_write_files(const bench_options *opt, const bench_result *r, int n, int loud) {
+    int rc = 0;
+    if (opt->json_path != NULL && bench_write_json(opt->json_path, opt, r, n) != 0 && loud) {
+        fprintf(stderr, "distil-bench: cannot write %s\n", opt->json_path);
+        rc = 1;
+    }
+    if (opt->csv_path != NULL && bench_write_csv(opt->csv_path, r, n) != 0 && loud) {
+        fprintf(stderr, "distil-bench: cannot write %s\n", opt->csv_path);
+        rc = 1;
+    }
+    return rc;
+}
+
 /* The state of a sweep: the results so far and the progress line. */
 typedef struct bench_sweep {
     const bench_options *opt;
@@ -137,20 +150,9 @@ static void bench_sweep_workload(bench_sweep *sw, int bi, const bench_shape *bas
         }
         fflush(stdout);
         sw->n += n_modes;
+        /* Files are rewritten after every point so that a run cut short keeps what it measured. */
+        bench_write_files(sw->opt, sw->res, sw->n, 0);
     }
-}
-
-static int bench_write_files(const bench_options *opt, const bench_result *r, int n) {
-    int rc = 0;
-    if (opt->json_path != NULL && bench_write_json(opt->json_path, opt, r, n) != 0) {
-        fprintf(stderr, "distil-bench: cannot write %s\n", opt->json_path);
-        rc = 1;
-    }
-    if (opt->csv_path != NULL && bench_write_csv(opt->csv_path, r, n) != 0) {
-        fprintf(stderr, "distil-bench: cannot write %s\n", opt->csv_path);
-        rc = 1;
-    }
-    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -193,7 +195,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < sw.n; i++) {
         failed += sw.res[i].status != DISTIL_OK;
     }
-    rc = bench_write_files(&opt, sw.res, sw.n);
+    rc = bench_write_files(&opt, sw.res, sw.n, 1);
     free(sw.res);
     return rc != 0 ? 1 : (failed > 0 ? 3 : 0);
 }

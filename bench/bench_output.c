@@ -175,8 +175,21 @@ static void bench_json_header(FILE *f, const bench_options *opt) {
             opt->max_sets, (unsigned long long)opt->seed);
 }
 
+/* Files are written to PATH.tmp, then renamed: a run interrupted mid-write leaves the last
+ * complete file. */
+static FILE *bench_open_tmp(const char *path, char *tmp, size_t n) {
+    snprintf(tmp, n, "%s.tmp", path);
+    return fopen(tmp, "w");
+}
+
+static int bench_close_tmp(FILE *f, const char *tmp, const char *path) {
+    int rc = fclose(f);
+    return rc == 0 && rename(tmp, path) == 0 ? 0 : -1;
+}
+
 int bench_write_json(const char *path, const bench_options *opt, const bench_result *r, int n) {
-    FILE *f = fopen(path, "w");
+    char tmp[4096];
+    FILE *f = bench_open_tmp(path, tmp, sizeof tmp);
     if (f == NULL) {
         return -1;
     }
@@ -189,7 +202,7 @@ int bench_write_json(const char *path, const bench_options *opt, const bench_res
         fprintf(f, "}%s\n", i + 1 < n ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
-    return fclose(f) == 0 ? 0 : -1;
+    return bench_close_tmp(f, tmp, path);
 }
 
 typedef struct bench_csv_state {
@@ -216,7 +229,8 @@ static void bench_csv_field(void *user, const char *name, const char *s, double 
 }
 
 int bench_write_csv(const char *path, const bench_result *r, int n) {
-    FILE *f = fopen(path, "w");
+    char tmp[4096];
+    FILE *f = bench_open_tmp(path, tmp, sizeof tmp);
     if (f == NULL) {
         return -1;
     }
@@ -226,5 +240,5 @@ int bench_write_csv(const char *path, const bench_result *r, int n) {
         bench_fields(i < 0 ? &names_only : &r[i], bench_csv_field, &st);
         fputc('\n', f);
     }
-    return fclose(f) == 0 ? 0 : -1;
+    return bench_close_tmp(f, tmp, path);
 }

@@ -18,7 +18,7 @@ BASELINES = ("torch-eager", "torch-compile", "liger")
 NUM = ("T", "V", "Hs", "Ht", "ms_median", "ms_p20", "ms_p80", "floor_ms")
 
 
-def load(path):
+def load(path, ok_only=True):
     if path.endswith(".json"):
         with open(path) as f:
             rows = json.load(f)["results"]
@@ -29,7 +29,8 @@ def load(path):
         for k in NUM:
             v = r.get(k)
             r[k] = float(v) if v not in (None, "") else None
-    return [r for r in rows if r.get("status") == "ok" and r.get("ms_median")]
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("ms_median")]
+    return ok if ok_only else [r for r in rows if r in ok or r.get("status") != "ok"]
 
 
 def group_key(r):

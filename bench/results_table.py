@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""results_table.py - Markdown tables of distil-bench / baselines.py results, for RESULTS.md.
+
+usage: results_table.py FILE.json|FILE.csv...
+
+One table per workload, mode, dtype and shape: a row per T; per backend the median ms with
+p20..p80; the speed-up of each distil backend over PyTorch eager (and torch.compile, Liger when
+present); the ratio to the floor; and memory (peak, and working = beyond inputs and outputs).
+Only the Python standard library is used.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot_data import BASELINES, group_key, load, title_of  # noqa: E402
+
+
+def fmt_ms(r):
+    if r["status"] != "ok":
+        return r["status"]
+    return f"{r['ms_median']:.3g} [{float(r['ms_p20']):.3g}–{float(r['ms_p80']):.3g}]"
+
+
+def fmt_bytes(v):
+    if v in (None, ""):
+        return "–"
+    v = float(v)
+    return f"{v / 1e9:.2f} GB" if v >= 1e9 else f"{v / 1e6:.0f} MB"
+
+
+def table(rows):
+    devices = {r["device"] for r in rows if r["backend"] not in BASELINES} or {rows[0]["device"]}
+    backends = list(dict.fromkeys(r["backend"] for r in rows))
+    ours = [b for b in backends if b not in BASELINES]
+    base = [b for b in backends if b in BASELINES]
+    by = {(r["backend"], r["T"]): r for r in rows}
+    ts = sorted({r["T"] for r in rows})
+    head = ["T", "floor ms"] + [f"{'distil-' + b if b in ours else b} ms" for b in backends]
+    head += [f"distil-{o} speed-up over {b}" for o in ours for b in base]
+    head += [f"{'distil-' + o if o in ours else o} × floor" for o in ours]
+    head += [f"{b if b in BASELINES else 'distil-' + b} memory (working)" for b in backends]
+    out = [f"**{title_of(rows[0], devices)}**", "", "| " + " | ".join(head) + " |",
+           "|" + "---|" * len(head)]
+    for t in ts:
+        cells = [str(int(t))]
+        fl = next((by[(o, t)]["floor_ms"] for o in ours if (o, t) in by), None)
+        cells.append(f"{fl:.3g}" if fl else "–")
+        cells += [fmt_ms(by[(b, t)]) if (b, t) in by else "–" for b in backends]
+        for o in ours:
+            for b in base:
+                ok = all((k, t) in by and by[(k, t)]["status"] == "ok" for k in (o, b))
+                cells.append(f"{by[(b, t)]['ms_median'] / by[(o, t)]['ms_median']:.2f}×"
+                             if ok else "–")
+        for o in ours:
+            r = by.get((o, t))
+            ok = r and r["status"] == "ok" and r["floor_ms"]
+            cells.append(f"{r['ms_median'] / r['floor_ms']:.2f}" if ok else "–")
+        for b in backends:
+            r = by.get((b, t))
+            cells.append(f"{fmt_bytes(r['mem_bytes'])} ({fmt_bytes(r['working_bytes'])})"
+                         if r and r["status"] == "ok" else "–")
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main(argv):
+    if not argv:
+        sys.exit("usage: results_table.py FILE.json|FILE.csv...")
+    groups = {}
+    for path in argv:
+        for r in load(path, ok_only=False):
+            groups.setdefault(group_key(r), []).append(r)
+    print("\n\n".join(table(rows) for _, rows in sorted(groups.items())))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
