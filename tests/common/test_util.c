@@ -283,9 +283,22 @@ void tu_check_padding(const char *what, const void *p, distil_dtype dtype, int64
     }
 }
 
+/* DISTIL_TEST_VERBOSE=1 prints every measured error with its bound (to tighten the table). */
+static void tu_report(const char *what, double err, double tol) {
+    static int verbose = -1;
+    if (verbose < 0) {
+        const char *v = getenv("DISTIL_TEST_VERBOSE");
+        verbose = v && *v && strcmp(v, "0") != 0;
+    }
+    if (verbose) {
+        print_message("    %-24s error %.3g of %.3g (%.0f%%)\n", what, err, tol, 100.0 * err / tol);
+    }
+}
+
 void tu_check_rel(const char *what, double got, double ref, double tol, const char *file,
                   int line) {
     double err = tu_rel_err(got, ref);
+    tu_report(what, err, tol);
     if (!(err <= tol)) {
         print_error("%s: got %.9g, ref %.9g, relative error %.3g > %.3g\n", what, got, ref, err,
                     tol);
@@ -297,6 +310,7 @@ void tu_check_tensor(const char *what, const void *got, const void *ref, distil_
                      int64_t rows, int64_t width, int64_t ld, double tol, const char *file,
                      int line) {
     double err = tu_norm_rel_err(got, ref, dtype, rows, width, ld);
+    tu_report(what, err, tol);
     if (!(err <= tol)) {
         /* Name the worst element to make the failure readable. */
         int64_t wi = 0, wv = 0;

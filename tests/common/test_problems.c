@@ -1,0 +1,218 @@
+/*
+ * test_problems.c - seeded host inputs of the two losses and one run of each on a context,
+ * with every output poisoned first (see test_problems.h).
+ */
+#include "test_problems.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const tp_labels_names[] = {"none", "mixed", "all-ignored"};
+
+static void *tp_xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    assert_non_null(p);
+    return p;
+}
+
+/* Valid labels random in [0, vocab), ignored ones ignore_index. */
+static int64_t *tp_make_labels(tu_rng *r, int64_t rows, int64_t vocab, tp_labels mode,
+                               int64_t ignore_index) {
+    int64_t *labels = tp_xmalloc((size_t)rows * sizeof(int64_t));
+    for (int64_t i = 0; i < rows; i++) {
+        bool ignored = mode == TP_LABELS_ALL_IGNORED || (mode == TP_LABELS_MIXED && i % 3 == 1);
+        labels[i] = ignored ? ignore_index : tu_rand_int(r, vocab);
+    }
+    return labels;
+}
+
+static void *tp_upload_opt(distil_ctx *ctx, const void *host, size_t bytes) {
+    return host ? tu_upload(ctx, host, bytes) : NULL;
+}
+
+/* Download a device buffer into new host memory and free it; NULL stays NULL. */
+static void *tp_download_free(distil_ctx *ctx, void *dev, size_t bytes) {
+    if (!dev) {
+        return NULL;
+    }
+    void *host = tp_xmalloc(bytes);
+    tu_download(ctx, host, dev, bytes);
+    distil_free(ctx, dev);
+    return host;
+}
+
+/* ---------------------------------------------------------------- distil_jsd */
+
+/* Masks: tokens masked in both, in the teacher only where beta < 1, and in the student only
+ * where beta > 0 (each keeps every divergence finite). Column 0 stays unmasked. */
+static void tp_jsd_masks(tu_rng *r, const tp_jsd_spec *s, unsigned char *ms, unsigned char *mt) {
+    size_t n = (size_t)(s->t * s->v);
+    memset(ms, 0, n), memset(mt, 0, n);
+    for (size_t k = 0; (s->special & TP_NEG_INF) && s->v > 1 && k < n; k++) {
+        if (k % (size_t)s->v == 0) {
+            continue;
+        }
+        double u = tu_rand_uniform(r);
+        ms[k] = mt[k] = u < 0.1;
+        mt[k] |= s->beta < 1.0f && u > 0.95;
+        ms[k] |= s->beta > 0.0f && u > 0.9 && u <= 0.95;
+    }
+}
+
+static void tp_jsd_desc(tp_jsd *p, distil_dtype dt) {
+    const tp_jsd_spec *s = &p->s;
+    distil_jsd_desc_init(&p->d);
+    p->d.rows = s->t, p->d.vocab = s->v, p->d.dtype = dt, p->d.beta = s->beta;
+    p->d.reduction = s->red, p->d.grad_scale = s->grad_scale != 0.0f ? s->grad_scale : 1.0f;
+    p->xs = s->v + s->pad_x, p->ys = s->v + s->pad_y;
+    p->gs = s->grad == TP_GRAD_INPLACE ? p->xs : s->v + s->pad_g;
+    p->d.student_stride = s->pad_x ? p->xs : 0, p->d.teacher_stride = s->pad_y ? p->ys : 0;
+    p->d.grad_stride = (s->grad == TP_GRAD_INPLACE ? s->pad_x : s->pad_g) ? p->gs : 0;
+    p->nloss = s->red == DISTIL_REDUCTION_NONE ? (size_t)s->t : 1;
+}
+
+void tp_jsd_make(tp_jsd *p, const tp_jsd_spec *s, distil_dtype dt, uint64_t seed) {
+    tu_rng r = tu_rng_make(seed);
+    p->s = *s;
+    tp_jsd_desc(p, dt);
+    size_t es = distil_dtype_size(dt), xb = (size_t)(s->t * p->xs) * es;
+    size_t yb = (size_t)(s->t * p->ys) * es;
+    p->x = tp_xmalloc(xb), p->y = tp_xmalloc(yb);
+    tu_poison(p->x, xb), tu_poison(p->y, yb);
+    unsigned char *ms = tp_xmalloc((size_t)(s->t * s->v)), *mt = tp_xmalloc((size_t)(s->t * s->v));
+    tp_jsd_masks(&r, s, ms, mt);
+    tu_fill_logp(&r, p->x, dt, s->t, s->v, p->xs, 2.0, ms);
+    tu_fill_logp(&r, p->y, dt, s->t, s->v, p->ys, 2.0, mt);
+    for (int64_t i = 0; (s->special & TP_TINY) && s->v > 2 && i < s->t; i++) {
+        tu_set(p->x, dt, (size_t)(i * p->xs + 1), -120.0f); /* exp underflows in fp32 */
+        tu_set(p->y, dt, (size_t)(i * p->ys + 1), -121.5f);
+        tu_set(p->x, dt, (size_t)(i * p->xs + 2), -118.0f);
+    }
+    free(ms), free(mt);
+    p->labels = s->labels == TP_LABELS_NONE
+                    ? NULL
+                    : tp_make_labels(&r, s->t, s->v, s->labels, p->d.ignore_index);
+}
+
+void tp_jsd_free(tp_jsd *p) {
+    free(p->x), free(p->y), free(p->labels);
+}
+
+void tp_jsd_run(distil_ctx *ctx, const tp_jsd *p, tp_jsd_out *o) {
+    const tp_jsd_spec *s = &p->s;
+    size_t es = distil_dtype_size(p->d.dtype), lb = (p->nloss + 1) * sizeof(float);
+    size_t xb = (size_t)(s->t * p->xs) * es, gb = (size_t)(s->t * p->gs) * es;
+    void *dx = tu_upload(ctx, p->x, xb);
+    void *dy = tu_upload(ctx, p->y, (size_t)(s->t * p->ys) * es);
+    void *dl = tp_upload_opt(ctx, p->labels, (size_t)s->t * sizeof(int64_t));
+    void *dloss = tu_alloc_poisoned(ctx, lb);
+    void *dgrad = s->grad == TP_GRAD_OUT ? tu_alloc_poisoned(ctx, gb) : NULL;
+    TU_OK(ctx, distil_jsd(ctx, &p->d, dx, dy, dl, dloss, s->grad == TP_GRAD_INPLACE ? dx : dgrad));
+    TU_OK(ctx, distil_ctx_synchronize(ctx));
+    o->loss = tp_download_free(ctx, dloss, lb);
+    o->grad = s->grad == TP_GRAD_INPLACE ? tp_download_free(ctx, dx, gb)
+                                         : tp_download_free(ctx, dgrad, gb);
+    if (s->grad != TP_GRAD_INPLACE) {
+        distil_free(ctx, dx);
+    }
+    distil_free(ctx, dy);
+    distil_free(ctx, dl);
+}
+
+void tp_jsd_out_free(tp_jsd_out *o) {
+    free(o->loss), free(o->grad);
+}
+
+void tp_jsd_name(char *buf, size_t n, const tp_jsd_spec *s, distil_dtype dt) {
+    static const char *const grads[] = {"out", "NULL", "in-place"};
+    static const char *const reds[] = {"batchmean", "sum", "none"};
+    snprintf(buf, n, "jsd %s T=%lld V=%lld beta=%g %s pad=%lld/%lld/%lld labels=%s grad=%s%s%s",
+             distil_dtype_name(dt), (long long)s->t, (long long)s->v, (double)s->beta, reds[s->red],
+             (long long)s->pad_x, (long long)s->pad_y, (long long)s->pad_g,
+             tp_labels_names[s->labels], grads[s->grad], (s->special & TP_NEG_INF) ? " -inf" : "",
+             (s->special & TP_TINY) ? " tiny" : "");
+}
+
+/* ---------------------------------------------------------------- fused */
+
+unsigned tp_fused_grads(const tp_fused_spec *s) {
+    return s->grads & (s->bias_s ? TP_WANT_ALL : TP_WANT_XS | TP_WANT_WS);
+}
+
+static void *tp_random_tensor(tu_rng *r, distil_dtype dt, size_t n, double std) {
+    void *p = tp_xmalloc(n * distil_dtype_size(dt));
+    tu_fill_normal(r, p, dt, n, std);
+    return p;
+}
+
+void tp_fused_make(tp_fused *p, const tp_fused_spec *s, distil_dtype dt, uint64_t seed) {
+    tu_rng r = tu_rng_make(seed);
+    p->s = *s;
+    distil_fused_linear_jsd_desc_init(&p->d);
+    p->d.rows = s->t, p->d.vocab = s->v, p->d.student_hidden = s->hs;
+    p->d.teacher_hidden = s->ht, p->d.dtype = dt, p->d.weight_hard = s->wh;
+    p->d.weight_soft = s->ws, p->d.beta = s->beta, p->d.temperature = s->tau;
+    p->d.return_parts = s->parts, p->d.chunk_rows = s->chunk;
+    double std = s->logit_std > 0 ? s->logit_std : 3.0; /* logits ~ N(0, std^2) */
+    p->n_xs = (size_t)(s->t * s->hs), p->n_ws = (size_t)(s->v * s->hs);
+    p->n_xt = (size_t)(s->t * s->ht), p->n_wt = (size_t)(s->v * s->ht);
+    p->xs = tp_random_tensor(&r, dt, p->n_xs, 1.0);
+    p->ws = tp_random_tensor(&r, dt, p->n_ws, std / sqrt((double)s->hs));
+    p->xt = tp_random_tensor(&r, dt, p->n_xt, 1.0);
+    p->wt = tp_random_tensor(&r, dt, p->n_wt, std / sqrt((double)s->ht));
+    p->bs = s->bias_s ? tp_random_tensor(&r, dt, (size_t)s->v, 0.5) : NULL;
+    p->bt = s->bias_t ? tp_random_tensor(&r, dt, (size_t)s->v, 0.5) : NULL;
+    p->labels = tp_make_labels(&r, s->t, s->v, s->labels, p->d.ignore_index);
+}
+
+void tp_fused_free(tp_fused *p) {
+    free(p->xs), free(p->ws), free(p->bs), free(p->xt), free(p->wt), free(p->bt);
+    free(p->labels);
+}
+
+void tp_fused_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o) {
+    const tp_fused_spec *s = &p->s;
+    size_t es = distil_dtype_size(p->d.dtype), vb = (size_t)s->v * es;
+    void *in[] = {tp_upload_opt(ctx, p->xs, p->n_xs * es),
+                  tp_upload_opt(ctx, p->ws, p->n_ws * es),
+                  tp_upload_opt(ctx, p->bs, vb),
+                  tp_upload_opt(ctx, p->xt, p->n_xt * es),
+                  tp_upload_opt(ctx, p->wt, p->n_wt * es),
+                  tp_upload_opt(ctx, p->bt, vb),
+                  tp_upload_opt(ctx, p->labels, (size_t)s->t * sizeof(int64_t))};
+    unsigned want = tp_fused_grads(s);
+    void *dloss = tu_alloc_poisoned(ctx, sizeof o->loss);
+    void *gxs = (want & TP_WANT_XS) ? tu_alloc_poisoned(ctx, p->n_xs * es) : NULL;
+    void *gws = (want & TP_WANT_WS) ? tu_alloc_poisoned(ctx, p->n_ws * es) : NULL;
+    void *gbs = (want & TP_WANT_BS) ? tu_alloc_poisoned(ctx, vb) : NULL;
+    TU_OK(ctx, distil_fused_linear_jsd(ctx, &p->d, in[0], in[1], in[2], in[3], in[4], in[5], in[6],
+                                       dloss, gxs, gws, gbs));
+    TU_OK(ctx, distil_ctx_synchronize(ctx));
+    tu_download(ctx, o->loss, dloss, sizeof o->loss);
+    distil_free(ctx, dloss);
+    o->gxs = tp_download_free(ctx, gxs, p->n_xs * es);
+    o->gws = tp_download_free(ctx, gws, p->n_ws * es);
+    o->gbs = tp_download_free(ctx, gbs, vb);
+    for (size_t i = 0; i < TU_LEN(in); i++) {
+        distil_free(ctx, in[i]);
+    }
+}
+
+void tp_fused_out_free(tp_fused_out *o) {
+    free(o->gxs), free(o->gws), free(o->gbs);
+}
+
+void tp_fused_name(char *buf, size_t n, const tp_fused_spec *s, distil_dtype dt) {
+    unsigned g = tp_fused_grads(s);
+    snprintf(buf, n,
+             "fused %s T=%lld V=%lld Hs=%lld Ht=%lld w=%g/%g beta=%g tau=%g bias=%s%s "
+             "grads=%s%s%s%s labels=%s chunk=%lld%s%s",
+             distil_dtype_name(dt), (long long)s->t, (long long)s->v, (long long)s->hs,
+             (long long)s->ht, (double)s->wh, (double)s->ws, (double)s->beta, (double)s->tau,
+             s->bias_s ? "s" : "-", s->bias_t ? "t" : "-", g ? "" : "none",
+             (g & TP_WANT_XS) ? "xs" : "", (g & TP_WANT_WS) ? "Ws" : "",
+             (g & TP_WANT_BS) ? "bs" : "", tp_labels_names[s->labels], (long long)s->chunk,
+             s->parts ? " parts" : "", s->logit_std > 0 ? " extreme" : "");
+}

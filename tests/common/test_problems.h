@@ -1,0 +1,100 @@
+/*
+ * test_problems.h - the two losses as test problems: a spec (shape, parameters, which inputs
+ * and outputs), its seeded host inputs in one dtype, and a run on any context with poisoned
+ * outputs, downloaded for checking. Shared by the parity, chunking and determinism suites.
+ */
+#ifndef DISTIL_TEST_PROBLEMS_H
+#define DISTIL_TEST_PROBLEMS_H
+
+#include "test_util.h"
+
+typedef enum tp_labels {
+    TP_LABELS_NONE,        /* distil_jsd: NULL labels; fused: every row valid */
+    TP_LABELS_MIXED,       /* rows 1, 4, 7, ... ignored */
+    TP_LABELS_ALL_IGNORED, /* N = 0 */
+} tp_labels;
+
+/* ---------------------------------------------------------------- distil_jsd */
+
+typedef enum tp_grad {
+    TP_GRAD_OUT,     /* a separate gradient buffer, row stride vocab + pad_g */
+    TP_GRAD_NULL,    /* loss only */
+    TP_GRAD_INPLACE, /* the gradient overwrites student_logp */
+} tp_grad;
+
+enum { TP_NEG_INF = 1, TP_TINY = 2 };
+
+typedef struct tp_jsd_spec {
+    int64_t t, v;
+    int64_t pad_x, pad_y, pad_g; /* row stride = v + pad; 0 is passed as stride 0 (dense) */
+    float beta;
+    distil_reduction red;
+    tp_labels labels;
+    tp_grad grad;
+    unsigned special; /* TP_NEG_INF: masked tokens (-inf); TP_TINY: log-probs near -120 */
+    float grad_scale; /* 0 means 1 */
+} tp_jsd_spec;
+
+/* Host inputs of a spec in one dtype; padding columns hold NaN poison (must not be read). */
+typedef struct tp_jsd {
+    tp_jsd_spec s;
+    distil_jsd_desc d;
+    int64_t xs, ys, gs; /* resolved row strides */
+    void *x, *y;
+    int64_t *labels; /* NULL for TP_LABELS_NONE */
+    size_t nloss;    /* loss values written: 1, or rows for NONE */
+} tp_jsd;
+
+/* Outputs of one run: nloss + 1 loss values (the last must stay poisoned) and the gradient,
+ * (rows, gs) in the dtype or NULL. */
+typedef struct tp_jsd_out {
+    float *loss;
+    void *grad;
+} tp_jsd_out;
+
+void tp_jsd_make(tp_jsd *p, const tp_jsd_spec *s, distil_dtype dtype, uint64_t seed);
+void tp_jsd_free(tp_jsd *p);
+void tp_jsd_run(distil_ctx *ctx, const tp_jsd *p, tp_jsd_out *o);
+void tp_jsd_out_free(tp_jsd_out *o);
+/* A readable one-line description for test names. */
+void tp_jsd_name(char *buf, size_t n, const tp_jsd_spec *s, distil_dtype dtype);
+
+/* ---------------------------------------------------------------- fused */
+
+enum { TP_WANT_XS = 1, TP_WANT_WS = 2, TP_WANT_BS = 4, TP_WANT_ALL = 7 };
+
+typedef struct tp_fused_spec {
+    int64_t t, v, hs, ht;
+    float wh, ws, beta, tau;
+    bool bias_s, bias_t;
+    bool parts;
+    unsigned grads; /* TP_WANT_*; TP_WANT_BS counts only with bias_s */
+    tp_labels labels;
+    double logit_std; /* spread of the logits; 0 means 3 */
+    int64_t chunk;
+} tp_fused_spec;
+
+typedef struct tp_fused {
+    tp_fused_spec s;
+    distil_fused_linear_jsd_desc d;
+    void *xs, *ws, *bs, *xt, *wt, *bt; /* dense, dtype; bs, bt NULL when absent */
+    int64_t *labels;
+    size_t n_xs, n_ws, n_xt, n_wt; /* elements */
+} tp_fused;
+
+/* Outputs of one run: 4 loss values (those not written stay poisoned) and the gradients asked
+ * for (NULL otherwise), dense in the dtype. */
+typedef struct tp_fused_out {
+    float loss[4];
+    void *gxs, *gws, *gbs;
+} tp_fused_out;
+
+/* The gradients a spec asks for: grad_student_bias only exists with student_bias. */
+unsigned tp_fused_grads(const tp_fused_spec *s);
+void tp_fused_make(tp_fused *p, const tp_fused_spec *s, distil_dtype dtype, uint64_t seed);
+void tp_fused_free(tp_fused *p);
+void tp_fused_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o);
+void tp_fused_out_free(tp_fused_out *o);
+void tp_fused_name(char *buf, size_t n, const tp_fused_spec *s, distil_dtype dtype);
+
+#endif /* DISTIL_TEST_PROBLEMS_H */

@@ -1,0 +1,281 @@
+/*
+ * test_parity.c - every backend with a device against the float64 "ref", within the SPEC
+ * section 3 tolerances, on seeded random non-zero inputs with poisoned outputs. The grid is two
+ * tables of cases (distil_jsd, distil_fused_linear_jsd), each run in every dtype through one
+ * compare function; every (case, dtype) is one named cmocka test.
+ */
+#include "test_problems.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static distil_ctx *g_ctx; /* the backend under test */
+static distil_ctx *g_ref;
+
+static const distil_dtype dtypes[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
+
+/* ---------------------------------------------------------------- distil_jsd cases */
+
+/* One row per case; every case runs in every dtype. Pads widen the row strides of student,
+ * teacher and gradient (0: dense, passed as stride 0). */
+#define NEG_INF TP_NEG_INF
+#define TINY    TP_TINY
+// clang-format off
+#define J(t, v, px, py, pg, beta, red, labels, grad, special, scale) \
+    {t, v, px, py, pg, beta, DISTIL_REDUCTION_##red, TP_LABELS_##labels, TP_GRAD_##grad, special, \
+     scale}
+
+static const tp_jsd_spec jsd_cases[] = {
+    /* V = 1: unnormalised log-probs (see tu_fill_logp), so the loss is not identically 0 */
+   /* T    V       pads       beta  reduction  labels       grad     special         scale */
+    J(5,   1,      0, 0, 0,  0.5f, BATCHMEAN, NONE,        OUT,     0,              1.0f),
+    J(5,   1,      2, 3, 1,  0.0f, SUM,       MIXED,       OUT,     0,              1.0f),
+    J(5,   1,      0, 0, 0,  1.0f, NONE,      MIXED,       INPLACE, 0,              1.0f),
+    /* V = 3; T = 1 and T = 0 (loss 0, nothing else written) */
+    J(1,   3,      0, 0, 0,  0.1f, BATCHMEAN, NONE,        OUT,     0,              1.0f),
+    J(7,   3,      1, 0, 2,  0.9f, SUM,       MIXED,       OUT,     NEG_INF,        1.0f),
+    J(7,   3,      0, 0, 0,  0.5f, NONE,      ALL_IGNORED, OUT,     0,              1.0f),
+    J(0,   3,      0, 0, 0,  0.5f, BATCHMEAN, NONE,        OUT,     0,              1.0f),
+    J(0,   3,      0, 0, 0,  0.5f, SUM,       MIXED,       OUT,     0,              1.0f),
+    J(0,   3,      0, 0, 0,  0.5f, NONE,      NONE,        OUT,     0,              1.0f),
+    /* V = 1271: the beta grid, every reduction, strides, in place, -inf, tiny, ignored */
+    J(16,  1271,   0, 0, 0,  0.0f, BATCHMEAN, MIXED,       OUT,     0,              1.0f),
+    J(16,  1271,   0, 0, 0,  0.1f, SUM,       NONE,        NULL,    0,              1.0f),
+    J(16,  1271,   5, 9, 3,  0.5f, BATCHMEAN, MIXED,       OUT,     NEG_INF,        1.0f),
+    J(16,  1271,   0, 0, 0,  0.9f, NONE,      MIXED,       INPLACE, 0,              1.0f),
+    J(16,  1271,   7, 0, 0,  1.0f, BATCHMEAN, NONE,        INPLACE, NEG_INF,        1.0f),
+    J(16,  1271,   0, 0, 0,  0.5f, BATCHMEAN, ALL_IGNORED, OUT,     0,              1.0f),
+    J(16,  1271,   0, 0, 0,  0.5f, SUM,       ALL_IGNORED, OUT,     0,              1.0f),
+    J(16,  1271,   0, 0, 0,  0.1f, NONE,      ALL_IGNORED, NULL,    0,              1.0f),
+    J(16,  1271,   0, 0, 0,  1.0f, SUM,       MIXED,       OUT,     TINY,           1.0f),
+    J(16,  1271,   0, 0, 0,  0.5f, BATCHMEAN, NONE,        OUT,     TINY,           0.25f),
+    J(16,  1271,   0, 0, 0,  0.0f, NONE,      NONE,        OUT,     NEG_INF | TINY, 1.0f),
+    J(1,   1271,   0, 0, 1,  0.9f, SUM,       NONE,        OUT,     0,              1.0f),
+    /* many rows, narrow and wide, for backends that split rows over threads or blocks */
+    J(200, 33,     0, 0, 0,  0.5f, BATCHMEAN, MIXED,       OUT,     0,              1.0f),
+    J(40,  4099,   3, 3, 3,  0.1f, SUM,       MIXED,       OUT,     NEG_INF,        1.0f),
+    /* V = 128257 (a Llama-3 vocabulary + 1): few rows, the reference is float64 */
+    J(3,   128257, 0, 0, 0,  0.5f, BATCHMEAN, NONE,        OUT,     0,              1.0f),
+    J(3,   128257, 64,0, 64, 0.0f, SUM,       MIXED,       OUT,     NEG_INF,        1.0f),
+    J(2,   128257, 0, 0, 0,  1.0f, NONE,      NONE,        INPLACE, 0,              1.0f),
+    J(3,   128257, 0, 0, 0,  0.9f, BATCHMEAN, MIXED,       NULL,    TINY,           1.0f),
+    J(3,   128257, 0, 0, 0,  0.1f, BATCHMEAN, NONE,        OUT,     0,              1.0f),
+};
+// clang-format on
+
+static bool row_ignored(const int64_t *labels, int64_t i, int64_t ignore_index) {
+    return labels && labels[i] == ignore_index;
+}
+
+/* Everything the backend wrote, checked on its own: written, not NaN (no input is), padding
+ * untouched, ignored rows exactly 0. */
+static void jsd_check_written(const tp_jsd *p, const tp_jsd_out *o) {
+    distil_dtype dt = p->d.dtype;
+    int64_t nl = (int64_t)p->nloss;
+    TU_CHECK_WRITTEN("loss", o->loss, DISTIL_F32, 1, nl, nl, false);
+    TU_CHECK_POISONED("loss past its last value", o->loss, DISTIL_F32, p->nloss, 1);
+    if (!o->grad) {
+        return;
+    }
+    TU_CHECK_WRITTEN("grad_student", o->grad, dt, p->s.t, p->s.v, p->gs, false);
+    TU_CHECK_PADDING("grad_student row padding", o->grad, dt, p->s.t, p->s.v, p->gs);
+    for (int64_t i = 0; i < p->s.t; i++) {
+        for (int64_t v = 0; row_ignored(p->labels, i, p->d.ignore_index) && v < p->s.v; v++) {
+            assert_true(tu_get(o->grad, dt, (size_t)(i * p->gs + v)) == 0.0f);
+        }
+    }
+}
+
+static void jsd_compare(const tp_jsd_spec *s, distil_dtype dt, uint64_t seed) {
+    tp_jsd p;
+    tp_jsd_make(&p, s, dt, seed);
+    tp_jsd_out got, ref;
+    tp_jsd_run(g_ref, &p, &ref);
+    tp_jsd_run(g_ctx, &p, &got);
+    jsd_check_written(&p, &got);
+    for (size_t i = 0; i < p.nloss; i++) {
+        TU_CHECK_REL("loss", got.loss[i], ref.loss[i], tu_tolerance(dt, TU_LOSS));
+    }
+    if (got.grad) {
+        TU_CHECK_TENSOR("grad_student", got.grad, ref.grad, dt, s->t, s->v, p.gs,
+                        tu_tolerance(dt, TU_GRAD));
+    }
+    tp_jsd_out_free(&got), tp_jsd_out_free(&ref);
+    tp_jsd_free(&p);
+}
+
+/* ---------------------------------------------------------------- fused cases */
+
+/* One row per case; every case runs in every dtype. wh, ws: weight_hard, weight_soft; bias:
+ * which heads have one; grads: the gradients asked for; std: spread of the logits (0: 3);
+ * chunk: chunk_rows (0: auto). */
+#define BIAS_ST  true, true
+#define BIAS_S   true, false
+#define BIAS_T   false, true
+#define NO_BIAS  false, false
+#define NO_GRADS 0
+#define XS       TP_WANT_XS
+#define WS_BS    (TP_WANT_WS | TP_WANT_BS)
+#define ALL      TP_WANT_ALL
+// clang-format off
+#define F(t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, labels, std, chunk) \
+    {t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, TP_LABELS_##labels, std, chunk}
+
+static const tp_fused_spec fused_cases[] = {
+   /* T   V      Hs  Ht  wh    ws    beta  tau   bias     parts  grads     labels       std chunk */
+    /* V = 1: softmax over one class, every output is 0 */
+    F(4,  1,     8,  8,  0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      NONE,        0,   0),
+    /* V = 3, T = 1 */
+    F(5,  3,     6,  10, 1.0f, 0.0f, 0.0f, 2.0f, BIAS_S,  true,  ALL,      NONE,        0,   0),
+    F(1,  3,     6,  10, 0.0f, 1.0f, 1.0f, 0.5f, NO_BIAS, false, XS,       NONE,        0,   0),
+    /* V = 1271: tau, beta and weight grids, bias, gradient subsets, ignored rows */
+    F(13, 1271,  24, 40, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   0),
+    F(13, 1271,  24, 40, 1.0f, 0.0f, 0.1f, 2.0f, NO_BIAS, false, ALL,      NONE,        0,   0),
+    F(13, 1271,  24, 40, 0.0f, 1.0f, 0.9f, 0.5f, BIAS_ST, false, ALL,      MIXED,       0,   0),
+    F(13, 1271,  24, 40, 0.3f, 0.7f, 0.0f, 1.0f, BIAS_T,  true,  NO_GRADS, NONE,        0,   0),
+    F(13, 1271,  24, 40, 0.5f, 0.5f, 1.0f, 2.0f, BIAS_ST, false, XS,       MIXED,       0,   0),
+    F(13, 1271,  24, 40, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_S,  false, WS_BS,    NONE,        0,   0),
+    F(13, 1271,  24, 40, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      ALL_IGNORED, 0,   0),
+    F(13, 1271,  24, 40, 0.5f, 0.5f, 0.1f, 0.5f, BIAS_ST, false, ALL,      NONE,        100, 0),
+    F(40, 1271,  32, 32, 0.7f, 0.3f, 0.5f, 1.0f, BIAS_S,  false, ALL,      MIXED,       0,   7),
+    F(0,  1271,  24, 40, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_S,  true,  ALL,      NONE,        0,   0),
+    /* V = 32003 (odd): the seed shape's proportions, Hs = Ht / 2 */
+    F(6,  32003, 16, 32, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   0),
+    F(6,  32003, 16, 32, 1.0f, 0.0f, 0.0f, 2.0f, NO_BIAS, false, XS,       NONE,        0,   0),
+    F(6,  32003, 16, 32, 0.0f, 1.0f, 1.0f, 0.5f, BIAS_S,  false, NO_GRADS, NONE,        0,   0),
+    F(5,  32003, 16, 32, 0.5f, 0.5f, 0.9f, 1.0f, BIAS_ST, false, ALL,      NONE,        0,   2),
+};
+// clang-format on
+
+/* What a case's gradients must be, whatever ref says. */
+typedef enum grad_expect {
+    EXPECT_CLOSE,     /* within tolerance of ref */
+    EXPECT_UNTOUCHED, /* rows == 0: nothing but the loss is written */
+    EXPECT_ZERO,      /* no valid row: exactly 0 */
+    EXPECT_TINY,      /* V = 1: softmax over one class, 0 up to fp32 rounding */
+} grad_expect;
+
+/* One gradient: written, not NaN, and as expected. */
+static void fused_check_grad(const char *what, const void *got, const void *ref, distil_dtype dt,
+                             int64_t rows, int64_t cols, grad_expect e) {
+    size_t n = (size_t)(rows * cols);
+    if (!got) {
+        return;
+    }
+    if (e == EXPECT_UNTOUCHED) {
+        TU_CHECK_POISONED(what, got, dt, 0, n);
+        return;
+    }
+    TU_CHECK_WRITTEN(what, got, dt, rows, cols, cols, false);
+    for (size_t k = 0; e != EXPECT_CLOSE && k < n; k++) {
+        float g = tu_get(got, dt, k);
+        assert_true(e == EXPECT_ZERO ? g == 0.0f : fabsf(g) <= 1e-6f);
+    }
+    if (e == EXPECT_CLOSE) {
+        TU_CHECK_TENSOR(what, got, ref, dt, rows, cols, cols, tu_tolerance(dt, TU_GRAD_FUSED));
+    }
+}
+
+static void fused_compare(const tp_fused_spec *c, distil_dtype dt, uint64_t seed) {
+    tp_fused h;
+    tp_fused_make(&h, c, dt, seed);
+    tp_fused_out got, ref;
+    tp_fused_run(g_ref, &h, &ref);
+    tp_fused_run(g_ctx, &h, &got);
+    size_t nloss = c->parts ? 3 : 1;
+    TU_CHECK_WRITTEN("loss", got.loss, DISTIL_F32, 1, (int64_t)nloss, (int64_t)nloss, false);
+    TU_CHECK_POISONED("loss past its last value", got.loss, DISTIL_F32, nloss, 4 - nloss);
+    grad_expect e = c->t == 0                            ? EXPECT_UNTOUCHED
+                    : c->labels == TP_LABELS_ALL_IGNORED ? EXPECT_ZERO
+                    : c->v == 1                          ? EXPECT_TINY
+                                                         : EXPECT_CLOSE;
+    for (size_t i = 0; i < nloss; i++) {
+        const char *what = i == 0 ? "loss" : i == 1 ? "hard part" : "soft part";
+        if (e == EXPECT_TINY) { /* log(beta + (1 - beta)) is 0 only up to rounding */
+            assert_true(fabsf(got.loss[i]) <= 1e-6f);
+        } else if (e != EXPECT_CLOSE) {
+            assert_true(got.loss[i] == 0.0f);
+        } else {
+            TU_CHECK_REL(what, got.loss[i], ref.loss[i], tu_tolerance(dt, TU_LOSS));
+        }
+    }
+    fused_check_grad("grad_student_hidden", got.gxs, ref.gxs, dt, c->t, c->hs, e);
+    fused_check_grad("grad_student_weight", got.gws, ref.gws, dt, c->v, c->hs, e);
+    fused_check_grad("grad_student_bias", got.gbs, ref.gbs, dt, 1, c->v, e);
+    tp_fused_out_free(&got), tp_fused_out_free(&ref);
+    tp_fused_free(&h);
+}
+
+/* ---------------------------------------------------------------- the cmocka tests */
+
+enum { N_JSD = TU_LEN(jsd_cases), N_FUSED = TU_LEN(fused_cases), N_DT = TU_LEN(dtypes) };
+enum { N_TESTS = (N_JSD + N_FUSED) * N_DT };
+
+/* One test: a case of one table in one dtype. */
+typedef struct param {
+    bool fused;
+    size_t index;
+    distil_dtype dtype;
+} param;
+
+static void run_case(void **state) {
+    const param *p = *state;
+    uint64_t seed = 1000003u * (p->index + 1) + 17u * (uint64_t)p->dtype + (p->fused ? 7 : 0);
+    if (p->fused) {
+        fused_compare(&fused_cases[p->index], p->dtype, seed);
+    } else {
+        jsd_compare(&jsd_cases[p->index], p->dtype, seed);
+    }
+}
+
+static struct CMUnitTest g_tests[N_TESTS];
+static param g_params[N_TESTS];
+static char g_names[N_TESTS][192];
+
+static void build_tests(void) {
+    size_t k = 0;
+    for (size_t i = 0; i < N_JSD + N_FUSED; i++) {
+        for (size_t d = 0; d < N_DT; d++, k++) {
+            bool fused = i >= N_JSD;
+            g_params[k] = (param){fused, fused ? i - N_JSD : i, dtypes[d]};
+            if (fused) {
+                tp_fused_name(g_names[k], sizeof g_names[k], &fused_cases[i - N_JSD], dtypes[d]);
+            } else {
+                tp_jsd_name(g_names[k], sizeof g_names[k], &jsd_cases[i], dtypes[d]);
+            }
+            g_tests[k] = (struct CMUnitTest){
+                .name = g_names[k], .test_func = run_case, .initial_state = &g_params[k]};
+        }
+    }
+}
+
+static const char *g_backend;
+
+static int group_setup(void **state) {
+    (void)state; /* no group state: each test's state is its param */
+    if (distil_ctx_create(&g_ref, "ref", 0) != DISTIL_OK) {
+        return -1;
+    }
+    return distil_ctx_create(&g_ctx, g_backend, 0) == DISTIL_OK ? 0 : -1;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    distil_ctx_destroy(g_ctx);
+    distil_ctx_destroy(g_ref);
+    g_ctx = g_ref = NULL;
+    return 0;
+}
+
+static int run_group(const char *backend) {
+    g_backend = backend;
+    return cmocka_run_group_tests_name(tu_group_name("parity", backend), g_tests, group_setup,
+                                       group_teardown);
+}
+
+int main(void) {
+    build_tests();
+    return tu_run_per_backend(run_group, false);
+}
