@@ -300,6 +300,8 @@ static void ck_fused_all(distil_ctx *gpu, distil_ctx *ref, bool small) {
         {50, 4099, 96, 160, DISTIL_F32, true, 1.0f, 1.5f, 0.5f, 0.5f, 16, true, true, 9},
         {50, 4099, 96, 160, DISTIL_BF16, false, 0.25f, 1.0f, 0.0f, 1.0f, 0, false, true, -1},
         {23, 1000, 64, 64, DISTIL_F32, false, 0.5f, 1.0f, 1.0f, 0.0f, 7, true, false, 3},
+        {40, 2053, 64, 96, DISTIL_BF16, true, 0.5f, 2.0f, 0.5f, 0.5f, 13, true, true, -1},
+        {40, 2052, 64, 96, DISTIL_F16, true, 0.75f, 1.0f, 0.5f, 0.5f, 0, true, false, -1},
     };
     uint64_t seed = 500;
     for (const fused_case &c : cases) {
@@ -353,7 +355,7 @@ int main(int argc, char **argv) {
     setenv("DISTIL_CUDA_CLUSTER", "1", 1);
     printf("-- DISTIL_CUDA_GEMM=portable DISTIL_CUDA_CLUSTER=1\n");
     gpu = ck_ctx("cuda");
-    ck_fused_all(gpu, ref, small);
+    ck_fused_all(gpu, ref, true);
     distil_ctx_destroy(gpu);
     distil_ctx_destroy(ref);
     printf("%d checks, %d failed\n", g_checks, g_failures);
