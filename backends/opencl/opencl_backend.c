@@ -164,13 +164,10 @@ static void ocl_describe(void *vb, char *buf, size_t n) {
 
 /* Ask OpenCL about a queue only after checking (safely) that it is an object of our platform. */
 static distil_status ocl_check_queue(distil_ocl *b, cl_command_queue q) {
-    void *word = NULL;
-    void *ours = NULL;
-    memcpy(&ours, (const void *)b->own_queue, sizeof ours);
     cl_context c = NULL;
     cl_device_id d = NULL;
     cl_command_queue_properties props = 0;
-    if ((b->probe_pipe[0] >= 0 && (!distil_ocl_read_word(b, q, &word) || word != ours)) ||
+    if ((b->probe_pipe[0] >= 0 && !distil_ocl_is_platform_object(b, q)) ||
         clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof c, &c, NULL) != CL_SUCCESS ||
         clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof d, &d, NULL) != CL_SUCCESS ||
         clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL) != CL_SUCCESS) {

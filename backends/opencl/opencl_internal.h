@@ -170,8 +170,9 @@ distil_status distil_ocl_buffer_new(distil_ocl *b, size_t bytes, cl_mem *out);
 /* A scratch buffer of at least `bytes`, grown (and never shrunk) as needed. */
 distil_status distil_ocl_scratch_get(distil_ocl *b, int slot, size_t bytes, cl_mem *out);
 void distil_ocl_scratch_release(distil_ocl *b);
-/* Read the first pointer-sized word at p without faulting; false when p is unreadable. */
-bool distil_ocl_read_word(distil_ocl *b, const void *p, void **word);
+/* Does p (safely read) start like an OpenCL object of this context's platform? False when it
+ * cannot be told (no pipe) or p is unreadable. */
+bool distil_ocl_is_platform_object(distil_ocl *b, const void *p);
 
 /* ---------------------------------------------------------------- vtable operations */
 

@@ -132,25 +132,47 @@ void distil_ocl_scratch_release(distil_ocl *b) {
 }
 
 /*
- * Reading the first word of an arbitrary pointer can fault (a CUDA device pointer, a freed
- * block). Writing it into a pipe makes the kernel do the read: an unreadable address gives
- * EFAULT instead of a crash. Returns false when p cannot be read or no pipe is available.
+ * Reading an arbitrary pointer can fault (a CUDA device pointer, a freed block). Writing the
+ * bytes into a pipe makes the kernel do the read: an unreadable address gives EFAULT instead of
+ * a crash. Returns false when p cannot be read or no pipe is available. n <= PIPE_BUF.
  */
-bool distil_ocl_read_word(distil_ocl *b, const void *p, void **word) {
+static bool ocl_read_bytes(distil_ocl *b, const void *p, void *dst, size_t n) {
 #ifdef OCL_HAVE_PIPE
     if (b->probe_pipe[0] < 0) {
         return false;
     }
-    if (write(b->probe_pipe[1], p, sizeof *word) != (ssize_t)sizeof *word) {
+    if (write(b->probe_pipe[1], p, n) != (ssize_t)n) {
         return false;
     }
-    return read(b->probe_pipe[0], word, sizeof *word) == (ssize_t)sizeof *word;
+    return read(b->probe_pipe[0], dst, n) == (ssize_t)n;
 #else
     (void)b;
     (void)p;
-    (void)word;
+    (void)dst;
+    (void)n;
     return false;
 #endif
+}
+
+/* Does `table` hold the same entry points as our platform's dispatch table? An ICD whose
+ * objects do not all share one table still points them at the same driver functions. */
+static bool ocl_same_dispatch(distil_ocl *b, const void *table) {
+    void *theirs[4];
+    void *ours[4];
+    if (!ocl_read_bytes(b, table, theirs, sizeof theirs)) {
+        return false;
+    }
+    memcpy(ours, b->mem_dispatch, sizeof ours);
+    const bool any = ours[0] || ours[1] || ours[2] || ours[3];
+    return any && memcmp(theirs, ours, sizeof ours) == 0;
+}
+
+bool distil_ocl_is_platform_object(distil_ocl *b, const void *p) {
+    void *word = NULL;
+    if (b->mem_dispatch == NULL || !ocl_read_bytes(b, p, &word, sizeof word)) {
+        return false;
+    }
+    return word == b->mem_dispatch || ocl_same_dispatch(b, word);
 }
 
 /*
@@ -161,11 +183,10 @@ bool distil_ocl_read_word(distil_ocl *b, const void *p, void **word) {
  */
 distil_status distil_ocl_check_pointer(void *vb, const void *p, const char *what) {
     distil_ocl *b = vb;
-    void *word = NULL;
-    if (b->probe_pipe[0] < 0 || b->mem_dispatch == NULL) {
+    if (b->probe_pipe[0] < 0) {
         return DISTIL_OK;
     }
-    if (!distil_ocl_read_word(b, p, &word) || word != b->mem_dispatch) {
+    if (!distil_ocl_is_platform_object(b, p)) {
         return distil_error_set(b->ctx, DISTIL_ERR_INVALID_ARG,
                                 "%s (%p) is not a cl_mem of this OpenCL platform (opencl device "
                                 "pointers are cl_mem handles, e.g. from distil_malloc)",

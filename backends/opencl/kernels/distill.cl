@@ -26,8 +26,8 @@ distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, 
                     __global float *ce, ulong ce_off, __global float *jsd, ulong jsd_off,
                     __global T *g, ulong g_off, int has_g, __global const float *n_valid,
                     ulong n_off, int has_n, __global int *state) {
-    __local float la[WG_SIZE];
-    __local float lb[WG_SIZE];
+    __local float red_m[WG_SIZE];
+    __local float red_s[WG_SIZE];
     const ulong row = get_group_id(0);
     const int lid = (int)get_local_id(0);
     __global const float *zsr = zs + zs_off + row * (ulong)vocab;
@@ -70,9 +70,10 @@ distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, 
             }
         }
     }
-    const float lse_s = distil_group_lse(ms, ss, la, lb);
-    const float lse_a = same_t ? lse_s : distil_group_lse(ma, sa, la, lb);
-    const float lse_t = distil_group_lse(mt, st, la, lb);
+    /* (max, log sum) of zs, zs / tau and zt / tau: log_softmax(z)_j = (z_j - max) - log sum. */
+    const float2 stat_s = distil_group_lse(ms, ss, red_m, red_s);
+    const float2 stat_a = same_t ? stat_s : distil_group_lse(ma, sa, red_m, red_s);
+    const float2 stat_t = distil_group_lse(mt, st, red_m, red_s);
 
     /* Pass 2: the JSD row sum and sum_u dx_u. */
     const float lbeta = distil_log_beta(beta);
@@ -84,16 +85,17 @@ distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, 
             const long j = base + k * WG_SIZE + lid;
             if (j < vocab) {
                 float dx;
-                se += distil_jsd_elem(zsr[j] * inv_t - lse_a, ztr[j] * inv_t - lse_t, beta, lbeta,
-                                      l1beta, &dx);
+                se += distil_jsd_elem((zsr[j] * inv_t - stat_a.x) - stat_a.y,
+                                      (ztr[j] * inv_t - stat_t.x) - stat_t.y, beta, lbeta, l1beta,
+                                      &dx);
                 sg += dx;
             }
         }
     }
-    const float jsd_row = distil_group_sum(se, la);
-    const float sum_dx = distil_group_sum(sg, lb);
+    const float jsd_row = distil_group_sum(se, red_m);
+    const float sum_dx = distil_group_sum(sg, red_s);
     if (lid == 0) {
-        ce[ce_off + row] = lse_s - z_label;
+        ce[ce_off + row] = (stat_s.x - z_label) + stat_s.y;
         jsd[jsd_off + row] = jsd_row;
     }
     if (!has_g) {
@@ -110,10 +112,11 @@ distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, 
             const long j = base + k * WG_SIZE + lid;
             if (j < vocab) {
                 const float zsv = zsr[j];
-                const float x = zsv * inv_t - lse_a;
+                const float x = (zsv * inv_t - stat_a.x) - stat_a.y;
                 float dx;
-                distil_jsd_elem(x, ztr[j] * inv_t - lse_t, beta, lbeta, l1beta, &dx);
-                const float s = exp(zsv - lse_s) - (j == label ? 1.0f : 0.0f);
+                distil_jsd_elem(x, (ztr[j] * inv_t - stat_t.x) - stat_t.y, beta, lbeta, l1beta,
+                                &dx);
+                const float s = exp((zsv - stat_s.x) - stat_s.y) - (j == label ? 1.0f : 0.0f);
                 STORE(DTYPE, gr, j, hard * s + soft * (dx - exp(x) * sum_dx));
             }
         }
