@@ -142,21 +142,30 @@ static void k_jsd_init(k_jsd *k, float beta) {
 
 /*
  * 0 < beta < 1. Returns e; *dq = de/dx = (1-beta) q (x - log m); *q = q (when q != NULL).
- * log m = logaddexp(log beta + y, log(1-beta) + x) is taken in log space, arranged so that no
- * large numbers cancel: with t = log(beta p) - log((1-beta) q) = c - (x - y),
- *   y - log m = -log beta - softplus(-t),   x - log m = -log(1-beta) - softplus(t),
- *   softplus(+-t) = max(+-t, 0) + log1p(exp(-|t|)).
+ * log m = logaddexp(log beta + y, log(1-beta) + x) is taken in log space, in one of two forms
+ * that never subtract large numbers. With d = x - y:
+ *  - |d| > 1/2: t = log(beta p) - log((1-beta) q) = c - d, c = log(beta/(1-beta)), and
+ *      y - log m = -log beta - softplus(-t),  x - log m = -log(1-beta) - softplus(t),
+ *      softplus(+-t) = max(+-t, 0) + log1p(exp(-|t|));
+ *  - |d| <= 1/2: y - log m = -log1p((1-beta) expm1(d)), x - log m = -log1p(beta expm1(-d)),
+ *    exact at d = 0 and relatively accurate near it, where the loss is second order in d and
+ *    the first form's rounding of log beta would bias every element the same way.
  * The larger weighted probability is its weight times exp of its input; the smaller one is that
  * times exp(-|t|), so one exp serves both. A term whose input is -inf (probability 0) is masked
  * to 0, which also covers x = y = -inf (where t is NaN). NaN inputs give NaN.
  */
 static inline vf k_jsd_mid(vf x, vf y, const k_jsd *k, vf *dq, vf *q) {
-    vf t = k->c - (x - y);
+    vf d = x - y;
+    vf t = k->c - d;
     vi pos = t >= 0.0f;
     vf ex = vf_exp(-vf_abs(t));
-    vf l = vf_log1p01(ex);
-    vf tp = vf_min0(t) - k->lb - l;
-    vf tq = -vf_max0(t) - k->l1b - l;
+    vf l = vf_log1p_small(ex);
+    vf o;
+    vf ev;
+    vf_expm1_parts(d, &o, &ev);
+    vi near = vf_abs(d) <= 0.5f;
+    vf tp = vf_sel(near, -vf_log1p_small((o + ev) * k->omb), vf_min0(t) - k->lb - l);
+    vf tq = vf_sel(near, -vf_log1p_small((ev - o) * k->beta), -vf_max0(t) - k->l1b - l);
     vf w = vf_sel(pos, vf_set(k->beta), vf_set(k->omb)) * vf_exp(vf_sel(pos, y, x));
     vf we = w * ex;
     vf wp = vf_sel(pos, w, we);
@@ -255,9 +264,60 @@ static vf k_jsd_tile_any(int mode, const float *x, const float *y, float *g, int
     }
 }
 
+/* Rows shorter than this are computed in scalar double code: they cost nothing either way, and
+ * with no vocabulary to average over, the fp32 cancellation between the p and q terms of a
+ * nearly equal pair (the loss is second order in x - y, each term first order) would show. */
+#define CPU_SMALL_ROW 64
+
+/* The element term of SPEC 1 in double; *dq = de/dx. */
+static double k_jsd_elem_f64(double x, double y, double beta, double *dq) {
+    double p = exp(y);
+    double q = exp(x);
+    if (beta == 0.0) {
+        *dq = -p;
+        return p == 0.0 ? 0.0 : p * (y - x);
+    }
+    if (beta == 1.0) {
+        *dq = q == 0.0 ? 0.0 : q * (x - y + 1.0);
+        return q == 0.0 ? 0.0 : q * (x - y);
+    }
+    double a = log(beta) + y;
+    double b = log1p(-beta) + x;
+    double hi = a > b ? a : b;
+    double lo = a > b ? b : a;
+    double lm = hi == -INFINITY ? hi : hi + log1p(exp(lo - hi));
+    double ep = p == 0.0 ? 0.0 : beta * p * (y - lm);
+    double eq = q == 0.0 ? 0.0 : (1.0 - beta) * q * (x - lm);
+    *dq = eq;
+    return ep + eq;
+}
+
+static double k_jsd_row_small(const cpu_jsd_row *r) {
+    float x[CPU_SMALL_ROW];
+    float y[CPU_SMALL_ROW];
+    float g[CPU_SMALL_ROW] = {0};
+    k_to_f32(r->dtype, r->x, x, r->vocab);
+    k_to_f32(r->dtype, r->y, y, r->vocab);
+    double sum = 0.0;
+    bool nan = false;
+    for (int64_t i = 0; i < r->vocab; i++) {
+        double dq;
+        sum += k_jsd_elem_f64(x[i], y[i], r->beta, &dq);
+        g[i] = (float)(dq * r->gscale);
+        nan |= isnan(x[i]) || isnan(y[i]);
+    }
+    if (r->grad) {
+        k_from_f32(r->dtype, g, r->grad, r->vocab);
+    }
+    return nan ? (double)NAN : sum;
+}
+
 /* SPEC 1 on one row in a single streaming pass: each x, y element is read once and each
  * gradient element written once (after its x was read, so grad may alias x). */
 static double k_jsd_row(const cpu_jsd_row *r) {
+    if (r->vocab < CPU_SMALL_ROW) {
+        return k_jsd_row_small(r);
+    }
     alignas(64) float xb[CPU_TILE];
     alignas(64) float yb[CPU_TILE];
     alignas(64) float gb[CPU_TILE];
