@@ -379,9 +379,11 @@ static void tu_skip_test(void **state) {
     skip();
 }
 
+/* A one-test group named after the reason, so that the skip shows in every summary. */
 static int tu_run_skipped(const char *backend, const char *why) {
-    static const struct CMUnitTest tests[] = {cmocka_unit_test(tu_skip_test)};
+    static struct CMUnitTest tests[] = {{.test_func = tu_skip_test}};
     snprintf(tu_skip_message, sizeof tu_skip_message, "%s: %s, skipped", backend, why);
+    tests[0].name = tu_skip_message;
     return cmocka_run_group_tests_name(tu_group_name("skipped", backend), tests, NULL, NULL);
 }
 
@@ -411,6 +413,7 @@ int tu_run_per_backend(int (*run_group)(const char *backend), bool with_ref) {
         if (only && *only ? strcasecmp(name, only) != 0 : (is_ref && !with_ref)) {
             continue;
         }
+        print_message("[==========] backend %s\n", name);
         if (is_ref && !with_ref) {
             failed += tu_run_skipped(name, "the oracle itself");
         } else if (!tu_backend_has_device(name)) {

@@ -1,0 +1,142 @@
+/*
+ * test_chunking.c - the fused loss does not depend on how rows are chunked: chunk_rows of 1, a
+ * prime, T, more than T and 0 (auto) give the loss and gradients of chunk_rows = T on the same
+ * backend, within a tight tolerance (the fp32 accumulation order of grad_Ws over chunks may
+ * differ, so not necessarily bitwise).
+ */
+#include "test_problems.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static distil_ctx *g_ctx;
+static const char *g_backend;
+
+/* Shapes: a small odd one, and one large enough that an auto chunk may split it. */
+static const tp_fused_spec shapes[] = {
+    {.t = 29,
+     .v = 1031,
+     .hs = 32,
+     .ht = 48,
+     .wh = 0.5f,
+     .ws = 0.5f,
+     .beta = 0.5f,
+     .tau = 1.5f,
+     .bias_s = true,
+     .bias_t = true,
+     .parts = true,
+     .grads = TP_WANT_ALL,
+     .labels = TP_LABELS_MIXED},
+    {.t = 257,
+     .v = 4099,
+     .hs = 64,
+     .ht = 64,
+     .wh = 0.3f,
+     .ws = 0.7f,
+     .beta = 0.1f,
+     .tau = 1.0f,
+     .bias_s = true,
+     .parts = true,
+     .grads = TP_WANT_ALL,
+     .labels = TP_LABELS_MIXED},
+};
+
+static const distil_dtype dtypes[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
+
+/*
+ * Against the same backend with chunk_rows = T. Per row, the logits, losses and G do not depend
+ * on the chunk; only the sums over rows (grad_Ws, grad_bs in fp32, the loss) change order.
+ *   loss: fp32 sums of T values in another order: a few ulp -> 1e-6.
+ *   gradients, fp32: the same -> 1e-6.
+ *   gradients, bf16 / fp16: an fp32 difference of an ulp can flip the rounding of an output
+ *     element (2^-8 relative); a few flipped elements stay far below 1e-3 in norm, while any
+ *     real chunking bug (a row lost or counted twice) is O(1 / T) ~ 3e-2 or more.
+ */
+static double chunk_tolerance(distil_dtype dt, bool grad) {
+    return (grad && dt != DISTIL_F32) ? 1e-3 : 1e-6;
+}
+
+typedef struct param {
+    size_t shape;
+    distil_dtype dtype;
+} param;
+
+static void check_same(const char *chunk, const tp_fused *p, const tp_fused_out *got,
+                       const tp_fused_out *want) {
+    const tp_fused_spec *s = &p->s;
+    distil_dtype dt = p->d.dtype;
+    char what[96];
+    for (int i = 0; i < 3; i++) {
+        snprintf(what, sizeof what, "%s: loss[%d]", chunk, i);
+        TU_CHECK_REL(what, got->loss[i], want->loss[i], chunk_tolerance(dt, false));
+    }
+    TU_CHECK_POISONED("loss[3]", got->loss, DISTIL_F32, 3, 1);
+    snprintf(what, sizeof what, "%s: grad_student_hidden", chunk);
+    TU_CHECK_WRITTEN(what, got->gxs, dt, s->t, s->hs, s->hs, false);
+    TU_CHECK_TENSOR(what, got->gxs, want->gxs, dt, s->t, s->hs, s->hs, chunk_tolerance(dt, true));
+    snprintf(what, sizeof what, "%s: grad_student_weight", chunk);
+    TU_CHECK_WRITTEN(what, got->gws, dt, s->v, s->hs, s->hs, false);
+    TU_CHECK_TENSOR(what, got->gws, want->gws, dt, s->v, s->hs, s->hs, chunk_tolerance(dt, true));
+    snprintf(what, sizeof what, "%s: grad_student_bias", chunk);
+    TU_CHECK_WRITTEN(what, got->gbs, dt, 1, s->v, s->v, false);
+    TU_CHECK_TENSOR(what, got->gbs, want->gbs, dt, 1, s->v, s->v, chunk_tolerance(dt, true));
+}
+
+static void test_chunk_sizes(void **state) {
+    const param *prm = *state;
+    tp_fused p;
+    tp_fused_make(&p, &shapes[prm->shape], prm->dtype, 77 + prm->shape);
+    int64_t t = p.s.t;
+    const int64_t chunks[] = {1, 7, t + 5, 0};
+    tp_fused_out want, got;
+    p.d.chunk_rows = t;
+    tp_fused_run(g_ctx, &p, &want);
+    for (size_t i = 0; i < TU_LEN(chunks); i++) {
+        char name[32];
+        snprintf(name, sizeof name, "chunk_rows=%lld", (long long)chunks[i]);
+        p.d.chunk_rows = chunks[i];
+        tp_fused_run(g_ctx, &p, &got);
+        check_same(name, &p, &got, &want);
+        tp_fused_out_free(&got);
+    }
+    tp_fused_out_free(&want);
+    tp_fused_free(&p);
+}
+
+enum { N_TESTS = TU_LEN(shapes) * TU_LEN(dtypes) };
+static struct CMUnitTest g_tests[N_TESTS];
+static param g_params[N_TESTS];
+static char g_names[N_TESTS][160];
+
+static void build_tests(void) {
+    for (size_t i = 0, k = 0; i < TU_LEN(shapes); i++) {
+        for (size_t d = 0; d < TU_LEN(dtypes); d++, k++) {
+            g_params[k] = (param){i, dtypes[d]};
+            tp_fused_name(g_names[k], sizeof g_names[k], &shapes[i], dtypes[d]);
+            g_tests[k] = (struct CMUnitTest){
+                .name = g_names[k], .test_func = test_chunk_sizes, .initial_state = &g_params[k]};
+        }
+    }
+}
+
+static int group_setup(void **state) {
+    (void)state;
+    return distil_ctx_create(&g_ctx, g_backend, 0) == DISTIL_OK ? 0 : -1;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    distil_ctx_destroy(g_ctx);
+    return 0;
+}
+
+static int run_group(const char *backend) {
+    g_backend = backend;
+    return cmocka_run_group_tests_name(tu_group_name("chunking", backend), g_tests, group_setup,
+                                       group_teardown);
+}
+
+int main(void) {
+    build_tests();
+    return tu_run_per_backend(run_group, false);
+}

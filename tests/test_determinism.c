@@ -1,0 +1,129 @@
+/*
+ * test_determinism.c - SPEC section 4: the same inputs on the same device give bitwise-identical
+ * loss and gradients, run after run and on a fresh context (no floating-point atomics, fixed
+ * reduction order). Shapes are large enough to use every thread / block of a backend.
+ */
+#include "test_problems.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *g_backend;
+static distil_ctx *g_ctx;
+
+static const distil_dtype dtypes[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
+
+static const tp_jsd_spec jsd_spec = {.t = 64,
+                                     .v = 32003,
+                                     .beta = 0.5f,
+                                     .red = DISTIL_REDUCTION_BATCHMEAN,
+                                     .labels = TP_LABELS_MIXED,
+                                     .grad = TP_GRAD_OUT};
+
+static const tp_fused_spec fused_specs[] = {
+    {.t = 48,
+     .v = 4099,
+     .hs = 64,
+     .ht = 96,
+     .wh = 0.5f,
+     .ws = 0.5f,
+     .beta = 0.5f,
+     .tau = 1.0f,
+     .bias_s = true,
+     .bias_t = true,
+     .parts = true,
+     .grads = TP_WANT_ALL,
+     .labels = TP_LABELS_MIXED},
+    {.t = 48,
+     .v = 4099,
+     .hs = 64,
+     .ht = 96,
+     .wh = 0.5f,
+     .ws = 0.5f,
+     .beta = 0.3f,
+     .tau = 2.0f,
+     .bias_s = true,
+     .parts = true,
+     .grads = TP_WANT_ALL,
+     .labels = TP_LABELS_MIXED,
+     .chunk = 7},
+};
+
+static void jsd_same(const tp_jsd *p, const tp_jsd_out *a, const tp_jsd_out *b) {
+    size_t gb = (size_t)(p->s.t * p->gs) * distil_dtype_size(p->d.dtype);
+    TU_CHECK_BITWISE("loss", a->loss, b->loss, (p->nloss + 1) * sizeof(float));
+    TU_CHECK_BITWISE("grad_student", a->grad, b->grad, gb);
+}
+
+static void test_jsd(void **state) {
+    distil_dtype dt = *(const distil_dtype *)*state;
+    tp_jsd p;
+    tp_jsd_make(&p, &jsd_spec, dt, 91);
+    tp_jsd_out first, again;
+    tp_jsd_run(g_ctx, &p, &first);
+    tp_jsd_run(g_ctx, &p, &again);
+    jsd_same(&p, &again, &first);
+    tp_jsd_out_free(&again);
+    distil_ctx *fresh = tu_ctx(g_backend);
+    tp_jsd_run(fresh, &p, &again);
+    distil_ctx_destroy(fresh);
+    jsd_same(&p, &again, &first);
+    tp_jsd_out_free(&again), tp_jsd_out_free(&first);
+    tp_jsd_free(&p);
+}
+
+static void fused_same(const tp_fused *p, const tp_fused_out *a, const tp_fused_out *b) {
+    size_t es = distil_dtype_size(p->d.dtype);
+    TU_CHECK_BITWISE("loss", a->loss, b->loss, sizeof a->loss);
+    TU_CHECK_BITWISE("grad_student_hidden", a->gxs, b->gxs, p->n_xs * es);
+    TU_CHECK_BITWISE("grad_student_weight", a->gws, b->gws, p->n_ws * es);
+    TU_CHECK_BITWISE("grad_student_bias", a->gbs, b->gbs, (size_t)p->s.v * es);
+}
+
+static void test_fused(void **state) {
+    distil_dtype dt = *(const distil_dtype *)*state;
+    for (size_t i = 0; i < TU_LEN(fused_specs); i++) {
+        tp_fused p;
+        tp_fused_make(&p, &fused_specs[i], dt, 92 + i);
+        tp_fused_out first, again;
+        tp_fused_run(g_ctx, &p, &first);
+        tp_fused_run(g_ctx, &p, &again);
+        fused_same(&p, &again, &first);
+        tp_fused_out_free(&again);
+        distil_ctx *fresh = tu_ctx(g_backend);
+        tp_fused_run(fresh, &p, &again);
+        distil_ctx_destroy(fresh);
+        fused_same(&p, &again, &first);
+        tp_fused_out_free(&again), tp_fused_out_free(&first);
+        tp_fused_free(&p);
+    }
+}
+
+static int group_setup(void **state) {
+    (void)state;
+    return distil_ctx_create(&g_ctx, g_backend, 0) == DISTIL_OK ? 0 : -1;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    distil_ctx_destroy(g_ctx);
+    return 0;
+}
+
+static int run_group(const char *backend) {
+    static const struct CMUnitTest tests[] = {
+        {"jsd f32", test_jsd, NULL, NULL, (void *)&dtypes[0]},
+        {"jsd bf16", test_jsd, NULL, NULL, (void *)&dtypes[1]},
+        {"jsd f16", test_jsd, NULL, NULL, (void *)&dtypes[2]},
+        {"fused f32", test_fused, NULL, NULL, (void *)&dtypes[0]},
+        {"fused bf16", test_fused, NULL, NULL, (void *)&dtypes[1]},
+        {"fused f16", test_fused, NULL, NULL, (void *)&dtypes[2]},
+    };
+    g_backend = backend;
+    return cmocka_run_group_tests_name(tu_group_name("determinism", backend), tests, group_setup,
+                                       group_teardown);
+}
+
+int main(void) {
+    return tu_run_per_backend(run_group, false);
+}
