@@ -1,0 +1,347 @@
+/*
+ * fuzz_fused.c - distil_fused_linear_jsd and its workspace query under fuzzed descriptors,
+ * NULL and optional pointers, labels (ignored, out of range), special values, chunk sizes,
+ * lent workspaces and allocation faults. Expected statuses follow distil.h / SPEC section 5.
+ */
+#include "fuzz.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Buffers in call order: xs ws bs xt wt bt labels loss gxs gws gbs. */
+enum { B_XS, B_WS, B_BS, B_XT, B_WT, B_BT, B_LABELS, B_LOSS, B_GXS, B_GWS, B_GBS, B_COUNT };
+static const char *const fz_names[B_COUNT] = {
+    "student_hidden",      "student_weight",      "student_bias",     "teacher_hidden",
+    "teacher_weight",      "teacher_bias",        "labels",           "loss",
+    "grad_student_hidden", "grad_student_weight", "grad_student_bias"};
+
+typedef struct fz_fused {
+    distil_fused_linear_jsd_desc d;
+    bool desc_null;
+    unsigned present; /* bit per buffer: passed (else NULL) */
+    size_t lend;
+    long fault;
+    bool backed, special, bad_label, tame;
+    size_t es;
+    int64_t rows, vocab, hs, ht; /* the descriptor's, clamped to what buffers hold */
+    fz_buf b[B_COUNT], ws;
+} fz_fused;
+
+static int64_t fz_clamp(int64_t v, int64_t lo, int64_t hi) {
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+static void fz_fused_read_desc(fz_in *in, distil_fused_linear_jsd_desc *d) {
+    distil_fused_linear_jsd_desc_init(d);
+    if (fz_byte(in) >= 240) {
+        d->struct_size = (size_t)fz_i64_field(in, 0, 0, (int64_t)sizeof *d + 16);
+    }
+    d->rows = fz_i64_field(in, 3, 0, FZ_MAX_ROWS);
+    d->vocab = fz_i64_field(in, 16, 1, FZ_MAX_VOCAB);
+    d->student_hidden = fz_i64_field(in, 4, 1, FZ_MAX_HIDDEN);
+    d->teacher_hidden = fz_i64_field(in, 6, 1, FZ_MAX_HIDDEN);
+    d->dtype = (distil_dtype)fz_i64_field(in, fz_pick(in, 3), 0, 3);
+    d->weight_hard = fz_float_field(in, 0.5f, 0.0f, 2.0f);
+    d->weight_soft = fz_float_field(in, 0.5f, 0.0f, 2.0f);
+    d->beta = fz_float_field(in, 0.5f, 0.0f, 1.0f);
+    d->temperature = fz_float_field(in, 1.0f, 0.1f, 4.0f);
+    d->ignore_index = fz_i64_field(in, -100, -100, FZ_MAX_VOCAB);
+    d->chunk_rows = fz_i64_field(in, 0, 0, FZ_MAX_ROWS + 1);
+    d->return_parts = fz_bool(in);
+    if (fz_byte(in) >= 200) {
+        d->teacher_vocab = fz_bool(in) ? d->vocab : fz_i64_field(in, 0, 0, FZ_MAX_VOCAB);
+        d->student_weight_hidden = fz_bool(in) ? d->student_hidden : fz_i64_field(in, 0, 0, 16);
+        d->teacher_weight_hidden = fz_bool(in) ? d->teacher_hidden : fz_i64_field(in, 0, 0, 16);
+    }
+}
+
+static void fz_fused_read(fz_in *in, fz_fused *c) {
+    memset(c, 0, sizeof *c);
+    fz_fused_read_desc(in, &c->d);
+    const distil_fused_linear_jsd_desc *d = &c->d;
+    /* Required pointers are passed unless the input says otherwise; optional ones by choice. */
+    unsigned nulls = fz_byte(in) >= 224 ? fz_u32(in) : 0;
+    unsigned optional = fz_byte(in);
+    c->present = ((1u << B_XS) | (1u << B_WS) | (1u << B_XT) | (1u << B_WT) | (1u << B_LABELS) |
+                  (1u << B_LOSS)) &
+                 ~nulls;
+    c->present |= (optional & 1 ? 1u << B_BS : 0) | (optional & 2 ? 1u << B_BT : 0) |
+                  (optional & 4 ? 1u << B_GXS : 0) | (optional & 8 ? 1u << B_GWS : 0) |
+                  (optional & 16 ? 1u << B_GBS : 0);
+    c->desc_null = nulls & (1u << 31);
+    c->lend = fz_byte(in) >= 224 ? fz_u32(in) % 65536 : 0;
+    c->fault = fz_fault_countdown(in);
+    c->backed = d->rows >= 0 && d->rows <= FZ_MAX_ROWS && d->vocab <= FZ_MAX_VOCAB &&
+                d->student_hidden <= FZ_MAX_HIDDEN && d->teacher_hidden <= FZ_MAX_HIDDEN;
+    c->rows = fz_clamp(d->rows, 0, FZ_MAX_ROWS);
+    c->vocab = fz_clamp(d->vocab, 1, FZ_MAX_VOCAB);
+    c->hs = fz_clamp(d->student_hidden, 1, FZ_MAX_HIDDEN);
+    c->ht = fz_clamp(d->teacher_hidden, 1, FZ_MAX_HIDDEN);
+    size_t es = distil_dtype_size(d->dtype);
+    c->es = es ? es : 4;
+}
+
+static bool fz_bad_float(float v, bool positive) {
+    return positive ? !(v > 0.0f) || isinf(v) : !(v >= 0.0f) || isinf(v);
+}
+
+/* Statuses the descriptor alone allows: OK when it is valid. */
+static fz_statuses fz_fused_expect_desc(const fz_fused *c) {
+    const distil_fused_linear_jsd_desc *d = &c->d;
+    if (c->desc_null) {
+        return FZ_S(DISTIL_ERR_INVALID_ARG);
+    }
+    if (d->struct_size != sizeof *d) {
+        return FZ_S(DISTIL_ERR_VERSION);
+    }
+    bool bad = distil_dtype_size(d->dtype) == 0 || d->rows < 0 || d->vocab < 1 ||
+               d->student_hidden < 1 || d->teacher_hidden < 1 ||
+               (d->student_weight_hidden != 0 && d->student_weight_hidden != d->student_hidden) ||
+               (d->teacher_weight_hidden != 0 && d->teacher_weight_hidden != d->teacher_hidden) ||
+               d->chunk_rows < 0 || fz_bad_float(d->weight_hard, false) ||
+               fz_bad_float(d->weight_soft, false) ||
+               (d->weight_hard == 0.0f && d->weight_soft == 0.0f) ||
+               !(d->beta >= 0.0f && d->beta <= 1.0f) || fz_bad_float(d->temperature, true);
+    bool unsupported = d->teacher_vocab != 0 && d->teacher_vocab != d->vocab;
+    fz_statuses s =
+        (bad ? FZ_S(DISTIL_ERR_INVALID_ARG) : 0) | (unsupported ? FZ_S(DISTIL_ERR_UNSUPPORTED) : 0);
+    return s ? s : FZ_S(DISTIL_OK);
+}
+
+/* Statuses the whole call allows (before faults and lent workspaces). */
+static fz_statuses fz_fused_expect(const fz_fused *c) {
+    fz_statuses s = fz_fused_expect_desc(c);
+    if (s != FZ_S(DISTIL_OK)) {
+        return s;
+    }
+    unsigned required = (1u << B_WS) | (1u << B_WT) | (1u << B_LOSS);
+    if (c->d.rows > 0) {
+        required |= (1u << B_XS) | (1u << B_XT) | (1u << B_LABELS);
+    }
+    bool gbs_without_bs = (c->present & (1u << B_GBS)) && !(c->present & (1u << B_BS));
+    if (!c->backed || (c->present & required) != required || gbs_without_bs) {
+        return FZ_S(DISTIL_ERR_INVALID_ARG);
+    }
+    return c->bad_label ? FZ_S(DISTIL_OK) | FZ_S(DISTIL_ERR_INVALID_LABEL) : FZ_S(DISTIL_OK);
+}
+
+static size_t fz_fused_bytes(const fz_fused *c, int i) {
+    size_t R = (size_t)c->rows, V = (size_t)c->vocab, hs = (size_t)c->hs, ht = (size_t)c->ht;
+    size_t elems[B_COUNT] = {R * hs, V * hs, V, R * ht, V * ht, V, 0, 0, R * hs, V * hs, V};
+    if (i == B_LABELS) {
+        return R * sizeof(int64_t);
+    }
+    return i == B_LOSS ? 3 * sizeof(float) : elems[i] * c->es;
+}
+
+static bool fz_fused_alloc(distil_ctx *ctx, fz_fused *c) {
+    for (int i = 0; i < B_COUNT; i++) {
+        if (!fz_buf_alloc(ctx, &c->b[i], fz_fused_bytes(c, i))) {
+            return false;
+        }
+    }
+    return fz_buf_alloc(ctx, &c->ws, c->lend);
+}
+
+static void fz_fused_labels(fz_in *in, fz_fused *c) {
+    int64_t *l = c->b[B_LABELS].host;
+    for (int64_t i = 0; i < c->rows; i++) {
+        unsigned m = fz_pick(in, 6);
+        l[i] = m == 0   ? c->d.ignore_index
+               : m == 1 ? (fz_bool(in) ? -1 : c->vocab + fz_pick(in, 3))
+               : m == 2 ? (int64_t)fz_u64(in)
+                        : (int64_t)(fz_u32(in) % (uint32_t)c->vocab);
+        bool valid = l[i] >= 0 && l[i] < c->d.vocab;
+        c->bad_label |= !valid && l[i] != c->d.ignore_index;
+    }
+}
+
+static void fz_fused_fill(fz_in *in, distil_ctx *ctx, fz_fused *c) {
+    const int data[] = {B_XS, B_WS, B_BS, B_XT, B_WT, B_BT};
+    for (size_t k = 0; k < sizeof data / sizeof data[0]; k++) {
+        fz_buf *b = &c->b[data[k]];
+        c->special |= fz_fill_data(in, b->host, c->d.dtype, b->bytes / c->es, false);
+    }
+    fz_fused_labels(in, c);
+    const distil_fused_linear_jsd_desc *d = &c->d;
+    c->tame =
+        !c->special && d->temperature >= 0.05f && d->weight_hard <= 1e3f && d->weight_soft <= 1e3f;
+    for (int i = B_LOSS; i < B_COUNT; i++) {
+        fz_buf_poison(&c->b[i]);
+    }
+    for (int i = 0; i < B_COUNT; i++) {
+        fz_buf_upload(ctx, &c->b[i]);
+    }
+}
+
+static void *fz_fused_ptr(const fz_fused *c, int i) {
+    return (c->present & (1u << i)) ? c->b[i].dev : NULL;
+}
+
+static distil_status fz_fused_call(distil_ctx *ctx, fz_fused *c) {
+    if (c->lend > 0) {
+        distil_status s = distil_ctx_set_workspace(ctx, c->ws.dev, c->ws.bytes);
+        fz_check_status(ctx, "ctx_set_workspace", s, FZ_S(DISTIL_OK));
+    }
+    fz_mark_message(ctx);
+    distil_debug_fail_allocations(c->fault);
+    distil_status s = distil_fused_linear_jsd(
+        ctx, c->desc_null ? NULL : &c->d, fz_fused_ptr(c, B_XS), fz_fused_ptr(c, B_WS),
+        fz_fused_ptr(c, B_BS), fz_fused_ptr(c, B_XT), fz_fused_ptr(c, B_WT), fz_fused_ptr(c, B_BT),
+        fz_fused_ptr(c, B_LABELS), fz_fused_ptr(c, B_LOSS), fz_fused_ptr(c, B_GXS),
+        fz_fused_ptr(c, B_GWS), fz_fused_ptr(c, B_GBS));
+    distil_debug_fail_allocations(-1);
+    if (c->lend > 0) {
+        distil_status u = distil_ctx_set_workspace(ctx, NULL, 0);
+        fz_check_status(ctx, "ctx_set_workspace(NULL)", u, FZ_S(DISTIL_OK));
+    }
+    return s;
+}
+
+/* Row i of the batch takes part in the loss. */
+static bool fz_fused_valid_row(const fz_fused *c, int64_t i) {
+    int64_t l = ((const int64_t *)c->b[B_LABELS].host)[i];
+    return l != c->d.ignore_index && l >= 0 && l < c->d.vocab;
+}
+
+/* One output after a successful call with rows > 0: all written, NaN-free when tame, and the
+ * rows of grad_student_hidden that are ignored exactly 0. */
+static void fz_fused_check_output(distil_ctx *ctx, fz_fused *c, int i) {
+    fz_buf *b = &c->b[i];
+    distil_dtype dt = i == B_LOSS ? DISTIL_F32 : c->d.dtype;
+    size_t es = i == B_LOSS ? 4 : c->es;
+    size_t n = i == B_LOSS ? (c->d.return_parts ? 3 : 1) : b->bytes / es;
+    void *h = malloc(b->bytes);
+    fz_buf_download(ctx, b, h);
+    for (size_t k = 0; k < n; k++) {
+        float v = fz_get_value(h, dt, k);
+        if (fz_is_poison(h, dt, k) || (c->tame && isnan(v))) {
+            fz_fail("fused: %s[%zu] = %g: %s", fz_names[i], k, v,
+                    fz_is_poison(h, dt, k) ? "never written" : "NaN from tame inputs");
+        }
+        if (i == B_GXS && c->tame && !fz_fused_valid_row(c, (int64_t)(k / (size_t)c->hs)) &&
+            v != 0.0f) {
+            fz_fail("fused: grad_student_hidden of ignored row %zu is %g", k / (size_t)c->hs, v);
+        }
+    }
+    free(h);
+}
+
+static void fz_fused_check_outputs(distil_ctx *ctx, fz_fused *c, distil_status s) {
+    bool wrote = s == DISTIL_OK || s == DISTIL_ERR_INVALID_LABEL;
+    for (int i = B_LOSS; i < B_COUNT; i++) {
+        bool passed = (c->present & (1u << i)) != 0;
+        if (!wrote || !passed || c->d.rows == 0) {
+            bool may_write = s == DISTIL_ERR_OUT_OF_MEMORY || (wrote && i == B_LOSS && passed);
+            if (!may_write && !fz_buf_unchanged(ctx, &c->b[i])) {
+                fz_fail("fused: status %d but %s was written", (int)s, fz_names[i]);
+            }
+            continue;
+        }
+        fz_fused_check_output(ctx, c, i);
+    }
+    if (wrote && c->d.rows == 0) {
+        float loss[3];
+        fz_buf_download(ctx, &c->b[B_LOSS], loss);
+        for (int k = 0; k < (c->d.return_parts ? 3 : 1); k++) {
+            if (loss[k] != 0.0f) {
+                fz_fail("fused: rows == 0 but loss[%d] = %g", k, loss[k]);
+            }
+        }
+    }
+}
+
+/* Inputs untouched; outputs as the status says; a deferred label error reported exactly once. */
+static void fz_fused_check_after(distil_ctx *ctx, fz_fused *c, distil_status s) {
+    for (int i = 0; i <= B_LABELS; i++) {
+        if (!fz_buf_unchanged(ctx, &c->b[i])) {
+            fz_fail("fused: input %s was modified (status %d)", fz_names[i], (int)s);
+        }
+    }
+    fz_fused_check_outputs(ctx, c, s);
+    fz_statuses sync = FZ_S(DISTIL_OK);
+    if (c->bad_label && (s == DISTIL_OK || s == DISTIL_ERR_OUT_OF_MEMORY)) {
+        sync =
+            s == DISTIL_OK ? FZ_S(DISTIL_ERR_INVALID_LABEL) : sync | FZ_S(DISTIL_ERR_INVALID_LABEL);
+    }
+    fz_mark_message(ctx);
+    fz_check_status(ctx, "ctx_synchronize after fused", distil_ctx_synchronize(ctx), sync);
+    fz_mark_message(ctx);
+    fz_check_status(ctx, "second ctx_synchronize", distil_ctx_synchronize(ctx), FZ_S(DISTIL_OK));
+}
+
+/* The query must answer any descriptor, and never with a size that wrapped around. */
+static void fz_fused_query(distil_ctx *ctx, fz_fused *c, int want_grads) {
+    size_t bytes = 0;
+    fz_statuses allowed = fz_fused_expect_desc(c);
+    const distil_fused_linear_jsd_desc *d = &c->d;
+    fz_mark_message(ctx);
+    distil_status s =
+        distil_fused_linear_jsd_workspace_size(ctx, c->desc_null ? NULL : d, want_grads, &bytes);
+    if (allowed == FZ_S(DISTIL_OK) && !c->backed && s == DISTIL_ERR_INVALID_ARG) {
+        fz_check_too_large(ctx, "fused_linear_jsd_workspace_size");
+        return;
+    }
+    fz_check_status(ctx, "fused_linear_jsd_workspace_size", s, allowed);
+    if (s == DISTIL_OK && d->rows > 0) {
+        double chunk =
+            d->chunk_rows > 0 ? (double)(d->chunk_rows < d->rows ? d->chunk_rows : d->rows) : 1.0;
+        double least = 2.0 * chunk * (double)d->vocab * 4.0;
+        if ((double)bytes < least) {
+            fz_fail("fused_linear_jsd_workspace_size: %zu bytes for rows %lld vocab %lld chunk "
+                    "%lld: below the %g bytes of two fp32 logit chunks (size arithmetic wrapped)",
+                    bytes, (long long)d->rows, (long long)d->vocab, (long long)d->chunk_rows,
+                    least);
+        }
+    }
+}
+
+static void fz_fused_free(distil_ctx *ctx, fz_fused *c) {
+    for (int i = 0; i < B_COUNT; i++) {
+        fz_buf_free(ctx, &c->b[i]);
+    }
+    fz_buf_free(ctx, &c->ws);
+}
+
+static void fz_fused_run(distil_ctx *ctx, fz_fused *c) {
+    fz_statuses want = fz_fused_expect(c);
+    fz_statuses allowed = want;
+    if (want & FZ_S(DISTIL_OK)) {
+        allowed |= (c->fault >= 0 ? FZ_S(DISTIL_ERR_OUT_OF_MEMORY) : 0) |
+                   (c->lend > 0 ? FZ_S(DISTIL_ERR_WORKSPACE) : 0);
+    }
+    distil_status s = fz_fused_call(ctx, c);
+    fz_check_status(ctx, "fused_linear_jsd", s, allowed);
+    fz_fused_check_after(ctx, c, s);
+    if (s == DISTIL_ERR_OUT_OF_MEMORY) { /* the context must work afterwards */
+        for (int i = B_LOSS; i < B_COUNT; i++) {
+            fz_buf_upload(ctx, &c->b[i]);
+        }
+        c->fault = -1;
+        s = fz_fused_call(ctx, c);
+        fz_check_status(ctx, "fused_linear_jsd after an allocation fault", s,
+                        allowed & ~FZ_S(DISTIL_ERR_OUT_OF_MEMORY));
+        fz_fused_check_after(ctx, c, s);
+    }
+}
+
+void fz_case_fused(fz_in *in, distil_ctx *ctx) {
+    fz_fused c;
+    fz_fused_read(in, &c);
+    fz_fused_query(ctx, &c, fz_bool(in));
+    if (!c.backed) {
+        fz_mark_message(ctx);
+        distil_status s = distil_fused_linear_jsd(ctx, c.desc_null ? NULL : &c.d, NULL, NULL, NULL,
+                                                  NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+        fz_statuses want = fz_fused_expect_desc(&c);
+        fz_check_status(ctx, "fused_linear_jsd (unbacked, NULL data)", s,
+                        want == FZ_S(DISTIL_OK) ? FZ_S(DISTIL_ERR_INVALID_ARG) : want);
+        return;
+    }
+    if (fz_fused_alloc(ctx, &c)) {
+        fz_fused_fill(in, ctx, &c);
+        fz_fused_run(ctx, &c);
+    }
+    fz_fused_free(ctx, &c);
+}

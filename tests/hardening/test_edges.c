@@ -1,0 +1,620 @@
+/*
+ * test_edges.c - numerical edge cases (issue 7) as parity tests against the float64 "ref" on
+ * every backend with a device, in every dtype: logits of +-1e4, NaN and +-inf rows (NaN reaches
+ * the loss and nothing else), -inf log-probs with finite and infinite divergences, all-ignored
+ * batches, labels out of range (DISTIL_ERR_INVALID_LABEL, reported once), V = 1, V = 262144
+ * and T = 1. Rows named "poisoned" may hold anything non-finite; every other row must match ref.
+ */
+#include "test_problems.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *g_backend;
+static distil_ctx *g_ctx; /* the backend under test */
+static distil_ctx *g_ref; /* the oracle */
+
+static const distil_dtype g_dtypes[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
+
+/* ---------------------------------------------------------------- comparisons */
+
+/* A scalar: NaN matches NaN, an infinity itself, anything else within tol. */
+static void he_check_scalar(const char *what, double got, double ref, double tol) {
+    bool same_special = (isnan(got) && isnan(ref)) || (isinf(ref) && got == ref);
+    if (!same_special && (!isfinite(ref) || !(tu_rel_err(got, ref) <= tol))) {
+        print_error("%s: got %.9g, ref %.9g (tolerance %.1e)\n", what, got, ref, tol);
+        fail();
+    }
+}
+
+/*
+ * (rows, width) row stride ld. Rows with skip[i] set are not compared; in the others infinities
+ * must match exactly, no NaN may appear, and the finite values must be within tol in the norm.
+ */
+static void he_check_rows(const char *what, const void *got, const void *ref, distil_dtype dt,
+                          int64_t rows, int64_t width, int64_t ld, double tol, const bool *skip) {
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < rows; i++) {
+        for (int64_t v = 0; (skip == NULL || !skip[i]) && v < width; v++) {
+            double g = tu_get(got, dt, (size_t)(i * ld + v));
+            double r = tu_get(ref, dt, (size_t)(i * ld + v));
+            if (isnan(g) || isnan(r) || (isinf(r) != isinf(g)) || (isinf(r) && g != r)) {
+                print_error("%s: (%lld, %lld): got %g, ref %g\n", what, (long long)i, (long long)v,
+                            g, r);
+                fail();
+            }
+            if (!isinf(r)) {
+                num += (g - r) * (g - r), den += r * r;
+            }
+        }
+    }
+    double err = num == 0.0 ? 0.0 : den == 0.0 ? INFINITY : sqrt(num / den);
+    if (!(err <= tol)) {
+        print_error("%s: ||got - ref|| / ||ref|| = %.3g > %.1e\n", what, err, tol);
+        fail();
+    }
+}
+
+/* Every element of row i is exactly zero. */
+static void he_check_zero_rows(const char *what, const void *p, distil_dtype dt, int64_t rows,
+                               int64_t width, int64_t ld) {
+    for (int64_t i = 0; i < rows; i++) {
+        for (int64_t v = 0; v < width; v++) {
+            if (tu_get(p, dt, (size_t)(i * ld + v)) != 0.0f) {
+                print_error("%s: (%lld, %lld) is %g, not 0\n", what, (long long)i, (long long)v,
+                            (double)tu_get(p, dt, (size_t)(i * ld + v)));
+                fail();
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- distil_jsd */
+
+typedef struct he_jsd_expect {
+    const bool *poisoned; /* rows whose loss and gradient may be anything non-finite */
+    bool total_nonfinite; /* the reduced loss must be NaN or +-inf (on both) */
+} he_jsd_expect;
+
+/* Run on the backend and on ref, then compare loss and gradient row by row. */
+static void he_jsd_compare(const char *what, const tp_jsd *p, const he_jsd_expect *e) {
+    tp_jsd_out got, ref;
+    tp_jsd_run(g_ctx, p, &got);
+    tp_jsd_run(g_ref, p, &ref);
+    distil_dtype dt = p->d.dtype;
+    char name[160];
+    bool none = p->d.reduction == DISTIL_REDUCTION_NONE;
+    if (none) {
+        snprintf(name, sizeof name, "%s: row losses", what);
+        he_check_rows(name, got.loss, ref.loss, DISTIL_F32, p->s.t, 1, 1, tu_tolerance(dt, TU_LOSS),
+                      e ? e->poisoned : NULL);
+    } else if (e && e->total_nonfinite) {
+        if (isfinite(got.loss[0]) || isfinite(ref.loss[0])) {
+            print_error("%s: loss %g, ref %g: both must be non-finite\n", what, (double)got.loss[0],
+                        (double)ref.loss[0]);
+            fail();
+        }
+    } else {
+        snprintf(name, sizeof name, "%s: loss", what);
+        he_check_scalar(name, got.loss[0], ref.loss[0], tu_tolerance(dt, TU_LOSS));
+    }
+    assert_true(tu_is_poison(got.loss, DISTIL_F32, p->nloss)); /* nothing past the loss */
+    if (got.grad != NULL) {
+        snprintf(name, sizeof name, "%s: grad", what);
+        he_check_rows(name, got.grad, ref.grad, dt, p->s.t, p->s.v, p->gs,
+                      tu_tolerance(dt, TU_GRAD), e ? e->poisoned : NULL);
+    }
+    tp_jsd_out_free(&got), tp_jsd_out_free(&ref);
+}
+
+/* Row i of a log-prob matrix: log-softmax of logits that are each +1e4 or -1e4. */
+static void he_set_extreme_row(tu_rng *r, void *m, distil_dtype dt, int64_t ld, int64_t i,
+                               int64_t v) {
+    int64_t npos = 0;
+    bool *pos = malloc((size_t)v * sizeof *pos);
+    assert_non_null(pos);
+    for (int64_t k = 0; k < v; k++) {
+        pos[k] = tu_rand_uniform(r) < 0.02 || k == i % v;
+        npos += pos[k];
+    }
+    double lse = 1e4 + log((double)npos);
+    for (int64_t k = 0; k < v; k++) {
+        tu_set(m, dt, (size_t)(i * ld + k), (float)((pos[k] ? 1e4 : -1e4) - lse));
+    }
+    free(pos);
+}
+
+static void test_jsd_extreme_logits(void **state) {
+    (void)state;
+    const float betas[] = {0.0f, 0.5f, 1.0f};
+    for (size_t d = 0; d < TU_LEN(g_dtypes); d++) {
+        for (size_t b = 0; b < TU_LEN(betas); b++) {
+            tp_jsd_spec s = {.t = 9,
+                             .v = 257,
+                             .beta = betas[b],
+                             .labels = TP_LABELS_MIXED,
+                             .grad = TP_GRAD_OUT,
+                             .red = DISTIL_REDUCTION_NONE};
+            tp_jsd p;
+            tp_jsd_make(&p, &s, g_dtypes[d], 100 + b);
+            tu_rng r = tu_rng_make(5);
+            for (int64_t i = 0; i < s.t; i++) {
+                he_set_extreme_row(&r, p.x, g_dtypes[d], p.xs, i, s.v);
+                he_set_extreme_row(&r, p.y, g_dtypes[d], p.ys, (i + 3) % s.t, s.v);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "jsd +-1e4 logits %s beta %g",
+                     distil_dtype_name(g_dtypes[d]), (double)betas[b]);
+            he_jsd_compare(what, &p, NULL);
+            tp_jsd_free(&p);
+        }
+    }
+}
+
+/* NaN in rows 2 (student) and 4 (teacher), NaN in an ignored row 1, +-inf in rows 5 and 6. */
+static void he_poison_jsd(tp_jsd *p, bool *poisoned) {
+    distil_dtype dt = p->d.dtype;
+    tu_set(p->x, dt, (size_t)(2 * p->xs + 5), NAN);
+    tu_set(p->y, dt, (size_t)(4 * p->ys + 0), NAN);
+    tu_set(p->x, dt, (size_t)(1 * p->xs + 7), NAN); /* row 1 is ignored (TP_LABELS_MIXED) */
+    tu_set(p->x, dt, (size_t)(5 * p->xs + 3), INFINITY);
+    tu_set(p->y, dt, (size_t)(6 * p->ys + 9), INFINITY);
+    poisoned[2] = poisoned[4] = poisoned[5] = poisoned[6] = true;
+}
+
+static void test_jsd_nan_inf_rows(void **state) {
+    (void)state;
+    const distil_reduction reds[] = {DISTIL_REDUCTION_NONE, DISTIL_REDUCTION_BATCHMEAN,
+                                     DISTIL_REDUCTION_SUM};
+    for (size_t d = 0; d < TU_LEN(g_dtypes); d++) {
+        for (size_t k = 0; k < TU_LEN(reds); k++) {
+            tp_jsd_spec s = {.t = 8,
+                             .v = 100,
+                             .pad_x = 2,
+                             .beta = 0.3f,
+                             .red = reds[k],
+                             .labels = TP_LABELS_MIXED,
+                             .grad = TP_GRAD_OUT};
+            tp_jsd p;
+            tp_jsd_make(&p, &s, g_dtypes[d], 200 + k);
+            bool poisoned[8] = {false};
+            he_poison_jsd(&p, poisoned);
+            he_jsd_expect e = {.poisoned = poisoned, .total_nonfinite = true};
+            char what[96];
+            snprintf(what, sizeof what, "jsd NaN/inf rows %s reduction %d",
+                     distil_dtype_name(g_dtypes[d]), (int)reds[k]);
+            he_jsd_compare(what, &p, &e);
+            tp_jsd_free(&p);
+        }
+    }
+}
+
+/* A NaN in an ignored row is never read: everything stays finite and equal to ref. */
+static void test_jsd_nan_in_ignored_row(void **state) {
+    (void)state;
+    for (size_t d = 0; d < TU_LEN(g_dtypes); d++) {
+        tp_jsd_spec s = {
+            .t = 7, .v = 64, .beta = 0.5f, .labels = TP_LABELS_MIXED, .grad = TP_GRAD_OUT};
+        tp_jsd p;
+        tp_jsd_make(&p, &s, g_dtypes[d], 300);
+        for (int64_t v = 0; v < s.v; v += 5) {
+            tu_set(p.x, g_dtypes[d], (size_t)(1 * p.xs + v), NAN); /* rows 1 and 4 are ignored */
+            tu_set(p.y, g_dtypes[d], (size_t)(4 * p.ys + v), -INFINITY);
+            tu_set(p.y, g_dtypes[d], (size_t)(4 * p.ys + v + 1), INFINITY);
+        }
+        he_jsd_compare("jsd NaN in ignored rows", &p, NULL);
+        tp_jsd_free(&p);
+    }
+}
+
+/* -inf log-probs: masked tokens (finite divergences), and divergences that are +inf. */
+static void test_jsd_neg_inf(void **state) {
+    (void)state;
+    const float betas[] = {0.0f, 0.25f, 1.0f};
+    for (size_t d = 0; d < TU_LEN(g_dtypes); d++) {
+        for (size_t b = 0; b < TU_LEN(betas); b++) {
+            tp_jsd_spec s = {.t = 6,
+                             .v = 90,
+                             .beta = betas[b],
+                             .red = DISTIL_REDUCTION_NONE,
+                             .grad = TP_GRAD_OUT,
+                             .special = TP_NEG_INF};
+            tp_jsd p;
+            tp_jsd_make(&p, &s, g_dtypes[d], 400 + b);
+            char what[96];
+            snprintf(what, sizeof what, "jsd masked tokens %s beta %g",
+                     distil_dtype_name(g_dtypes[d]), (double)betas[b]);
+            he_jsd_compare(what, &p, NULL);
+            /* Row 0: teacher 0 where the student is not (infinite reverse KL for beta 1); row 1:
+             * student 0 where the teacher is not (infinite forward KL for beta 0); row 2: the
+             * student entirely -inf. */
+            tu_set(p.y, g_dtypes[d], (size_t)(0 * p.ys + 4), -INFINITY);
+            tu_set(p.x, g_dtypes[d], (size_t)(1 * p.xs + 6), -INFINITY);
+            for (int64_t v = 0; v < s.v; v++) {
+                tu_set(p.x, g_dtypes[d], (size_t)(2 * p.xs + v), -INFINITY);
+            }
+            snprintf(what, sizeof what, "jsd infinite divergences %s beta %g",
+                     distil_dtype_name(g_dtypes[d]), (double)betas[b]);
+            he_jsd_compare(what, &p, NULL);
+            tp_jsd_free(&p);
+        }
+    }
+}
+
+static void test_jsd_all_ignored(void **state) {
+    (void)state;
+    for (size_t d = 0; d < TU_LEN(g_dtypes); d++) {
+        tp_jsd_spec s = {
+            .t = 5, .v = 33, .beta = 0.5f, .labels = TP_LABELS_ALL_IGNORED, .grad = TP_GRAD_OUT};
+        tp_jsd p;
+        tp_jsd_make(&p, &s, g_dtypes[d], 500);
+        tp_jsd_out got;
+        tp_jsd_run(g_ctx, &p, &got);
+        assert_true(got.loss[0] == 0.0f);
+        he_check_zero_rows("jsd all ignored: grad", got.grad, g_dtypes[d], s.t, s.v, p.gs);
+        tp_jsd_out_free(&got);
+        tp_jsd_free(&p);
+    }
+}
+
+/* distil_jsd has no vocabulary check on labels: any label but ignore_index marks a valid row. */
+static void test_jsd_labels_any_value(void **state) {
+    (void)state;
+    tp_jsd_spec s = {.t = 6, .v = 40, .beta = 0.5f, .labels = TP_LABELS_MIXED, .grad = TP_GRAD_OUT};
+    tp_jsd p;
+    tp_jsd_make(&p, &s, DISTIL_F32, 600);
+    p.labels[0] = -1, p.labels[2] = 40, p.labels[3] = INT64_MAX, p.labels[5] = INT64_MIN;
+    he_jsd_compare("jsd labels outside [0, V)", &p, NULL);
+    TU_OK(g_ctx, distil_ctx_synchronize(g_ctx));
+    tp_jsd_free(&p);
+}
+
+/* V = 1, V = 262144 with few rows, and T = 1. */
+static void test_jsd_shapes(void **state) {
+    (void)state;
+    const int64_t shapes[][2] = {{7, 1}, {3, 262144}, {1, 1000}, {1, 1}};
+    for (size_t d = 0; d < TU_LEN(g_dtypes); d++) {
+        for (size_t k = 0; k < TU_LEN(shapes); k++) {
+            tp_jsd_spec s = {.t = shapes[k][0],
+                             .v = shapes[k][1],
+                             .beta = 0.5f,
+                             .labels = TP_LABELS_MIXED,
+                             .grad = TP_GRAD_OUT};
+            tp_jsd p;
+            tp_jsd_make(&p, &s, g_dtypes[d], 700 + k);
+            char what[96];
+            snprintf(what, sizeof what, "jsd %s T=%lld V=%lld", distil_dtype_name(g_dtypes[d]),
+                     (long long)s.t, (long long)s.v);
+            he_jsd_compare(what, &p, NULL);
+            tp_jsd_free(&p);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- fused */
+
+typedef struct he_fused_expect {
+    const bool *poisoned; /* rows of grad_student_hidden that may be anything */
+    bool loss_nan;        /* loss (and the parts) NaN on both */
+    bool skip_weight;     /* grad_Ws / grad_bs not compared (a NaN row reaches every element) */
+} he_fused_expect;
+
+static void he_fused_check_loss(const char *what, const tp_fused *p, const tp_fused_out *got,
+                                const tp_fused_out *ref, const he_fused_expect *e) {
+    int n = p->d.return_parts ? 3 : 1;
+    for (int k = 0; k < n; k++) {
+        char name[160];
+        snprintf(name, sizeof name, "%s: loss[%d]", what, k);
+        if (e && e->loss_nan && (!isnan(got->loss[k]) || !isnan(ref->loss[k]))) {
+            print_error("%s = %g, ref %g: both must be NaN\n", name, (double)got->loss[k],
+                        (double)ref->loss[k]);
+            fail();
+        }
+        if (!(e && e->loss_nan)) {
+            he_check_scalar(name, got->loss[k], ref->loss[k], tu_tolerance(p->d.dtype, TU_LOSS));
+        }
+    }
+    assert_true(tu_is_poison(got->loss, DISTIL_F32, (size_t)n)); /* nothing past the loss */
+}
+
+static void he_fused_compare(const char *what, const tp_fused *p, const he_fused_expect *e) {
+    tp_fused_out got, ref;
+    tp_fused_run(g_ctx, p, &got);
+    tp_fused_run(g_ref, p, &ref);
+    distil_dtype dt = p->d.dtype;
+    double tol = tu_tolerance(dt, TU_GRAD_FUSED);
+    char name[160];
+    he_fused_check_loss(what, p, &got, &ref, e);
+    if (got.gxs) {
+        snprintf(name, sizeof name, "%s: grad_student_hidden", what);
+        he_check_rows(name, got.gxs, ref.gxs, dt, p->s.t, p->s.hs, p->s.hs, tol,
+                      e ? e->poisoned : NULL);
+    }
+    if (got.gws && !(e && e->skip_weight)) {
+        snprintf(name, sizeof name, "%s: grad_student_weight", what);
+        he_check_rows(name, got.gws, ref.gws, dt, p->s.v, p->s.hs, p->s.hs, tol, NULL);
+    }
+    if (got.gbs && !(e && e->skip_weight)) {
+        snprintf(name, sizeof name, "%s: grad_student_bias", what);
+        he_check_rows(name, got.gbs, ref.gbs, dt, 1, p->s.v, p->s.v, tol, NULL);
+    }
+    tp_fused_out_free(&got), tp_fused_out_free(&ref);
+}
+
+static tp_fused_spec he_fused_spec(int64_t t, int64_t v, int64_t h) {
+    tp_fused_spec s = {.t = t,
+                       .v = v,
+                       .hs = h,
+                       .ht = h + 4,
+                       .wh = 0.5f,
+                       .ws = 0.5f,
+                       .beta = 0.5f,
+                       .tau = 1.0f,
+                       .bias_s = true,
+                       .bias_t = true,
+                       .parts = true,
+                       .grads = TP_WANT_ALL,
+                       .labels = TP_LABELS_MIXED};
+    return s;
+}
+
+/* Logits of +-1e4: hidden states of +-10 against weights of +-250 over 4 columns. */
+static void test_fused_extreme_logits(void **state) {
+    (void)state;
+    for (size_t d = 0; d < TU_LEN(g_dtypes); d++) {
+        tp_fused_spec s = he_fused_spec(10, 97, 4);
+        s.bias_s = s.bias_t = false;
+        s.tau = 3.0f;
+        tp_fused p;
+        tp_fused_make(&p, &s, g_dtypes[d], 800);
+        tu_rng r = tu_rng_make(8);
+        for (size_t i = 0; i < p.n_xs; i++) {
+            tu_set(p.xs, g_dtypes[d], i, tu_rand_uniform(&r) < 0.5 ? -10.0f : 10.0f);
+        }
+        for (size_t i = 0; i < p.n_ws; i++) {
+            tu_set(p.ws, g_dtypes[d], i, tu_rand_uniform(&r) < 0.5 ? -250.0f : 250.0f);
+        }
+        for (size_t i = 0; i < p.n_wt; i++) {
+            tu_set(p.wt, g_dtypes[d], i, (float)(300.0 * tu_rand_normal(&r)));
+        }
+        char what[96];
+        snprintf(what, sizeof what, "fused +-1e4 logits %s", distil_dtype_name(g_dtypes[d]));
+        he_fused_compare(what, &p, NULL);
+        tp_fused_free(&p);
+    }
+}
+
+static void test_fused_nan_rows(void **state) {
+    (void)state;
+    for (size_t d = 0; d < TU_LEN(g_dtypes); d++) {
+        tp_fused_spec s = he_fused_spec(9, 70, 8);
+        tp_fused p;
+        tp_fused_make(&p, &s, g_dtypes[d], 900);
+        tu_set(p.xs, g_dtypes[d], (size_t)(2 * s.hs + 3), NAN); /* row 2 is valid */
+        bool poisoned[9] = {false};
+        poisoned[2] = true;
+        he_fused_expect e = {.poisoned = poisoned, .loss_nan = true, .skip_weight = true};
+        he_fused_compare("fused NaN in a valid row", &p, &e);
+        tp_fused_free(&p);
+        /* NaN hidden state in an ignored row (1): the loss never reads it. */
+        tp_fused_make(&p, &s, g_dtypes[d], 901);
+        tu_set(p.xs, g_dtypes[d], (size_t)(1 * s.hs + 1), NAN);
+        tu_set(p.xt, g_dtypes[d], (size_t)(1 * s.ht + 2), INFINITY);
+        he_fused_expect f = {.skip_weight = true};
+        he_fused_compare("fused NaN in an ignored row", &p, &f);
+        tp_fused_free(&p);
+    }
+}
+
+/* A masked vocabulary: -inf biases, in both heads, then in the student only with beta 0 (an
+ * infinite forward KL). Labels never point at a masked column. */
+static void test_fused_neg_inf_bias(void **state) {
+    (void)state;
+    for (size_t d = 0; d < TU_LEN(g_dtypes); d++) {
+        tp_fused_spec s = he_fused_spec(8, 60, 8);
+        tp_fused p;
+        tp_fused_make(&p, &s, g_dtypes[d], 1000);
+        for (int64_t i = 0; i < s.t; i++) {
+            p.labels[i] = p.labels[i] == p.d.ignore_index ? p.labels[i] : i % 7;
+        }
+        for (int64_t v = 10; v < s.v; v += 9) {
+            tu_set(p.bs, g_dtypes[d], (size_t)v, -INFINITY);
+            tu_set(p.bt, g_dtypes[d], (size_t)v, -INFINITY);
+        }
+        he_fused_compare("fused -inf bias in both heads", &p, NULL);
+        tu_set(p.bs, g_dtypes[d], 8, -INFINITY);
+        p.d.beta = 0.0f;
+        he_fused_compare("fused -inf student bias, beta 0", &p, NULL);
+        tp_fused_free(&p);
+    }
+}
+
+static void test_fused_all_ignored(void **state) {
+    (void)state;
+    for (size_t d = 0; d < TU_LEN(g_dtypes); d++) {
+        tp_fused_spec s = he_fused_spec(6, 50, 8);
+        s.labels = TP_LABELS_ALL_IGNORED;
+        tp_fused p;
+        tp_fused_make(&p, &s, g_dtypes[d], 1100);
+        tp_fused_out got;
+        tp_fused_run(g_ctx, &p, &got);
+        for (int k = 0; k < 3; k++) {
+            assert_true(got.loss[k] == 0.0f);
+        }
+        he_check_zero_rows("all ignored: grad_student_hidden", got.gxs, g_dtypes[d], s.t, s.hs,
+                           s.hs);
+        he_check_zero_rows("all ignored: grad_student_weight", got.gws, g_dtypes[d], s.v, s.hs,
+                           s.hs);
+        he_check_zero_rows("all ignored: grad_student_bias", got.gbs, g_dtypes[d], 1, s.v, s.v);
+        tp_fused_out_free(&got);
+        tp_fused_free(&p);
+    }
+}
+
+static void test_fused_shapes(void **state) {
+    (void)state;
+    const int64_t shapes[][3] = {{6, 1, 8}, {2, 262144, 8}, {1, 300, 16}, {1, 1, 1}};
+    for (size_t d = 0; d < TU_LEN(g_dtypes); d++) {
+        for (size_t k = 0; k < TU_LEN(shapes); k++) {
+            tp_fused_spec s = he_fused_spec(shapes[k][0], shapes[k][1], shapes[k][2]);
+            s.labels = s.t > 1 ? TP_LABELS_MIXED : TP_LABELS_NONE;
+            tp_fused p;
+            tp_fused_make(&p, &s, g_dtypes[d], 1200 + k);
+            char what[96];
+            snprintf(what, sizeof what, "fused %s T=%lld V=%lld", distil_dtype_name(g_dtypes[d]),
+                     (long long)s.t, (long long)s.v);
+            he_fused_compare(what, &p, NULL);
+            tp_fused_free(&p);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- invalid labels */
+
+/* The call with labels that include out-of-range values; returns the status of the call and
+ * the first synchronize after it, and the outputs. */
+static void he_fused_bad_labels_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o,
+                                    distil_status st[2]) {
+    size_t es = distil_dtype_size(p->d.dtype), vb = (size_t)p->s.v * es;
+    void *in[7] = {tu_upload(ctx, p->xs, p->n_xs * es),
+                   tu_upload(ctx, p->ws, p->n_ws * es),
+                   tu_upload(ctx, p->bs, vb),
+                   tu_upload(ctx, p->xt, p->n_xt * es),
+                   tu_upload(ctx, p->wt, p->n_wt * es),
+                   tu_upload(ctx, p->bt, vb),
+                   tu_upload(ctx, p->labels, (size_t)p->s.t * sizeof(int64_t))};
+    void *loss = tu_alloc_poisoned(ctx, sizeof o->loss);
+    void *g[3] = {tu_alloc_poisoned(ctx, p->n_xs * es), tu_alloc_poisoned(ctx, p->n_ws * es),
+                  tu_alloc_poisoned(ctx, vb)};
+    size_t gb[3] = {p->n_xs * es, p->n_ws * es, vb};
+    st[0] = distil_fused_linear_jsd(ctx, &p->d, in[0], in[1], in[2], in[3], in[4], in[5], in[6],
+                                    loss, g[0], g[1], g[2]);
+    st[1] = distil_ctx_synchronize(ctx);
+    if (st[0] == DISTIL_ERR_INVALID_LABEL || st[1] == DISTIL_ERR_INVALID_LABEL) {
+        TU_CHECK_MESSAGE(ctx, "row 3");
+    }
+    TU_OK(ctx, distil_ctx_synchronize(ctx)); /* reported once */
+    tu_download(ctx, o->loss, loss, sizeof o->loss);
+    void **out[3] = {&o->gxs, &o->gws, &o->gbs};
+    for (int i = 0; i < 3; i++) {
+        *out[i] = malloc(gb[i]);
+        tu_download(ctx, *out[i], g[i], gb[i]);
+        distil_free(ctx, g[i]);
+    }
+    distil_free(ctx, loss);
+    for (int i = 0; i < 7; i++) {
+        distil_free(ctx, in[i]);
+    }
+}
+
+/* Exactly one of (call, synchronize) reports DISTIL_ERR_INVALID_LABEL, the other is OK. */
+static void he_check_deferred(const distil_status st[2]) {
+    bool now = st[0] == DISTIL_ERR_INVALID_LABEL && st[1] == DISTIL_OK;
+    bool later = st[0] == DISTIL_OK && st[1] == DISTIL_ERR_INVALID_LABEL;
+    if (!now && !later) {
+        print_error("call %s, synchronize %s: want INVALID_LABEL from exactly one\n",
+                    distil_status_string(st[0]), distil_status_string(st[1]));
+        fail();
+    }
+}
+
+static void test_fused_labels_out_of_range(void **state) {
+    (void)state;
+    for (size_t d = 0; d < TU_LEN(g_dtypes); d++) {
+        tp_fused_spec s = he_fused_spec(12, 40, 8);
+        s.chunk = 5;
+        tp_fused p;
+        tp_fused_make(&p, &s, g_dtypes[d], 1300);
+        p.labels[3] = 40, p.labels[6] = -1, p.labels[8] = INT64_MAX, p.labels[11] = INT64_MIN;
+        tp_fused_out got = {0}, ref = {0};
+        distil_status sg[2], sr[2];
+        he_fused_bad_labels_run(g_ctx, &p, &got, sg);
+        he_fused_bad_labels_run(g_ref, &p, &ref, sr);
+        he_check_deferred(sg);
+        he_check_deferred(sr);
+        double tol = tu_tolerance(g_dtypes[d], TU_GRAD_FUSED);
+        for (int k = 0; k < 3; k++) {
+            he_check_scalar("bad labels: loss", got.loss[k], ref.loss[k],
+                            tu_tolerance(g_dtypes[d], TU_LOSS));
+        }
+        he_check_rows("bad labels: gxs", got.gxs, ref.gxs, g_dtypes[d], s.t, s.hs, s.hs, tol, NULL);
+        he_check_rows("bad labels: gws", got.gws, ref.gws, g_dtypes[d], s.v, s.hs, s.hs, tol, NULL);
+        he_check_rows("bad labels: gbs", got.gbs, ref.gbs, g_dtypes[d], 1, s.v, s.v, tol, NULL);
+        tp_fused_out_free(&got), tp_fused_out_free(&ref);
+        tp_fused_free(&p);
+    }
+}
+
+/* A deferred label error is the business of distil_ctx_synchronize: a later, valid call that
+ * needs a larger workspace must not fail with it. */
+static void test_deferred_label_next_call(void **state) {
+    (void)state;
+    tp_fused_spec s = he_fused_spec(4, 30, 4);
+    tp_fused bad, good;
+    tp_fused_make(&bad, &s, DISTIL_F32, 1400);
+    bad.labels[1] = 99;
+    s.t = 40;
+    tp_fused_make(&good, &s, DISTIL_F32, 1401);
+    distil_ctx *ctx = tu_ctx(g_backend);
+    size_t es = sizeof(float);
+    void *in[7] = {
+        tu_upload(ctx, bad.xs, bad.n_xs * es),          tu_upload(ctx, bad.ws, bad.n_ws * es), NULL,
+        tu_upload(ctx, bad.xt, bad.n_xt * es),          tu_upload(ctx, bad.wt, bad.n_wt * es), NULL,
+        tu_upload(ctx, bad.labels, 4 * sizeof(int64_t))};
+    void *loss = tu_alloc_poisoned(ctx, 4 * sizeof(float));
+    distil_status first = distil_fused_linear_jsd(ctx, &bad.d, in[0], in[1], NULL, in[3], in[4],
+                                                  NULL, in[6], loss, NULL, NULL, NULL);
+    assert_true(first == DISTIL_OK || first == DISTIL_ERR_INVALID_LABEL);
+    tp_fused_out o;
+    tp_fused_run(ctx, &good, &o); /* asserts DISTIL_OK for the call and its synchronize */
+    tp_fused_out_free(&o);
+    distil_free(ctx, loss);
+    for (int i = 0; i < 7; i++) {
+        distil_free(ctx, in[i]);
+    }
+    distil_ctx_destroy(ctx);
+    tp_fused_free(&bad), tp_fused_free(&good);
+}
+
+/* ---------------------------------------------------------------- groups */
+
+static int group_setup(void **state) {
+    (void)state;
+    return distil_ctx_create(&g_ctx, g_backend, 0) != DISTIL_OK ||
+           distil_ctx_create(&g_ref, "ref", 0) != DISTIL_OK;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    distil_ctx_destroy(g_ctx), distil_ctx_destroy(g_ref);
+    g_ctx = g_ref = NULL;
+    return 0;
+}
+
+static int run_group(const char *backend) {
+    g_backend = backend;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_jsd_extreme_logits),
+        cmocka_unit_test(test_jsd_nan_inf_rows),
+        cmocka_unit_test(test_jsd_nan_in_ignored_row),
+        cmocka_unit_test(test_jsd_neg_inf),
+        cmocka_unit_test(test_jsd_all_ignored),
+        cmocka_unit_test(test_jsd_labels_any_value),
+        cmocka_unit_test(test_jsd_shapes),
+        cmocka_unit_test(test_fused_extreme_logits),
+        cmocka_unit_test(test_fused_nan_rows),
+        cmocka_unit_test(test_fused_neg_inf_bias),
+        cmocka_unit_test(test_fused_all_ignored),
+        cmocka_unit_test(test_fused_shapes),
+        cmocka_unit_test(test_fused_labels_out_of_range),
+        cmocka_unit_test(test_deferred_label_next_call),
+    };
+    return cmocka_run_group_tests_name(tu_group_name("edges", backend), tests, group_setup,
+                                       group_teardown);
+}
+
+int main(void) {
+    return tu_run_per_backend(run_group, false);
+}
