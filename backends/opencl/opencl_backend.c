@@ -50,9 +50,8 @@ static void ocl_destroy(void *vb) {
     if (b == NULL) {
         return;
     }
-    if (b->queue != NULL) {
-        clFinish(b->queue); /* a lent queue may still run our kernels */
-    }
+    /* Queued commands keep the kernels and buffers they use alive, so nothing needs to wait
+     * here; a lent queue is the caller's and is left alone. */
     distil_ocl_programs_release(b);
     distil_ocl_scratch_release(b);
     if (b->label_state != NULL) {
@@ -73,6 +72,9 @@ static void ocl_destroy(void *vb) {
         close(b->probe_pipe[1]);
     }
 #endif
+    if (b->gemm_attached) {
+        distil_ocl_gemm_detach();
+    }
     free(b);
 }
 
@@ -117,6 +119,8 @@ static distil_status ocl_open(distil_ocl *b) {
     /* Every cl_mem of this platform starts with the same dispatch pointer (check_pointer). */
     memcpy(&b->mem_dispatch, (const void *)b->label_state, sizeof b->mem_dispatch);
     ocl_pipe_open(b);
+    distil_ocl_gemm_attach();
+    b->gemm_attached = true;
     return DISTIL_OK;
 }
 
