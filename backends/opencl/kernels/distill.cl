@@ -4,6 +4,92 @@
  * G in DTYPE. One work-group per row, fixed-order reductions, no float atomics.
  */
 
+/* Per-row softmax statistics: (max, log sum) of zs, zs / tau and zt / tau, so that
+ * log_softmax(z)_j = (z_j - max) - log sum, plus the JSD constants. */
+typedef struct distil_row_stats {
+    float2 s, a, t;
+    float inv_t, beta, lbeta, l1beta;
+} distil_row_stats;
+
+/* x = log q_j = log_softmax(zs / tau)_j and y = log p_j = log_softmax(zt / tau)_j. */
+float distil_row_x(const distil_row_stats *st, float zs) {
+    return (zs * st->inv_t - st->a.x) - st->a.y;
+}
+float distil_row_y(const distil_row_stats *st, float zt) {
+    return (zt * st->inv_t - st->t.x) - st->t.y;
+}
+
+/* Pass 1: three online log-sum-exps over the row, merged over the work-group. */
+distil_row_stats distil_row_stats_of(__global const float *zsr, __global const float *ztr,
+                                     long vocab, float inv_t, __local float *red_m,
+                                     __local float *red_s) {
+    const int lid = (int)get_local_id(0);
+    const bool same_t = inv_t == 1.0f; /* zs * inv_t == zs exactly: share the statistics */
+    float ms = -INFINITY, ss = 0.0f, ma = -INFINITY, sa = 0.0f, mt = -INFINITY, st = 0.0f;
+    for (long base = 0; base < vocab; base += WG_SIZE * VEC) {
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            const long j = base + k * WG_SIZE + lid;
+            if (j < vocab) {
+                const float zsv = zsr[j];
+                distil_lse_add(&ms, &ss, zsv);
+                if (!same_t) {
+                    distil_lse_add(&ma, &sa, zsv * inv_t);
+                }
+                distil_lse_add(&mt, &st, ztr[j] * inv_t);
+            }
+        }
+    }
+    distil_row_stats r;
+    r.s = distil_group_lse(ms, ss, red_m, red_s);
+    r.a = same_t ? r.s : distil_group_lse(ma, sa, red_m, red_s);
+    r.t = distil_group_lse(mt, st, red_m, red_s);
+    r.inv_t = inv_t;
+    return r;
+}
+
+/* Pass 2: (JSD row sum, sum_u dx_u) over the work-group. */
+float2 distil_row_jsd_sums(__global const float *zsr, __global const float *ztr, long vocab,
+                           const distil_row_stats *st, __local float *red_m, __local float *red_s) {
+    const int lid = (int)get_local_id(0);
+    float se = 0.0f, sg = 0.0f;
+    for (long base = 0; base < vocab; base += WG_SIZE * VEC) {
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            const long j = base + k * WG_SIZE + lid;
+            if (j < vocab) {
+                float dx;
+                se += distil_jsd_elem(distil_row_x(st, zsr[j]), distil_row_y(st, ztr[j]), st->beta,
+                                      st->lbeta, st->l1beta, &dx);
+                sg += dx;
+            }
+        }
+    }
+    return (float2)(distil_group_sum(se, red_m), distil_group_sum(sg, red_s));
+}
+
+/* Pass 3: G_j = hard (s_j - [j == label]) + soft (dx_j - q_j sum_dx). Each work-item reads
+ * zs[j] before it writes g[j], so g may be zs. */
+void distil_row_write_g(__global const float *zsr, __global const float *ztr, __global T *gr,
+                        long vocab, long label, const distil_row_stats *st, float hard, float soft,
+                        float sum_dx) {
+    const int lid = (int)get_local_id(0);
+    for (long base = 0; base < vocab; base += WG_SIZE * VEC) {
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            const long j = base + k * WG_SIZE + lid;
+            if (j < vocab) {
+                const float zsv = zsr[j];
+                const float x = distil_row_x(st, zsv);
+                float dx;
+                distil_jsd_elem(x, distil_row_y(st, ztr[j]), st->beta, st->lbeta, st->l1beta, &dx);
+                const float s = exp((zsv - st->s.x) - st->s.y) - (j == label ? 1.0f : 0.0f);
+                STORE(DTYPE, gr, j, hard * s + soft * (dx - exp(x) * sum_dx));
+            }
+        }
+    }
+}
+
 /*
  * zs, zt    (rows, vocab) float, dense, at element offsets zs_off / zt_off: student and teacher
  *           logits. g may be zs itself (in place, DTYPE f32).
@@ -15,9 +101,8 @@
  *           with s = softmax(zs), q = softmax(zs inv_t), dx = de/dx of SPEC section 1 at
  *           x = log q, y = log softmax(zt inv_t); n = n_valid[n_off] (1 when !has_n).
  * Passes over a row: (1) online max / sum-exp of zs, zs inv_t and zt inv_t; (2) the JSD terms
- * and sum dx, which G needs before any element of it can be written; (3) G. Pass 3 re-reads
- * zs[j] and writes g[j] from the same work-item, which makes g == zs safe; zs[label] is read by
- * everyone before the first barrier, long before any write.
+ * and sum dx, which G needs before any element of it can be written; (3) G. zs[label] is read
+ * by everyone before the first barrier, long before any write to g.
  */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, ulong zt_off,
@@ -40,86 +125,29 @@ distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, 
             ce[ce_off + row] = 0.0f;
             jsd[jsd_off + row] = 0.0f;
             if (label != ignore_index) {
-                const long r = min(row_offset + (long)row, (long)INT_MAX - 1);
-                atomic_min(state, (int)r);
+                atomic_min(state, (int)min(row_offset + (long)row, (long)INT_MAX - 1));
             }
         }
-        if (has_g) {
-            for (long j = lid; j < vocab; j += WG_SIZE) {
-                STORE(DTYPE, gr, j, 0.0f);
-            }
+        for (long j = lid; has_g && j < vocab; j += WG_SIZE) {
+            STORE(DTYPE, gr, j, 0.0f);
         }
         return; /* uniform: the label is the same for the whole work-group */
     }
     const float z_label = zsr[label];
-    const bool same_t = inv_t == 1.0f; /* zs * inv_t == zs exactly: share the statistics */
-
-    /* Pass 1: three online log-sum-exps. */
-    float ms = -INFINITY, ss = 0.0f, ma = -INFINITY, sa = 0.0f, mt = -INFINITY, st = 0.0f;
-    for (long base = 0; base < vocab; base += WG_SIZE * VEC) {
-#pragma unroll
-        for (int k = 0; k < VEC; k++) {
-            const long j = base + k * WG_SIZE + lid;
-            if (j < vocab) {
-                const float zsv = zsr[j];
-                distil_lse_add(&ms, &ss, zsv);
-                if (!same_t) {
-                    distil_lse_add(&ma, &sa, zsv * inv_t);
-                }
-                distil_lse_add(&mt, &st, ztr[j] * inv_t);
-            }
-        }
-    }
-    /* (max, log sum) of zs, zs / tau and zt / tau: log_softmax(z)_j = (z_j - max) - log sum. */
-    const float2 stat_s = distil_group_lse(ms, ss, red_m, red_s);
-    const float2 stat_a = same_t ? stat_s : distil_group_lse(ma, sa, red_m, red_s);
-    const float2 stat_t = distil_group_lse(mt, st, red_m, red_s);
-
-    /* Pass 2: the JSD row sum and sum_u dx_u. */
-    const float lbeta = distil_log_beta(beta);
-    const float l1beta = distil_log_1m_beta(beta);
-    float se = 0.0f, sg = 0.0f;
-    for (long base = 0; base < vocab; base += WG_SIZE * VEC) {
-#pragma unroll
-        for (int k = 0; k < VEC; k++) {
-            const long j = base + k * WG_SIZE + lid;
-            if (j < vocab) {
-                float dx;
-                se += distil_jsd_elem((zsr[j] * inv_t - stat_a.x) - stat_a.y,
-                                      (ztr[j] * inv_t - stat_t.x) - stat_t.y, beta, lbeta, l1beta,
-                                      &dx);
-                sg += dx;
-            }
-        }
-    }
-    const float jsd_row = distil_group_sum(se, red_m);
-    const float sum_dx = distil_group_sum(sg, red_s);
+    distil_row_stats st = distil_row_stats_of(zsr, ztr, vocab, inv_t, red_m, red_s);
+    st.beta = beta;
+    st.lbeta = distil_log_beta(beta);
+    st.l1beta = distil_log_1m_beta(beta);
+    const float2 sums = distil_row_jsd_sums(zsr, ztr, vocab, &st, red_m, red_s);
     if (lid == 0) {
-        ce[ce_off + row] = (stat_s.x - z_label) + stat_s.y;
-        jsd[jsd_off + row] = jsd_row;
+        ce[ce_off + row] = (st.s.x - z_label) + st.s.y; /* logsumexp(zs) - zs[label] */
+        jsd[jsd_off + row] = sums.x;
     }
-    if (!has_g) {
-        return;
-    }
-
-    /* Pass 3: G. */
-    const float n = has_n ? n_valid[n_off] : 1.0f;
-    const float hard = n == 0.0f ? 0.0f : wh / n;
-    const float soft = n == 0.0f ? 0.0f : ws / n * inv_t;
-    for (long base = 0; base < vocab; base += WG_SIZE * VEC) {
-#pragma unroll
-        for (int k = 0; k < VEC; k++) {
-            const long j = base + k * WG_SIZE + lid;
-            if (j < vocab) {
-                const float zsv = zsr[j];
-                const float x = (zsv * inv_t - stat_a.x) - stat_a.y;
-                float dx;
-                distil_jsd_elem(x, (ztr[j] * inv_t - stat_t.x) - stat_t.y, beta, lbeta, l1beta,
-                                &dx);
-                const float s = exp((zsv - stat_s.x) - stat_s.y) - (j == label ? 1.0f : 0.0f);
-                STORE(DTYPE, gr, j, hard * s + soft * (dx - exp(x) * sum_dx));
-            }
-        }
+    if (has_g) {
+        const float n = has_n ? n_valid[n_off] : 1.0f;
+        const float hard = n == 0.0f ? 0.0f : wh / n;
+        const float soft = n == 0.0f ? 0.0f : ws / n * inv_t;
+        distil_row_write_g(zsr, ztr, gr, vocab, label, &st, hard, soft, sums.y);
     }
 }
 
