@@ -336,6 +336,9 @@ static void fused_poison_outputs(fused_problem *p) {
     TU_OK(g_ctx, distil_memcpy_to_device(g_ctx, p->gbs, o.gbs, sizeof o.gbs));
 }
 
+/* The message of the last lent-workspace run (later calls may replace the context's). */
+static char g_lent_msg[256];
+
 /* Run with the context's own workspace, then with `bytes` of lent workspace. */
 static distil_status fused_run_lent(fused_problem *p, size_t bytes, fused_out *own,
                                     fused_out *lent) {
@@ -347,6 +350,7 @@ static distil_status fused_run_lent(fused_problem *p, size_t bytes, fused_out *o
     TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, ws, bytes));
     fused_poison_outputs(p);
     distil_status s = fused_run(p);
+    snprintf(g_lent_msg, sizeof g_lent_msg, "%s", distil_ctx_last_error(g_ctx));
     fused_download(p, lent);
     TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, NULL, 0));
     distil_free(g_ctx, ws);
@@ -371,6 +375,7 @@ static void test_workspace_fused(void **state) {
     fused_out poisoned;
     tu_poison(&poisoned, sizeof poisoned);
     TU_EXPECT(g_ctx, DISTIL_ERR_WORKSPACE, fused_run_lent(&p, need - 1, &own, &lent));
+    assert_non_null(strstr(g_lent_msg, "workspace"));
     TU_CHECK_BITWISE("outputs after DISTIL_ERR_WORKSPACE", &lent, &poisoned, sizeof lent);
 
     /* chunk_rows = 0 with a lent workspace that fits only 1-row chunks: picks a chunk that fits. */
@@ -487,6 +492,7 @@ int main(void) {
         cmocka_unit_test(test_null_handling),
         cmocka_unit_test(test_desc_defaults),
     };
+    tu_apply_filter();
     int failed = cmocka_run_group_tests_name("api", tests, NULL, NULL);
     int per_backend = tu_run_per_backend(run_backend_group, true);
     return failed + (per_backend == TU_EXIT_SKIPPED ? 0 : per_backend);

@@ -411,6 +411,27 @@ static void test_fused_invalid_label(void **state) {
     TU_OK(g_ctx, distil_memcpy_to_device(g_ctx, g.flabels, ok, sizeof ok));
 }
 
+/* Host memory given to a backend whose memory is not the host's (SPEC section 5: "a device
+ * pointer of the wrong backend where the backend can tell"); cpu and ref cannot tell. */
+static void test_foreign_memory(void **state) {
+    (void)state;
+    if (strcmp(g_backend, "cpu") == 0 || strcmp(g_backend, "ref") == 0) {
+        print_message("%s: device memory is host memory, nothing to tell apart\n", g_backend);
+        skip();
+    }
+    static float host[T * LD * 4];
+    jsd_call c = jsd_valid();
+    c.y = host;
+    jsd_refused(c, DISTIL_ERR_INVALID_ARG, "teacher_logp");
+    c = jsd_valid(), c.grad = host;
+    jsd_refused(c, DISTIL_ERR_INVALID_ARG, "grad_student");
+    fused_call f = fused_valid();
+    f.ws = host;
+    fused_refused(f, DISTIL_ERR_INVALID_ARG, "student_weight");
+    f = fused_valid(), f.gxs = host;
+    fused_refused(f, DISTIL_ERR_INVALID_ARG, "grad_student_hidden");
+}
+
 static int run_group(const char *backend) {
     static const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jsd_null),        cmocka_unit_test(test_jsd_shapes),
@@ -418,6 +439,7 @@ static int run_group(const char *backend) {
         cmocka_unit_test(test_jsd_zero_rows),   cmocka_unit_test(test_fused_null),
         cmocka_unit_test(test_fused_shapes),    cmocka_unit_test(test_fused_values),
         cmocka_unit_test(test_fused_zero_rows), cmocka_unit_test(test_fused_invalid_label),
+        cmocka_unit_test(test_foreign_memory),
     };
     g_backend = backend;
     return cmocka_run_group_tests_name(tu_group_name("bad_input", backend), tests, group_setup,

@@ -713,9 +713,6 @@ int main(void) {
         cmocka_unit_test(test_fd_jsd),
         cmocka_unit_test(test_fd_fused),
     };
-    const char *filter = getenv("DISTIL_TEST_FILTER");
-    if (filter && *filter) {
-        cmocka_set_test_filter(filter);
-    }
+    tu_apply_filter();
     return cmocka_run_group_tests_name("ref", tests, group_setup, group_teardown);
 }

@@ -396,11 +396,15 @@ static bool tu_backend_compiled(const char *name) {
     return false;
 }
 
-int tu_run_per_backend(int (*run_group)(const char *backend), bool with_ref) {
+void tu_apply_filter(void) {
     const char *filter = getenv("DISTIL_TEST_FILTER");
     if (filter && *filter) {
         cmocka_set_test_filter(filter);
     }
+}
+
+int tu_run_per_backend(int (*run_group)(const char *backend), bool with_ref) {
+    tu_apply_filter();
     const char *only = getenv("DISTIL_TEST_BACKEND");
     if (only && *only && !tu_backend_compiled(only)) {
         fprintf(stderr, "DISTIL_TEST_BACKEND=%s is not a compiled backend\n", only);

@@ -147,6 +147,9 @@ void tu_check_message(const distil_ctx *ctx, const char *names, const char *file
  */
 int tu_run_per_backend(int (*run_group)(const char *backend), bool with_ref);
 
+/* Set cmocka's test filter from DISTIL_TEST_FILTER (a pattern such as "jsd f32*"), if given. */
+void tu_apply_filter(void);
+
 /* Whether the named backend has at least one device. */
 bool tu_backend_has_device(const char *name);
 
