@@ -80,7 +80,9 @@ distil_status distil_cpu_distill_rows(void *b, const distil_distill_rows_args *a
 #else
         mine.scratch = (float *)st->rows;
 #endif
-#pragma omp for schedule(static)
+        /* Any schedule gives the same bits (a row is one thread's work); dynamic balances batches
+         * whose cheap ignored rows cluster, as padding does. */
+#pragma omp for schedule(dynamic)
         for (int64_t i = 0; i < a->rows; i++) {
             cpu_distill_one(st, a, i, &mine);
         }

@@ -42,7 +42,9 @@ distil_status distil_cpu_jsd_rows(void *b, const distil_jsd_rows_args *a) {
     float n = nv ? *nv : 1.0f;
     float gscale = n != 0.0f ? (float)((double)a->grad_scale / (double)n) : 0.0f;
     bool zero_grad = n == 0.0f;
-#pragma omp parallel for num_threads(st->threads) schedule(static) if (a->rows > 1)
+    /* Any schedule gives the same bits (a row is one thread's work); dynamic balances batches
+     * whose cheap ignored rows cluster, as padding does. */
+#pragma omp parallel for num_threads(st->threads) schedule(dynamic) if (a->rows > 1)
     for (int64_t i = 0; i < a->rows; i++) {
         cpu_jsd_one(st, a, i, gscale, zero_grad);
     }
