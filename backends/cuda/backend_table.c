@@ -39,6 +39,6 @@ const distil_backend DISTIL_GPU_TABLE = {
     .cast = DISTIL_GPU_FN(cast),
     .fill = DISTIL_GPU_FN(fill),
     .jsd = NULL,
-    .fused_linear_jsd = NULL,
+    .fused_linear_jsd = DISTIL_GPU_FN(fused_linear_jsd),
     .preferred_chunk_rows = DISTIL_GPU_FN(preferred_chunk_rows),
 };

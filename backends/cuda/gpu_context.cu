@@ -4,6 +4,7 @@
  * set_stream and synchronize (which reports a recorded invalid label once). Also the mapping of
  * runtime errors to statuses shared by every file.
  */
+#include "distill_rows.cuh"
 #include "gpu_state.cuh"
 
 #include <stdio.h>
@@ -32,10 +33,17 @@ distil_status gpu_check_launch(gpu_state *b, const char *what) {
 
 static const unsigned long long GPU_NO_LABEL_ERROR = ~0ull;
 
-/* Environment knobs read once per context: DISTIL_CUDA_GEMM=portable, DISTIL_CUDA_CLUSTER=n. */
+/* Environment knobs read once per context: DISTIL_CUDA_GEMM=portable, DISTIL_CUDA_DISTILL=stream,
+ * DISTIL_CUDA_CLUSTER=n (blocks per row of the streaming distill kernel). */
 static void gpu_read_env(gpu_state *b) {
     const char *g = getenv("DISTIL_CUDA_GEMM");
     b->portable_gemm = !DISTIL_GPU_HAVE_BLAS || (g != nullptr && strcmp(g, "portable") == 0);
+    const char *r = getenv("DISTIL_CUDA_DISTILL");
+    b->distill_stream = r != nullptr && strcmp(r, "stream") == 0;
+    const char *j = getenv("DISTIL_CUDA_JSD_THREADS");
+    b->jsd_threads = j != nullptr && strcmp(j, "1024") == 0 ? 1024u : 512u;
+    const char *m = getenv("DISTIL_CUDA_SMEM_MINB");
+    b->smem_minb = m != nullptr && strcmp(m, "3") == 0 ? 3 : 2;
     const char *c = getenv("DISTIL_CUDA_CLUSTER");
     b->cluster = 0;
     if (c != nullptr) {
@@ -80,6 +88,7 @@ static distil_status gpu_init_blas(gpu_state *b) {
 
 static distil_status gpu_init(gpu_state *b) {
     DISTIL_TRY(gpu_query_device(b));
+    DISTIL_TRY(distill_smem_setup(b));
     GPU_TRY(b, cudaStreamCreateWithFlags(&b->own_stream, cudaStreamNonBlocking), "stream create");
     b->stream = b->own_stream;
     DISTIL_TRY(gpu_init_blas(b));

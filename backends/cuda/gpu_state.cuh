@@ -40,7 +40,10 @@ struct gpu_state {
     size_t blas_ws_bytes;
     gpu_label_error *label_err; /* device */
     bool portable_gemm;         /* DISTIL_CUDA_GEMM=portable, or no vendor BLAS */
-    int cluster;                /* blocks per row in distill_rows (1 = no cluster); 0 = auto */
+    int cluster;                /* blocks per row of the streaming distill_rows kernel; 0 = auto */
+    bool distill_stream;        /* DISTIL_CUDA_DISTILL=stream: never the shared-memory kernel */
+    unsigned jsd_threads; /* DISTIL_CUDA_JSD_THREADS: most threads per row of jsd_rows (512) */
+    int smem_minb; /* DISTIL_CUDA_SMEM_MINB: 2 or 3 resident blocks per SM (distill_rows_smem.cu) */
 };
 
 static inline gpu_state *gpu_of(void *b) {

@@ -94,7 +94,7 @@ __device__ float jsd_row(const jsd_rows_params &p, int64_t row, float gf) {
 }
 
 template <int DT, bool GRAD, int VW>
-__global__ void __launch_bounds__(512) distil_jsd_rows_kernel(jsd_rows_params p) {
+__global__ void __launch_bounds__(1024) distil_jsd_rows_kernel(jsd_rows_params p) {
     __shared__ float scratch[DISTIL_GPU_MAX_WARPS];
     const float gf = GRAD ? jsd_grad_factor(p) : 0.0f;
     for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
@@ -114,31 +114,34 @@ __global__ void __launch_bounds__(512) distil_jsd_rows_kernel(jsd_rows_params p)
     }
 }
 
-/* Threads per row: enough vectors per thread to keep loads in flight, at most 512. */
-static unsigned jsd_threads(int64_t n_vec) {
+/* Threads per row: enough vectors per thread to keep loads in flight, at most max_threads (512,
+ * or 1024 with DISTIL_CUDA_JSD_THREADS=1024: half the time per row, so a shorter tail when the
+ * last wave of rows is partial). */
+static unsigned jsd_threads(int64_t n_vec, unsigned max_threads) {
     unsigned t = 64;
-    while (t < 512 && static_cast<int64_t>(t) * JSD_UNROLL * 4 < n_vec) {
+    while (t < max_threads && static_cast<int64_t>(t) * JSD_UNROLL * 4 < n_vec) {
         t *= 2;
     }
     return t;
 }
 
 template <int DT, bool GRAD>
-static void jsd_launch(const jsd_rows_params &p, bool vec, cudaStream_t s) {
+static void jsd_launch(const jsd_rows_params &p, bool vec, unsigned max_t, cudaStream_t s) {
     constexpr int VW = vec16<DT>::N;
     const unsigned grid = gpu_grid_for(p.rows, 1, 0x7fffffff);
     if (vec) {
-        distil_jsd_rows_kernel<DT, GRAD, VW><<<grid, jsd_threads(p.vocab / VW), 0, s>>>(p);
+        distil_jsd_rows_kernel<DT, GRAD, VW><<<grid, jsd_threads(p.vocab / VW, max_t), 0, s>>>(p);
     } else {
-        distil_jsd_rows_kernel<DT, GRAD, 1><<<grid, jsd_threads(p.vocab), 0, s>>>(p);
+        distil_jsd_rows_kernel<DT, GRAD, 1><<<grid, jsd_threads(p.vocab, max_t), 0, s>>>(p);
     }
 }
 
-template <int DT> static void jsd_launch_dt(const jsd_rows_params &p, bool vec, cudaStream_t s) {
+template <int DT>
+static void jsd_launch_dt(const jsd_rows_params &p, bool vec, unsigned max_t, cudaStream_t s) {
     if (p.grad != nullptr) {
-        jsd_launch<DT, true>(p, vec, s);
+        jsd_launch<DT, true>(p, vec, max_t, s);
     } else {
-        jsd_launch<DT, false>(p, vec, s);
+        jsd_launch<DT, false>(p, vec, max_t, s);
     }
 }
 
@@ -180,13 +183,13 @@ extern "C" distil_status DISTIL_GPU_FN(jsd_rows)(void *vb, const distil_jsd_rows
     const bool vec = jsd_can_vectorise(p, distil_dtype_size(a->dtype));
     switch (a->dtype) {
     case DISTIL_F32:
-        jsd_launch_dt<DISTIL_F32>(p, vec, b->stream);
+        jsd_launch_dt<DISTIL_F32>(p, vec, b->jsd_threads, b->stream);
         break;
     case DISTIL_BF16:
-        jsd_launch_dt<DISTIL_BF16>(p, vec, b->stream);
+        jsd_launch_dt<DISTIL_BF16>(p, vec, b->jsd_threads, b->stream);
         break;
     default:
-        jsd_launch_dt<DISTIL_F16>(p, vec, b->stream);
+        jsd_launch_dt<DISTIL_F16>(p, vec, b->jsd_threads, b->stream);
         break;
     }
     return gpu_check_launch(b, "jsd_rows");

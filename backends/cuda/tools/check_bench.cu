@@ -134,7 +134,7 @@ static void bk_copy(cudaStream_t s) {
     cudaFree(b);
 }
 
-static void bk_jsd(distil_ctx *ctx, cudaStream_t s, int64_t rows, int n_runs) {
+static void bk_jsd(distil_ctx *ctx, cudaStream_t s, int64_t rows, int n_runs, const char *tag) {
     const int64_t v = 128256;
     const size_t n = (size_t)(rows * v);
     float *x = (float *)bk_alloc(n * 4), *y = (float *)bk_alloc(n * 4),
@@ -154,8 +154,8 @@ static void bk_jsd(distil_ctx *ctx, cudaStream_t s, int64_t rows, int n_runs) {
         bk_stats t = bk_time(s, 3, n_runs, [&] {
             CK_OK(ctx, distil_jsd(ctx, &d, x, y, nullptr, loss, full ? g : nullptr));
         });
-        snprintf(what, sizeof what, "jsd f32 V=128256 T=%lld %s", (long long)rows,
-                 full ? "full" : "forward");
+        snprintf(what, sizeof what, "jsd f32 V=128256 T=%lld %s%s", (long long)rows,
+                 full ? "full" : "forward", tag);
         const double bytes = (double)n * 4.0 * (full ? 3.0 : 2.0);
         const double target = rows == 1024 ? (full ? 0.45 : 0.30) : (full ? 3.5 : 2.4);
         bk_row(what, t, bytes / 1e12, "TB/s", rows == 1024 || rows == 8192 ? target : 0);
@@ -271,22 +271,33 @@ int ck_bench_main(int argc, char **argv) {
     distil_ctx *ctx = bk_ctx(s);
     printf("device: %s\n", distil_ctx_device_name(ctx));
     bk_copy(s);
-    bk_jsd(ctx, s, 1024, 30);
-    bk_jsd(ctx, s, 8192, 20);
+    bk_jsd(ctx, s, 1024, 30, "");
+    bk_jsd(ctx, s, 8192, 20, "");
+    if (!quick) {
+        setenv("DISTIL_CUDA_JSD_THREADS", "1024", 1);
+        distil_ctx *c2 = bk_ctx(s);
+        bk_jsd(c2, s, 1024, 30, " (JSD_THREADS=1024)");
+        bk_jsd(c2, s, 8192, 20, " (JSD_THREADS=1024)");
+        distil_ctx_destroy(c2);
+        unsetenv("DISTIL_CUDA_JSD_THREADS");
+    }
     {
         bk_fused_bufs b(1024);
         bk_gemm_floor(s, b, 1024);
         bk_fused(ctx, s, b, "", 20, true);
         if (!quick) {
-            for (const char *cl : {"1", "4"}) {
-                setenv("DISTIL_CUDA_CLUSTER", cl, 1);
+            /* Variants of the row pass, chosen at context creation. */
+            const char *vars[][2] = {{"DISTIL_CUDA_SMEM_MINB", "3"},
+                                     {"DISTIL_CUDA_DISTILL", "stream"}};
+            for (const auto &v : vars) {
+                setenv(v[0], v[1], 1);
                 distil_ctx *c2 = bk_ctx(s);
-                char tag[32];
-                snprintf(tag, sizeof tag, " (cluster %s)", cl);
+                char tag[64];
+                snprintf(tag, sizeof tag, " (%s=%s)", v[0] + 12, v[1]);
                 bk_fused(c2, s, b, tag, 20, true);
                 distil_ctx_destroy(c2);
+                unsetenv(v[0]);
             }
-            unsetenv("DISTIL_CUDA_CLUSTER");
         }
     }
     {

@@ -47,6 +47,21 @@ template <typename T> __device__ __forceinline__ T distil_load_stream(const T *p
     return __ldcs(p);
 }
 
+/* Asynchronous 16-byte copy global -> shared (sm_80+), and the wait for all of a thread's. */
+__device__ __forceinline__ void distil_cp_async16(void *smem, const void *gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+#else
+    *static_cast<uint4 *>(smem) = *static_cast<const uint4 *>(gmem);
+#endif
+}
+__device__ __forceinline__ void distil_cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+#endif
+}
+
 /* Pointer kind as the runtime sees it: 1 device (or managed) memory, 0 anything else. */
 static inline cudaError_t distil_gpu_pointer_device(const void *p, int *is_device, int *device) {
     cudaPointerAttributes at;
