@@ -15,8 +15,11 @@
 #include <limits.h>
 #include <string.h>
 
-/* Target scratch of one gemm call in floats (32 MiB): a panel of a few thousand weight rows. */
+/* Target scratch of one gemm call in floats (32 MiB): a panel of a few thousand weight rows.
+ * Overridable at compile time so that a test can force every panel shape on small matrices. */
+#ifndef CPU_GEMM_BUDGET
 #define CPU_GEMM_BUDGET ((size_t)8 << 20)
+#endif
 
 /* A stored matrix: rows of ld elements of dtype. */
 typedef struct cpu_mat {
