@@ -377,8 +377,8 @@ __device__ inline void distill_finish_row(const distill_params &p, distill_smem 
 /* distill_rows_smem.cu: allow its shared memory and cluster sizes (at create), and launch it
  * when it applies (*done false: the caller uses the streaming kernel). */
 distil_status distill_smem_setup(gpu_state *b);
-cudaError_t distill_smem_launch(const gpu_state *b, distill_params p, distil_dtype gdt,
-                                cudaStream_t s, bool *done);
+cudaError_t distill_smem_launch(gpu_state *b, distill_params p, distil_dtype gdt, cudaStream_t s,
+                                bool *done);
 
 } // namespace DISTIL_GPU_NS
 

@@ -148,8 +148,8 @@ static int smem_cluster_size(const gpu_state *b, const distill_params &p, const 
 }
 
 /* Launches the shared-memory kernel when it applies; *done says whether it did. */
-cudaError_t distill_smem_launch(const gpu_state *b, distill_params p, distil_dtype gdt,
-                                cudaStream_t s, bool *done) {
+cudaError_t distill_smem_launch(gpu_state *b, distill_params p, distil_dtype gdt, cudaStream_t s,
+                                bool *done) {
     *done = false;
     const bool aligned =
         gpu_aligned(p.zs, 16) && gpu_aligned(p.zt, 16) && (p.g == nullptr || gpu_aligned(p.g, 16));
@@ -157,7 +157,15 @@ cudaError_t distill_smem_launch(const gpu_state *b, distill_params p, distil_dty
         return cudaSuccess;
     }
     const void *kernel = smem_kernel_of(gdt, p.g != nullptr, b->smem_minb);
-    p.cl = smem_cluster_size(b, p, kernel, &p.span);
+    /* The occupancy query is a host call per distinct (kernel, V): remember the last answer. */
+    smem_plan_cache &c = b->smem_cache;
+    if (c.kernel != kernel || c.vocab != p.vocab) {
+        c.cl = smem_cluster_size(b, p, kernel, &c.span);
+        c.kernel = kernel;
+        c.vocab = p.vocab;
+    }
+    p.cl = c.cl;
+    p.span = c.span;
     if (p.cl == 0 || p.rows * p.cl > 0x7fffffff) {
         return cudaSuccess;
     }
@@ -175,7 +183,7 @@ distil_status distill_smem_setup(gpu_state *) {
     return DISTIL_OK;
 }
 
-cudaError_t distill_smem_launch(const gpu_state *, distill_params, distil_dtype, cudaStream_t,
+cudaError_t distill_smem_launch(gpu_state *, distill_params, distil_dtype, cudaStream_t,
                                 bool *done) {
     *done = false;
     return cudaSuccess;

@@ -22,6 +22,14 @@ struct gpu_label_error {
     long long vocab;
 };
 
+/* The last cluster plan of the shared-memory distill kernel (distill_rows_smem.cu). */
+struct smem_plan_cache {
+    const void *kernel;
+    int64_t vocab;
+    int cl; /* 0: the kernel does not apply */
+    int64_t span;
+};
+
 struct gpu_state {
     distil_ctx *ctx; /* where messages go */
     int device;
@@ -43,6 +51,7 @@ struct gpu_state {
     int cluster;                /* blocks per row of the streaming distill_rows kernel; 0 = auto */
     bool distill_stream;        /* DISTIL_CUDA_DISTILL=stream: never the shared-memory kernel */
     unsigned jsd_threads; /* DISTIL_CUDA_JSD_THREADS: most threads per row of jsd_rows (512) */
+    smem_plan_cache smem_cache;
     int smem_minb; /* DISTIL_CUDA_SMEM_MINB: 2 or 3 resident blocks per SM (distill_rows_smem.cu) */
 };
 
