@@ -204,6 +204,10 @@ typedef struct distil_backend {
 
     /* Count devices; cheap, no allocation, safe with missing drivers. 0 = unavailable. */
     distil_status (*probe)(int *n_devices);
+    /* Optional, called once after a successful probe: the priority for automatic selection
+     * when it depends on the device found (an OpenCL CPU device ranks below the cpu backend).
+     * NULL: `priority`. */
+    int (*auto_priority)(void);
     /* Per-context state on one device; report failures through distil_error_set(ctx, ...). */
     distil_status (*create)(distil_ctx *ctx, int device, void **b);
     void (*destroy)(void *b);

@@ -71,7 +71,9 @@ static distil_status distil_jsd_check_ptrs(distil_ctx *ctx, const distil_jsd_arg
         DISTIL_TRY(distil_check_not_null(ctx, fn, "student_logp", x));
         DISTIL_TRY(distil_check_not_null(ctx, fn, "teacher_logp", y));
     }
-    DISTIL_TRY(distil_check_not_null(ctx, fn, "loss", loss));
+    if (a->rows > 0 || a->reduction != DISTIL_REDUCTION_NONE) {
+        DISTIL_TRY(distil_check_not_null(ctx, fn, "loss", loss));
+    }
     DISTIL_TRY(distil_check_device_ptr(ctx, fn, "student_logp", x));
     DISTIL_TRY(distil_check_device_ptr(ctx, fn, "teacher_logp", y));
     DISTIL_TRY(distil_check_device_ptr(ctx, fn, "labels", labels));

@@ -42,14 +42,19 @@ static const distil_backend *const distil_backends[] = {
 #define DISTIL_N_BACKENDS ((int)(sizeof distil_backends / sizeof distil_backends[0]))
 
 static int distil_device_counts[DISTIL_N_BACKENDS];
+static int distil_auto_priority[DISTIL_N_BACKENDS];
 static pthread_once_t distil_probe_once = PTHREAD_ONCE_INIT;
 
 static void distil_registry_probe(void) {
     for (int i = 0; i < DISTIL_N_BACKENDS; i++) {
         const distil_backend *be = distil_backends[i];
         int n = 0;
+        distil_auto_priority[i] = be->priority;
         if (be->api_version == DISTIL_BACKEND_API_VERSION && be->probe(&n) == DISTIL_OK) {
             distil_device_counts[i] = n > 0 ? n : 0;
+            if (n > 0 && be->auto_priority != NULL) {
+                distil_auto_priority[i] = be->auto_priority();
+            }
         }
     }
 }
@@ -94,15 +99,18 @@ distil_status distil_backend_device_count(const char *name, int *n_devices) {
     return DISTIL_OK;
 }
 
-/* The highest-priority backend with a device; ref always has one. */
+/* The backend with a device of highest automatic priority (ties: table order); ref always has
+ * one. */
 static const distil_backend *distil_registry_best(void) {
     pthread_once(&distil_probe_once, distil_registry_probe);
+    int best = -1;
     for (int i = 0; i < DISTIL_N_BACKENDS; i++) {
-        if (distil_device_counts[i] > 0) {
-            return distil_backends[i];
+        if (distil_device_counts[i] > 0 &&
+            (best < 0 || distil_auto_priority[i] > distil_auto_priority[best])) {
+            best = i;
         }
     }
-    return &distil_backend_ref;
+    return best >= 0 ? distil_backends[best] : &distil_backend_ref;
 }
 
 distil_status distil_registry_select(const char *name, const distil_backend **out) {

@@ -2,11 +2,13 @@
  * demo.c - distil's main job in one program: the JSD and the fused linear distillation loss,
  * forward and backward, on the best backend available (or the one named by DISTIL_BACKEND /
  * argv[1]), on the seed workloads of DESIGN.md; scaled down on host backends.
- *   usage: distil-demo [backend]
+ *   usage: distil-demo [backend] [--small]     (--small: the host sizes on any backend)
  */
+#define _POSIX_C_SOURCE 200809L
 #include "distil.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,7 +201,15 @@ static int demo_fused(distil_ctx *ctx, const demo_shape *sh) {
 
 int main(int argc, char **argv) {
     distil_ctx *ctx = NULL;
-    const char *want = argc > 1 ? argv[1] : NULL;
+    const char *want = NULL;
+    bool small = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--small") == 0) {
+            small = true;
+        } else {
+            want = argv[i];
+        }
+    }
     distil_status s = distil_ctx_create(&ctx, want, -1);
     if (s != DISTIL_OK) {
         fprintf(stderr, "distil-demo: no context: %s: %s\n", distil_status_string(s),
@@ -213,7 +223,9 @@ int main(int argc, char **argv) {
     demo_shape gpu = {1024, 128256, 1024, 128256, 2048, 4096, DISTIL_BF16};
     demo_shape cpu = {64, 128256, 256, 32000, 512, 1024, DISTIL_F32};
     demo_shape ref = {4, 128256, 8, 4096, 64, 128, DISTIL_F32};
-    const demo_shape *sh = strcmp(be, "ref") == 0 ? &ref : strcmp(be, "cpu") == 0 ? &cpu : &gpu;
+    const demo_shape *sh = strcmp(be, "ref") == 0            ? &ref
+                           : small || strcmp(be, "cpu") == 0 ? &cpu
+                                                             : &gpu;
     int rc = demo_jsd(ctx, sh);
     if (rc == 0) {
         rc = demo_fused(ctx, sh);

@@ -217,10 +217,11 @@ DISTIL_API void distil_jsd_desc_init(distil_jsd_desc *desc);
  *   grad_student  (rows, vocab), row stride grad_stride, dtype, or NULL (loss only). It may be
  *                 student_logp itself (in place) when the strides are equal.
  * batchmean divides loss and gradient by N counted on the device; N == 0 gives loss 0 and a zero
- * gradient. Ignored rows get a zero gradient. rows == 0 writes loss 0 (one value) and nothing
- * else. Asynchronous on GPU backends. Scratch memory: distil_jsd_workspace_size.
- * Returns DISTIL_OK, DISTIL_ERR_INVALID_ARG, DISTIL_ERR_VERSION, DISTIL_ERR_UNSUPPORTED,
- * DISTIL_ERR_OUT_OF_MEMORY, DISTIL_ERR_WORKSPACE, DISTIL_ERR_BACKEND.
+ * gradient. Ignored rows get a zero gradient. rows == 0 writes loss 0 (one value; nothing for
+ * DISTIL_REDUCTION_NONE, where loss may then be NULL) and nothing else. Asynchronous on GPU
+ * backends. Scratch memory: distil_jsd_workspace_size. Returns DISTIL_OK, DISTIL_ERR_INVALID_ARG,
+ * DISTIL_ERR_VERSION, DISTIL_ERR_UNSUPPORTED, DISTIL_ERR_OUT_OF_MEMORY, DISTIL_ERR_WORKSPACE,
+ * DISTIL_ERR_BACKEND.
  */
 DISTIL_API DISTIL_NODISCARD distil_status distil_jsd(distil_ctx *ctx, const distil_jsd_desc *desc,
                                                      const void *student_logp,

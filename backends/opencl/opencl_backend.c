@@ -25,6 +25,21 @@ static distil_status ocl_probe(int *n_devices) {
     return DISTIL_OK;
 }
 
+/* A GPU or accelerator ranks above the cpu backend for automatic selection; an OpenCL CPU
+ * device (PoCL) ranks below it, since the native cpu backend is faster there. */
+static int ocl_auto_priority(void) {
+    distil_ocl_device devs[DISTIL_OCL_MAX_DEVICES];
+    int n = 0;
+    cl_device_type type = 0;
+    distil_ocl_devices(devs, DISTIL_OCL_MAX_DEVICES, &n);
+    if (n > 0 &&
+        clGetDeviceInfo(devs[0].device, CL_DEVICE_TYPE, sizeof type, &type, NULL) == CL_SUCCESS &&
+        (type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0) {
+        return 200;
+    }
+    return 50;
+}
+
 /* The label state's "nothing recorded" value, see distill.cl. */
 static distil_status ocl_label_state_reset(distil_ocl *b) {
     const cl_int init[4] = {INT_MAX, 0, 0, -1};
@@ -253,6 +268,7 @@ const distil_backend distil_backend_opencl = {
     .priority = 200,
     .host_memory = false,
     .probe = ocl_probe,
+    .auto_priority = ocl_auto_priority,
     .create = ocl_create,
     .destroy = ocl_destroy,
     .describe = ocl_describe,
