@@ -41,7 +41,7 @@ static void cpu_distill_one(const cpu_state *st, const distil_distill_rows_args 
     char *g = distil_dptr_addr(a->g);
     cpu_distill_row r = *proto;
     r.g = g ? g + (size_t)(i * a->vocab) * es : NULL;
-    if (label < 0 || label >= a->vocab) { /* ignore_index, or invalid and so ignored */
+    if (label == a->ignore_index || label < 0 || label >= a->vocab) { /* invalid: ignored too */
         ce[i] = 0.0f;
         jsd[i] = 0.0f;
         if (r.g) {
