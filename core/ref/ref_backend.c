@@ -47,8 +47,8 @@ static distil_status distil_ref_synchronize(void *b) {
 
 static distil_status distil_ref_alloc(void *b, size_t bytes, void **ptr) {
     distil_ref_state *st = b;
-    size_t rounded = (bytes + 255) / 256 * 256;
-    *ptr = distil_fault_alloc() ? NULL : aligned_alloc(256, rounded);
+    size_t rounded = (bytes + 255) / 256 * 256; /* 0 when bytes is within 255 of SIZE_MAX */
+    *ptr = distil_fault_alloc() || rounded < bytes ? NULL : aligned_alloc(256, rounded);
     if (*ptr == NULL) {
         return distil_error_set(st->ctx, DISTIL_ERR_OUT_OF_MEMORY, "ref: cannot allocate %zu bytes",
                                 bytes);
