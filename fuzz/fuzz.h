@@ -51,6 +51,9 @@ float fz_special_value(fz_in *in);
 /* DISTIL_FUZZ_VERBOSE=1: print each decoded case (for reading a crash). */
 bool fz_verbose(void);
 
+/* The input being run, saved by fz_fail as fuzz-failure-<hash> in the working directory. */
+void fz_set_current(const uint8_t *data, size_t size);
+
 /* Abort with a description: the fuzzer's "crash". */
 void fz_fail(const char *fmt, ...)
 #if defined(__GNUC__)

@@ -21,6 +21,31 @@ bool fz_verbose(void) {
     return v != NULL && v[0] == '1';
 }
 
+static const uint8_t *fz_current;
+static size_t fz_current_size;
+
+void fz_set_current(const uint8_t *data, size_t size) {
+    fz_current = data;
+    fz_current_size = size;
+}
+
+/* Keep the failing input: a vendor library may take over SIGABRT (PoCL's LLVM does), and then
+ * libFuzzer cannot write its crash file. */
+static void fz_save_current(void) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < fz_current_size; i++) {
+        h = (h ^ fz_current[i]) * 1099511628211ull;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "fuzz-failure-%016llx", (unsigned long long)h);
+    FILE *f = fopen(name, "wb");
+    if (f != NULL) {
+        fwrite(fz_current, 1, fz_current_size, f);
+        fclose(f);
+        fprintf(stderr, "distil fuzz: input saved as %s\n", name);
+    }
+}
+
 void fz_fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -28,6 +53,7 @@ void fz_fail(const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
+    fz_save_current();
     abort();
 }
 

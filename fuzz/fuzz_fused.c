@@ -6,6 +6,7 @@
 #include "fuzz.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -326,9 +327,28 @@ static void fz_fused_run(distil_ctx *ctx, fz_fused *c) {
     }
 }
 
+/* DISTIL_FUZZ_VERBOSE=1: what the input decoded to, for reading a crash. */
+static void fz_fused_print(const fz_fused *c, const char *backend) {
+    const distil_fused_linear_jsd_desc *d = &c->d;
+    fprintf(stderr,
+            "fused on %s: struct_size %zu rows %lld vocab %lld hidden %lld %lld dtype %d "
+            "weights %g %g beta %g tau %g ignore %lld chunk %lld parts %d heads %lld %lld %lld | "
+            "desc_null %d present 0x%x lend %zu fault %ld backed %d\n",
+            backend, d->struct_size, (long long)d->rows, (long long)d->vocab,
+            (long long)d->student_hidden, (long long)d->teacher_hidden, (int)d->dtype,
+            (double)d->weight_hard, (double)d->weight_soft, (double)d->beta, (double)d->temperature,
+            (long long)d->ignore_index, (long long)d->chunk_rows, d->return_parts,
+            (long long)d->teacher_vocab, (long long)d->student_weight_hidden,
+            (long long)d->teacher_weight_hidden, c->desc_null, c->present, c->lend, c->fault,
+            c->backed);
+}
+
 void fz_case_fused(fz_in *in, distil_ctx *ctx) {
     fz_fused c;
     fz_fused_read(in, &c);
+    if (fz_verbose()) {
+        fz_fused_print(&c, distil_ctx_backend_name(ctx));
+    }
     fz_fused_query(ctx, &c, fz_bool(in));
     if (!c.backed) {
         fz_mark_message(ctx);

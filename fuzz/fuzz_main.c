@@ -53,6 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_in in;
     fz_in_init(&in, data, size);
+    fz_set_current(data, size);
     unsigned which = fz_pick(&in, 3);
     distil_ctx *ctx = fz_context(&in);
     if (fz_byte(&in) >= 232) {

@@ -471,6 +471,34 @@ static void test_fused_shapes(void **state) {
     }
 }
 
+/* ignore_index may be any int64, also one inside [0, V): such labels are ignored, not valid. */
+static void test_ignore_index_in_vocab(void **state) {
+    (void)state;
+    for (size_t d = 0; d < TU_LEN(g_dtypes); d++) {
+        tp_jsd_spec js = {.t = 8,
+                          .v = 50,
+                          .beta = 0.5f,
+                          .labels = TP_LABELS_MIXED,
+                          .grad = TP_GRAD_OUT,
+                          .red = DISTIL_REDUCTION_NONE};
+        tp_jsd j;
+        tp_jsd_make(&j, &js, g_dtypes[d], 1500);
+        j.d.ignore_index = 3;
+        j.labels[0] = j.labels[5] = 3;
+        he_jsd_compare("jsd ignore_index 3", &j, NULL);
+        tp_jsd_free(&j);
+        tp_fused_spec fs = he_fused_spec(9, 40, 8);
+        tp_fused f;
+        tp_fused_make(&f, &fs, g_dtypes[d], 1501);
+        for (int64_t i = 0; i < fs.t; i++) {
+            f.labels[i] = f.labels[i] == f.d.ignore_index || i == 0 ? 0 : f.labels[i];
+        }
+        f.d.ignore_index = 0;
+        he_fused_compare("fused ignore_index 0", &f, NULL);
+        tp_fused_free(&f);
+    }
+}
+
 /* ---------------------------------------------------------------- invalid labels */
 
 /* The call with labels that include out-of-range values; returns the status of the call and
@@ -608,6 +636,7 @@ static int run_group(const char *backend) {
         cmocka_unit_test(test_fused_neg_inf_bias),
         cmocka_unit_test(test_fused_all_ignored),
         cmocka_unit_test(test_fused_shapes),
+        cmocka_unit_test(test_ignore_index_in_vocab),
         cmocka_unit_test(test_fused_labels_out_of_range),
         cmocka_unit_test(test_deferred_label_next_call),
     };
