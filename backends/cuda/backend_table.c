@@ -38,7 +38,7 @@ const distil_backend DISTIL_GPU_TABLE = {
     .reduce = DISTIL_GPU_FN(reduce),
     .cast = DISTIL_GPU_FN(cast),
     .fill = DISTIL_GPU_FN(fill),
-    .jsd = NULL,
+    .jsd = DISTIL_GPU_FN(jsd),
     .fused_linear_jsd = DISTIL_GPU_FN(fused_linear_jsd),
     .preferred_chunk_rows = DISTIL_GPU_FN(preferred_chunk_rows),
 };

@@ -1,9 +1,9 @@
 /*
  * distill_rows.cu - SPEC section 2 steps 2-5 on one chunk of fp32 logits (distill_rows.cuh has
- * the passes). The shared-memory kernel (distill_rows_smem.cu) runs when it applies; this file
- * holds the streaming kernel that serves everywhere else (HIP, odd V, unaligned buffers): the
- * same three passes reading zs and zt from global memory, optionally with a cluster of blocks
- * per row on sm_90+ so that the re-reads of a row find it in L2.
+ * the passes): the streaming kernel, one block per row reading zs and zt from global memory in
+ * each of the three passes (the fastest variant measured on an H200; see tools/results). The
+ * shared-memory kernel (distill_rows_smem.cu) runs instead when DISTIL_CUDA_DISTILL=smem asks
+ * and it applies; DISTIL_CUDA_CLUSTER=n splits a row over a cluster of n blocks (sm_90+).
  *   zs, zt (rows, V) fp32 dense; labels (rows); ce, jsd (rows) fp32; g (rows, V) optional.
  */
 #include "distill_rows.cuh"

@@ -1,11 +1,13 @@
 /*
  * distill_rows_smem.cu - distill_rows with each block's slice of the row held in shared memory
  * (CUDA sm_80+; clusters of up to 16 blocks per row on sm_90+): zs and zt are read from HBM
- * exactly once (cp.async, all of a thread's copies in flight), the three passes then run from
- * shared memory, and G is written once. V = 128256 takes 16 blocks of 64 KB per row, so two or
- * three blocks share an SM and one block's loads overlap another's arithmetic.
- * Needs V % 4 == 0 and 16-byte aligned zs, zt, g; distill_rows.cu falls back to the streaming
- * kernel otherwise, and on HIP (where this file builds to nothing).
+ * exactly once (cp.async, all of a thread's copies in flight), the three passes run from shared
+ * memory, and G is written once. Opt-in (DISTIL_CUDA_DISTILL=smem): on an H200 (2026-11-30) it
+ * lost to the streaming kernel, 1.8 ms against 0.6 ms for the forward row pass of 1024 rows of
+ * V = 128256 (16 blocks of 64 KB per row, 3 per SM): cluster co-scheduling and the serial
+ * load -> compute -> exchange of each block leave the SMs idle. Kept, tested by
+ * distil-cuda-check, as the starting point of a pipelined version (TODO(#3)).
+ * Needs V % 4 == 0 and 16-byte aligned zs, zt, g; HIP builds this file to nothing.
  */
 #include "distill_rows.cuh"
 
@@ -31,8 +33,8 @@ __device__ inline void smem_load_slice(const float *zs, const float *zt, int64_t
 }
 
 /* Grid: rows * cl blocks in clusters of cl; dynamic shared memory 2 * span floats. */
-template <int GDT, bool HAS_G, int MINB>
-__global__ void __launch_bounds__(SMEM_THREADS, MINB)
+template <int GDT, bool HAS_G>
+__global__ void __launch_bounds__(SMEM_THREADS, 3)
     distil_distill_rows_smem_kernel(distill_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     extern __shared__ float4 smem_dyn[];
@@ -61,23 +63,17 @@ __global__ void __launch_bounds__(SMEM_THREADS, MINB)
 #endif
 }
 
-template <int GDT, bool HAS_G, int MINB> static void *smem_kernel() {
-    return reinterpret_cast<void *>(&distil_distill_rows_smem_kernel<GDT, HAS_G, MINB>);
+template <int GDT, bool HAS_G> static void *smem_kernel() {
+    return reinterpret_cast<void *>(&distil_distill_rows_smem_kernel<GDT, HAS_G>);
 }
 
-/* MINB: resident blocks per SM the registers are capped for (2: 55 registers, no spills; 3: 40
- * registers and an 8-byte spill, more overlap of one block's loads with another's arithmetic). */
-template <int MINB> static void *smem_kernel_of(distil_dtype gdt, bool has_g) {
+static void *smem_kernel_of(distil_dtype gdt, bool has_g) {
     if (!has_g) {
-        return smem_kernel<DISTIL_F32, false, MINB>();
+        return smem_kernel<DISTIL_F32, false>();
     }
-    return gdt == DISTIL_F32    ? smem_kernel<DISTIL_F32, true, MINB>()
-           : gdt == DISTIL_BF16 ? smem_kernel<DISTIL_BF16, true, MINB>()
-                                : smem_kernel<DISTIL_F16, true, MINB>();
-}
-
-static void *smem_kernel_of(distil_dtype gdt, bool has_g, int minb) {
-    return minb == 3 ? smem_kernel_of<3>(gdt, has_g) : smem_kernel_of<2>(gdt, has_g);
+    return gdt == DISTIL_F32    ? smem_kernel<DISTIL_F32, true>()
+           : gdt == DISTIL_BF16 ? smem_kernel<DISTIL_BF16, true>()
+                                : smem_kernel<DISTIL_F16, true>();
 }
 
 /* Allow the dynamic shared memory and the 16-block clusters the kernels use (once, at create). */
@@ -86,9 +82,9 @@ distil_status distill_smem_setup(gpu_state *b) {
         return DISTIL_OK;
     }
     const distil_dtype dts[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
-    for (int variant = 0; variant < 4; variant++) {
+    for (int has_g = 0; has_g < 2; has_g++) {
         for (distil_dtype d : dts) {
-            const void *k = smem_kernel_of(d, (variant & 1) != 0, variant < 2 ? 2 : 3);
+            const void *k = smem_kernel_of(d, has_g != 0);
             GPU_TRY(b,
                     cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(SMEM_SLICE_BYTES)),
@@ -153,10 +149,10 @@ cudaError_t distill_smem_launch(gpu_state *b, distill_params p, distil_dtype gdt
     *done = false;
     const bool aligned =
         gpu_aligned(p.zs, 16) && gpu_aligned(p.zt, 16) && (p.g == nullptr || gpu_aligned(p.g, 16));
-    if (b->cc_major < 8 || b->distill_stream || p.vocab % SMEM_VW != 0 || !aligned) {
+    if (b->cc_major < 8 || !b->distill_smem || p.vocab % SMEM_VW != 0 || !aligned) {
         return cudaSuccess;
     }
-    const void *kernel = smem_kernel_of(gdt, p.g != nullptr, b->smem_minb);
+    const void *kernel = smem_kernel_of(gdt, p.g != nullptr);
     /* The occupancy query is a host call per distinct (kernel, V): remember the last answer. */
     smem_plan_cache &c = b->smem_cache;
     if (c.kernel != kernel || c.vocab != p.vocab) {

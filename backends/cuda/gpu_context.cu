@@ -33,17 +33,13 @@ distil_status gpu_check_launch(gpu_state *b, const char *what) {
 
 static const unsigned long long GPU_NO_LABEL_ERROR = ~0ull;
 
-/* Environment knobs read once per context: DISTIL_CUDA_GEMM=portable, DISTIL_CUDA_DISTILL=stream,
+/* Environment knobs read once per context: DISTIL_CUDA_GEMM=portable, DISTIL_CUDA_DISTILL=smem,
  * DISTIL_CUDA_CLUSTER=n (blocks per row of the streaming distill kernel). */
 static void gpu_read_env(gpu_state *b) {
     const char *g = getenv("DISTIL_CUDA_GEMM");
     b->portable_gemm = !DISTIL_GPU_HAVE_BLAS || (g != nullptr && strcmp(g, "portable") == 0);
     const char *r = getenv("DISTIL_CUDA_DISTILL");
-    b->distill_stream = r != nullptr && strcmp(r, "stream") == 0;
-    const char *j = getenv("DISTIL_CUDA_JSD_THREADS");
-    b->jsd_threads = j != nullptr && strcmp(j, "1024") == 0 ? 1024u : 512u;
-    const char *m = getenv("DISTIL_CUDA_SMEM_MINB");
-    b->smem_minb = m != nullptr && strcmp(m, "3") == 0 ? 3 : 2;
+    b->distill_smem = r != nullptr && strcmp(r, "smem") == 0;
     const char *c = getenv("DISTIL_CUDA_CLUSTER");
     b->cluster = 0;
     if (c != nullptr) {
@@ -92,6 +88,10 @@ static distil_status gpu_init(gpu_state *b) {
     GPU_TRY(b, cudaStreamCreateWithFlags(&b->own_stream, cudaStreamNonBlocking), "stream create");
     b->stream = b->own_stream;
     DISTIL_TRY(gpu_init_blas(b));
+    GPU_TRY(b, cudaMalloc(&b->flat_partials, GPU_FLAT_MAX_BLOCKS * sizeof(float)), "jsd scratch");
+    GPU_TRY(b, cudaMalloc(&b->flat_ticket, sizeof(unsigned)), "jsd scratch");
+    GPU_TRY(b, cudaMalloc(&b->flat_n, sizeof(float)), "jsd scratch");
+    GPU_TRY(b, cudaMemset(b->flat_ticket, 0, sizeof(unsigned)), "jsd scratch");
     GPU_TRY(b, cudaMalloc(&b->label_err, sizeof(gpu_label_error)), "label error word");
     const gpu_label_error none = {GPU_NO_LABEL_ERROR, 0};
     GPU_TRY(b, cudaMemcpy(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice),
@@ -116,6 +116,9 @@ static void gpu_release(gpu_state *b) {
     }
     (void)cudaFree(b->blas_ws);
     (void)cudaFree(b->label_err);
+    (void)cudaFree(b->flat_partials);
+    (void)cudaFree(b->flat_ticket);
+    (void)cudaFree(b->flat_n);
     (void)cudaGetLastError();
     free(b);
 }

@@ -350,10 +350,10 @@ int main(int argc, char **argv) {
     ck_jsd_all(gpu, ref, small);
     ck_fused_all(gpu, ref, small);
     distil_ctx_destroy(gpu);
-    /* The portable GEMM and the streaming row kernel, selected at context creation. */
+    /* The portable GEMM and the shared-memory row kernel, selected at context creation. */
     setenv("DISTIL_CUDA_GEMM", "portable", 1);
-    setenv("DISTIL_CUDA_DISTILL", "stream", 1);
-    printf("-- DISTIL_CUDA_GEMM=portable DISTIL_CUDA_DISTILL=stream\n");
+    setenv("DISTIL_CUDA_DISTILL", "smem", 1);
+    printf("-- DISTIL_CUDA_GEMM=portable DISTIL_CUDA_DISTILL=smem\n");
     gpu = ck_ctx("cuda");
     ck_fused_all(gpu, ref, true);
     distil_ctx_destroy(gpu);

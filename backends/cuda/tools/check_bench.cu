@@ -273,22 +273,13 @@ int ck_bench_main(int argc, char **argv) {
     bk_copy(s);
     bk_jsd(ctx, s, 1024, 30, "");
     bk_jsd(ctx, s, 8192, 20, "");
-    if (!quick) {
-        setenv("DISTIL_CUDA_JSD_THREADS", "1024", 1);
-        distil_ctx *c2 = bk_ctx(s);
-        bk_jsd(c2, s, 1024, 30, " (JSD_THREADS=1024)");
-        bk_jsd(c2, s, 8192, 20, " (JSD_THREADS=1024)");
-        distil_ctx_destroy(c2);
-        unsetenv("DISTIL_CUDA_JSD_THREADS");
-    }
     {
         bk_fused_bufs b(1024);
         bk_gemm_floor(s, b, 1024);
         bk_fused(ctx, s, b, "", 20, true);
         if (!quick) {
             /* Variants of the row pass, chosen at context creation. */
-            const char *vars[][2] = {{"DISTIL_CUDA_SMEM_MINB", "3"},
-                                     {"DISTIL_CUDA_DISTILL", "stream"}};
+            const char *vars[][2] = {{"DISTIL_CUDA_DISTILL", "smem"}};
             for (const auto &v : vars) {
                 setenv(v[0], v[1], 1);
                 distil_ctx *c2 = bk_ctx(s);

@@ -27,8 +27,6 @@ t0=$(date +%s)
 timeout 200 $CHECK >"$OUT/check.txt" 2>&1
 echo "check rc=$? in $(($(date +%s) - t0)) s: $(tail -1 "$OUT/check.txt")"
 grep -E "FAIL|FATAL" "$OUT/check.txt" | head -20
-DISTIL_CUDA_SMEM_MINB=3 timeout 60 $CHECK small >"$OUT/check-minb3.txt" 2>&1
-echo "check small (SMEM_MINB=3) rc=$?: $(tail -1 "$OUT/check-minb3.txt")"
 if [ "${1:-}" != "quick" ]; then
     t0=$(date +%s)
     timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $CHECK small \

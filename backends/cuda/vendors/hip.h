@@ -43,6 +43,7 @@
 #define cudaFree                  hipFree
 #define cudaMemcpy                hipMemcpy
 #define cudaMemcpyAsync           hipMemcpyAsync
+#define cudaMemset                hipMemset
 #define cudaMemcpyHostToDevice    hipMemcpyHostToDevice
 #define cudaMemcpyDeviceToHost    hipMemcpyDeviceToHost
 
