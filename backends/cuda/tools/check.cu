@@ -86,6 +86,16 @@ static void ck_jsd_case(distil_ctx *gpu, distil_ctx *ref, const jsd_case &c, uin
     CK_OK(gpu, distil_ctx_synchronize(gpu));
     dloss.download(loss_got);
     ck_compare("loss", loss_got, loss_ref, ck_tol_loss(c.dtype));
+    if (!c.in_place) {
+        ck_host loss2(DISTIL_F32, n_loss), grad1(c.dtype, n), grad2(c.dtype, n);
+        dg.download(grad1);
+        CK_OK(gpu, distil_jsd(gpu, &d, dx.p, dy.p, c.labels ? (const int64_t *)dl.p : nullptr,
+                              (float *)dloss.p, gdev));
+        dloss.download(loss2);
+        dg.download(grad2);
+        ck_expect(loss2.bytes == loss_got.bytes && grad1.bytes == grad2.bytes,
+                  "bitwise identical rerun");
+    }
     if (c.grad) {
         if (c.in_place) {
             dx.download(grad_got);
@@ -109,6 +119,8 @@ static void ck_jsd_all(distil_ctx *gpu, distil_ctx *ref, bool small) {
                            NONE = DISTIL_REDUCTION_NONE;
     const jsd_case cases[] = {
         {64, 128256, 0, DISTIL_F32, 0.5f, BM, false, true, false, false},
+        {300, 128256, 0, DISTIL_F32, 0.5f, BM, true, true, false, false},
+        {300, 32003, 5, DISTIL_BF16, 0.3f, SUM, true, false, false, false},
         {64, 128256, 0, DISTIL_F32, 0.5f, BM, false, false, false, false},
         {64, 128256, 0, DISTIL_BF16, 0.5f, BM, true, true, false, false},
         {16, 128257, 3, DISTIL_F16, 0.5f, SUM, true, true, false, true},
