@@ -88,10 +88,6 @@ static distil_status gpu_init(gpu_state *b) {
     GPU_TRY(b, cudaStreamCreateWithFlags(&b->own_stream, cudaStreamNonBlocking), "stream create");
     b->stream = b->own_stream;
     DISTIL_TRY(gpu_init_blas(b));
-    GPU_TRY(b, cudaMalloc(&b->flat_partials, GPU_FLAT_MAX_BLOCKS * sizeof(float)), "jsd scratch");
-    GPU_TRY(b, cudaMalloc(&b->flat_ticket, sizeof(unsigned)), "jsd scratch");
-    GPU_TRY(b, cudaMalloc(&b->flat_n, sizeof(float)), "jsd scratch");
-    GPU_TRY(b, cudaMemset(b->flat_ticket, 0, sizeof(unsigned)), "jsd scratch");
     GPU_TRY(b, cudaMalloc(&b->label_err, sizeof(gpu_label_error)), "label error word");
     const gpu_label_error none = {GPU_NO_LABEL_ERROR, 0};
     GPU_TRY(b, cudaMemcpy(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice),
@@ -116,9 +112,6 @@ static void gpu_release(gpu_state *b) {
     }
     (void)cudaFree(b->blas_ws);
     (void)cudaFree(b->label_err);
-    (void)cudaFree(b->flat_partials);
-    (void)cudaFree(b->flat_ticket);
-    (void)cudaFree(b->flat_n);
     (void)cudaGetLastError();
     free(b);
 }

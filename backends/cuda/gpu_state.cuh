@@ -30,9 +30,6 @@ struct smem_plan_cache {
     int64_t span;
 };
 
-/* Most blocks of the whole-JSD kernel (jsd_flat.cu): the size of its partial-sum array. */
-constexpr int64_t GPU_FLAT_MAX_BLOCKS = 4096;
-
 struct gpu_state {
     distil_ctx *ctx; /* where messages go */
     int device;
@@ -50,9 +47,6 @@ struct gpu_state {
     void *blas_ws; /* explicit cuBLAS workspace: capturable and deterministic */
     size_t blas_ws_bytes;
     gpu_label_error *label_err; /* device */
-    float *flat_partials;       /* device (GPU_FLAT_MAX_BLOCKS): jsd_flat.cu's block sums */
-    unsigned *flat_ticket;      /* device, 0 between calls: blocks of jsd_flat.cu done */
-    float *flat_n;              /* device: N of the whole JSD */
     bool portable_gemm;         /* DISTIL_CUDA_GEMM=portable, or no vendor BLAS */
     int cluster;                /* blocks per row of the streaming distill_rows kernel; 0 = auto */
     bool distill_smem;          /* DISTIL_CUDA_DISTILL=smem: the shared-memory row kernel */

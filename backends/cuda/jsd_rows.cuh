@@ -1,6 +1,6 @@
 /*
- * jsd_rows.cuh - the JSD element loop shared by jsd_rows.cu (one block per row) and jsd_flat.cu
- * (the whole op: a persistent grid over row segments). x (rows, V) row stride xs, y likewise
+ * jsd_rows.cuh - the JSD element loop of jsd_rows.cu (one block per row), over any span of a
+ * row's vectors. x (rows, V) row stride xs, y likewise
  * (ys), dtype DT; grad (rows, V) row stride gs, optional, may be x itself: each thread reads an
  * element before it writes the same element.
  */

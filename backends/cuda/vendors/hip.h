@@ -43,7 +43,6 @@
 #define cudaFree                  hipFree
 #define cudaMemcpy                hipMemcpy
 #define cudaMemcpyAsync           hipMemcpyAsync
-#define cudaMemset                hipMemset
 #define cudaMemcpyHostToDevice    hipMemcpyHostToDevice
 #define cudaMemcpyDeviceToHost    hipMemcpyDeviceToHost
 
