@@ -5,6 +5,7 @@
  * are measured against: a device copy and the cuBLAS logits GEMMs alone.
  */
 #include "check_common.cuh"
+#include "vendor.h"
 
 #include <algorithm>
 #include <cublas_v2.h>
@@ -32,36 +33,36 @@ __global__ void bk_fill(void *p, int dtype, size_t n, uint64_t seed, float scale
 
 /* In place: each row of (rows, v) fp32 becomes its log-softmax (one block per row). */
 __global__ void bk_log_softmax(float *z, int64_t v) {
-    __shared__ float red[32];
+    __shared__ float red[DISTIL_GPU_MAX_WARPS];
     float *row = z + blockIdx.x * v;
     float m = -INFINITY, s = 0.0f;
     for (int64_t i = threadIdx.x; i < v; i += blockDim.x) {
         m = fmaxf(m, row[i]);
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    for (int o = DISTIL_GPU_WARP / 2; o > 0; o >>= 1) {
+        m = fmaxf(m, distil_warp_xor(m, o));
     }
-    if (threadIdx.x % 32 == 0) {
-        red[threadIdx.x / 32] = m;
+    if (threadIdx.x % DISTIL_GPU_WARP == 0) {
+        red[threadIdx.x / DISTIL_GPU_WARP] = m;
     }
     __syncthreads();
     m = red[0];
-    for (int w = 1; w < (int)blockDim.x / 32; w++) {
+    for (int w = 1; w < (int)blockDim.x / DISTIL_GPU_WARP; w++) {
         m = fmaxf(m, red[w]);
     }
     __syncthreads();
     for (int64_t i = threadIdx.x; i < v; i += blockDim.x) {
         s += expf(row[i] - m);
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        s += __shfl_xor_sync(0xffffffffu, s, o);
+    for (int o = DISTIL_GPU_WARP / 2; o > 0; o >>= 1) {
+        s += distil_warp_xor(s, o);
     }
-    if (threadIdx.x % 32 == 0) {
-        red[threadIdx.x / 32] = s;
+    if (threadIdx.x % DISTIL_GPU_WARP == 0) {
+        red[threadIdx.x / DISTIL_GPU_WARP] = s;
     }
     __syncthreads();
     s = 0.0f;
-    for (int w = 0; w < (int)blockDim.x / 32; w++) {
+    for (int w = 0; w < (int)blockDim.x / DISTIL_GPU_WARP; w++) {
         s += red[w];
     }
     const float l = m + logf(s);
