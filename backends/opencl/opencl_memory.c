@@ -5,6 +5,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include "fault.h"
 #include "opencl_internal.h"
 
 #include "error.h"
@@ -41,6 +42,10 @@ distil_status distil_ocl_buffer_new(distil_ocl *b, size_t bytes, cl_mem *out) {
                                 "opencl: %zu bytes exceed the largest buffer %s can allocate "
                                 "(CL_DEVICE_MAX_MEM_ALLOC_SIZE = %llu)",
                                 bytes, b->name, (unsigned long long)b->max_alloc);
+    }
+    if (distil_fault_alloc()) {
+        return distil_error_set(b->ctx, DISTIL_ERR_OUT_OF_MEMORY,
+                                "opencl: allocating %zu bytes failed (injected)", bytes);
     }
     cl_int err = CL_SUCCESS;
     cl_mem mem = clCreateBuffer(b->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
