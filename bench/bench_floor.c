@@ -60,7 +60,8 @@ void bench_floor_for(const bench_options *opt, const char *backend, const char *
                      distil_dtype dtype, bench_floor *out) {
     memset(out, 0, sizeof *out);
     bench_known_device(device, dtype, out);
-    if (out->bw_tbs == 0.0 && bench_is_host_backend(backend)) {
+    int flags_only = opt->peak_bw_tbs > 0.0 && opt->peak_tflops > 0.0; /* no probe needed */
+    if (out->bw_tbs == 0.0 && bench_is_host_backend(backend) && !flags_only) {
         out->bw_tbs = bench_host_bw_tbs();
         out->tflops = bench_host_gemm_tflops(opt);
         snprintf(out->source, sizeof out->source, "host probes (memcpy, cpu fp32 fused fwd)");

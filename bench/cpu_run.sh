@@ -2,28 +2,71 @@
 # cpu_run.sh - the CPU run behind bench/RESULTS.md: distil's cpu backend and PyTorch eager on the
 # scaled-down CPU sweeps (JSD fp32 V 128256, T 64..1024; fused fp32 Hs 512, Ht 1024, V 32000,
 # T 128..2048), each point in its own process for its peak RSS; JSON/CSV, plots and tables to $OUT.
-# usage: OUT=/some/dir [BUILD=build] [PYTHON=python3] bash bench/cpu_run.sh   (repository root)
-# Needs a build with the cpu backend (cmake -DDISTIL_CPU=ON) and torch for $PYTHON.
+# usage: OUT=/some/dir [BUILD=build] [PYTHON=python3] [WAIT_LOAD=0.5] bash bench/cpu_run.sh
+# Run from the repository root with a build that has the cpu backend and torch for $PYTHON.
+# The floor rates are probed once, then given to every point. On a shared machine, WAIT_LOAD
+# makes each point wait until the 1-minute load average is below it; loads.csv records the load
+# before and after every point. distil and PyTorch alternate point by point.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-$PWD/cpu-run-out}
 BUILD=${BUILD:-build}
 PY=${PYTHON:-python3}
-mkdir -p "$OUT"
+WAIT_LOAD=${WAIT_LOAD:-}
+BENCH=$BUILD/bench/distil-bench
+mkdir -p "$OUT/points"
 exec > >(tee -a "$OUT/run.log") 2>&1
-TIMING=(--preset cpu --warmup 2 --reps 5 --max-reps 100 --min-time 1)
+TIMING=(--preset cpu --warmup 2 --reps 5 --max-reps 100 --min-time 1 --quiet)
+
+load1() { cut -d' ' -f1 /proc/loadavg; }
+
+wait_quiet() {
+    [ -n "$WAIT_LOAD" ] || return 0
+    local i
+    for i in $(seq 1 720); do
+        awk -v l="$(load1)" -v m="$WAIT_LOAD" 'BEGIN { exit !(l < m) }' && return 0
+        [ "$i" = 1 ] && echo "waiting for load < $WAIT_LOAD (now $(load1))"
+        sleep 5
+    done
+}
+
 {
     date -u +%Y-%m-%dT%H:%M:%SZ
     git log -1 --format='commit %H %s' 2>/dev/null
     lscpu | grep -E 'Model name|^CPU\(s\)|L3'
-    uptime
     "$PY" -c 'import torch; print("torch", torch.__version__, "threads", torch.get_num_threads())'
 } > "$OUT/environment.txt" 2>&1
 cat "$OUT/environment.txt"
-"$BUILD/bench/distil-bench" --backend cpu "${TIMING[@]}" \
-    --json "$OUT/distil-cpu.json" --csv "$OUT/distil-cpu.csv"
-"$PY" bench/baselines.py --device cpu --impl eager "${TIMING[@]}" \
-    --floor-from "$OUT/distil-cpu.json" --json "$OUT/torch-eager.json" --csv "$OUT/torch-eager.csv"
-echo "load after the run: $(uptime)" | tee -a "$OUT/environment.txt"
-bash bench/plot.sh "$OUT/plots" "$OUT/distil-cpu.json" "$OUT/torch-eager.json"
-"$PY" bench/results_table.py "$OUT/distil-cpu.json" "$OUT/torch-eager.json" > "$OUT/tables.md"
+
+# Floor rates: the host probes of distil-bench (memcpy, cpu fp32 fused forward), once.
+wait_quiet
+"$BENCH" --backend cpu --workload jsd --mode forward --T 8 --V 1000 --reps 1 --min-time 0 \
+    --quiet --json "$OUT/probe.json" > "$OUT/probe.txt"
+read -r BW TF < <("$PY" -c 'import json, sys; r = json.load(open(sys.argv[1]))["results"][0]
+print(r["peak_bw_tbs"], r["peak_tflops"])' "$OUT/probe.json")
+echo "floor rates from the host probes: copy $BW TB/s, GEMM $TF TFLOP/s" | tee -a "$OUT/environment.txt"
+
+echo "tool,workload,T,load_before,load_after" > "$OUT/loads.csv"
+point() { # point TOOL WORKLOAD T CMD...
+    local tool=$1 w=$2 t=$3 before
+    shift 3
+    wait_quiet
+    before=$(load1)
+    "$@"
+    echo "$tool,$w,$t,$before,$(load1)" >> "$OUT/loads.csv"
+}
+
+for w in jsd fused; do
+    if [ "$w" = jsd ]; then ts="64 128 256 512 1024"; else ts="128 256 512 1024 2048"; fi
+    for t in $ts; do
+        point distil "$w" "$t" "$BENCH" --backend cpu --workload "$w" --T "$t" "${TIMING[@]}" \
+            --peak-bw-tbs "$BW" --peak-tflops "$TF" --json "$OUT/points/distil-cpu-$w-$t.json"
+        point torch "$w" "$t" "$PY" bench/baselines.py --device cpu --impl eager --workload "$w" \
+            --T "$t" "${TIMING[@]}" --peak-bw-tbs "$BW" --peak-tflops "$TF" \
+            --json "$OUT/points/torch-eager-$w-$t.json"
+    done
+done
+
+bash bench/plot.sh "$OUT/plots" "$OUT"/points/*.json
+"$PY" bench/results_table.py "$OUT"/points/*.json > "$OUT/tables.md"
+cat "$OUT/tables.md"
