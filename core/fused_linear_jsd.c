@@ -60,6 +60,8 @@ static distil_status distil_fused_check_shapes(distil_ctx *ctx,
     DISTIL_TRY(distil_check_size(ctx, fn, "teacher_hidden", d->rows, d->teacher_hidden, es));
     DISTIL_TRY(distil_check_size(ctx, fn, "student_weight", d->vocab, d->student_hidden, 4));
     DISTIL_TRY(distil_check_size(ctx, fn, "teacher_weight", d->vocab, d->teacher_hidden, es));
+    /* Chunk buffers hold up to rows x vocab logits (two fp32 and one dtype copy). */
+    DISTIL_TRY(distil_check_size(ctx, fn, "logits", d->rows, d->vocab, 16));
     return distil_check_min(ctx, fn, "chunk_rows", d->chunk_rows, 0);
 }
 
