@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# gpu-check.sh - the correctness half of an H200 session (bench/gpu_run.sh is the speed half):
+# build with cuda + opencl + tests, run the demo, `ctest -L cuda`, `ctest -L opencl` on the GPU's
+# own OpenCL driver, then compute-sanitizer over the cuda parity suite. Logs go to $OUT.
+# The device machine has no network: Debian packages it lacks (cmocka, CLBlast, the OpenCL ICD
+# loader and headers) travel as .deb files in .devcarry/debs and are unpacked into /tmp/deps.
+#   usage: OUT=/some/dir bash scripts/gpu-check.sh      (from the repository root; ~8 min)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+OUT=${OUT:-$PWD/gpu-check-out}
+BUILD=${BUILD:-build-gpu}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/check.log") 2>&1
+START=$(date +%s)
+log() { echo "[gpu-check +$(($(date +%s) - START))s] $*"; }
+
+deps=/tmp/deps
+for f in .devcarry/debs/*.deb; do
+    [ -f "$f" ] && dpkg -x "$f" "$deps"
+done
+export CMAKE_PREFIX_PATH="$deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="/usr/local/cuda/bin:$PATH"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+
+log "configure + build"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDISTIL_CUDA=ON -DDISTIL_OPENCL=ON \
+    -DDISTIL_CPU=OFF -DDISTIL_BUILD_TESTS=ON -DDISTIL_BUILD_BENCH=ON -DDISTIL_WERROR=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90a}" -DOpenCL_INCLUDE_DIR="$deps/usr/include" \
+    -DOpenCL_LIBRARY="$deps/usr/lib/x86_64-linux-gnu/libOpenCL.so" > "$OUT/configure.log" 2>&1 ||
+    { tail -30 "$OUT/configure.log"; exit 1; }
+timeout 300 cmake --build "$BUILD" -j"$(nproc)" > "$OUT/build.log" 2>&1 ||
+    { grep -E "error|Error" "$OUT/build.log" | head -30; exit 1; }
+
+log "demo"
+timeout 60 "$BUILD/examples/distil-demo" cuda
+DISTIL_OPENCL_PLATFORM=NVIDIA timeout 90 "$BUILD/examples/distil-demo" opencl
+
+log "ctest -L cuda"
+timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -j8 --timeout 180 --output-on-failure \
+    > "$OUT/ctest-cuda.log" 2>&1
+grep -E "tests passed|Test +#" "$OUT/ctest-cuda.log"
+
+log "ctest -L opencl (NVIDIA OpenCL)"
+DISTIL_OPENCL_PLATFORM=NVIDIA timeout 200 ctest --test-dir "$BUILD" -L '^opencl$' -j4 \
+    --timeout 180 --output-on-failure > "$OUT/ctest-opencl.log" 2>&1
+grep -E "tests passed|Test +#" "$OUT/ctest-opencl.log"
+
+log "compute-sanitizer over the cuda parity suite"
+DISTIL_SANITIZE_REGEX="${SANITIZE_REGEX:-parity}" DISTIL_SANITIZE_TIMEOUT=100 \
+    timeout 330 bash scripts/gpu-sanitize.sh "$BUILD" > "$OUT/sanitize.log" 2>&1
+tail -8 "$OUT/sanitize.log"
+log "done"
