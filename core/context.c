@@ -6,6 +6,7 @@
 #include "registry.h"
 #include "workspace.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,11 +95,29 @@ distil_status distil_ctx_set_stream(distil_ctx *ctx, void *stream) {
     return ctx->be->set_stream(ctx->b, stream);
 }
 
+distil_status distil_ctx_wait(distil_ctx *ctx) {
+    distil_status s = ctx->be->synchronize(ctx->b);
+    if (s == DISTIL_ERR_INVALID_LABEL) {
+        if (ctx->deferred == DISTIL_OK) {
+            ctx->deferred = s;
+            snprintf(ctx->deferred_msg, sizeof ctx->deferred_msg, "%s", ctx->msg);
+        }
+        return DISTIL_OK;
+    }
+    return s;
+}
+
 distil_status distil_ctx_synchronize(distil_ctx *ctx) {
     if (ctx == NULL) {
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "ctx_synchronize: ctx is NULL");
     }
-    return ctx->be->synchronize(ctx->b);
+    distil_status s = distil_ctx_wait(ctx);
+    if (s == DISTIL_OK && ctx->deferred != DISTIL_OK) {
+        s = ctx->deferred;
+        ctx->deferred = DISTIL_OK;
+        snprintf(ctx->msg, sizeof ctx->msg, "%s", ctx->deferred_msg);
+    }
+    return s;
 }
 
 distil_status distil_ctx_set_workspace(distil_ctx *ctx, void *ptr, size_t bytes) {

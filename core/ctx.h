@@ -19,6 +19,14 @@ struct distil_ctx {
     size_t ws_own_bytes;
     void *ws_lent; /* workspace lent by the caller, or NULL */
     size_t ws_lent_bytes;
+    /* A deferred error (invalid label) that an internal wait collected before the caller's
+     * distil_ctx_synchronize did: kept here so that the caller still gets it, once. */
+    distil_status deferred;
+    char deferred_msg[DISTIL_MSG_BYTES];
 };
+
+/* Wait for the context's queued work. A deferred invalid label is kept for the caller's next
+ * distil_ctx_synchronize instead of failing the call that waited; other failures return. */
+distil_status distil_ctx_wait(distil_ctx *ctx);
 
 #endif /* DISTIL_CORE_CTX_H */

@@ -22,7 +22,7 @@ distil_status distil_ws_acquire(distil_ctx *ctx, size_t bytes, const char *what,
     }
     if (bytes > ctx->ws_own_bytes) {
         /* Work queued on the stream may still use the old buffer. */
-        DISTIL_TRY(ctx->be->synchronize(ctx->b));
+        DISTIL_TRY(distil_ctx_wait(ctx));
         if (ctx->ws_own != NULL) {
             ctx->be->mem_free(ctx->b, ctx->ws_own);
             ctx->ws_own = NULL;

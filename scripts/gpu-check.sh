@@ -21,6 +21,13 @@ done
 export CMAKE_PREFIX_PATH="$deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="/usr/local/cuda/bin:$PATH"
+# NVIDIA's OpenCL driver may be present without an ICD file for the loader: name it directly.
+if [ -z "${OCL_ICD_FILENAMES:-}" ] && ! grep -qs nvidia /etc/OpenCL/vendors/*.icd; then
+    icd=$(find /usr/local/nvidia /usr/lib/x86_64-linux-gnu /usr/lib64 -name 'libnvidia-opencl.so*' \
+        2>/dev/null | head -n 1)
+    [ -n "$icd" ] && export OCL_ICD_FILENAMES="$icd"
+fi
+echo "OpenCL ICDs: ${OCL_ICD_FILENAMES:-$(ls /etc/OpenCL/vendors 2>/dev/null | tr '\n' ' ')}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 
 log "configure + build"

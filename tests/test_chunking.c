@@ -44,16 +44,20 @@ static const tp_fused_spec shapes[] = {
 static const distil_dtype dtypes[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
 
 /*
- * Against the same backend with chunk_rows = T. Per row, the logits, losses and G do not depend
- * on the chunk; only the sums over rows (grad_Ws, grad_bs in fp32, the loss) change order.
- *   loss: fp32 sums of T values in another order: a few ulp -> 1e-6.
- *   gradients, fp32: the same -> 1e-6.
- *   gradients, bf16 / fp16: an fp32 difference of an ulp can flip the rounding of an output
- *     element (2^-8 relative); a few flipped elements stay far below 1e-3 in norm, while any
- *     real chunking bug (a row lost or counted twice) is O(1 / T) ~ 3e-2 or more.
+ * Against the same backend with chunk_rows = T. The math of a row does not depend on the chunk,
+ * but the rounding may: sums over rows (grad_Ws, grad_bs in fp32, the loss) change order, and a
+ * GPU GEMM library picks another kernel for another chunk height, so the fp32 logits of every
+ * row can differ in the last bit.
+ *   loss: fp32 sums of T values in another order, logits an ulp apart: 1e-6.
+ *   gradients, fp32: the same: 1e-6.
+ *   gradients, bf16 / fp16: an ulp of difference in fp32 flips the rounding of G (stored in the
+ *     input dtype) and of the outputs (2^-8 relative for bf16) on many elements at once: a few
+ *     1e-3 in norm was measured on the H200. A real chunking bug (a row lost or counted twice)
+ *     moves the norm by about sqrt(1 / T) >= 6e-2 for these shapes, so 1e-2 (SPEC's bf16
+ *     gradient bound) still catches it.
  */
 static double chunk_tolerance(distil_dtype dt, bool grad) {
-    return (grad && dt != DISTIL_F32) ? 1e-3 : 1e-6;
+    return (grad && dt != DISTIL_F32) ? 1e-2 : 1e-6;
 }
 
 typedef struct param {

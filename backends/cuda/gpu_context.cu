@@ -64,6 +64,11 @@ static distil_status gpu_init_blas(gpu_state *b) {
         return distil_error_set(b->ctx, DISTIL_ERR_BACKEND, "%s: cublasCreate failed",
                                 DISTIL_GPU_NAME);
     }
+    if (distil_fault_alloc()) {
+        return distil_error_set(b->ctx, DISTIL_ERR_OUT_OF_MEMORY,
+                                "%s: allocating the BLAS workspace failed (injected)",
+                                DISTIL_GPU_NAME);
+    }
     GPU_TRY(b, cudaMalloc(&b->blas_ws, GPU_BLAS_WS_BYTES), "BLAS workspace");
     b->blas_ws_bytes = GPU_BLAS_WS_BYTES;
     if (cublasSetStream(b->blas, b->stream) != CUBLAS_STATUS_SUCCESS ||
@@ -88,10 +93,18 @@ static distil_status gpu_init(gpu_state *b) {
     GPU_TRY(b, cudaStreamCreateWithFlags(&b->own_stream, cudaStreamNonBlocking), "stream create");
     b->stream = b->own_stream;
     DISTIL_TRY(gpu_init_blas(b));
+    if (distil_fault_alloc()) {
+        return distil_error_set(b->ctx, DISTIL_ERR_OUT_OF_MEMORY,
+                                "%s: allocating the label error word failed (injected)",
+                                DISTIL_GPU_NAME);
+    }
     GPU_TRY(b, cudaMalloc(&b->label_err, sizeof(gpu_label_error)), "label error word");
+    /* On the context's own stream, and waited for: a plain cudaMemcpy from pageable memory may
+     * return before the write lands, and it is not ordered with a non-blocking stream. */
     const gpu_label_error none = {GPU_NO_LABEL_ERROR, 0};
-    GPU_TRY(b, cudaMemcpy(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice),
+    GPU_TRY(b, cudaMemcpyAsync(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice, b->stream),
             "label error word");
+    GPU_TRY(b, cudaStreamSynchronize(b->stream), "label error word");
     return DISTIL_OK;
 }
 

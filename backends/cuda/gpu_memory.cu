@@ -13,6 +13,11 @@ extern "C" distil_status DISTIL_GPU_FN(mem_alloc)(void *vb, size_t bytes, void *
     if (bytes == 0) {
         return DISTIL_OK;
     }
+    if (distil_fault_alloc()) {
+        return distil_error_set(b->ctx, DISTIL_ERR_OUT_OF_MEMORY,
+                                "%s: cudaMalloc of %zu bytes failed (injected)", DISTIL_GPU_NAME,
+                                bytes);
+    }
     gpu_device_guard guard(b);
     const cudaError_t e = cudaMalloc(ptr, bytes);
     if (e != cudaSuccess) {

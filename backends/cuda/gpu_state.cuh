@@ -9,6 +9,7 @@
 #include "vendor.h"
 
 #include "error.h"
+#include "fault.h"
 #include "gpu_backend.h"
 
 #include <stdint.h>

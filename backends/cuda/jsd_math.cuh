@@ -49,6 +49,26 @@ __device__ __forceinline__ float jsd_log_mix(const jsd_coef &c, float x, float y
     return hi + log1pf(__expf(-fabsf(a - b)));
 }
 
+/*
+ * dx = x - log m and dy = y - log m. Where p and q are within a factor e of each other both are
+ * small differences of nearly equal numbers, so they are computed without the subtraction:
+ *   x - log m = -log1p(beta * expm1(y - x)),   y - log m = -log1p((1 - beta) * expm1(x - y)).
+ * Elsewhere (and for infinite or NaN inputs, where y - x is not finite) the plain form is exact
+ * enough and keeps SPEC's conventions.
+ */
+__device__ __forceinline__ void jsd_log_ratios(const jsd_coef &c, float x, float y, float q,
+                                               float p, float *dx, float *dy) {
+    const float d = y - x;
+    if (fabsf(d) < 1.0f) {
+        *dx = -log1pf(c.beta * expm1f(d));
+        *dy = -log1pf(c.one_minus_beta * expm1f(-d));
+        return;
+    }
+    const float lm = jsd_log_mix(c, x, y, q, p);
+    *dx = x - lm;
+    *dy = y - lm;
+}
+
 /* p * t with 0 * anything = 0 when p == 0 (NaN p keeps NaN). */
 __device__ __forceinline__ float jsd_weighted(float p, float t) {
     return p == 0.0f ? 0.0f : p * t;
@@ -75,10 +95,11 @@ __device__ __forceinline__ float jsd_elem(const jsd_coef &c, float x, float y, f
         return jsd_weighted(qx, d);
     }
     const float p = __expf(y);
-    const float lm = jsd_log_mix(c, x, y, qx, p);
-    const float tq = jsd_weighted(qx, c.one_minus_beta * (x - lm));
+    float dx, dy; /* x - log m, y - log m */
+    jsd_log_ratios(c, x, y, qx, p, &dx, &dy);
+    const float tq = jsd_weighted(qx, c.one_minus_beta * dx);
     *g = tq;
-    return jsd_weighted(p, c.beta * (y - lm)) + tq;
+    return jsd_weighted(p, c.beta * dy) + tq;
 }
 
 } // namespace DISTIL_GPU_NS

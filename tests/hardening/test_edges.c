@@ -299,6 +299,7 @@ typedef struct he_fused_expect {
     const bool *poisoned; /* rows of grad_student_hidden that may be anything */
     bool loss_nan;        /* loss (and the parts) NaN on both */
     bool skip_weight;     /* grad_Ws / grad_bs not compared (a NaN row reaches every element) */
+    double tol;           /* bound of loss and gradients instead of the dtype's (0: the dtype's) */
 } he_fused_expect;
 
 static void he_fused_check_loss(const char *what, const tp_fused *p, const tp_fused_out *got,
@@ -313,7 +314,8 @@ static void he_fused_check_loss(const char *what, const tp_fused *p, const tp_fu
             fail();
         }
         if (!(e && e->loss_nan)) {
-            he_check_scalar(name, got->loss[k], ref->loss[k], tu_tolerance(p->d.dtype, TU_LOSS));
+            double tol = e && e->tol > 0.0 ? e->tol : tu_tolerance(p->d.dtype, TU_LOSS);
+            he_check_scalar(name, got->loss[k], ref->loss[k], tol);
         }
     }
     assert_true(tu_is_poison(got->loss, DISTIL_F32, (size_t)n)); /* nothing past the loss */
@@ -324,7 +326,7 @@ static void he_fused_compare(const char *what, const tp_fused *p, const he_fused
     tp_fused_run(g_ctx, p, &got);
     tp_fused_run(g_ref, p, &ref);
     distil_dtype dt = p->d.dtype;
-    double tol = tu_tolerance(dt, TU_GRAD_FUSED);
+    double tol = e && e->tol > 0.0 ? e->tol : tu_tolerance(dt, TU_GRAD_FUSED);
     char name[160];
     he_fused_check_loss(what, p, &got, &ref, e);
     if (got.gxs) {
@@ -381,7 +383,12 @@ static void test_fused_extreme_logits(void **state) {
         }
         char what[96];
         snprintf(what, sizeof what, "fused +-1e4 logits %s", distil_dtype_name(g_dtypes[d]));
-        he_fused_compare(what, &p, NULL);
+        /* SPEC keeps logits in fp32: at |z| = 1e4 one ulp is 1e-3, and a softmax passes an
+         * absolute logit error straight on as a relative error of s, q and so of G and the
+         * loss. Measured: gradients 2.3e-4 on the H200 (cuBLAS), 8e-5 on cpu; JSD part 2.9e-5
+         * on PoCL. Bound: 4 ulps of the largest logit (2.4e-3); the half dtypes keep theirs. */
+        he_fused_expect e = {.tol = g_dtypes[d] == DISTIL_F32 ? 4.0 * 1e4 * 0x1p-24 : 0.0};
+        he_fused_compare(what, &p, &e);
         tp_fused_free(&p);
     }
 }
@@ -575,32 +582,55 @@ static void test_fused_labels_out_of_range(void **state) {
     }
 }
 
-/* A deferred label error is the business of distil_ctx_synchronize: a later, valid call that
- * needs a larger workspace must not fail with it. */
+/* Uploads the inputs of p; in[] as distil_fused_linear_jsd takes them (biases NULL). */
+static void he_upload_fused(distil_ctx *ctx, const tp_fused *p, void *in[7]) {
+    size_t es = distil_dtype_size(p->d.dtype);
+    in[0] = tu_upload(ctx, p->xs, p->n_xs * es);
+    in[1] = tu_upload(ctx, p->ws, p->n_ws * es);
+    in[2] = NULL;
+    in[3] = tu_upload(ctx, p->xt, p->n_xt * es);
+    in[4] = tu_upload(ctx, p->wt, p->n_wt * es);
+    in[5] = NULL;
+    in[6] = tu_upload(ctx, p->labels, (size_t)p->s.t * sizeof(int64_t));
+}
+
+/*
+ * A deferred label error is the business of distil_ctx_synchronize: a later, valid call that
+ * needs a larger workspace (the core waits for the stream before it grows the workspace) must
+ * neither fail with it nor lose it. Host backends report it from the bad call itself; GPU
+ * backends from the next synchronize, once.
+ */
 static void test_deferred_label_next_call(void **state) {
     (void)state;
     tp_fused_spec s = he_fused_spec(4, 30, 4);
+    s.bias_s = s.bias_t = false;
+    s.grads = 0;
     tp_fused bad, good;
     tp_fused_make(&bad, &s, DISTIL_F32, 1400);
     bad.labels[1] = 99;
     s.t = 40;
     tp_fused_make(&good, &s, DISTIL_F32, 1401);
     distil_ctx *ctx = tu_ctx(g_backend);
-    size_t es = sizeof(float);
-    void *in[7] = {
-        tu_upload(ctx, bad.xs, bad.n_xs * es),          tu_upload(ctx, bad.ws, bad.n_ws * es), NULL,
-        tu_upload(ctx, bad.xt, bad.n_xt * es),          tu_upload(ctx, bad.wt, bad.n_wt * es), NULL,
-        tu_upload(ctx, bad.labels, 4 * sizeof(int64_t))};
+    void *in_bad[7], *in_good[7];
+    he_upload_fused(ctx, &bad, in_bad);
+    he_upload_fused(ctx, &good, in_good);
     void *loss = tu_alloc_poisoned(ctx, 4 * sizeof(float));
-    distil_status first = distil_fused_linear_jsd(ctx, &bad.d, in[0], in[1], NULL, in[3], in[4],
-                                                  NULL, in[6], loss, NULL, NULL, NULL);
+    distil_status first =
+        distil_fused_linear_jsd(ctx, &bad.d, in_bad[0], in_bad[1], NULL, in_bad[3], in_bad[4], NULL,
+                                in_bad[6], loss, NULL, NULL, NULL);
     assert_true(first == DISTIL_OK || first == DISTIL_ERR_INVALID_LABEL);
-    tp_fused_out o;
-    tp_fused_run(ctx, &good, &o); /* asserts DISTIL_OK for the call and its synchronize */
-    tp_fused_out_free(&o);
+    TU_OK(ctx, distil_fused_linear_jsd(ctx, &good.d, in_good[0], in_good[1], NULL, in_good[3],
+                                       in_good[4], NULL, in_good[6], loss, NULL, NULL, NULL));
+    distil_status later = distil_ctx_synchronize(ctx);
+    assert_int_equal(later, first == DISTIL_OK ? DISTIL_ERR_INVALID_LABEL : DISTIL_OK);
+    if (later != DISTIL_OK) {
+        TU_CHECK_MESSAGE(ctx, "row 1");
+    }
+    TU_OK(ctx, distil_ctx_synchronize(ctx)); /* reported once */
     distil_free(ctx, loss);
     for (int i = 0; i < 7; i++) {
-        distil_free(ctx, in[i]);
+        distil_free(ctx, in_bad[i]);
+        distil_free(ctx, in_good[i]);
     }
     distil_ctx_destroy(ctx);
     tp_fused_free(&bad), tp_fused_free(&good);
