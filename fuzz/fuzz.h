@@ -54,6 +54,9 @@ bool fz_verbose(void);
 /* The input being run, saved by fz_fail as fuzz-failure-<hash> in the working directory. */
 void fz_set_current(const uint8_t *data, size_t size);
 
+/* Called by fz_fail instead of abort() when set (the replay driver jumps to the next input). */
+extern void (*fz_fail_hook)(void);
+
 /* Abort with a description: the fuzzer's "crash". */
 void fz_fail(const char *fmt, ...)
 #if defined(__GNUC__)
@@ -99,6 +102,17 @@ bool fz_fill_data(fz_in *in, void *host, distil_dtype dtype, size_t n, bool logp
 void fz_set_value(void *host, distil_dtype dtype, size_t i, float v);
 float fz_get_value(const void *host, distil_dtype dtype, size_t i);
 
+/* ---------------------------------------------------------------- numeric oracles */
+
+/* A rerun of a successful call gave the same bytes. */
+void fz_same_bits(const char *what, const void *first, const void *second, size_t bytes);
+/* n fp32 loss values agree with ref's within a loose multiple of SPEC section 3. */
+void fz_parity_loss(const char *what, const float *got, const float *ref, size_t n,
+                    distil_dtype dt);
+/* (rows, width) row stride ld of dtype agrees with ref's in the SPEC norm, loosely. */
+void fz_parity_tensor(const char *what, const void *got, const void *ref, distil_dtype dt,
+                      int64_t rows, int64_t width, int64_t ld, bool fused);
+
 /* ---------------------------------------------------------------- cases */
 
 /* Whether the fuzzer creates contexts on this backend: ref and cpu always; opencl with
@@ -107,6 +121,8 @@ bool fz_backend_allowed(const char *name);
 
 /* The contexts of the run: one per backend under fuzzing, created once and reused. */
 distil_ctx *fz_context(fz_in *in);
+/* A "ref" context of its own, for parity (created once). */
+distil_ctx *fz_ref_context(void);
 
 void fz_case_jsd(fz_in *in, distil_ctx *ctx);
 void fz_case_fused(fz_in *in, distil_ctx *ctx);

@@ -21,6 +21,8 @@ bool fz_verbose(void) {
     return v != NULL && v[0] == '1';
 }
 
+void (*fz_fail_hook)(void);
+
 static const uint8_t *fz_current;
 static size_t fz_current_size;
 
@@ -54,6 +56,9 @@ void fz_fail(const char *fmt, ...) {
     fprintf(stderr, "\n");
     va_end(ap);
     fz_save_current();
+    if (fz_fail_hook != NULL) {
+        fz_fail_hook();
+    }
     abort();
 }
 

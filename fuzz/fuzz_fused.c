@@ -305,6 +305,95 @@ static void fz_fused_free(distil_ctx *ctx, fz_fused *c) {
     fz_buf_free(ctx, &c->ws);
 }
 
+/* ---------------------------------------------------------------- numeric oracles */
+
+/* The outputs of the last call: loss (3 floats) and the three gradient buffers, concatenated. */
+static unsigned char *fz_fused_outputs(distil_ctx *ctx, fz_fused *c, size_t *n) {
+    *n = 0;
+    for (int i = B_LOSS; i < B_COUNT; i++) {
+        *n += c->b[i].bytes;
+    }
+    unsigned char *h = malloc(*n), *at = h;
+    if (h == NULL) {
+        fz_fail("harness out of memory");
+    }
+    for (int i = B_LOSS; i < B_COUNT; i++) {
+        fz_buf_download(ctx, &c->b[i], at);
+        at += c->b[i].bytes;
+    }
+    return h;
+}
+
+/* The call again without faults, outputs re-poisoned; a label error is consumed. */
+static void fz_fused_rerun(distil_ctx *ctx, fz_fused *c, const char *what) {
+    for (int i = B_LOSS; i < B_COUNT; i++) {
+        fz_buf_upload(ctx, &c->b[i]);
+    }
+    long fault = c->fault;
+    c->fault = -1;
+    fz_statuses ok = FZ_S(DISTIL_OK) | (c->bad_label ? FZ_S(DISTIL_ERR_INVALID_LABEL) : 0);
+    fz_check_status(ctx, what, fz_fused_call(ctx, c), ok);
+    fz_check_status(ctx, what, distil_ctx_synchronize(ctx), ok);
+    c->fault = fault;
+}
+
+/* The same case on the ref context: its outputs, or NULL if the harness cannot allocate. */
+static unsigned char *fz_fused_on_ref(const fz_fused *c, size_t *n) {
+    distil_ctx *ref = fz_ref_context();
+    fz_fused r = *c;
+    r.lend = 0;
+    r.ws = (fz_buf){0};
+    for (int i = 0; i < B_COUNT; i++) {
+        r.b[i] = (fz_buf){0};
+    }
+    bool ok = true;
+    for (int i = 0; ok && i < B_COUNT; i++) {
+        ok = fz_buf_alloc(ref, &r.b[i], c->b[i].bytes);
+        if (ok) {
+            memcpy(r.b[i].host, c->b[i].host, c->b[i].bytes);
+            fz_buf_upload(ref, &r.b[i]);
+        }
+    }
+    unsigned char *out = NULL;
+    if (ok) {
+        fz_fused_rerun(ref, &r, "fused on ref");
+        out = fz_fused_outputs(ref, &r, n);
+    }
+    fz_fused_free(ref, &r);
+    return out;
+}
+
+static void fz_fused_compare(const fz_fused *c, const unsigned char *got,
+                             const unsigned char *ref) {
+    fz_parity_loss("fused vs ref", (const float *)got, (const float *)ref,
+                   c->d.return_parts ? 3 : 1, c->d.dtype);
+    size_t at = c->b[B_LOSS].bytes;
+    const int64_t shape[3][2] = {{c->rows, c->hs}, {c->vocab, c->hs}, {1, c->vocab}};
+    for (int i = B_GXS; i < B_COUNT; i++) {
+        if (c->present & (1u << i)) {
+            const int64_t *sh = shape[i - B_GXS];
+            fz_parity_tensor(fz_names[i], got + at, ref + at, c->d.dtype, sh[0], sh[1], sh[1],
+                             true);
+        }
+        at += c->b[i].bytes;
+    }
+}
+
+/* Successful call on tame inputs: a rerun gives the same bits, and ref agrees. */
+static void fz_fused_numeric(distil_ctx *ctx, fz_fused *c) {
+    size_t n = 0, n2 = 0, nr = 0;
+    unsigned char *first = fz_fused_outputs(ctx, c, &n);
+    fz_fused_rerun(ctx, c, "fused rerun");
+    unsigned char *second = fz_fused_outputs(ctx, c, &n2);
+    fz_same_bits("fused", first, second, n);
+    bool other = strcmp(distil_ctx_backend_name(ctx), "ref") != 0;
+    unsigned char *ref = other ? fz_fused_on_ref(c, &nr) : NULL;
+    if (ref != NULL) {
+        fz_fused_compare(c, first, ref);
+    }
+    free(first), free(second), free(ref);
+}
+
 static void fz_fused_run(distil_ctx *ctx, fz_fused *c) {
     fz_statuses want = fz_fused_expect(c);
     fz_statuses allowed = want;
@@ -315,6 +404,9 @@ static void fz_fused_run(distil_ctx *ctx, fz_fused *c) {
     distil_status s = fz_fused_call(ctx, c);
     fz_check_status(ctx, "fused_linear_jsd", s, allowed);
     fz_fused_check_after(ctx, c, s);
+    if ((s == DISTIL_OK || s == DISTIL_ERR_INVALID_LABEL) && c->tame) {
+        fz_fused_numeric(ctx, c);
+    }
     if (s == DISTIL_ERR_OUT_OF_MEMORY) { /* the context must work afterwards */
         for (int i = B_LOSS; i < B_COUNT; i++) {
             fz_buf_upload(ctx, &c->b[i]);

@@ -91,7 +91,8 @@ static distil_status fz_jsd_expect(const fz_jsd *c, bool with_data) {
     if (!with_data) {
         return DISTIL_OK;
     }
-    if (!c->backed || c->loss_null || (d->rows > 0 && (c->x_null || c->y_null))) {
+    bool loss_needed = d->rows > 0 || d->reduction != DISTIL_REDUCTION_NONE;
+    if ((c->loss_null && loss_needed) || (d->rows > 0 && (c->x_null || c->y_null))) {
         return DISTIL_ERR_INVALID_ARG;
     }
     /* Aliasing needs a pointer: with rows == 0 the buffers are empty and passed as NULL. */
@@ -239,6 +240,81 @@ static void fz_jsd_free(distil_ctx *ctx, fz_jsd *c) {
     }
 }
 
+/* ---------------------------------------------------------------- numeric oracles */
+
+/* The outputs of the last call: loss, then the gradient buffer (student_logp when in place). */
+static unsigned char *fz_jsd_outputs(distil_ctx *ctx, fz_jsd *c, size_t *n) {
+    fz_buf *g = c->grad_mode == FZ_GRAD_IN_PLACE ? &c->x : &c->grad;
+    *n = c->loss.bytes + g->bytes;
+    unsigned char *h = malloc(*n);
+    if (h == NULL) {
+        fz_fail("harness out of memory");
+    }
+    fz_buf_download(ctx, &c->loss, h);
+    fz_buf_download(ctx, g, h + c->loss.bytes);
+    return h;
+}
+
+/* The same call once more, from re-uploaded inputs and re-poisoned outputs, without faults. */
+static void fz_jsd_rerun(distil_ctx *ctx, fz_jsd *c) {
+    fz_buf_upload(ctx, &c->x);
+    fz_buf_upload(ctx, &c->loss);
+    fz_buf_upload(ctx, &c->grad);
+    long fault = c->fault;
+    c->fault = -1;
+    fz_check_status(ctx, "jsd rerun", fz_jsd_call(ctx, c), FZ_S(DISTIL_OK));
+    c->fault = fault;
+}
+
+/* The same case on the ref context: its outputs, or NULL if the harness cannot allocate. */
+static unsigned char *fz_jsd_on_ref(const fz_jsd *c, size_t *n) {
+    distil_ctx *ref = fz_ref_context();
+    fz_jsd r = *c;
+    r.fault = -1;
+    r.lend = 0;
+    const fz_buf *src[] = {&c->x, &c->y, &c->labels, &c->loss, &c->grad};
+    fz_buf *dst[] = {&r.x, &r.y, &r.labels, &r.loss, &r.grad, &r.ws};
+    for (size_t i = 0; i < sizeof dst / sizeof dst[0]; i++) {
+        *dst[i] = (fz_buf){0};
+    }
+    unsigned char *out = NULL;
+    bool ok = true;
+    for (size_t i = 0; ok && i < sizeof src / sizeof src[0]; i++) {
+        ok = fz_buf_alloc(ref, dst[i], src[i]->bytes);
+        if (ok) {
+            memcpy(dst[i]->host, src[i]->host, src[i]->bytes);
+            fz_buf_upload(ref, dst[i]);
+        }
+    }
+    if (ok) {
+        fz_check_status(ref, "jsd on ref", fz_jsd_call(ref, &r), FZ_S(DISTIL_OK));
+        out = fz_jsd_outputs(ref, &r, n);
+    }
+    fz_jsd_free(ref, &r);
+    return out;
+}
+
+/* Successful call on tame inputs: a rerun gives the same bits, and ref agrees. */
+static void fz_jsd_numeric(distil_ctx *ctx, fz_jsd *c) {
+    size_t n = 0, n2 = 0, nr = 0;
+    unsigned char *first = fz_jsd_outputs(ctx, c, &n);
+    fz_jsd_rerun(ctx, c);
+    unsigned char *second = fz_jsd_outputs(ctx, c, &n2);
+    fz_same_bits("jsd", first, second, n);
+    unsigned char *ref =
+        strcmp(distil_ctx_backend_name(ctx), "ref") != 0 ? fz_jsd_on_ref(c, &nr) : NULL;
+    bool grad = c->grad_mode == FZ_GRAD_OWN || (c->grad_mode == FZ_GRAD_IN_PLACE && !c->x_null);
+    if (ref != NULL) {
+        size_t n_loss = c->d.reduction == DISTIL_REDUCTION_NONE ? (size_t)c->d.rows : 1;
+        fz_parity_loss("jsd vs ref", (const float *)first, (const float *)ref, n_loss, c->d.dtype);
+        if (grad) {
+            fz_parity_tensor("jsd gradient vs ref", first + c->loss.bytes, ref + c->loss.bytes,
+                             c->d.dtype, c->d.rows, c->d.vocab, c->gs, false);
+        }
+    }
+    free(first), free(second), free(ref);
+}
+
 /* The workspace query is pure: any descriptor, including huge ones, must be answered (huge
  * tensors may be refused as too large). */
 static void fz_jsd_query(distil_ctx *ctx, fz_jsd *c) {
@@ -251,6 +327,17 @@ static void fz_jsd_query(distil_ctx *ctx, fz_jsd *c) {
         return;
     }
     fz_check_status(ctx, "jsd_workspace_size", s, FZ_S(want));
+}
+
+/* The status of a call: one of `allowed`, or "too large" for a valid descriptor with a field
+ * past the caps (even an unused stride is checked). */
+static void fz_jsd_check_status(distil_ctx *ctx, const fz_jsd *c, const char *what, distil_status s,
+                                distil_status want, fz_statuses allowed) {
+    if (want == DISTIL_OK && c->huge && s == DISTIL_ERR_INVALID_ARG) {
+        fz_check_too_large(ctx, what);
+    } else {
+        fz_check_status(ctx, what, s, allowed);
+    }
 }
 
 /* DISTIL_FUZZ_VERBOSE=1: what the input decoded to, for reading a crash. */
@@ -274,13 +361,17 @@ void fz_case_jsd(fz_in *in, distil_ctx *ctx) {
         fz_jsd_print(&c, distil_ctx_backend_name(ctx));
     }
     fz_jsd_query(ctx, &c);
-    distil_status want = fz_jsd_expect(&c, true);
-    if (!c.backed) {
+    if (!c.backed) { /* every pointer NULL: refused, or accepted without touching memory */
+        c.x_null = c.y_null = c.loss_null = true;
+        c.labels_on = false;
+        c.grad_mode = FZ_GRAD_NONE;
+        distil_status want = fz_jsd_expect(&c, true);
         fz_mark_message(ctx);
         distil_status s = distil_jsd(ctx, c.desc_null ? NULL : &c.d, NULL, NULL, NULL, NULL, NULL);
-        fz_check_status(ctx, "jsd (unbacked, NULL data)", s, FZ_S(want));
+        fz_jsd_check_status(ctx, &c, "jsd (unbacked, NULL data)", s, want, FZ_S(want));
         return;
     }
+    distil_status want = fz_jsd_expect(&c, true);
     if (!fz_jsd_alloc(ctx, &c)) {
         fz_jsd_free(ctx, &c);
         return;
@@ -292,12 +383,11 @@ void fz_case_jsd(fz_in *in, distil_ctx *ctx) {
                    (c.lend > 0 ? FZ_S(DISTIL_ERR_WORKSPACE) : 0);
     }
     distil_status s = fz_jsd_call(ctx, &c);
-    if (want == DISTIL_OK && c.huge && s == DISTIL_ERR_INVALID_ARG) {
-        fz_check_too_large(ctx, "jsd"); /* an unused stride may still be too large */
-    } else {
-        fz_check_status(ctx, "jsd", s, allowed);
-    }
+    fz_jsd_check_status(ctx, &c, "jsd", s, want, allowed);
     fz_jsd_check_after(ctx, &c, s);
+    if (s == DISTIL_OK && !c.special) {
+        fz_jsd_numeric(ctx, &c);
+    }
     if (s == DISTIL_ERR_OUT_OF_MEMORY) { /* the context must work afterwards */
         fz_buf_upload(ctx, &c.x);
         fz_buf_upload(ctx, &c.loss);

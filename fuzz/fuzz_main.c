@@ -39,6 +39,14 @@ distil_ctx *fz_context(fz_in *in) {
     return fz_contexts[fz_pick(in, (unsigned)fz_n_contexts)];
 }
 
+distil_ctx *fz_ref_context(void) {
+    static distil_ctx *ref;
+    if (ref == NULL && distil_ctx_create(&ref, "ref", 0) != DISTIL_OK) {
+        fz_fail("ctx_create(ref) failed: %s", distil_ctx_last_error(NULL));
+    }
+    return ref;
+}
+
 static void fz_run_case(fz_in *in, unsigned which, distil_ctx *ctx) {
     if (which == 0) {
         fz_case_jsd(in, ctx);
