@@ -268,8 +268,8 @@ __device__ inline void distill_pass_sums(const distill_params &p, const float *z
 #pragma unroll
                 for (int k = 0; k < VW; k++) {
                     float g;
-                    se += jsd_elem<false>(p.coef, a[u][k] * p.inv_t - lx, b[u][k] * p.inv_t - ly,
-                                          &g, nullptr);
+                    se += jsd_elem<false, true>(p.coef, a[u][k] * p.inv_t - lx,
+                                                b[u][k] * p.inv_t - ly, &g, nullptr);
                     sg += g;
                 }
             }
@@ -282,8 +282,8 @@ __device__ __forceinline__ float distill_grad_elem(const distill_params &p,
                                                    int64_t col) {
     float g;
     float q;
-    (void)jsd_elem<true>(p.coef, zs * p.inv_t - c.lx, zt * p.inv_t - c.ly, &g, &q);
-    const float s = p.unit_temp ? q : __expf(zs - c.lce);
+    (void)jsd_elem<true, true>(p.coef, zs * p.inv_t - c.lx, zt * p.inv_t - c.ly, &g, &q);
+    const float s = p.unit_temp ? q : expf(zs - c.lce);
     const float hard = s - (col == c.label ? 1.0f : 0.0f);
     return c.hw * hard + c.sw * (g - q * c.sum_g);
 }
