@@ -4,8 +4,8 @@
 #   2. the thread test under ThreadSanitizer (ref, cpu with one OpenMP thread, opencl)
 #   3. valgrind memcheck over a subset of the suite (host backends)
 # Each builds in its own folder (build-fuzz, build-tsan; valgrind reuses build-test from
-# scripts/test.sh, or builds build-valgrind). Budget: about 6 minutes on 2 cores.
-# Knobs: DISTIL_FUZZ_SECONDS (default 60), DISTIL_HARDENING_STEPS ("fuzz tsan valgrind").
+# scripts/test.sh, or builds build-valgrind). Budget: about 5 minutes on 2 cores.
+# Knobs: DISTIL_FUZZ_SECONDS (default 120), DISTIL_HARDENING_STEPS ("fuzz tsan valgrind").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -31,7 +31,7 @@ common=(-DDISTIL_CUDA=OFF -DDISTIL_HIP=OFF -DDISTIL_BUILD_BENCH=OFF -DDISTIL_BUI
 # OpenCL stays out of this build: PoCL's LLVM installs its own SIGABRT handler, which hides a
 # failure from libFuzzer (the corpus replays on opencl as ctest hardening_fuzz_corpus_opencl).
 run_fuzz() {
-    local build=build-fuzz seconds="${DISTIL_FUZZ_SECONDS:-60}"
+    local build=build-fuzz seconds="${DISTIL_FUZZ_SECONDS:-120}"
     cmake -S . -B "$build" "${common[@]}" -DCMAKE_C_COMPILER=clang -DDISTIL_OPENCL=OFF \
         -DDISTIL_BUILD_TESTS=OFF -DDISTIL_BUILD_FUZZ=ON -DDISTIL_SANITIZE="address;undefined" \
         -DBUILD_SHARED_LIBS=OFF >/dev/null || return 1

@@ -12,8 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Under ASan a huge malloc must return NULL (as libc does) rather than abort the test. */
-const char *__asan_default_options(void);
+/* Under ASan a huge malloc must return NULL (as libc does) rather than abort the test.
+ * (Visible and exported, see CMakeLists.txt, for GCC's shared ASan runtime.) */
+__attribute__((visibility("default"))) const char *__asan_default_options(void);
 const char *__asan_default_options(void) {
     return "allocator_may_return_null=1";
 }

@@ -13,6 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Under ASan: the registry probe may run on a worker thread, where PoCL's LLVM installs an
+ * alternate signal stack of its own; ASan would then unmap that stack as if it were its own when
+ * the thread exits, and abort ("failed to deallocate"). ASan's own alternate stacks are not
+ * needed here. (Visible and exported, see CMakeLists.txt, for GCC's shared ASan runtime.) */
+__attribute__((visibility("default"))) const char *__asan_default_options(void);
+const char *__asan_default_options(void) {
+    return "use_sigaltstack=0";
+}
+
 #define HT_THREADS 4
 #define HT_REPEATS 3
 
