@@ -2,17 +2,17 @@
 # cpu_run.sh - the CPU run behind bench/RESULTS.md: distil's cpu backend and PyTorch eager on the
 # scaled-down CPU sweeps (JSD fp32 V 128256, T 64..1024; fused fp32 Hs 512, Ht 1024, V 32000,
 # T 128..2048), each point in its own process for its peak RSS; JSON/CSV, plots and tables to $OUT.
-# usage: OUT=/some/dir [BUILD=build] [PYTHON=python3] [WAIT_LOAD=0.5] bash bench/cpu_run.sh
+# usage: OUT=/some/dir [BUILD=build] [PYTHON=python3] [WAIT_IDLE=0.95] bash bench/cpu_run.sh
 # Run from the repository root with a build that has the cpu backend and torch for $PYTHON.
-# The floor rates are probed once, then given to every point. On a shared machine, WAIT_LOAD
-# makes each point wait until the 1-minute load average is below it; loads.csv records the load
-# before and after every point. distil and PyTorch alternate point by point.
+# The floor rates are probed once, then given to every point. On a shared machine, WAIT_IDLE
+# makes each point wait until the cores are that idle; loads.csv records the idle fraction just
+# before and the load average after every point. distil and PyTorch alternate point by point.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-$PWD/cpu-run-out}
 BUILD=${BUILD:-build}
 PY=${PYTHON:-python3}
-WAIT_LOAD=${WAIT_LOAD:-}
+WAIT_IDLE=${WAIT_IDLE:-}
 BENCH=$BUILD/bench/distil-bench
 mkdir -p "$OUT/points"
 exec > >(tee -a "$OUT/run.log") 2>&1
@@ -20,13 +20,26 @@ TIMING=(--preset cpu --warmup 2 --reps 5 --max-reps 100 --min-time 1 --quiet)
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
+# Idle fraction of all cores over the next 2 s, from /proc/stat (unlike the load average it does
+# not remember our own previous point).
+idle2s() {
+    local a b
+    a=$(head -1 /proc/stat)
+    sleep 2
+    b=$(head -1 /proc/stat)
+    awk -v a="$a" -v b="$b" 'BEGIN { split(a, x); split(b, y); t = 0
+        for (i = 2; i <= 9; i++) t += y[i] - x[i]
+        printf "%.2f", (y[5] - x[5] + y[6] - x[6]) / (t > 0 ? t : 1) }'
+}
+
+# With WAIT_IDLE (e.g. 0.95), wait until the cores are at least that idle over 2 s.
 wait_quiet() {
-    [ -n "$WAIT_LOAD" ] || return 0
-    local i
-    for i in $(seq 1 720); do
-        awk -v l="$(load1)" -v m="$WAIT_LOAD" 'BEGIN { exit !(l < m) }' && return 0
-        [ "$i" = 1 ] && echo "waiting for load < $WAIT_LOAD (now $(load1))"
-        sleep 5
+    [ -n "$WAIT_IDLE" ] || return 0
+    local i idle
+    for i in $(seq 1 1800); do
+        idle=$(idle2s)
+        awk -v l="$idle" -v m="$WAIT_IDLE" 'BEGIN { exit !(l >= m) }' && return 0
+        [ "$i" = 1 ] && echo "waiting for idle >= $WAIT_IDLE (now $idle)"
     done
 }
 
@@ -46,12 +59,13 @@ read -r BW TF < <("$PY" -c 'import json, sys; r = json.load(open(sys.argv[1]))["
 print(r["peak_bw_tbs"], r["peak_tflops"])' "$OUT/probe.json")
 echo "floor rates from the host probes: copy $BW TB/s, GEMM $TF TFLOP/s" | tee -a "$OUT/environment.txt"
 
-echo "tool,workload,T,load_before,load_after" > "$OUT/loads.csv"
+echo "tool,workload,T,idle_before,load1_after" > "$OUT/loads.csv"
 point() { # point TOOL WORKLOAD T CMD...
-    local tool=$1 w=$2 t=$3 before
+    local tool=$1 w=$2 t=$3
     shift 3
     wait_quiet
-    before=$(load1)
+    local before
+    before=$(idle2s)
     "$@"
     echo "$tool,$w,$t,$before,$(load1)" >> "$OUT/loads.csv"
 }
