@@ -43,7 +43,7 @@ run_fuzz() {
         ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         "$root/$build/fuzz/distil_fuzz" new "$root/fuzz/corpus" -max_total_time="$seconds" \
         -max_len=2048 -timeout=60 -rss_limit_mb=4096 -print_final_stats=1 >fuzz.log 2>&1) || rc=$?
-    grep -E "^(INFO: seed|#[0-9]+ +(INITED|DONE)|stat::number_of_executed_units|distil fuzz|==[0-9]+==ERROR|SUMMARY)" \
+    grep -E "^(INFO: seed|#[0-9]+[[:space:]]+(INITED|DONE)|stat::number_of_executed_units|distil fuzz|==[0-9]+==ERROR|SUMMARY)" \
         "$work/fuzz.log" || true
     if ls "$work"/crash-* "$work"/leak-* "$work"/fuzz-failure-* >/dev/null 2>&1; then
         rc=1
