@@ -248,6 +248,9 @@ distil_status distil_cpu_gemm(void *b, const distil_gemm_args *a) {
     DISTIL_TRY(
         distil_cpu_grow(st, &st->scratch, &st->scratch_bytes, total * sizeof(float), "gemm"));
     float *s = st->scratch;
+    /* With no scratch needed (f32 in and out, no bias) s may be NULL: no offsets from it. */
+    float *bbuf = s != NULL ? s + a_fl : NULL;
+    float *stage = s != NULL ? s + a_fl + b_fl : NULL;
     cpu_gemm_ctx g = {.st = st,
                       .a = a,
                       .A = {distil_dptr_addr(a->a), a->ab_dtype, a->lda},
@@ -255,8 +258,8 @@ distil_status distil_cpu_gemm(void *b, const distil_gemm_args *a) {
                       .C = {distil_dptr_addr(a->c), a->c_dtype, a->ldc},
                       .bias = bias && !cvt ? distil_dptr_addr(a->bias) : NULL,
                       .abuf = s,
-                      .bbuf = s + a_fl,
-                      .stage = s + a_fl + b_fl,
+                      .bbuf = bbuf,
+                      .stage = stage,
                       .akey = {-1, -1, -1, -1},
                       .bkey = {-1, -1, -1, -1}};
     if (bias && cvt) {
