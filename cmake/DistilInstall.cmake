@@ -20,5 +20,6 @@ install(FILES ${PROJECT_BINARY_DIR}/distilConfig.cmake ${PROJECT_BINARY_DIR}/dis
 
 # Private link dependencies matter only for a static libdistil.
 set(DISTIL_PC_LIBS_PRIVATE "-lm -lpthread")
+file(RELATIVE_PATH DISTIL_PC_PREFIX_REL "/p/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/p")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/distil.pc.in ${PROJECT_BINARY_DIR}/distil.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/distil.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
