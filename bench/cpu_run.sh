@@ -2,7 +2,8 @@
 # cpu_run.sh - the CPU run behind bench/RESULTS.md: distil's cpu backend and PyTorch eager on the
 # scaled-down CPU sweeps (JSD fp32 V 128256, T 64..1024; fused fp32 Hs 512, Ht 1024, V 32000,
 # T 128..2048), each point in its own process for its peak RSS; JSON/CSV, plots and tables to $OUT.
-# usage: OUT=/some/dir [BUILD=build] [PYTHON=python3] [WAIT_IDLE=0.95] bash bench/cpu_run.sh
+# usage: OUT=/some/dir [BUILD=build] [PYTHON=python3] [WAIT_IDLE=0.95] [ONLY="distil:jsd:1024 ..."]
+#        bash bench/cpu_run.sh      (ONLY: re-measure just these tool:workload:T points in $OUT)
 # Run from the repository root with a build that has the cpu backend and torch for $PYTHON.
 # The floor rates are probed once, then given to every point. On a shared machine, WAIT_IDLE
 # makes each point wait until the cores are that idle; loads.csv records the idle fraction just
@@ -15,6 +16,7 @@ PY=${PYTHON:-python3}
 WAIT_IDLE=${WAIT_IDLE:-}
 BENCH=$BUILD/bench/distil-bench
 mkdir -p "$OUT/points"
+[ -n "${ONLY:-}" ] && [ -f "$OUT/probe.json" ] && SKIP_PROBE=1
 exec > >(tee -a "$OUT/run.log") 2>&1
 TIMING=(--preset cpu --warmup 2 --reps 5 --max-reps 100 --min-time 1 --quiet)
 
@@ -43,26 +45,30 @@ wait_quiet() {
     done
 }
 
-{
-    date -u +%Y-%m-%dT%H:%M:%SZ
-    git log -1 --format='commit %H %s' 2>/dev/null
-    lscpu | grep -E 'Model name|^CPU\(s\)|L3'
-    "$PY" -c 'import torch; print("torch", torch.__version__, "threads", torch.get_num_threads())'
-} > "$OUT/environment.txt" 2>&1
-cat "$OUT/environment.txt"
-
-# Floor rates: the host probes of distil-bench (memcpy, cpu fp32 fused forward), once.
-wait_quiet
-"$BENCH" --backend cpu --workload jsd --mode forward --T 8 --V 1000 --reps 1 --min-time 0 \
-    --quiet --json "$OUT/probe.json" > "$OUT/probe.txt"
+if [ -n "${SKIP_PROBE:-}" ]; then
+    echo "re-measured at $(date -u +%Y-%m-%dT%H:%M:%SZ): $ONLY" | tee -a "$OUT/environment.txt"
+else
+    {
+        date -u +%Y-%m-%dT%H:%M:%SZ
+        git log -1 --format='commit %H %s' 2>/dev/null
+        lscpu | grep -E 'Model name|^CPU\(s\)|L3'
+        "$PY" -c 'import torch; print("torch", torch.__version__, "threads", torch.get_num_threads())'
+    } > "$OUT/environment.txt" 2>&1
+    cat "$OUT/environment.txt"
+    # Floor rates: the host probes of distil-bench (memcpy, cpu fp32 fused forward), once.
+    wait_quiet
+    "$BENCH" --backend cpu --workload jsd --mode forward --T 8 --V 1000 --reps 1 --min-time 0 \
+        --quiet --json "$OUT/probe.json" > "$OUT/probe.txt"
+fi
 read -r BW TF < <("$PY" -c 'import json, sys; r = json.load(open(sys.argv[1]))["results"][0]
 print(r["peak_bw_tbs"], r["peak_tflops"])' "$OUT/probe.json")
 echo "floor rates from the host probes: copy $BW TB/s, GEMM $TF TFLOP/s" | tee -a "$OUT/environment.txt"
 
-echo "tool,workload,T,idle_before,load1_after" > "$OUT/loads.csv"
+[ -f "$OUT/loads.csv" ] || echo "tool,workload,T,idle_before,load1_after" > "$OUT/loads.csv"
 point() { # point TOOL WORKLOAD T CMD...
     local tool=$1 w=$2 t=$3
     shift 3
+    case " ${ONLY:- $tool:$w:$t } " in *" $tool:$w:$t "*) ;; *) return 0 ;; esac
     wait_quiet
     local before
     before=$(idle2s)
