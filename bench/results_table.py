@@ -15,17 +15,25 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plot_data import BASELINES, group_key, load, title_of  # noqa: E402
 
 
+def num(v):
+    """Milliseconds with 3 significant digits, never in exponent form."""
+    v = float(v)
+    return f"{v:.0f}" if v >= 100 else (f"{v:.1f}" if v >= 10 else f"{v:.3g}")
+
+
 def fmt_ms(r):
     if r["status"] != "ok":
         return r["status"]
-    return f"{r['ms_median']:.3g} [{float(r['ms_p20']):.3g}–{float(r['ms_p80']):.3g}]"
+    return f"{num(r['ms_median'])} [{num(r['ms_p20'])}–{num(r['ms_p80'])}]"
 
 
 def fmt_bytes(v):
     if v in (None, ""):
         return "–"
     v = float(v)
-    return f"{v / 1e9:.2f} GB" if v >= 1e9 else f"{v / 1e6:.0f} MB"
+    if v >= 1e9:
+        return f"{v / 1e9:.2f} GB"
+    return f"{v / 1e6:.0f} MB" if v >= 1e6 else f"{v / 1e3:.0f} kB"
 
 
 def table(rows):
@@ -44,7 +52,7 @@ def table(rows):
     for t in ts:
         cells = [str(int(t))]
         fl = next((by[(o, t)]["floor_ms"] for o in ours if (o, t) in by), None)
-        cells.append(f"{fl:.3g}" if fl else "–")
+        cells.append(num(fl) if fl else "–")
         cells += [fmt_ms(by[(b, t)]) if (b, t) in by else "–" for b in backends]
         for o in ours:
             for b in base:
