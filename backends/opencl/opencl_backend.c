@@ -134,7 +134,6 @@ static distil_status ocl_open(distil_ocl *b) {
     /* Every cl_mem of this platform starts with the same dispatch pointer (check_pointer). */
     memcpy(&b->mem_dispatch, (const void *)b->label_state, sizeof b->mem_dispatch);
     ocl_pipe_open(b);
-    distil_ocl_gemm_attach();
     b->gemm_attached = true;
     return DISTIL_OK;
 }

@@ -8,28 +8,21 @@
 
 #include "error.h"
 
-#include <stdatomic.h>
 
 #ifdef DISTIL_OPENCL_HAVE_CLBLAST
 #include <clblast_c.h>
 #endif
 
-/* Live opencl contexts in the process, for CLBlast's global cache (see detach). */
-static atomic_int ocl_gemm_users;
-
-void distil_ocl_gemm_attach(void) {
-    atomic_fetch_add(&ocl_gemm_users, 1);
-}
-
 /* CLBlast caches compiled programs per cl_context for the life of the process, and each entry
- * keeps its context alive (about 2 MB on PoCL). Clearing the cache when the last distil context
- * goes keeps create/destroy loops from growing; with several contexts alive it costs nothing. */
+ * keeps its context alive (about 3 MB on PoCL). It has no per-context eviction, so every
+ * destroyed distil context clears the whole cache: otherwise create/destroy cycles next to one
+ * long-lived context grow without bound (200 cycles: +600 MB). The price is that other live
+ * contexts recompile CLBlast's kernels on their next product. Entries are copies of reference-
+ * counted programs, so a product running on another thread keeps its program. */
 void distil_ocl_gemm_detach(void) {
-    if (atomic_fetch_sub(&ocl_gemm_users, 1) == 1) {
 #ifdef DISTIL_OPENCL_HAVE_CLBLAST
-        CLBlastClearCache();
+    CLBlastClearCache();
 #endif
-    }
 }
 
 /* An fp32 matrix as OpenCL sees it: buffer, element offset, row stride. */

@@ -120,7 +120,7 @@ typedef struct distil_ocl {
     bool label_pending;
     int64_t label_vocab; /* V of the last distill_rows, for the message */
     void *mem_dispatch;  /* first word of a cl_mem of this platform (check_pointer) */
-    bool gemm_attached;  /* counted by distil_ocl_gemm_attach */
+    bool gemm_attached;  /* fully created: destroy clears CLBlast's cache */
     int probe_pipe[2];   /* for reading unknown pointers safely (check_pointer), -1 if none */
 } distil_ocl;
 
@@ -185,7 +185,6 @@ distil_status distil_ocl_check_pointer(void *vb, const void *p, const char *what
 
 distil_status distil_ocl_gemm(void *vb, const distil_gemm_args *a);
 /* Count the contexts that may use the GEMM library (create / destroy). */
-void distil_ocl_gemm_attach(void);
 void distil_ocl_gemm_detach(void);
 distil_status distil_ocl_count_valid(void *vb, const distil_count_args *a);
 distil_status distil_ocl_jsd_rows(void *vb, const distil_jsd_rows_args *a);
