@@ -3,7 +3,8 @@
 # build with cuda + opencl + tests, run the demo, `ctest -L cuda`, `ctest -L opencl` on the GPU's
 # own OpenCL driver, then compute-sanitizer over the cuda parity suite. Logs go to $OUT.
 # The device machine has no network: Debian packages it lacks (cmocka, CLBlast, the OpenCL ICD
-# loader and headers) travel as .deb files in .devcarry/debs and are unpacked into /tmp/deps.
+# loader and headers, clinfo) travel as .deb files in .devcarry/debs (scripts/fetch-gpu-debs.sh)
+# and are unpacked into /tmp/deps.
 #   usage: OUT=/some/dir bash scripts/gpu-check.sh      (from the repository root; ~8 min)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -29,6 +30,7 @@ if [ -z "${OCL_ICD_FILENAMES:-}" ] && ! grep -qs nvidia /etc/OpenCL/vendors/*.ic
 fi
 echo "OpenCL ICDs: ${OCL_ICD_FILENAMES:-$(ls /etc/OpenCL/vendors 2>/dev/null | tr '\n' ' ')}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+[ -x "$deps/usr/bin/clinfo" ] && "$deps/usr/bin/clinfo" -l 2>&1 | head -20
 
 log "configure + build"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDISTIL_CUDA=ON -DDISTIL_OPENCL=ON \
