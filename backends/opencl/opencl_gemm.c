@@ -8,7 +8,6 @@
 
 #include "error.h"
 
-
 #ifdef DISTIL_OPENCL_HAVE_CLBLAST
 #include <clblast_c.h>
 #endif
