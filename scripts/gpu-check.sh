@@ -31,6 +31,12 @@ fi
 echo "OpenCL ICDs: ${OCL_ICD_FILENAMES:-$(ls /etc/OpenCL/vendors 2>/dev/null | tr '\n' ' ')}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 [ -x "$deps/usr/bin/clinfo" ] && "$deps/usr/bin/clinfo" -l 2>&1 | head -20
+# Ask each NVIDIA OpenCL driver library directly, past the loader (issue 5: no NVIDIA platform).
+cc -O1 -o /tmp/icd_probe backends/opencl/tools/icd_probe.c -ldl &&
+    /tmp/icd_probe libnvidia-opencl.so.1 $(find / -xdev -name 'libnvidia-opencl.so*' 2>/dev/null |
+        head -n 4) 2>&1 | tee "$OUT/icd-probe.log"
+ls /etc/OpenCL/vendors/ /dev/nvidia* 2>&1 | tr '\n' ' '
+echo
 
 log "configure + build"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDISTIL_CUDA=ON -DDISTIL_OPENCL=ON \
@@ -50,11 +56,17 @@ timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -j8 --timeout 180 --output-on-
     > "$OUT/ctest-cuda.log" 2>&1
 grep -E "tests passed|Test +#" "$OUT/ctest-cuda.log"
 
+log "ctest -L cuda -R parity with the portable GEMM (the one HIP uses without hipBLAS; issue 6)"
+DISTIL_CUDA_GEMM=portable timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -R parity -j8 \
+    --timeout 180 --output-on-failure > "$OUT/ctest-cuda-portable.log" 2>&1
+grep -E "tests passed|Test +#" "$OUT/ctest-cuda-portable.log"
+
 log "ctest -L opencl (NVIDIA OpenCL)"
 DISTIL_OPENCL_PLATFORM=NVIDIA timeout 200 ctest --test-dir "$BUILD" -L '^opencl$' -j4 \
     --timeout 180 --output-on-failure > "$OUT/ctest-opencl.log" 2>&1
 grep -E "tests passed|Test +#" "$OUT/ctest-opencl.log"
 
+[ -n "${SKIP_SANITIZE:-}" ] && { log "done (sanitizer skipped)"; exit 0; }
 log "compute-sanitizer over the cuda parity suite"
 DISTIL_SANITIZE_REGEX="${SANITIZE_REGEX:-parity}" DISTIL_SANITIZE_TIMEOUT=100 \
     timeout 330 bash scripts/gpu-sanitize.sh "$BUILD" > "$OUT/sanitize.log" 2>&1
