@@ -112,7 +112,8 @@ run_distil() {
 
 run_opencl() {
     [ "${DISTIL_OPENCL_RUN:-0}" = 1 ] || { log "SKIP distil-opencl: no OpenCL device"; return 0; }
-    step 100 distil-opencl "$BUILD/bench/distil-bench" --backend opencl --T 1024:8192 \
+    DISTIL_OPENCL_PLATFORM=NVIDIA step 100 distil-opencl "$BUILD/bench/distil-bench" \
+        --backend opencl --T 1024:8192 \
         --warmup 1 --reps 5 --max-reps 20 --min-time 0.2 \
         --json "$OUT/distil-opencl.json" --csv "$OUT/distil-opencl.csv"
 }
@@ -133,7 +134,20 @@ report() {
     log "tables: $OUT/tables.md, plots: $OUT/plots/"
 }
 
+# Debian packages the image lacks (CLBlast, cmocka, the ICD loader) travel as .deb files in
+# .devcarry/debs (scripts/fetch-gpu-debs.sh); NVIDIA's OpenCL driver gets an .icd file.
+unpack_deps() {
+    local deps=/tmp/deps f
+    for f in .devcarry/debs/*.deb; do
+        [ -f "$f" ] && dpkg -x "$f" "$deps"
+    done
+    export CMAKE_PREFIX_PATH="$deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+    export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    . scripts/ocl-vendors.sh
+}
+
 environment
+unpack_deps
 install_liger
 build || { log "build failed: see $OUT/build.log"; report; exit 1; }
 run_distil

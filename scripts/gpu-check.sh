@@ -22,13 +22,9 @@ done
 export CMAKE_PREFIX_PATH="$deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
 export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="/usr/local/cuda/bin:$PATH"
-# NVIDIA's OpenCL driver may be present without an ICD file for the loader: name it directly.
-if [ -z "${OCL_ICD_FILENAMES:-}" ] && ! grep -qs nvidia /etc/OpenCL/vendors/*.icd; then
-    icd=$(find /usr/local/nvidia /usr/lib/x86_64-linux-gnu /usr/lib64 -name 'libnvidia-opencl.so*' \
-        2>/dev/null | head -n 1)
-    [ -n "$icd" ] && export OCL_ICD_FILENAMES="$icd"
-fi
-echo "OpenCL ICDs: ${OCL_ICD_FILENAMES:-$(ls /etc/OpenCL/vendors 2>/dev/null | tr '\n' ' ')}"
+# NVIDIA's OpenCL driver may be present without an ICD file for the loader: name it in one.
+. scripts/ocl-vendors.sh
+echo "OpenCL ICDs: $(cat "$OCL_ICD_VENDORS"/*.icd | tr '\n' ' ')"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 [ -x "$deps/usr/bin/clinfo" ] && "$deps/usr/bin/clinfo" -l 2>&1 | head -20
 # Ask each NVIDIA OpenCL driver library directly, past the loader (issue 5: no NVIDIA platform).
@@ -60,6 +56,11 @@ log "ctest -L cuda -R parity with the portable GEMM (the one HIP uses without hi
 DISTIL_CUDA_GEMM=portable timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -R parity -j8 \
     --timeout 180 --output-on-failure > "$OUT/ctest-cuda-portable.log" 2>&1
 grep -E "tests passed|Test +#" "$OUT/ctest-cuda-portable.log"
+
+log "ctest -L cuda -R parity with the streaming row kernel (the one HIP and very long rows use)"
+DISTIL_CUDA_DISTILL=stream timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -R parity -j8 \
+    --timeout 180 --output-on-failure > "$OUT/ctest-cuda-stream.log" 2>&1
+grep -E "tests passed|Test +#" "$OUT/ctest-cuda-stream.log"
 
 log "ctest -L opencl (NVIDIA OpenCL)"
 DISTIL_OPENCL_PLATFORM=NVIDIA timeout 200 ctest --test-dir "$BUILD" -L '^opencl$' -j4 \

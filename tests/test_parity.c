@@ -146,6 +146,9 @@ static const tp_fused_spec fused_cases[] = {
     F(6,  32003, 16, 32, 1.0f, 0.0f, 0.0f, 2.0f, NO_BIAS, false, XS,       NONE,        0,   0),
     F(6,  32003, 16, 32, 0.0f, 1.0f, 1.0f, 0.5f, BIAS_S,  false, NO_GRADS, NONE,        0,   0),
     F(5,  32003, 16, 32, 0.5f, 0.5f, 0.9f, 1.0f, BIAS_ST, false, ALL,      NONE,        0,   2),
+    /* V % 4 == 0, rows spread over 8 and 16 blocks of a GPU (the seed vocabulary last) */
+    F(9,  65536, 16, 32, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   0),
+    F(4,  128256, 8, 16, 0.2f, 0.8f, 0.7f, 2.0f, BIAS_S,  false, ALL,      MIXED,       0,   0),
 };
 // clang-format on
 

@@ -1,13 +1,12 @@
 /*
- * distill_rows.cuh - the device pieces shared by the two distill_rows kernels (distill_rows.cu:
- * streaming from global memory; distill_rows_smem.cu: the row slice held in shared memory).
- * A row is processed by CL blocks (a thread block cluster on sm_90+), each owning a slice of
- * columns, in three passes over its slice:
+ * distill_rows.cuh - the streaming distill_rows kernel's device pieces (distill_rows.cu), and the
+ * entry points of the resident kernel (distill_rows_resident.cu), which runs instead where a row
+ * fits on chip. The streaming kernel gives a row one block, in three passes over global memory:
  *   1. log-sum-exp of zs (CE), zs / tau and zt / tau;
  *   2. sum of the JSD element terms e and of their x-derivatives g (needs the three LSEs);
  *   3. G = wh/n (s - onehot) + ws/(n tau) (g - q sum g)  (needs the sums).
- * Partials are combined in a fixed order (warps of a block, then cluster rank 0, 1, ...), so
- * every block of a row sees bitwise the same statistics and reruns are bitwise identical.
+ * Partials are combined in a fixed order (a warp butterfly, then warps 0, 1, ...), so reruns are
+ * bitwise identical.
  */
 #ifndef DISTIL_GPU_DISTILL_ROWS_CUH
 #define DISTIL_GPU_DISTILL_ROWS_CUH
@@ -59,18 +58,18 @@ struct distill_grad_coef {
     int64_t label;
 };
 
-/* Record an invalid label: the smallest (row, label) key wins. Labels are coded in 32 bits,
- * saturated at the ends (code 0: <= INT32_MIN, code 0xffffffff: >= INT32_MAX). */
-__device__ inline void distill_record_bad_label(const distill_params &p, int64_t row,
+/* Record an invalid label of global row `row`: the smallest (row, label) key wins. Labels are
+ * coded in 32 bits, saturated at the ends (code 0: <= INT32_MIN, code 0xffffffff: >= INT32_MAX). */
+__device__ inline void distill_record_bad_label(gpu_label_error *err, int64_t vocab, int64_t row,
                                                 int64_t label) {
     const long long lo = -2147483648LL;
     const long long hi = 2147483647LL;
     const long long l = label < lo ? lo : (label > hi ? hi : label);
     const unsigned long long code = static_cast<unsigned long long>(l - lo);
-    unsigned long long r = static_cast<unsigned long long>(p.row_offset + row);
+    unsigned long long r = static_cast<unsigned long long>(row);
     r = r > 0xffffffffull ? 0xffffffffull : r;
-    atomicMin(&p.err->key, (r << 32) | code);
-    p.err->vocab = p.vocab;
+    atomicMin(&err->key, (r << 32) | code);
+    err->vocab = vocab;
 }
 
 /* The row's label: valid (in [0, V) and not ignore_index) or ignored; rank 0 records bad ones. */
@@ -83,7 +82,7 @@ __device__ inline bool distill_label(const distill_params &p, int64_t row, int r
     }
     if (l < 0 || l >= p.vocab) {
         if (rank == 0 && threadIdx.x == 0) {
-            distill_record_bad_label(p, row, l);
+            distill_record_bad_label(p.err, p.vocab, p.row_offset + row, l);
         }
         return false;
     }
@@ -136,75 +135,6 @@ __device__ inline void distill_block_sums(float &a, float &b, distill_smem &sm) 
         a += sm.warp_sum[0][w];
         b += sm.warp_sum[1][w];
     }
-}
-
-#if DISTIL_GPU_HAVE_CLUSTERS && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define DISTIL_DISTILL_CLUSTERS 1
-/* Combine the blocks of the cluster through distributed shared memory, rank 0 first. */
-__device__ inline row_lse distill_cluster_lse(row_lse r, distill_smem &sm) {
-    namespace cg = cooperative_groups;
-    cg::cluster_group cl = cg::this_cluster();
-    if (threadIdx.x == 0) {
-        sm.xchg_lse[0] = r.ce;
-        sm.xchg_lse[1] = r.x;
-        sm.xchg_lse[2] = r.y;
-    }
-    cl.sync();
-    const lse_acc *r0 = cl.map_shared_rank(sm.xchg_lse, 0);
-    row_lse out = {r0[0], r0[1], r0[2]};
-    for (unsigned k = 1; k < cl.num_blocks(); k++) {
-        const lse_acc *o = cl.map_shared_rank(sm.xchg_lse, k);
-        out.ce = lse_merge(out.ce, o[0]);
-        out.x = lse_merge(out.x, o[1]);
-        out.y = lse_merge(out.y, o[2]);
-    }
-    return out;
-}
-
-/* Same for the two sums; ends with a cluster barrier so no block leaves (or overwrites zs in
- * place) while others still read. */
-__device__ inline void distill_cluster_sums(float &a, float &b, distill_smem &sm) {
-    namespace cg = cooperative_groups;
-    cg::cluster_group cl = cg::this_cluster();
-    if (threadIdx.x == 0) {
-        sm.xchg_sum[0] = a;
-        sm.xchg_sum[1] = b;
-    }
-    cl.sync();
-    const float *r0 = cl.map_shared_rank(sm.xchg_sum, 0);
-    a = r0[0];
-    b = r0[1];
-    for (unsigned k = 1; k < cl.num_blocks(); k++) {
-        const float *o = cl.map_shared_rank(sm.xchg_sum, k);
-        a += o[0];
-        b += o[1];
-    }
-    cl.sync();
-}
-#else
-#define DISTIL_DISTILL_CLUSTERS 0
-#endif
-
-/* The row's LSEs from every block of it. */
-__device__ inline row_lse distill_row_lse(const distill_params &p, row_lse t, distill_smem &sm) {
-    row_lse l = distill_block_lse(t, sm);
-#if DISTIL_DISTILL_CLUSTERS
-    if (p.cl > 1) {
-        l = distill_cluster_lse(l, sm);
-    }
-#endif
-    return l;
-}
-
-/* The row's sums from every block of it. */
-__device__ inline void distill_row_sums(const distill_params &p, float &se, float &sg,
-                                        distill_smem &sm) {
-    distill_block_sums(se, sg, sm);
-#if DISTIL_DISTILL_CLUSTERS
-    if (p.cl > 1) {
-        distill_cluster_sums(se, sg, sm);
-    }
-#endif
 }
 
 /*
@@ -359,7 +289,7 @@ __device__ inline void distill_finish_row(const distill_params &p, distill_smem 
     float se = 0.0f;
     float sg = 0.0f;
     distill_pass_sums<VW>(p, zs, zt, n, c.lx, c.ly, se, sg);
-    distill_row_sums(p, se, sg, sm);
+    distill_block_sums(se, sg, sm);
     if (rank == 0 && threadIdx.x == 0) {
         p.ce[row] = c.lce - z_label;
         p.jsd[row] = se;
@@ -374,11 +304,11 @@ __device__ inline void distill_finish_row(const distill_params &p, distill_smem 
     }
 }
 
-/* distill_rows_smem.cu: allow its shared memory and cluster sizes (at create), and launch it
+/* distill_rows_resident.cu: allow its shared memory and cluster sizes (at create), and launch it
  * when it applies (*done false: the caller uses the streaming kernel). */
-distil_status distill_smem_setup(gpu_state *b);
-cudaError_t distill_smem_launch(gpu_state *b, distill_params p, distil_dtype gdt, cudaStream_t s,
-                                bool *done);
+distil_status distill_resident_setup(gpu_state *b);
+cudaError_t distill_resident_launch(gpu_state *b, const distill_params &p, distil_dtype gdt,
+                                    cudaStream_t s, bool *done);
 
 } // namespace DISTIL_GPU_NS
 

@@ -33,19 +33,14 @@ distil_status gpu_check_launch(gpu_state *b, const char *what) {
 
 static const unsigned long long GPU_NO_LABEL_ERROR = ~0ull;
 
-/* Environment knobs read once per context: DISTIL_CUDA_GEMM=portable, DISTIL_CUDA_DISTILL=smem,
- * DISTIL_CUDA_CLUSTER=n (blocks per row of the streaming distill kernel). */
+/* Environment knobs read once per context, so that the test suite can cover the paths other
+ * devices take: DISTIL_CUDA_GEMM=portable (the GEMM of HIP without hipBLAS) and
+ * DISTIL_CUDA_DISTILL=stream (the row kernel of HIP and of rows too long for shared memory). */
 static void gpu_read_env(gpu_state *b) {
     const char *g = getenv("DISTIL_CUDA_GEMM");
     b->portable_gemm = !DISTIL_GPU_HAVE_BLAS || (g != nullptr && strcmp(g, "portable") == 0);
     const char *r = getenv("DISTIL_CUDA_DISTILL");
-    b->distill_smem = r != nullptr && strcmp(r, "smem") == 0;
-    const char *c = getenv("DISTIL_CUDA_CLUSTER");
-    b->cluster = 0;
-    if (c != nullptr) {
-        const int n = atoi(c);
-        b->cluster = n == 1 || n == 2 || n == 4 || n == 8 ? n : 0;
-    }
+    b->distill_stream = r != nullptr && strcmp(r, "stream") == 0;
 }
 
 static distil_status gpu_query_device(gpu_state *b) {
@@ -89,7 +84,7 @@ static distil_status gpu_init_blas(gpu_state *b) {
 
 static distil_status gpu_init(gpu_state *b) {
     DISTIL_TRY(gpu_query_device(b));
-    DISTIL_TRY(distill_smem_setup(b));
+    DISTIL_TRY(distill_resident_setup(b));
     GPU_TRY(b, cudaStreamCreateWithFlags(&b->own_stream, cudaStreamNonBlocking), "stream create");
     b->stream = b->own_stream;
     DISTIL_TRY(gpu_init_blas(b));

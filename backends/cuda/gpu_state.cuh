@@ -23,12 +23,13 @@ struct gpu_label_error {
     long long vocab;
 };
 
-/* The last cluster plan of the shared-memory distill kernel (distill_rows_smem.cu). */
-struct smem_plan_cache {
+/* The last plan of the resident distill kernel (distill_rows_resident.cu), per (kernel, V). */
+struct resident_plan {
     const void *kernel;
     int64_t vocab;
-    int cl; /* 0: the kernel does not apply */
-    int64_t span;
+    int cl;       /* blocks per row (a cluster); 0: the kernel does not apply */
+    int64_t span; /* columns per block */
+    int groups;   /* clusters (or blocks when cl == 1) resident at once */
 };
 
 struct gpu_state {
@@ -49,9 +50,8 @@ struct gpu_state {
     size_t blas_ws_bytes;
     gpu_label_error *label_err; /* device */
     bool portable_gemm;         /* DISTIL_CUDA_GEMM=portable, or no vendor BLAS */
-    int cluster;                /* blocks per row of the streaming distill_rows kernel; 0 = auto */
-    bool distill_smem;          /* DISTIL_CUDA_DISTILL=smem: the shared-memory row kernel */
-    smem_plan_cache smem_cache;
+    bool distill_stream;        /* DISTIL_CUDA_DISTILL=stream: the streaming row kernel only */
+    resident_plan resident;
 };
 
 static inline gpu_state *gpu_of(void *b) {

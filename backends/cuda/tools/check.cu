@@ -364,8 +364,8 @@ int main(int argc, char **argv) {
     distil_ctx_destroy(gpu);
     /* The portable GEMM and the shared-memory row kernel, selected at context creation. */
     setenv("DISTIL_CUDA_GEMM", "portable", 1);
-    setenv("DISTIL_CUDA_DISTILL", "smem", 1);
-    printf("-- DISTIL_CUDA_GEMM=portable DISTIL_CUDA_DISTILL=smem\n");
+    setenv("DISTIL_CUDA_DISTILL", "stream", 1);
+    printf("-- DISTIL_CUDA_GEMM=portable DISTIL_CUDA_DISTILL=stream\n");
     gpu = ck_ctx("cuda");
     ck_fused_all(gpu, ref, true);
     distil_ctx_destroy(gpu);

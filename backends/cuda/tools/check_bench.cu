@@ -280,7 +280,7 @@ int ck_bench_main(int argc, char **argv) {
         bk_fused(ctx, s, b, "", 20, true);
         if (!quick) {
             /* Variants of the row pass, chosen at context creation. */
-            const char *vars[][2] = {{"DISTIL_CUDA_DISTILL", "smem"}};
+            const char *vars[][2] = {{"DISTIL_CUDA_DISTILL", "stream"}};
             for (const auto &v : vars) {
                 setenv(v[0], v[1], 1);
                 distil_ctx *c2 = bk_ctx(s);

@@ -1,0 +1,621 @@
+/*
+ * distill_rows_resident.cu - distill_rows with each row resident on chip: the row's logits are
+ * spread over a cluster of CL blocks (CL > 1 on sm_90+, else 1), each holding its slice of zs and
+ * zt in shared memory, read from HBM once. Three exchanges of row statistics (maxima; sums of
+ * exponentials; JSD sums) through distributed shared memory, and the element work done once: the
+ * sums pass leaves P = hw s + sw g and q in shared memory in place of zs and zt, and the last pass
+ * writes G = P - sw (sum g) q. Math in base 2 (x2 = log2 q), row sums in double.
+ * Each thread owns the same vectors of the slice in every pass (t, t + T, t + 2T, ...), so the
+ * slice itself needs no barrier; only the statistics do.
+ *   zs, zt (rows, V) fp32 dense; labels (rows); ce, jsd (rows) fp32; g (rows, V) optional.
+ */
+#include "distill_rows.cuh"
+
+namespace DISTIL_GPU_NS {
+
+#if DISTIL_GPU_HAVE_CLUSTERS /* CUDA: cp.async, cudaLaunchKernelExC; cl = 1 before sm_90 */
+
+constexpr int RES_THREADS = 256;
+constexpr int RES_WARPS = RES_THREADS / DISTIL_GPU_WARP;
+constexpr float RES_LOG2E = 1.4426950408889634f;
+constexpr float RES_LN2 = 0.6931471805599453f;
+/* Largest slice of a block (zs + zt bytes), and the budgets tried in turn: a slice that lets
+ * three blocks share an SM first (one computes while others load), then two, then one. */
+constexpr size_t RES_MAX_SLICE = 200u << 10;
+static const size_t RES_BUDGETS[] = {72u << 10, 110u << 10, RES_MAX_SLICE};
+
+/* Per-row constants of the element work, computed on the host. */
+struct res_params {
+    const float *zs, *zt;
+    const int64_t *labels;
+    float *ce, *jsd;
+    void *g;
+    const float *n_valid;
+    gpu_label_error *err;
+    int64_t rows, vocab, row_offset, ignore_index, span;
+    int cl;
+    int mode;       /* jsd_mode */
+    bool unit_temp; /* tau == 1: s = q and one LSE */
+    float cx;       /* log2(e) / tau */
+    float inv_t, weight_hard, weight_soft;
+    float beta, omb, lb2, l1b2; /* beta, 1 - beta, log2 beta, log2 (1 - beta) */
+};
+
+/* Block statistics: per-warp partials; this block's value of each exchange, read by the cluster
+ * (one slot per exchange: a block may write the next exchange's while others still read this
+ * one's); the row's values, broadcast to the block. */
+struct res_exp_slot {
+    float ms, mt;  /* the block's maxima of zs and zt */
+    double sum[3]; /* its sums of exponentials relative to them (res_pass_exp) */
+};
+struct res_smem {
+    float wmax[2][RES_WARPS];
+    double wsum[3][RES_WARPS];
+    res_exp_slot xexp;
+    double xjsd[2];
+    float row[5];
+};
+
+/* --------------------------------------------------------------- exchanges of statistics */
+
+__device__ inline void res_cluster_sync(const res_params &p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (p.cl > 1) {
+        cooperative_groups::this_cluster().sync();
+        return;
+    }
+#endif
+    __syncthreads();
+}
+
+/* A partial of rank r (lanes of warp 0 fetch one rank each; r < cl). */
+template <typename T> __device__ inline const T *res_rank_ptr(const res_params &p, T *mine, int r) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (p.cl > 1) {
+        return cooperative_groups::this_cluster().map_shared_rank(mine, r);
+    }
+#endif
+    (void)p;
+    (void)r;
+    return mine;
+}
+
+/* The block's maxima of (a, b); same bits in every thread. */
+__device__ inline void res_block_max(res_smem &sm, float a, float b, float *ra, float *rb) {
+    const int lane = threadIdx.x % DISTIL_GPU_WARP;
+    const int warp = threadIdx.x / DISTIL_GPU_WARP;
+#pragma unroll
+    for (int o = DISTIL_GPU_WARP / 2; o > 0; o >>= 1) {
+        a = fmaxf(a, distil_warp_xor(a, o));
+        b = fmaxf(b, distil_warp_xor(b, o));
+    }
+    if (lane == 0) {
+        sm.wmax[0][warp] = a;
+        sm.wmax[1][warp] = b;
+    }
+    __syncthreads();
+    a = sm.wmax[0][0];
+    b = sm.wmax[1][0];
+    for (int w = 1; w < RES_WARPS; w++) {
+        a = fmaxf(a, sm.wmax[0][w]);
+        b = fmaxf(b, sm.wmax[1][w]);
+    }
+    *ra = a;
+    *rb = b;
+}
+
+/* The row sums of v[0..N) in double over every block, in a fixed order; lane 0 of warp 0 gets
+ * them in out[] (other threads: unspecified). Ends before any thread reads sm.row. */
+/* The block's sums of v[0..N) in double, fixed order, into slot[] by thread 0. */
+template <int N> __device__ inline void res_block_sums(res_smem &sm, double (&v)[N], double *slot) {
+    const int lane = threadIdx.x % DISTIL_GPU_WARP;
+    const int warp = threadIdx.x / DISTIL_GPU_WARP;
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        v[k] = warp_sum(v[k]);
+        if (lane == 0) {
+            sm.wsum[k][warp] = v[k];
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            double s = sm.wsum[k][0];
+            for (int w = 1; w < RES_WARPS; w++) {
+                s += sm.wsum[k][w];
+            }
+            slot[k] = s;
+        }
+    }
+}
+
+template <int N>
+__device__ inline void res_row_sums(const res_params &p, res_smem &sm, double *slot, double (&v)[N],
+                                    double (&out)[N]) {
+    const int lane = threadIdx.x % DISTIL_GPU_WARP;
+    const int warp = threadIdx.x / DISTIL_GPU_WARP;
+    res_block_sums<N>(sm, v, slot);
+    res_cluster_sync(p);
+    if (warp == 0) {
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            double s = lane < p.cl ? res_rank_ptr(p, slot, lane)[k] : 0.0;
+            out[k] = warp_sum(s);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ element work */
+
+/* Pass 1: the thread's maxima of its columns of zs and zt. */
+template <int VW>
+__device__ inline void res_pass_max(const float *sa, const float *sb, int n, float *ma, float *mb) {
+    float a = -INFINITY;
+    float b = -INFINITY;
+    for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
+        float x[VW], y[VW];
+        vload<DISTIL_F32, VW>(sa, j, x);
+        vload<DISTIL_F32, VW>(sb, j, y);
+#pragma unroll
+        for (int k = 0; k < VW; k++) {
+            a = fmaxf(a, x[k]);
+            b = fmaxf(b, y[k]);
+        }
+    }
+    *ma = a;
+    *mb = b;
+}
+
+/* Pass 2: sums of 2^((zs - ms) cx), 2^((zt - mt) cx) and, for tau != 1 (!UNIT),
+ * 2^((zs - ms) log2 e). Vectors of VW summed in fp32, then added in double. */
+template <int VW, bool UNIT>
+__device__ inline void res_pass_exp(const res_params &p, const float *sa, const float *sb, int n,
+                                    float ms, float mt, double (&acc)[3]) {
+    for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
+        float x[VW], y[VW];
+        vload<DISTIL_F32, VW>(sa, j, x);
+        vload<DISTIL_F32, VW>(sb, j, y);
+        float sx = 0.0f, sy = 0.0f, sc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < VW; k++) {
+            sx += exp2f((x[k] - ms) * p.cx);
+            sy += exp2f((y[k] - mt) * p.cx);
+            if (!UNIT) {
+                sc += exp2f((x[k] - ms) * RES_LOG2E);
+            }
+        }
+        acc[0] += sx;
+        acc[1] += sy;
+        acc[2] += sc;
+    }
+}
+
+/* Row statistics in base 2: x2 = (zs - ms) cx - lx, y2 = (zt - mt) cx - ly, s2 = (zs - ms) log2e
+ * - lce; hw = weight_hard / n, sw = weight_soft / (n tau). */
+struct res_row_stats {
+    float ms, mt, lx, ly, lce, hw, sw;
+};
+
+/* log2(1 + t) for t in [0, 1] by the hardware log2: absolute error ~2^-22, as small as the
+ * rounding of 1 + t, against the constant -log2(1 - beta) or -log2(beta) it is added to. */
+__device__ __forceinline__ float res_log2_1p(float t) {
+    return __log2f(1.0f + t);
+}
+
+/* One element: e2 (the JSD term / ln 2) and g = de/dx, for x2, y2 in base 2; MODE a jsd_mode. */
+template <int MODE>
+__device__ __forceinline__ float res_jsd_elem(const res_params &p, float x2, float y2, float q,
+                                              float pt, float *g) {
+    if (MODE == JSD_FORWARD_KL) {
+        *g = -pt;
+        return pt == 0.0f ? 0.0f : pt * (y2 - x2);
+    }
+    if (MODE == JSD_REVERSE_KL) {
+        const float d = x2 - y2;
+        *g = q == 0.0f ? 0.0f : q * (d * RES_LN2 + 1.0f);
+        return q == 0.0f ? 0.0f : q * d;
+    }
+    /* d2 = log2((1 - beta) q) - log2(beta p); log2 m = y2 + lb2 + sp(d2) = x2 + l1b2 + sp(-d2)
+     * with sp(t) = log2(1 + 2^t): both differences to log2 m without cancelling x2 and log2 m. */
+    const float d2 = (x2 - y2) + (p.l1b2 - p.lb2);
+    const float spn = res_log2_1p(exp2f(-fabsf(d2)));
+    const float sp_neg = d2 > 0.0f ? spn : spn - d2; /* sp(-d2) */
+    const float sp_pos = d2 > 0.0f ? spn + d2 : spn; /* sp(d2) */
+    const float tq = q == 0.0f ? 0.0f : p.omb * q * (-p.l1b2 - sp_neg);
+    const float tp = pt == 0.0f ? 0.0f : p.beta * pt * (-p.lb2 - sp_pos);
+    *g = tq * RES_LN2;
+    return tp + tq;
+}
+
+/* Pass 3: the JSD terms once; with G wanted, P into sa and q into sb (in place). Sums of e2 and
+ * g go to acc[0], acc[1]. */
+template <bool HAS_G, int VW, int MODE, bool UNIT>
+__device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st, float *sa,
+                                    float *sb, int n, double (&acc)[2]) {
+    for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
+        float a[VW], b[VW];
+        vload<DISTIL_F32, VW>(sa, j, a);
+        vload<DISTIL_F32, VW>(sb, j, b);
+        float se = 0.0f, sg = 0.0f;
+#pragma unroll
+        for (int k = 0; k < VW; k++) {
+            const float x2 = (a[k] - st.ms) * p.cx - st.lx;
+            const float y2 = (b[k] - st.mt) * p.cx - st.ly;
+            const float q = exp2f(x2);
+            float g;
+            se += res_jsd_elem<MODE>(p, x2, y2, q, exp2f(y2), &g);
+            sg += g;
+            if (HAS_G) {
+                const float s = UNIT ? q : exp2f((a[k] - st.ms) * RES_LOG2E - st.lce);
+                a[k] = st.hw * s + st.sw * g;
+                b[k] = q;
+            }
+        }
+        if (HAS_G) {
+            vstore<DISTIL_F32, VW>(sa, j, a);
+            vstore<DISTIL_F32, VW>(sb, j, b);
+        }
+        acc[0] += se;
+        acc[1] += sg;
+    }
+}
+
+/* res_pass_jsd for the row's (mode, tau == 1): the branch is taken once per row. */
+template <bool HAS_G, int VW>
+__device__ inline void res_pass_jsd_any(const res_params &p, const res_row_stats &st, float *sa,
+                                        float *sb, int n, double (&acc)[2]) {
+    if (p.unit_temp) {
+        if (p.mode == JSD_MIXED) {
+            res_pass_jsd<HAS_G, VW, JSD_MIXED, true>(p, st, sa, sb, n, acc);
+        } else if (p.mode == JSD_FORWARD_KL) {
+            res_pass_jsd<HAS_G, VW, JSD_FORWARD_KL, true>(p, st, sa, sb, n, acc);
+        } else {
+            res_pass_jsd<HAS_G, VW, JSD_REVERSE_KL, true>(p, st, sa, sb, n, acc);
+        }
+    } else if (p.mode == JSD_MIXED) {
+        res_pass_jsd<HAS_G, VW, JSD_MIXED, false>(p, st, sa, sb, n, acc);
+    } else if (p.mode == JSD_FORWARD_KL) {
+        res_pass_jsd<HAS_G, VW, JSD_FORWARD_KL, false>(p, st, sa, sb, n, acc);
+    } else {
+        res_pass_jsd<HAS_G, VW, JSD_REVERSE_KL, false>(p, st, sa, sb, n, acc);
+    }
+}
+
+/* Pass 4: G = P - kappa q for the slice, written to g + c0. */
+template <int GDT, int VW>
+__device__ inline void res_pass_grad(const float *sa, const float *sb, int n, float kappa, void *g,
+                                     int64_t c0) {
+    for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
+        float a[VW], b[VW];
+        vload<DISTIL_F32, VW>(sa, j, a);
+        vload<DISTIL_F32, VW>(sb, j, b);
+#pragma unroll
+        for (int k = 0; k < VW; k++) {
+            a[k] -= kappa * b[k];
+        }
+        vstore<GDT, VW>(g, c0 + j, a);
+    }
+}
+
+/* ----------------------------------------------------------------------------- one row */
+
+/* The thread's vectors of the slice, global -> shared (each thread reads only its own). */
+template <int VW>
+__device__ inline void res_load(const float *zs, const float *zt, int n, float *sa, float *sb) {
+    for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
+        if (VW == 4) {
+            distil_cp_async16(sa + j, zs + j);
+            distil_cp_async16(sb + j, zt + j);
+        } else {
+            sa[j] = zs[j];
+            sb[j] = zt[j];
+        }
+    }
+    if (VW == 4) {
+        distil_cp_async_wait_all();
+    }
+}
+
+/* Merge the blocks' (max, sums relative to it) in rank order on warp 0: each lane rescales one
+ * block's sums to the row maxima (one exp2f per block: the rounding of one element term), then a
+ * fixed-order warp sum in double. Lane 0 leaves the row's maxima and base-2 LSEs in sm.row. */
+__device__ inline void res_merge_exp(const res_params &p, res_smem &sm) {
+    const int lane = threadIdx.x % DISTIL_GPU_WARP;
+    res_exp_slot b = {-INFINITY, -INFINITY, {0.0, 0.0, 0.0}};
+    if (lane < p.cl) {
+        b = *res_rank_ptr(p, &sm.xexp, lane);
+    }
+    float ms = b.ms, mt = b.mt;
+#pragma unroll
+    for (int o = DISTIL_GPU_WARP / 2; o > 0; o >>= 1) {
+        ms = fmaxf(ms, distil_warp_xor(ms, o));
+        mt = fmaxf(mt, distil_warp_xor(mt, o));
+    }
+    /* A block whose maximum is -inf has sums 0: skip its factor (-inf - -inf is NaN). */
+    const bool vs = b.ms != -INFINITY, vt = b.mt != -INFINITY;
+    double sum[3];
+    sum[0] = vs ? b.sum[0] * static_cast<double>(exp2f((b.ms - ms) * p.cx)) : 0.0;
+    sum[1] = vt ? b.sum[1] * static_cast<double>(exp2f((b.mt - mt) * p.cx)) : 0.0;
+    sum[2] = vs ? b.sum[2] * static_cast<double>(exp2f((b.ms - ms) * RES_LOG2E)) : 0.0;
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+        sum[k] = warp_sum(sum[k]);
+    }
+    if (lane == 0) {
+        sm.row[0] = static_cast<float>(log2(sum[0]));
+        sm.row[1] = static_cast<float>(log2(sum[1]));
+        sm.row[2] = p.unit_temp ? sm.row[0] : static_cast<float>(log2(sum[2]));
+        sm.row[3] = ms;
+        sm.row[4] = mt;
+    }
+}
+
+/* Statistics of the row into st (one exchange): block maxima, sums of exponentials relative to
+ * them, then the cluster merge. */
+template <int VW>
+__device__ inline void res_row_stats_of(const res_params &p, res_smem &sm, const float *sa,
+                                        const float *sb, int n, res_row_stats &st) {
+    float ma, mb;
+    res_pass_max<VW>(sa, sb, n, &ma, &mb);
+    float bms, bmt;
+    res_block_max(sm, ma, mb, &bms, &bmt);
+    double acc[3] = {0.0, 0.0, 0.0};
+    /* An all -inf block slice would give NaN terms; its sums are 0. */
+    const float ems = bms == -INFINITY ? 0.0f : bms, emt = bmt == -INFINITY ? 0.0f : bmt;
+    if (p.unit_temp) {
+        res_pass_exp<VW, true>(p, sa, sb, n, ems, emt, acc);
+    } else {
+        res_pass_exp<VW, false>(p, sa, sb, n, ems, emt, acc);
+    }
+    res_block_sums<3>(sm, acc, sm.xexp.sum);
+    if (threadIdx.x == 0) {
+        sm.xexp.ms = bms;
+        sm.xexp.mt = bmt;
+    }
+    res_cluster_sync(p);
+    if (threadIdx.x < DISTIL_GPU_WARP) {
+        res_merge_exp(p, sm);
+    }
+    __syncthreads();
+    st.lx = sm.row[0];
+    st.ly = sm.row[1];
+    st.lce = sm.row[2];
+    st.ms = sm.row[3];
+    st.mt = sm.row[4];
+    const float nv = p.n_valid ? *p.n_valid : 1.0f;
+    st.hw = nv > 0.0f ? p.weight_hard / nv : 0.0f;
+    st.sw = nv > 0.0f ? p.weight_soft * p.inv_t / nv : 0.0f;
+}
+
+template <int GDT, bool HAS_G, int VW>
+__device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, float *sb, int64_t row,
+                               int rank, int64_t c0, int n) {
+    const float *zs = p.zs + row * p.vocab;
+    void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab : nullptr;
+    const int64_t label = p.labels[row];
+    if (label == p.ignore_index || label < 0 || label >= p.vocab) {
+        if (label != p.ignore_index && rank == 0 && threadIdx.x == 0) {
+            distill_record_bad_label(p.err, p.vocab, p.row_offset + row, label);
+        }
+        if (HAS_G) {
+            distill_zero<GDT, VW>(g, c0, n);
+        }
+        if (rank == 0 && threadIdx.x == 0) {
+            p.ce[row] = 0.0f;
+            p.jsd[row] = 0.0f;
+        }
+        return;
+    }
+    /* Read before G may overwrite zs (in place, F32): the exchanges order it before any write. */
+    const float z_label = rank == 0 && threadIdx.x == 0 ? zs[label] : 0.0f;
+    res_load<VW>(zs + c0, p.zt + row * p.vocab + c0, n, sa, sb);
+    res_row_stats st;
+    res_row_stats_of<VW>(p, sm, sa, sb, n, st);
+    double acc[2] = {0.0, 0.0};
+    res_pass_jsd_any<HAS_G, VW>(p, st, sa, sb, n, acc);
+    const int64_t lc = label - c0; /* the label's column: its owner takes hw off P there */
+    if (HAS_G && lc >= 0 && lc < n && (lc / VW) % RES_THREADS == threadIdx.x) {
+        sa[lc] -= st.hw;
+    }
+    double tot[2];
+    res_row_sums<2>(p, sm, sm.xjsd, acc, tot);
+    if (threadIdx.x == 0) {
+        sm.row[0] = static_cast<float>(tot[1]) * st.sw; /* kappa = sw sum g */
+        if (rank == 0) {
+            p.ce[row] = (st.ms + st.lce * RES_LN2) - z_label;
+            p.jsd[row] = static_cast<float>(tot[0] * RES_LN2);
+        }
+    }
+    __syncthreads();
+    if (HAS_G) { /* sm.row is next written after the next row's first exchange barrier */
+        res_pass_grad<GDT, VW>(sa, sb, n, sm.row[0], g, c0);
+    }
+}
+
+/* Grid: clusters of cl blocks, a persistent loop over rows (cluster k: rows k, k + K, ...).
+ * Dynamic shared memory: 2 * span floats. */
+template <int GDT, bool HAS_G, int VW>
+__global__ void __launch_bounds__(RES_THREADS) distil_distill_resident_kernel(res_params p) {
+    extern __shared__ float4 res_dyn[];
+    __shared__ res_smem sm;
+    float *sa = reinterpret_cast<float *>(res_dyn);
+    float *sb = sa + p.span;
+    const int rank = static_cast<int>(blockIdx.x % p.cl);
+    const int64_t c0 = p.span * rank < p.vocab ? p.span * rank : p.vocab;
+    const int n = static_cast<int>(c0 + p.span < p.vocab ? p.span : p.vocab - c0);
+    const int64_t clusters = gridDim.x / p.cl;
+    for (int64_t row = blockIdx.x / p.cl; row < p.rows; row += clusters) {
+        res_row<GDT, HAS_G, VW>(p, sm, sa, sb, row, rank, c0, n);
+    }
+    /* No block leaves while another may still read its statistics. */
+    res_cluster_sync(p);
+}
+
+/* ------------------------------------------------------------------------------- host */
+
+template <int GDT, bool HAS_G, int VW> static const void *res_kernel() {
+    return reinterpret_cast<const void *>(&distil_distill_resident_kernel<GDT, HAS_G, VW>);
+}
+
+template <int VW> static const void *res_kernel_vw(distil_dtype gdt, bool has_g) {
+    if (!has_g) {
+        return res_kernel<DISTIL_F32, false, VW>();
+    }
+    return gdt == DISTIL_F32    ? res_kernel<DISTIL_F32, true, VW>()
+           : gdt == DISTIL_BF16 ? res_kernel<DISTIL_BF16, true, VW>()
+                                : res_kernel<DISTIL_F16, true, VW>();
+}
+
+static const void *res_kernel_of(distil_dtype gdt, bool has_g, int vw) {
+    return vw == 4 ? res_kernel_vw<4>(gdt, has_g) : res_kernel_vw<1>(gdt, has_g);
+}
+
+distil_status distill_resident_setup(gpu_state *b) {
+    const distil_dtype dts[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
+    for (int vw = 1; vw <= 4; vw += 3) {
+        for (int has_g = 0; has_g < 2; has_g++) {
+            for (distil_dtype d : dts) {
+                const void *k = res_kernel_of(d, has_g != 0, vw);
+                GPU_TRY(b,
+                        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(RES_MAX_SLICE)),
+                        "distill_rows setup");
+                if (b->cc_major >= 9) {
+                    GPU_TRY(
+                        b,
+                        cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+                        "distill_rows setup");
+                }
+            }
+        }
+    }
+    return DISTIL_OK;
+}
+
+static cudaLaunchConfig_t res_config(int cl, unsigned grid, size_t bytes, cudaStream_t s,
+                                     cudaLaunchAttribute *attr) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(RES_THREADS);
+    cfg.dynamicSmemBytes = bytes;
+    cfg.stream = s;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(cl);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = cl > 1 ? 1 : 0;
+    return cfg;
+}
+
+/* Clusters (or, for cl == 1, blocks) of one launch that fit on the device at once; 0: none. */
+static int res_resident_groups(const gpu_state *b, const void *kernel, int cl, size_t bytes) {
+    if (cl == 1) {
+        int per_sm = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, RES_THREADS, bytes) !=
+            cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+        return per_sm * b->sm_count;
+    }
+    cudaLaunchAttribute attr[1];
+    cudaLaunchConfig_t cfg = res_config(cl, static_cast<unsigned>(cl), bytes, nullptr, attr);
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+/* The plan for (kernel, V): the fewest blocks per row whose slice fits the first budget that
+ * some cluster size meets. */
+static void res_plan(const gpu_state *b, const void *kernel, int64_t vocab, resident_plan &pl) {
+    const int max_cl = b->cc_major >= 9 ? 16 : 1;
+    pl.cl = 0;
+    for (size_t budget : RES_BUDGETS) {
+        for (int cl = 1; cl <= max_cl; cl *= 2) {
+            const int64_t span = ((vocab + cl - 1) / cl + 3) / 4 * 4;
+            const size_t bytes = static_cast<size_t>(span) * 2 * sizeof(float);
+            if (bytes > budget) {
+                continue;
+            }
+            const int groups = res_resident_groups(b, kernel, cl, bytes);
+            if (groups > 0) {
+                pl.cl = cl;
+                pl.span = span;
+                pl.groups = groups;
+                return;
+            }
+        }
+    }
+}
+
+cudaError_t distill_resident_launch(gpu_state *b, const distill_params &d, distil_dtype gdt,
+                                    cudaStream_t s, bool *done) {
+    *done = false;
+    const bool vec = d.vocab % 4 == 0 && gpu_aligned(d.zs, 16) && gpu_aligned(d.zt, 16) &&
+                     (d.g == nullptr || gpu_aligned(d.g, 16));
+    const void *kernel = res_kernel_of(gdt, d.g != nullptr, vec ? 4 : 1);
+    resident_plan &pl = b->resident;
+    if (pl.kernel != kernel || pl.vocab != d.vocab) { /* occupancy queries: once per shape */
+        res_plan(b, kernel, d.vocab, pl);
+        pl.kernel = kernel;
+        pl.vocab = d.vocab;
+    }
+    if (pl.cl == 0) {
+        return cudaSuccess;
+    }
+    res_params p;
+    p.zs = d.zs;
+    p.zt = d.zt;
+    p.labels = d.labels;
+    p.ce = d.ce;
+    p.jsd = d.jsd;
+    p.g = d.g;
+    p.n_valid = d.n_valid;
+    p.err = d.err;
+    p.rows = d.rows;
+    p.vocab = d.vocab;
+    p.row_offset = d.row_offset;
+    p.ignore_index = d.ignore_index;
+    p.span = pl.span;
+    p.cl = pl.cl;
+    p.mode = d.coef.mode;
+    p.unit_temp = d.unit_temp;
+    p.inv_t = d.inv_t;
+    p.cx = RES_LOG2E * d.inv_t;
+    p.weight_hard = d.weight_hard;
+    p.weight_soft = d.weight_soft;
+    p.beta = d.coef.beta;
+    p.omb = d.coef.one_minus_beta;
+    p.lb2 = d.coef.log_beta * RES_LOG2E;
+    p.l1b2 = d.coef.log_one_minus_beta * RES_LOG2E;
+    const int64_t groups = d.rows < pl.groups ? d.rows : pl.groups;
+    cudaLaunchAttribute attr[1];
+    const cudaLaunchConfig_t cfg =
+        res_config(pl.cl, static_cast<unsigned>(groups * pl.cl),
+                   static_cast<size_t>(pl.span) * 2 * sizeof(float), s, attr);
+    void *args[] = {&p};
+    const cudaError_t e = cudaLaunchKernelExC(&cfg, kernel, args);
+    *done = e == cudaSuccess;
+    return e;
+}
+
+#else /* HIP: no cp.async or cluster launch here; the streaming kernel runs */
+
+distil_status distill_resident_setup(gpu_state *) {
+    return DISTIL_OK;
+}
+
+cudaError_t distill_resident_launch(gpu_state *, const distill_params &, distil_dtype, cudaStream_t,
+                                    bool *done) {
+    *done = false;
+    return cudaSuccess;
+}
+
+#endif
+
+} // namespace DISTIL_GPU_NS
