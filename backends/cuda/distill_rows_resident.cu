@@ -591,8 +591,9 @@ cudaError_t distill_resident_launch(gpu_state *b, const distill_params &d, disti
     p.weight_soft = d.weight_soft;
     p.beta = d.coef.beta;
     p.omb = d.coef.one_minus_beta;
-    p.lb2 = d.coef.log_beta * RES_LOG2E;
-    p.l1b2 = d.coef.log_one_minus_beta * RES_LOG2E;
+    /* Base 2 directly: log(beta) * log2(e) rounds -log2(0.5) - 1 away from 0. */
+    p.lb2 = d.coef.mode == JSD_MIXED ? log2f(d.coef.beta) : 0.0f;
+    p.l1b2 = d.coef.mode == JSD_MIXED ? log2f(d.coef.one_minus_beta) : 0.0f;
     const int64_t groups = d.rows < pl.groups ? d.rows : pl.groups;
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t cfg =

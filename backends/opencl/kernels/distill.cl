@@ -8,7 +8,7 @@
  * log_softmax(z)_j = (z_j - max) - log sum, plus the JSD constants. */
 typedef struct distil_row_stats {
     float2 s, a, t;
-    float inv_t, beta, lbeta, l1beta;
+    float inv_t, beta, lb2, l1b2; /* log2(beta), log2(1 - beta) */
 } distil_row_stats;
 
 /* x = log q_j = log_softmax(zs / tau)_j and y = log p_j = log_softmax(zt / tau)_j. */
@@ -60,7 +60,7 @@ float2 distil_row_jsd_sums(__global const float *zsr, __global const float *ztr,
             if (j < vocab) {
                 float dx;
                 se += distil_jsd_elem(distil_row_x(st, zsr[j]), distil_row_y(st, ztr[j]), st->beta,
-                                      st->lbeta, st->l1beta, &dx);
+                                      st->lb2, st->l1b2, &dx);
                 sg += dx;
             }
         }
@@ -82,7 +82,7 @@ void distil_row_write_g(__global const float *zsr, __global const float *ztr, __
                 const float zsv = zsr[j];
                 const float x = distil_row_x(st, zsv);
                 float dx;
-                distil_jsd_elem(x, distil_row_y(st, ztr[j]), st->beta, st->lbeta, st->l1beta, &dx);
+                distil_jsd_elem(x, distil_row_y(st, ztr[j]), st->beta, st->lb2, st->l1b2, &dx);
                 const float s = exp((zsv - st->s.x) - st->s.y) - (j == label ? 1.0f : 0.0f);
                 STORE(DTYPE, gr, j, hard * s + soft * (dx - exp(x) * sum_dx));
             }
@@ -136,8 +136,8 @@ distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, 
     const float z_label = zsr[label];
     distil_row_stats st = distil_row_stats_of(zsr, ztr, vocab, inv_t, red_m, red_s);
     st.beta = beta;
-    st.lbeta = distil_log_beta(beta);
-    st.l1beta = distil_log_1m_beta(beta);
+    st.lb2 = distil_log2_beta(beta);
+    st.l1b2 = distil_log2_1m_beta(beta);
     const float2 sums = distil_row_jsd_sums(zsr, ztr, vocab, &st, red_m, red_s);
     if (lid == 0) {
         ce[ce_off + row] = (st.s.x - z_label) + st.s.y; /* logsumexp(zs) - zs[label] */

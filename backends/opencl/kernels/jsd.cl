@@ -43,8 +43,8 @@ distil_jsd_rows(__global const T *x, ulong x_off, ulong x_stride, __global const
     /* n == 0 only when every row is ignored; keep the gradient 0 then rather than 0 / 0. */
     const float n = has_n ? n_valid[n_off] : 1.0f;
     const float scale = n == 0.0f ? 0.0f : grad_scale / n;
-    const float lb = distil_log_beta(beta);
-    const float l1b = distil_log_1m_beta(beta);
+    const float lb2 = distil_log2_beta(beta);
+    const float l1b2 = distil_log2_1m_beta(beta);
 
     float acc = 0.0f;
     for (long base = 0; base < vocab; base += WG_SIZE * VEC) {
@@ -53,7 +53,7 @@ distil_jsd_rows(__global const T *x, ulong x_off, ulong x_stride, __global const
             const long j = base + k * WG_SIZE + lid;
             if (j < vocab) {
                 float dx;
-                acc += distil_jsd_elem(LOAD(DTYPE, xr, j), LOAD(DTYPE, yr, j), beta, lb, l1b, &dx);
+                acc += distil_jsd_elem(LOAD(DTYPE, xr, j), LOAD(DTYPE, yr, j), beta, lb2, l1b2, &dx);
                 if (has_grad) {
                     STORE(DTYPE, gr, j, scale * dx);
                 }
