@@ -57,13 +57,22 @@ fi
 tool_args() {
     case "$1" in
     memcheck) echo "--tool memcheck --leak-check full" ;;
-    # cuBLAS's own split-K GEMM kernels (nvjet_*splitK*, picked for long-k products such as
-    # G Ws at V = 65536) draw ~400 hazard reports each from racecheck (H200, CUDA 13.0,
-    # 2026-11-30); they are NVIDIA's code, so racecheck looks at every kernel but theirs.
-    racecheck) echo "--tool racecheck --racecheck-report hazard --kernel-name-exclude kns=nvjet" ;;
+    racecheck) echo "--tool racecheck --racecheck-report hazard" ;;
     synccheck) echo "--tool synccheck" ;;
     *) echo "--tool $1" ;;
     esac
+}
+
+# True when a failed racecheck log reports races only inside cuBLAS's own kernels and nothing else
+# failed: its split-K GEMMs (nvjet_*splitK*, picked for long-k products such as G Ws at
+# V = 65536) drew ~400 hazard reports each on an H200 (CUDA 13.0, 2026-11-30), and excluding
+# them with --kernel-name-exclude crashed the sanitizer. Such runs pass with a note.
+vendor_races_only() {
+    local log=$1
+    grep -qE "Internal Sanitizer Error|\[  FAILED  \]|^========= (Invalid|Barrier|Program hit)" \
+        "$log" && return 1
+    grep -qE "access at " "$log" || return 1
+    ! grep -E "access at " "$log" | grep -vqE "access at (nvjet|cublas|sm[0-9]+_xmma)"
 }
 
 logs="$build/gpu-sanitize"
@@ -87,8 +96,13 @@ for t in "${tests[@]}"; do
         t0=$(date +%s)
         # shellcheck disable=SC2046
         env "${env[@]}" timeout "$limit" "$cs" $(tool_args "$tool") --error-exitcode 1 \
-            --report-api-errors "$api" --print-limit 50 "${cmd[@]}" >"$log" 2>&1
+            --report-api-errors "$api" --print-limit 100000 "${cmd[@]}" >"$log" 2>&1
         rc=$?
+        if [ "$rc" -eq 1 ] && [ "$tool" = racecheck ] && vendor_races_only "$log"; then
+            echo "note  racecheck  $name: races reported only inside cuBLAS kernels:" \
+                "$(grep -oE "access at [A-Za-z0-9_]+" "$log" | sort -u | cut -c11- | tr '\n' ' ')"
+            rc=0
+        fi
         summary="$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$log" | tail -n 1)"
         if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
             failed+=("$tool:$name")
