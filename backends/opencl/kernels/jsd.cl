@@ -53,7 +53,8 @@ distil_jsd_rows(__global const T *x, ulong x_off, ulong x_stride, __global const
             const long j = base + k * WG_SIZE + lid;
             if (j < vocab) {
                 float dx;
-                acc += distil_jsd_elem(LOAD(DTYPE, xr, j), LOAD(DTYPE, yr, j), beta, lb2, l1b2, &dx);
+                acc +=
+                    distil_jsd_elem(LOAD(DTYPE, xr, j), LOAD(DTYPE, yr, j), beta, lb2, l1b2, &dx);
                 if (has_grad) {
                     STORE(DTYPE, gr, j, scale * dx);
                 }
