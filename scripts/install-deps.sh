@@ -6,7 +6,7 @@
 # CUDA is not a Debian package: the cuda backend builds when nvcc (CUDA 12+) is installed.
 set -euo pipefail
 
-pkgs=(build-essential cmake pkg-config libopenblas-dev libsleef-dev libomp-dev
+pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev
       ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev)
 for arg in "$@"; do
     case "$arg" in
