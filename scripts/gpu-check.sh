@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # gpu-check.sh - the correctness half of an H200 session (bench/gpu_run.sh is the speed half):
-# build with cuda + opencl + tests, run the demo, `ctest -L cuda`, `ctest -L opencl` on the GPU's
-# own OpenCL driver, then compute-sanitizer over the cuda parity suite. Logs go to $OUT.
+# build with cuda + opencl + tests, run the demo, `ctest -L cuda`, the cuda parity suite again
+# with the portable GEMM and with the streaming row kernel (the paths HIP takes), `ctest -L
+# opencl` on the GPU's own OpenCL driver, then compute-sanitizer over the cuda parity suite.
+# Logs go to $OUT. ONLY_BUILD=1 stops after the build; SKIP_SANITIZE=1 before the sanitizer.
 # The device machine has no network: Debian packages it lacks (cmocka, CLBlast, the OpenCL ICD
 # loader and headers, clinfo) travel as .deb files in .devcarry/debs (scripts/fetch-gpu-debs.sh)
 # and are unpacked into /tmp/deps.
-#   usage: OUT=/some/dir bash scripts/gpu-check.sh      (from the repository root; ~8 min)
+#   usage: OUT=/some/dir bash scripts/gpu-check.sh      (from the repository root; ~3 min)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-$PWD/gpu-check-out}
