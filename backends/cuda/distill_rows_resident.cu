@@ -104,8 +104,6 @@ __device__ inline void res_block_max(res_smem &sm, float a, float b, float *ra, 
     *rb = b;
 }
 
-/* The row sums of v[0..N) in double over every block, in a fixed order; lane 0 of warp 0 gets
- * them in out[] (other threads: unspecified). Ends before any thread reads sm.row. */
 /* The block's sums of v[0..N) in double, fixed order, into slot[] by thread 0. */
 template <int N> __device__ inline void res_block_sums(res_smem &sm, double (&v)[N], double *slot) {
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
@@ -130,6 +128,8 @@ template <int N> __device__ inline void res_block_sums(res_smem &sm, double (&v)
     }
 }
 
+/* The row sums of v[0..N) in double over every block, in a fixed order; lane 0 of warp 0 gets
+ * them in out[] (other threads: unspecified). Ends before any thread reads sm.row. */
 template <int N>
 __device__ inline void res_row_sums(const res_params &p, res_smem &sm, double *slot, double (&v)[N],
                                     double (&out)[N]) {
@@ -332,12 +332,13 @@ __device__ inline void res_merge_exp(const res_params &p, res_smem &sm) {
         ms = fmaxf(ms, distil_warp_xor(ms, o));
         mt = fmaxf(mt, distil_warp_xor(mt, o));
     }
-    /* A block whose maximum is -inf has sums 0: skip its factor (-inf - -inf is NaN). */
-    const bool vs = b.ms != -INFINITY, vt = b.mt != -INFINITY;
+    /* A block whose sum is 0 (its slice all -inf, or a lane past the cluster) adds nothing: skip
+     * its factor, which is NaN when the maxima are -inf. A NaN sum (NaN logits, whose maximum
+     * fmaxf may report as -inf) still propagates. */
     double sum[3];
-    sum[0] = vs ? b.sum[0] * static_cast<double>(exp2f((b.ms - ms) * p.cx)) : 0.0;
-    sum[1] = vt ? b.sum[1] * static_cast<double>(exp2f((b.mt - mt) * p.cx)) : 0.0;
-    sum[2] = vs ? b.sum[2] * static_cast<double>(exp2f((b.ms - ms) * RES_LOG2E)) : 0.0;
+    sum[0] = b.sum[0] != 0.0 ? b.sum[0] * static_cast<double>(exp2f((b.ms - ms) * p.cx)) : 0.0;
+    sum[1] = b.sum[1] != 0.0 ? b.sum[1] * static_cast<double>(exp2f((b.mt - mt) * p.cx)) : 0.0;
+    sum[2] = b.sum[2] != 0.0 ? b.sum[2] * static_cast<double>(exp2f((b.ms - ms) * RES_LOG2E)) : 0.0;
 #pragma unroll
     for (int k = 0; k < 3; k++) {
         sum[k] = warp_sum(sum[k]);
@@ -471,6 +472,12 @@ static const void *res_kernel_of(distil_dtype gdt, bool has_g, int vw) {
     return vw == 4 ? res_kernel_vw<4>(gdt, has_g) : res_kernel_vw<1>(gdt, has_g);
 }
 
+/* Dynamic shared memory a block of the kernel may take on this device (its static part aside). */
+static size_t res_max_dynamic(const gpu_state *b) {
+    const size_t cap = b->smem_optin > sizeof(res_smem) ? b->smem_optin - sizeof(res_smem) : 0;
+    return cap < RES_MAX_SLICE ? cap : RES_MAX_SLICE;
+}
+
 distil_status distill_resident_setup(gpu_state *b) {
     const distil_dtype dts[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
     for (int vw = 1; vw <= 4; vw += 3) {
@@ -479,7 +486,7 @@ distil_status distill_resident_setup(gpu_state *b) {
                 const void *k = res_kernel_of(d, has_g != 0, vw);
                 GPU_TRY(b,
                         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(RES_MAX_SLICE)),
+                                             static_cast<int>(res_max_dynamic(b))),
                         "distill_rows setup");
                 if (b->cc_major >= 9) {
                     GPU_TRY(
@@ -532,14 +539,26 @@ static int res_resident_groups(const gpu_state *b, const void *kernel, int cl, s
 
 /* The plan for (kernel, V): the fewest blocks per row whose slice fits the first budget that
  * some cluster size meets. */
+/* Blocks per row the kernel may use: clusters need an sm_90+ device *and* device code compiled
+ * for it (code built for an older target runs there without the cluster exchanges). */
+static int res_max_cluster(const gpu_state *b, const void *kernel) {
+    cudaFuncAttributes fa;
+    if (b->cc_major < 9 || cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 1;
+    }
+    return fa.ptxVersion >= 90 ? 16 : 1;
+}
+
 static void res_plan(const gpu_state *b, const void *kernel, int64_t vocab, resident_plan &pl) {
-    const int max_cl = b->cc_major >= 9 ? 16 : 1;
+    const int max_cl = res_max_cluster(b, kernel);
+    const size_t max_bytes = res_max_dynamic(b);
     pl.cl = 0;
     for (size_t budget : RES_BUDGETS) {
         for (int cl = 1; cl <= max_cl; cl *= 2) {
             const int64_t span = ((vocab + cl - 1) / cl + 3) / 4 * 4;
             const size_t bytes = static_cast<size_t>(span) * 2 * sizeof(float);
-            if (bytes > budget) {
+            if (bytes > budget || bytes > max_bytes) {
                 continue;
             }
             const int groups = res_resident_groups(b, kernel, cl, bytes);

@@ -49,6 +49,11 @@ static distil_status gpu_query_device(gpu_state *b) {
     snprintf(b->name, sizeof b->name, "%s", prop.name);
     b->sm_count = prop.multiProcessorCount;
     b->cc_major = prop.major;
+#ifdef DISTIL_USE_HIP /* ROCm 5.2 has no opt-in limit: the plain one */
+    b->smem_optin = prop.sharedMemPerBlock;
+#else
+    b->smem_optin = prop.sharedMemPerBlockOptin;
+#endif
     return DISTIL_OK;
 }
 

@@ -37,6 +37,7 @@ struct gpu_state {
     int device;
     int sm_count;
     int cc_major;
+    size_t smem_optin; /* most shared memory one block may opt in to (static + dynamic) */
     char name[256];
     cudaStream_t own_stream; /* created at create, used when no stream is bound */
     cudaStream_t stream;     /* where every call enqueues */
