@@ -51,6 +51,7 @@ else
     {
         date -u +%Y-%m-%dT%H:%M:%SZ
         git log -1 --format='commit %H %s' 2>/dev/null
+        echo "source tree hash $(bash scripts/tree-hash.sh) (scripts/tree-hash.sh; .git may be stale on a copy)"
         lscpu | grep -E 'Model name|^CPU\(s\)|L3'
         "$PY" -c 'import torch; print("torch", torch.__version__, "threads", torch.get_num_threads())'
     } > "$OUT/environment.txt" 2>&1

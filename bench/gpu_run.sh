@@ -40,6 +40,7 @@ environment() {
     {
         date -u +%Y-%m-%dT%H:%M:%SZ
         git log -1 --format='commit %H %s' 2>/dev/null
+        echo "source tree hash $(bash scripts/tree-hash.sh) (scripts/tree-hash.sh; .git may be stale on a copy)"
         nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
         nvcc --version | tail -2
         cmake --version | head -1
