@@ -25,14 +25,14 @@ __global__ void __launch_bounds__(DISTILL_THREADS) distil_distill_rows_kernel(di
     void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab : nullptr;
     const int64_t n = p.vocab;
     int64_t label;
-    if (!distill_label(p, row, 0, &label)) {
-        distill_ignored_row<GDT, HAS_G, VW>(p, row, 0, g, 0, n);
+    if (!distill_label(p, row, &label)) {
+        distill_ignored_row<GDT, HAS_G, VW>(p, row, g, n);
         return;
     }
     /* Read before the block may write G over zs (in place): the barriers of the sums order it. */
     const float z_label = threadIdx.x == 0 ? zs[label] : 0.0f;
     const row_lse l = distill_block_lse(distill_pass_stats<VW>(p, zs, zt, n), sm);
-    distill_finish_row<GDT, HAS_G, VW>(p, sm, l, zs, zt, n, g, 0, row, 0, label, z_label);
+    distill_finish_row<GDT, HAS_G, VW>(p, sm, l, zs, zt, n, g, row, label, z_label);
 }
 
 template <int GDT, bool HAS_G, int VW>
@@ -76,8 +76,6 @@ static distill_params distill_params_of(const gpu_state *b, const distil_distill
     p.weight_soft = a->weight_soft;
     p.unit_temp = a->inv_temperature == 1.0f;
     p.coef = jsd_coef_make(a->beta);
-    p.cl = 1;
-    p.span = a->vocab;
     return p;
 }
 

@@ -28,9 +28,7 @@ struct distill_params {
     const float *n_valid;
     gpu_label_error *err;
     int64_t rows, vocab, row_offset, ignore_index;
-    int64_t span; /* columns per block of a row, a multiple of the vector width */
     float inv_t, weight_hard, weight_soft;
-    int cl;         /* blocks per row */
     bool unit_temp; /* inv_t == 1: zs / tau is zs, one LSE serves CE and JSD */
     jsd_coef coef;
 };
@@ -72,28 +70,20 @@ __device__ inline void distill_record_bad_label(gpu_label_error *err, int64_t vo
     err->vocab = vocab;
 }
 
-/* The row's label: valid (in [0, V) and not ignore_index) or ignored; rank 0 records bad ones. */
-__device__ inline bool distill_label(const distill_params &p, int64_t row, int rank,
-                                     int64_t *label) {
+/* The row's label: valid (in [0, V) and not ignore_index) or ignored; thread 0 records bad ones. */
+__device__ inline bool distill_label(const distill_params &p, int64_t row, int64_t *label) {
     const int64_t l = p.labels[row];
     *label = l;
     if (l == p.ignore_index) {
         return false;
     }
     if (l < 0 || l >= p.vocab) {
-        if (rank == 0 && threadIdx.x == 0) {
+        if (threadIdx.x == 0) {
             distill_record_bad_label(p.err, p.vocab, p.row_offset + row, l);
         }
         return false;
     }
     return true;
-}
-
-/* Columns [*c0, *c0 + *n) of rank `rank`. */
-__device__ inline void distill_slice(const distill_params &p, int rank, int64_t *c0, int64_t *n) {
-    const int64_t a = p.span * rank < p.vocab ? p.span * rank : p.vocab;
-    *c0 = a;
-    *n = a + p.span < p.vocab ? p.span : p.vocab - a;
 }
 
 /* Merge this block's per-thread LSEs: warp butterflies, then warps 0, 1, ... in order. */
@@ -263,25 +253,24 @@ template <int GDT, int VW> __device__ inline void distill_zero(void *g, int64_t 
     }
 }
 
-/* Writes ce / jsd of an ignored row and zeroes its slice of G. */
+/* Writes ce / jsd of an ignored row and zeroes its row of G (n columns). */
 template <int GDT, bool HAS_G, int VW>
-__device__ inline void distill_ignored_row(const distill_params &p, int64_t row, int rank, void *g,
-                                           int64_t c0, int64_t n) {
+__device__ inline void distill_ignored_row(const distill_params &p, int64_t row, void *g,
+                                           int64_t n) {
     if (HAS_G) {
-        distill_zero<GDT, VW>(g, c0, n);
+        distill_zero<GDT, VW>(g, 0, n);
     }
-    if (rank == 0 && threadIdx.x == 0) {
+    if (threadIdx.x == 0) {
         p.ce[row] = 0.0f;
         p.jsd[row] = 0.0f;
     }
 }
 
-/* Passes 2 and 3 after the LSEs are known: the row's CE, JSD and G (slice [c0, c0 + n)). */
+/* Passes 2 and 3 after the LSEs are known: the row's CE, JSD and G (n columns). */
 template <int GDT, bool HAS_G, int VW>
 __device__ inline void distill_finish_row(const distill_params &p, distill_smem &sm, row_lse l,
                                           const float *zs, const float *zt, int64_t n, void *g,
-                                          int64_t c0, int64_t row, int rank, int64_t label,
-                                          float z_label) {
+                                          int64_t row, int64_t label, float z_label) {
     distill_grad_coef c;
     c.lce = lse_value(l.ce);
     c.lx = p.unit_temp ? c.lce : lse_value(l.x);
@@ -290,7 +279,7 @@ __device__ inline void distill_finish_row(const distill_params &p, distill_smem 
     float sg = 0.0f;
     distill_pass_sums<VW>(p, zs, zt, n, c.lx, c.ly, se, sg);
     distill_block_sums(se, sg, sm);
-    if (rank == 0 && threadIdx.x == 0) {
+    if (threadIdx.x == 0) {
         p.ce[row] = c.lce - z_label;
         p.jsd[row] = se;
     }
@@ -300,7 +289,7 @@ __device__ inline void distill_finish_row(const distill_params &p, distill_smem 
         c.sw = nv > 0.0f ? p.weight_soft * p.inv_t / nv : 0.0f;
         c.sum_g = sg;
         c.label = label;
-        distill_pass_grad<GDT, VW>(p, c, zs, zt, n, g, c0);
+        distill_pass_grad<GDT, VW>(p, c, zs, zt, n, g, 0);
     }
 }
 

@@ -19,8 +19,10 @@ typedef struct ocl_tuning_entry {
 /* GPUs only: a CPU device reports its CPU's vendor (PoCL on an EPYC says "AuthenticAMD"), so
  * CPUs take the CPU default below. Rows are long (V up to 256k), so wide work-groups with a few
  * loads in flight per work-item keep the memory system busy. */
-/* fast_math only where the parity suite has passed with it: NVIDIA's driver on an H200
- * (2026-11-30), whose accurate exp/log made the JSD compute-bound at 2.3x the CUDA time. */
+/* fast_math on NVIDIA GPUs, whose native_exp2 / native_log2 are the hardware's approximations
+ * on every generation: the parity suite passed with them on an H200 (2026-11-30, the only NVIDIA
+ * device run so), where the accurate exp/log made the JSD compute-bound at 2.3x the CUDA time.
+ * Other vendors keep the accurate functions until a run of the suite there says otherwise. */
 static const ocl_tuning_entry ocl_tuning_table[] = {
     {"NVIDIA", "H100", {512, 4, 16, 1}},
     {"NVIDIA", "H200", {512, 4, 16, 1}},
