@@ -29,10 +29,10 @@ __global__ void __launch_bounds__(DISTILL_THREADS) distil_distill_rows_kernel(di
         distill_ignored_row<GDT, HAS_G, VW>(p, row, g, n);
         return;
     }
-    /* Read before the block may write G over zs (in place): the barriers of the sums order it. */
+    /* Read before the block may write G over zs (in place): the barriers of pass 2's sums order
+     * it before any write. */
     const float z_label = threadIdx.x == 0 ? zs[label] : 0.0f;
-    const row_lse l = distill_block_lse(distill_pass_stats<VW>(p, zs, zt, n), sm);
-    distill_finish_row<GDT, HAS_G, VW>(p, sm, l, zs, zt, n, g, row, label, z_label);
+    distill_stream_row<GDT, HAS_G, VW>(p, sm, zs, zt, n, g, row, label, z_label);
 }
 
 template <int GDT, bool HAS_G, int VW>
@@ -76,6 +76,8 @@ static distill_params distill_params_of(const gpu_state *b, const distil_distill
     p.weight_soft = a->weight_soft;
     p.unit_temp = a->inv_temperature == 1.0f;
     p.coef = jsd_coef_make(a->beta);
+    p.cx = DISTILL_ELEM_LOG2E * a->inv_temperature;
+    p.elem = distill_elem_coef_make(p.coef);
     return p;
 }
 

@@ -2,9 +2,11 @@
  * distill_rows.cuh - the streaming distill_rows kernel's device pieces (distill_rows.cu), and the
  * entry points of the resident kernel (distill_rows_resident.cu), which runs instead where a row
  * fits on chip. The streaming kernel gives a row one block, in three passes over global memory:
- *   1. log-sum-exp of zs (CE), zs / tau and zt / tau;
- *   2. sum of the JSD element terms e and of their x-derivatives g (needs the three LSEs);
- *   3. G = wh/n (s - onehot) + ws/(n tau) (g - q sum g)  (needs the sums).
+ *   1. row maxima of zs and zt and sums of exponentials relative to them (a running maximum per
+ *      thread, sums in double), giving the base-2 LSEs of zs (CE), zs / tau and zt / tau;
+ *   2. sums (double) of the JSD element terms e and of their x-derivatives g (distill_elem.cuh);
+ *   3. G = wh/n (s - onehot) + ws/(n tau) (g - q sum g).
+ * Math in base 2 as the resident kernel's: x2 = log2 q = (zs - ms) cx - lx, cx = log2(e) / tau.
  * Partials are combined in a fixed order (a warp butterfly, then warps 0, 1, ...), so reruns are
  * bitwise identical.
  */
@@ -12,6 +14,7 @@
 #define DISTIL_GPU_DISTILL_ROWS_CUH
 
 #include "gpu_state.cuh"
+#include "distill_elem.cuh"
 #include "dtype.cuh"
 #include "jsd_math.cuh"
 #include "reduce.cuh"
@@ -31,28 +34,30 @@ struct distill_params {
     float inv_t, weight_hard, weight_soft;
     bool unit_temp; /* inv_t == 1: zs / tau is zs, one LSE serves CE and JSD */
     jsd_coef coef;
+    float cx;               /* log2(e) * inv_t */
+    distill_elem_coef elem; /* the base-2 constants of coef.beta */
 };
 
 constexpr int DISTILL_UNROLL = 2;
 
-/* The three LSEs of a row: zs (for CE), zs * inv_t and zt * inv_t. */
-struct row_lse {
-    lse_acc ce, x, y;
-};
-
-/* Shared memory of one block: block-level partials, then the values the cluster exchanges. */
+/* Shared memory of one block: the per-warp partials of its reductions. */
 struct distill_smem {
-    lse_acc warp_lse[3][DISTIL_GPU_MAX_WARPS];
-    float warp_sum[2][DISTIL_GPU_MAX_WARPS];
-    lse_acc xchg_lse[3];
-    float xchg_sum[2];
+    float wmax[2][DISTIL_GPU_MAX_WARPS];
+    double wsum[3][DISTIL_GPU_MAX_WARPS];
 };
 
-/* Everything pass 3 needs besides the logits. */
-struct distill_grad_coef {
-    float lce, lx, ly; /* the three LSEs */
-    float hw, sw;      /* weight_hard / n, weight_soft / (n tau) */
-    float sum_g;
+/* A thread's pass-1 state: running maxima of its zs and zt, and the sums relative to them of
+ * 2^((zs - ms) cx), 2^((zt - mt) cx) and (tau != 1) 2^((zs - ms) log2 e). */
+struct distill_exp_acc {
+    float ms, mt;
+    double sx, sy, sc;
+};
+
+/* The row's statistics, the same in every thread: maxima, base-2 LSEs relative to them
+ * (x2 = (zs - ms) cx - lx, y2 = (zt - mt) cx - ly, log2 s = (zs - ms) log2 e - lce), the
+ * weights hw = weight_hard / n, sw = weight_soft / (n tau), and (pass 3) sum of g. */
+struct distill_row_stats {
+    float ms, mt, lx, ly, lce, hw, sw, sum_g;
     int64_t label;
 };
 
@@ -86,160 +91,254 @@ __device__ inline bool distill_label(const distill_params &p, int64_t row, int64
     return true;
 }
 
-/* Merge this block's per-thread LSEs: warp butterflies, then warps 0, 1, ... in order. */
-__device__ inline row_lse distill_block_lse(row_lse t, distill_smem &sm) {
-    lse_acc v[3] = {warp_lse(t.ce), warp_lse(t.x), warp_lse(t.y)};
-    const int lane = threadIdx.x % DISTIL_GPU_WARP;
-    const int warp = threadIdx.x / DISTIL_GPU_WARP;
-    if (lane == 0) {
-        for (int k = 0; k < 3; k++) {
-            sm.warp_lse[k][warp] = v[k];
-        }
-    }
-    __syncthreads();
-    lse_acc r[3];
-    for (int k = 0; k < 3; k++) {
-        r[k] = sm.warp_lse[k][0];
-        for (int w = 1; w < static_cast<int>(blockDim.x / DISTIL_GPU_WARP); w++) {
-            r[k] = lse_merge(r[k], sm.warp_lse[k][w]);
-        }
-    }
-    row_lse out = {r[0], r[1], r[2]};
-    return out;
-}
+/* ------------------------------------------------------------------ block reductions */
 
-/* Sums of two values over the block, same fixed order. */
-__device__ inline void distill_block_sums(float &a, float &b, distill_smem &sm) {
-    a = warp_sum(a);
-    b = warp_sum(b);
+/* The block's maxima of (a, b), the same bits in every thread. fmaxf skips NaN: a NaN logit
+ * propagates through the sums instead. */
+__device__ inline void distill_block_max(distill_smem &sm, float &a, float &b) {
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
     const int warp = threadIdx.x / DISTIL_GPU_WARP;
+#pragma unroll
+    for (int o = DISTIL_GPU_WARP / 2; o > 0; o >>= 1) {
+        a = fmaxf(a, distil_warp_xor(a, o));
+        b = fmaxf(b, distil_warp_xor(b, o));
+    }
     if (lane == 0) {
-        sm.warp_sum[0][warp] = a;
-        sm.warp_sum[1][warp] = b;
+        sm.wmax[0][warp] = a;
+        sm.wmax[1][warp] = b;
     }
     __syncthreads();
-    a = sm.warp_sum[0][0];
-    b = sm.warp_sum[1][0];
+    a = sm.wmax[0][0];
+    b = sm.wmax[1][0];
     for (int w = 1; w < static_cast<int>(blockDim.x / DISTIL_GPU_WARP); w++) {
-        a += sm.warp_sum[0][w];
-        b += sm.warp_sum[1][w];
+        a = fmaxf(a, sm.wmax[0][w]);
+        b = fmaxf(b, sm.wmax[1][w]);
     }
 }
 
-/*
- * The three passes over a slice of n columns: zs[j], zt[j] for j in [0, n) (global or shared
- * memory, aligned to VW floats), column c0 + j of the row. Each thread takes VW columns at a
- * time, DISTILL_UNROLL vectors in flight.
- */
-template <int VW>
-__device__ inline row_lse distill_pass_stats(const distill_params &p, const float *zs,
-                                             const float *zt, int64_t n) {
-    row_lse t = {lse_empty(), lse_empty(), lse_empty()};
-    const int64_t step = static_cast<int64_t>(blockDim.x) * VW * DISTILL_UNROLL;
-    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * VW; j0 < n; j0 += step) {
+/* The block's sums of v[0..N) in double, fixed order, the same bits in every thread. Begins with
+ * a barrier: the previous call's readers are done with sm.wsum. */
+template <int N> __device__ inline void distill_block_sums(distill_smem &sm, double (&v)[N]) {
+    const int lane = threadIdx.x % DISTIL_GPU_WARP;
+    const int warp = threadIdx.x / DISTIL_GPU_WARP;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        v[k] = warp_sum(v[k]);
+        if (lane == 0) {
+            sm.wsum[k][warp] = v[k];
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        v[k] = sm.wsum[k][0];
+        for (int w = 1; w < static_cast<int>(blockDim.x / DISTIL_GPU_WARP); w++) {
+            v[k] += sm.wsum[k][w];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ the passes */
+
+/* Calls f(a, b, j) on each vector of VW columns [j, j + VW) of the row that this thread owns
+ * (j = VW t, VW (t + T), ...; the same columns in every pass), DISTILL_UNROLL vectors loaded
+ * before the first is used. zs, zt aligned to VW floats. */
+template <int VW, typename F>
+__device__ __forceinline__ void distill_for_vectors(const float *zs, const float *zt, int64_t n,
+                                                    F f) {
+    const int64_t step = static_cast<int64_t>(blockDim.x) * VW;
+    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * VW; j0 < n; j0 += step * DISTILL_UNROLL) {
         float a[DISTILL_UNROLL][VW];
         float b[DISTILL_UNROLL][VW];
 #pragma unroll
         for (int u = 0; u < DISTILL_UNROLL; u++) {
-            const int64_t j = j0 + static_cast<int64_t>(u) * blockDim.x * VW;
-            if (j < n) {
-                vload<DISTIL_F32, VW>(zs, j, a[u]);
-                vload<DISTIL_F32, VW>(zt, j, b[u]);
+            if (j0 + u * step < n) {
+                vload<DISTIL_F32, VW>(zs, j0 + u * step, a[u]);
+                vload<DISTIL_F32, VW>(zt, j0 + u * step, b[u]);
             }
         }
 #pragma unroll
         for (int u = 0; u < DISTILL_UNROLL; u++) {
-            const int64_t j = j0 + static_cast<int64_t>(u) * blockDim.x * VW;
-            if (j < n) {
-#pragma unroll
-                for (int k = 0; k < VW; k++) {
-                    lse_add(t.ce, a[u][k]);
-                    if (!p.unit_temp) {
-                        lse_add(t.x, a[u][k] * p.inv_t);
-                    }
-                    lse_add(t.y, b[u][k] * p.inv_t);
-                }
+            if (j0 + u * step < n) {
+                f(a[u], b[u], j0 + u * step);
             }
         }
     }
+}
+
+/* s *= 2^((m - m_new) c): the sum relative to m moved to the larger m_new. */
+__device__ __forceinline__ void distill_rescale(double &s, float m, float m_new, float c) {
+    s *= static_cast<double>(exp2f((m - m_new) * c));
+}
+
+/* Pass 1 on one vector: raise the running maxima first (rescaling the sums: the branch runs only
+ * when a maximum grows, a few times per thread), then add the vector's terms, summed in fp32, to
+ * the double sums. While a maximum is -inf (its columns all -inf so far) the terms are taken
+ * relative to 0: they are 0, or NaN from a NaN logit, which must propagate. */
+template <int VW, bool UNIT>
+__device__ __forceinline__ void distill_exp_add(const distill_params &p, distill_exp_acc &t,
+                                                const float (&a)[VW], const float (&b)[VW]) {
+    float va = a[0];
+    float vb = b[0];
+#pragma unroll
+    for (int k = 1; k < VW; k++) {
+        va = fmaxf(va, a[k]);
+        vb = fmaxf(vb, b[k]);
+    }
+    if (va > t.ms) {
+        distill_rescale(t.sx, t.ms, va, p.cx);
+        if (!UNIT) {
+            distill_rescale(t.sc, t.ms, va, DISTILL_ELEM_LOG2E);
+        }
+        t.ms = va;
+    }
+    if (vb > t.mt) {
+        distill_rescale(t.sy, t.mt, vb, p.cx);
+        t.mt = vb;
+    }
+    const float ra = t.ms == -INFINITY ? 0.0f : t.ms;
+    const float rb = t.mt == -INFINITY ? 0.0f : t.mt;
+    float sx = 0.0f, sy = 0.0f, sc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VW; k++) {
+        sx += exp2f((a[k] - ra) * p.cx);
+        sy += exp2f((b[k] - rb) * p.cx);
+        if (!UNIT) {
+            sc += exp2f((a[k] - ra) * DISTILL_ELEM_LOG2E);
+        }
+    }
+    t.sx += sx;
+    t.sy += sy;
+    t.sc += sc;
+}
+
+template <int VW, bool UNIT>
+__device__ inline distill_exp_acc distill_pass_exp(const distill_params &p, const float *zs,
+                                                   const float *zt, int64_t n) {
+    distill_exp_acc t = {-INFINITY, -INFINITY, 0.0, 0.0, 0.0};
+    distill_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t) {
+        distill_exp_add<VW, UNIT>(p, t, a, b);
+    });
     return t;
 }
 
+/* A thread's sum moved to the row maximum. A sum of 0 (no columns, or all -inf) adds nothing:
+ * skip its factor, NaN when both maxima are -inf. A NaN sum stays NaN. */
+__device__ __forceinline__ double distill_to_row(double s, float m, float row_m, float c) {
+    if (s != 0.0) {
+        distill_rescale(s, m, row_m, c);
+    }
+    return s;
+}
+
+/* Pass 1 and its reductions: the row's maxima and base-2 LSEs, and the weights, into st. */
 template <int VW>
-__device__ inline void distill_pass_sums(const distill_params &p, const float *zs, const float *zt,
-                                         int64_t n, float lx, float ly, float &se, float &sg) {
-    const int64_t step = static_cast<int64_t>(blockDim.x) * VW * DISTILL_UNROLL;
-    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * VW; j0 < n; j0 += step) {
-        float a[DISTILL_UNROLL][VW];
-        float b[DISTILL_UNROLL][VW];
+__device__ inline void distill_row_stats_of(const distill_params &p, distill_smem &sm,
+                                            const float *zs, const float *zt, int64_t n,
+                                            distill_row_stats &st) {
+    const distill_exp_acc t = p.unit_temp ? distill_pass_exp<VW, true>(p, zs, zt, n)
+                                          : distill_pass_exp<VW, false>(p, zs, zt, n);
+    st.ms = t.ms;
+    st.mt = t.mt;
+    distill_block_max(sm, st.ms, st.mt);
+    double v[3] = {distill_to_row(t.sx, t.ms, st.ms, p.cx), distill_to_row(t.sy, t.mt, st.mt, p.cx),
+                   distill_to_row(t.sc, t.ms, st.ms, DISTILL_ELEM_LOG2E)};
+    distill_block_sums<3>(sm, v);
+    st.lx = static_cast<float>(log2(v[0]));
+    st.ly = static_cast<float>(log2(v[1]));
+    st.lce = p.unit_temp ? st.lx : static_cast<float>(log2(v[2]));
+    const float nv = p.n_valid ? *p.n_valid : 1.0f;
+    st.hw = nv > 0.0f ? p.weight_hard / nv : 0.0f;
+    st.sw = nv > 0.0f ? p.weight_soft * p.inv_t / nv : 0.0f;
+}
+
+/* Pass 2: the thread's sums of e / ln 2 (acc[0]) and g (acc[1]); vectors summed in fp32, then
+ * added in double. */
+template <int VW, int MODE>
+__device__ inline void distill_pass_jsd(const distill_params &p, const distill_row_stats &st,
+                                        const float *zs, const float *zt, int64_t n,
+                                        double (&acc)[2]) {
+    distill_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t) {
+        float se = 0.0f, sg = 0.0f;
 #pragma unroll
-        for (int u = 0; u < DISTILL_UNROLL; u++) {
-            const int64_t j = j0 + static_cast<int64_t>(u) * blockDim.x * VW;
-            if (j < n) {
-                vload<DISTIL_F32, VW>(zs, j, a[u]);
-                vload<DISTIL_F32, VW>(zt, j, b[u]);
-            }
+        for (int k = 0; k < VW; k++) {
+            const float x2 = (a[k] - st.ms) * p.cx - st.lx;
+            const float y2 = (b[k] - st.mt) * p.cx - st.ly;
+            float g;
+            se += distill_elem_term<MODE>(p.elem, x2, y2, exp2f(x2), exp2f(y2), &g);
+            sg += g;
         }
-#pragma unroll
-        for (int u = 0; u < DISTILL_UNROLL; u++) {
-            const int64_t j = j0 + static_cast<int64_t>(u) * blockDim.x * VW;
-            if (j < n) {
-#pragma unroll
-                for (int k = 0; k < VW; k++) {
-                    float g;
-                    se += jsd_elem<false, true>(p.coef, a[u][k] * p.inv_t - lx,
-                                                b[u][k] * p.inv_t - ly, &g, nullptr);
-                    sg += g;
-                }
-            }
-        }
+        acc[0] += se;
+        acc[1] += sg;
+    });
+}
+
+/* distill_pass_jsd for the row's mode: the branch is taken once per row. */
+template <int VW>
+__device__ inline void distill_pass_jsd_any(const distill_params &p, const distill_row_stats &st,
+                                            const float *zs, const float *zt, int64_t n,
+                                            double (&acc)[2]) {
+    if (p.coef.mode == JSD_MIXED) {
+        distill_pass_jsd<VW, JSD_MIXED>(p, st, zs, zt, n, acc);
+    } else if (p.coef.mode == JSD_FORWARD_KL) {
+        distill_pass_jsd<VW, JSD_FORWARD_KL>(p, st, zs, zt, n, acc);
+    } else {
+        distill_pass_jsd<VW, JSD_REVERSE_KL>(p, st, zs, zt, n, acc);
     }
 }
 
+/* One element of G: hw (s - onehot) + sw (g - q sum g), s = softmax(zs) (q when tau == 1). */
+template <int MODE, bool UNIT>
 __device__ __forceinline__ float distill_grad_elem(const distill_params &p,
-                                                   const distill_grad_coef &c, float zs, float zt,
-                                                   int64_t col) {
+                                                   const distill_row_stats &st, float zs, float zt,
+                                                   bool is_label) {
+    const float x2 = (zs - st.ms) * p.cx - st.lx;
+    const float y2 = (zt - st.mt) * p.cx - st.ly;
+    const float q = exp2f(x2);
     float g;
-    float q;
-    (void)jsd_elem<true, true>(p.coef, zs * p.inv_t - c.lx, zt * p.inv_t - c.ly, &g, &q);
-    const float s = p.unit_temp ? q : expf(zs - c.lce);
-    const float hard = s - (col == c.label ? 1.0f : 0.0f);
-    return c.hw * hard + c.sw * (g - q * c.sum_g);
+    (void)distill_elem_term<MODE>(p.elem, x2, y2, q, exp2f(y2), &g);
+    const float s = UNIT ? q : exp2f((zs - st.ms) * DISTILL_ELEM_LOG2E - st.lce);
+    return st.hw * (s - (is_label ? 1.0f : 0.0f)) + st.sw * (g - q * st.sum_g);
 }
 
-/* Pass 3: g[c0 + j] for j in [0, n) (g is the row of G). In place (g aliasing zs) is safe: each
- * element is read before the same thread writes it. */
+/* Pass 3: the row g of G. In place (g aliasing zs) is safe: each element is read before the same
+ * thread writes it, and no thread reads zs after pass 2. */
+template <int GDT, int VW, int MODE, bool UNIT>
+__device__ inline void distill_pass_grad(const distill_params &p, const distill_row_stats &st,
+                                         const float *zs, const float *zt, int64_t n, void *g) {
+    distill_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t j) {
+        float o[VW];
+#pragma unroll
+        for (int k = 0; k < VW; k++) {
+            o[k] = distill_grad_elem<MODE, UNIT>(p, st, a[k], b[k], j + k == st.label);
+        }
+        vstore<GDT, VW>(g, j, o);
+    });
+}
+
+/* distill_pass_grad for the row's (mode, tau == 1): the branch is taken once per row. */
 template <int GDT, int VW>
-__device__ inline void distill_pass_grad(const distill_params &p, const distill_grad_coef &c,
-                                         const float *zs, const float *zt, int64_t n, void *g,
-                                         int64_t c0) {
-    const int64_t step = static_cast<int64_t>(blockDim.x) * VW * DISTILL_UNROLL;
-    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * VW; j0 < n; j0 += step) {
-        float a[DISTILL_UNROLL][VW];
-        float b[DISTILL_UNROLL][VW];
-#pragma unroll
-        for (int u = 0; u < DISTILL_UNROLL; u++) {
-            const int64_t j = j0 + static_cast<int64_t>(u) * blockDim.x * VW;
-            if (j < n) {
-                vload<DISTIL_F32, VW>(zs, j, a[u]);
-                vload<DISTIL_F32, VW>(zt, j, b[u]);
-            }
+__device__ inline void distill_pass_grad_any(const distill_params &p, const distill_row_stats &st,
+                                             const float *zs, const float *zt, int64_t n, void *g) {
+    if (p.unit_temp) {
+        if (p.coef.mode == JSD_MIXED) {
+            distill_pass_grad<GDT, VW, JSD_MIXED, true>(p, st, zs, zt, n, g);
+        } else if (p.coef.mode == JSD_FORWARD_KL) {
+            distill_pass_grad<GDT, VW, JSD_FORWARD_KL, true>(p, st, zs, zt, n, g);
+        } else {
+            distill_pass_grad<GDT, VW, JSD_REVERSE_KL, true>(p, st, zs, zt, n, g);
         }
-#pragma unroll
-        for (int u = 0; u < DISTILL_UNROLL; u++) {
-            const int64_t j = j0 + static_cast<int64_t>(u) * blockDim.x * VW;
-            if (j < n) {
-                float o[VW];
-#pragma unroll
-                for (int k = 0; k < VW; k++) {
-                    o[k] = distill_grad_elem(p, c, a[u][k], b[u][k], c0 + j + k);
-                }
-                vstore<GDT, VW>(g, c0 + j, o);
-            }
-        }
+    } else if (p.coef.mode == JSD_MIXED) {
+        distill_pass_grad<GDT, VW, JSD_MIXED, false>(p, st, zs, zt, n, g);
+    } else if (p.coef.mode == JSD_FORWARD_KL) {
+        distill_pass_grad<GDT, VW, JSD_FORWARD_KL, false>(p, st, zs, zt, n, g);
+    } else {
+        distill_pass_grad<GDT, VW, JSD_REVERSE_KL, false>(p, st, zs, zt, n, g);
     }
 }
+
+/* ----------------------------------------------------------------------------- one row */
 
 template <int GDT, int VW> __device__ inline void distill_zero(void *g, int64_t c0, int64_t n) {
     float z[VW];
@@ -266,30 +365,25 @@ __device__ inline void distill_ignored_row(const distill_params &p, int64_t row,
     }
 }
 
-/* Passes 2 and 3 after the LSEs are known: the row's CE, JSD and G (n columns). */
+/* The three passes of a row with a valid label: its CE, JSD and G (n columns). z_label: zs at the
+ * label (thread 0), read before any thread may write G over zs. */
 template <int GDT, bool HAS_G, int VW>
-__device__ inline void distill_finish_row(const distill_params &p, distill_smem &sm, row_lse l,
+__device__ inline void distill_stream_row(const distill_params &p, distill_smem &sm,
                                           const float *zs, const float *zt, int64_t n, void *g,
                                           int64_t row, int64_t label, float z_label) {
-    distill_grad_coef c;
-    c.lce = lse_value(l.ce);
-    c.lx = p.unit_temp ? c.lce : lse_value(l.x);
-    c.ly = lse_value(l.y);
-    float se = 0.0f;
-    float sg = 0.0f;
-    distill_pass_sums<VW>(p, zs, zt, n, c.lx, c.ly, se, sg);
-    distill_block_sums(se, sg, sm);
+    distill_row_stats st;
+    distill_row_stats_of<VW>(p, sm, zs, zt, n, st);
+    double acc[2] = {0.0, 0.0};
+    distill_pass_jsd_any<VW>(p, st, zs, zt, n, acc);
+    distill_block_sums<2>(sm, acc); /* its barriers order pass 3's writes after every read */
     if (threadIdx.x == 0) {
-        p.ce[row] = c.lce - z_label;
-        p.jsd[row] = se;
+        p.ce[row] = (st.ms + st.lce * DISTILL_ELEM_LN2) - z_label;
+        p.jsd[row] = static_cast<float>(acc[0] * static_cast<double>(DISTILL_ELEM_LN2));
     }
     if (HAS_G) {
-        const float nv = p.n_valid ? *p.n_valid : 1.0f;
-        c.hw = nv > 0.0f ? p.weight_hard / nv : 0.0f;
-        c.sw = nv > 0.0f ? p.weight_soft * p.inv_t / nv : 0.0f;
-        c.sum_g = sg;
-        c.label = label;
-        distill_pass_grad<GDT, VW>(p, c, zs, zt, n, g, 0);
+        st.sum_g = static_cast<float>(acc[1]);
+        st.label = label;
+        distill_pass_grad_any<GDT, VW>(p, st, zs, zt, n, g);
     }
 }
 

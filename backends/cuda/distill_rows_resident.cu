@@ -9,6 +9,7 @@
  * slice itself needs no barrier; only the statistics do.
  *   zs, zt (rows, V) fp32 dense; labels (rows); ce, jsd (rows) fp32; g (rows, V) optional.
  */
+#include "distill_elem.cuh"
 #include "distill_rows.cuh"
 
 namespace DISTIL_GPU_NS {
@@ -17,28 +18,15 @@ namespace DISTIL_GPU_NS {
 
 constexpr int RES_THREADS = 256;
 constexpr int RES_WARPS = RES_THREADS / DISTIL_GPU_WARP;
-constexpr float RES_LOG2E = 1.4426950408889634f;
-constexpr float RES_LN2 = 0.6931471805599453f;
 /* Largest slice of a block (zs + zt bytes), and the budgets tried in turn: a slice that lets
  * three blocks share an SM first (one computes while others load), then two, then one. */
 constexpr size_t RES_MAX_SLICE = 200u << 10;
 static const size_t RES_BUDGETS[] = {72u << 10, 110u << 10, RES_MAX_SLICE};
 
-/* Per-row constants of the element work, computed on the host. */
-struct res_params {
-    const float *zs, *zt;
-    const int64_t *labels;
-    float *ce, *jsd;
-    void *g;
-    const float *n_valid;
-    gpu_label_error *err;
-    int64_t rows, vocab, row_offset, ignore_index, span;
-    int cl;
-    int mode;       /* jsd_mode */
-    bool unit_temp; /* tau == 1: s = q and one LSE */
-    float cx;       /* log2(e) / tau */
-    float inv_t, weight_hard, weight_soft;
-    float beta, omb, lb2, l1b2; /* beta, 1 - beta, log2 beta, log2 (1 - beta) */
+/* The kernel's arguments: the row pass's (distill_rows.cuh) and the plan's. */
+struct res_params : distill_params {
+    int64_t span; /* columns per block */
+    int cl;       /* blocks per row (the cluster) */
 };
 
 /* Block statistics: per-warp partials; this block's value of each exchange, read by the cluster
@@ -179,10 +167,10 @@ __device__ inline void res_pass_exp(const res_params &p, const float *sa, const 
         float sx = 0.0f, sy = 0.0f, sc = 0.0f;
 #pragma unroll
         for (int k = 0; k < VW; k++) {
-            sx += exp2f((x[k] - ms) * p.cx);
-            sy += exp2f((y[k] - mt) * p.cx);
+            sx += distil_exp2_ftz((x[k] - ms) * p.cx);
+            sy += distil_exp2_ftz((y[k] - mt) * p.cx);
             if (!UNIT) {
-                sc += exp2f((x[k] - ms) * RES_LOG2E);
+                sc += distil_exp2_ftz((x[k] - ms) * DISTILL_ELEM_LOG2E);
             }
         }
         acc[0] += sx;
@@ -196,37 +184,6 @@ __device__ inline void res_pass_exp(const res_params &p, const float *sa, const 
 struct res_row_stats {
     float ms, mt, lx, ly, lce, hw, sw;
 };
-
-/* log2(1 + t) for t in [0, 1] by the hardware log2: absolute error ~2^-22, as small as the
- * rounding of 1 + t, against the constant -log2(1 - beta) or -log2(beta) it is added to. */
-__device__ __forceinline__ float res_log2_1p(float t) {
-    return __log2f(1.0f + t);
-}
-
-/* One element: e2 (the JSD term / ln 2) and g = de/dx, for x2, y2 in base 2; MODE a jsd_mode. */
-template <int MODE>
-__device__ __forceinline__ float res_jsd_elem(const res_params &p, float x2, float y2, float q,
-                                              float pt, float *g) {
-    if (MODE == JSD_FORWARD_KL) {
-        *g = -pt;
-        return pt == 0.0f ? 0.0f : pt * (y2 - x2);
-    }
-    if (MODE == JSD_REVERSE_KL) {
-        const float d = x2 - y2;
-        *g = q == 0.0f ? 0.0f : q * (d * RES_LN2 + 1.0f);
-        return q == 0.0f ? 0.0f : q * d;
-    }
-    /* d2 = log2((1 - beta) q) - log2(beta p); log2 m = y2 + lb2 + sp(d2) = x2 + l1b2 + sp(-d2)
-     * with sp(t) = log2(1 + 2^t): both differences to log2 m without cancelling x2 and log2 m. */
-    const float d2 = (x2 - y2) + (p.l1b2 - p.lb2);
-    const float spn = res_log2_1p(exp2f(-fabsf(d2)));
-    const float sp_neg = d2 > 0.0f ? spn : spn - d2; /* sp(-d2) */
-    const float sp_pos = d2 > 0.0f ? spn + d2 : spn; /* sp(d2) */
-    const float tq = q == 0.0f ? 0.0f : p.omb * q * (-p.l1b2 - sp_neg);
-    const float tp = pt == 0.0f ? 0.0f : p.beta * pt * (-p.lb2 - sp_pos);
-    *g = tq * RES_LN2;
-    return tp + tq;
-}
 
 /* Pass 3: the JSD terms once; with G wanted, P into sa and q into sb (in place). Sums of e2 and
  * g go to acc[0], acc[1]. */
@@ -242,12 +199,13 @@ __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st
         for (int k = 0; k < VW; k++) {
             const float x2 = (a[k] - st.ms) * p.cx - st.lx;
             const float y2 = (b[k] - st.mt) * p.cx - st.ly;
-            const float q = exp2f(x2);
+            const float q = distil_exp2_ftz(x2);
             float g;
-            se += res_jsd_elem<MODE>(p, x2, y2, q, exp2f(y2), &g);
+            se += distill_elem_term<MODE>(p.elem, x2, y2, q, distil_exp2_ftz(y2), &g);
             sg += g;
             if (HAS_G) {
-                const float s = UNIT ? q : exp2f((a[k] - st.ms) * RES_LOG2E - st.lce);
+                const float s =
+                    UNIT ? q : distil_exp2_ftz((a[k] - st.ms) * DISTILL_ELEM_LOG2E - st.lce);
                 a[k] = st.hw * s + st.sw * g;
                 b[k] = q;
             }
@@ -266,16 +224,16 @@ template <bool HAS_G, int VW>
 __device__ inline void res_pass_jsd_any(const res_params &p, const res_row_stats &st, float *sa,
                                         float *sb, int n, double (&acc)[2]) {
     if (p.unit_temp) {
-        if (p.mode == JSD_MIXED) {
+        if (p.coef.mode == JSD_MIXED) {
             res_pass_jsd<HAS_G, VW, JSD_MIXED, true>(p, st, sa, sb, n, acc);
-        } else if (p.mode == JSD_FORWARD_KL) {
+        } else if (p.coef.mode == JSD_FORWARD_KL) {
             res_pass_jsd<HAS_G, VW, JSD_FORWARD_KL, true>(p, st, sa, sb, n, acc);
         } else {
             res_pass_jsd<HAS_G, VW, JSD_REVERSE_KL, true>(p, st, sa, sb, n, acc);
         }
-    } else if (p.mode == JSD_MIXED) {
+    } else if (p.coef.mode == JSD_MIXED) {
         res_pass_jsd<HAS_G, VW, JSD_MIXED, false>(p, st, sa, sb, n, acc);
-    } else if (p.mode == JSD_FORWARD_KL) {
+    } else if (p.coef.mode == JSD_FORWARD_KL) {
         res_pass_jsd<HAS_G, VW, JSD_FORWARD_KL, false>(p, st, sa, sb, n, acc);
     } else {
         res_pass_jsd<HAS_G, VW, JSD_REVERSE_KL, false>(p, st, sa, sb, n, acc);
@@ -338,7 +296,9 @@ __device__ inline void res_merge_exp(const res_params &p, res_smem &sm) {
     double sum[3];
     sum[0] = b.sum[0] != 0.0 ? b.sum[0] * static_cast<double>(exp2f((b.ms - ms) * p.cx)) : 0.0;
     sum[1] = b.sum[1] != 0.0 ? b.sum[1] * static_cast<double>(exp2f((b.mt - mt) * p.cx)) : 0.0;
-    sum[2] = b.sum[2] != 0.0 ? b.sum[2] * static_cast<double>(exp2f((b.ms - ms) * RES_LOG2E)) : 0.0;
+    sum[2] = b.sum[2] != 0.0
+                 ? b.sum[2] * static_cast<double>(exp2f((b.ms - ms) * DISTILL_ELEM_LOG2E))
+                 : 0.0;
 #pragma unroll
     for (int k = 0; k < 3; k++) {
         sum[k] = warp_sum(sum[k]);
@@ -424,8 +384,8 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
     if (threadIdx.x == 0) {
         sm.row[0] = static_cast<float>(tot[1]) * st.sw; /* kappa = sw sum g */
         if (rank == 0) {
-            p.ce[row] = (st.ms + st.lce * RES_LN2) - z_label;
-            p.jsd[row] = static_cast<float>(tot[0] * RES_LN2);
+            p.ce[row] = (st.ms + st.lce * DISTILL_ELEM_LN2) - z_label;
+            p.jsd[row] = static_cast<float>(tot[0] * DISTILL_ELEM_LN2);
         }
     }
     __syncthreads();
@@ -588,31 +548,9 @@ cudaError_t distill_resident_launch(gpu_state *b, const distill_params &d, disti
         return cudaSuccess;
     }
     res_params p;
-    p.zs = d.zs;
-    p.zt = d.zt;
-    p.labels = d.labels;
-    p.ce = d.ce;
-    p.jsd = d.jsd;
-    p.g = d.g;
-    p.n_valid = d.n_valid;
-    p.err = d.err;
-    p.rows = d.rows;
-    p.vocab = d.vocab;
-    p.row_offset = d.row_offset;
-    p.ignore_index = d.ignore_index;
+    static_cast<distill_params &>(p) = d;
     p.span = pl.span;
     p.cl = pl.cl;
-    p.mode = d.coef.mode;
-    p.unit_temp = d.unit_temp;
-    p.inv_t = d.inv_t;
-    p.cx = RES_LOG2E * d.inv_t;
-    p.weight_hard = d.weight_hard;
-    p.weight_soft = d.weight_soft;
-    p.beta = d.coef.beta;
-    p.omb = d.coef.one_minus_beta;
-    /* Base 2 directly: log(beta) * log2(e) rounds -log2(0.5) - 1 away from 0. */
-    p.lb2 = d.coef.mode == JSD_MIXED ? log2f(d.coef.beta) : 0.0f;
-    p.l1b2 = d.coef.mode == JSD_MIXED ? log2f(d.coef.one_minus_beta) : 0.0f;
     const int64_t groups = d.rows < pl.groups ? d.rows : pl.groups;
     cudaLaunchAttribute attr[1];
     const cudaLaunchConfig_t cfg =

@@ -1,7 +1,8 @@
 /*
  * dtype.cuh - device loads and stores of f32 / bf16 / f16 elements as fp32, one element or a
  * vector of N at once (N * element size = 2, 4, 8 or 16 bytes, one memory instruction).
- * bf16 is handled as raw bits (round to nearest even, NaN kept quiet), fp16 through the vendor.
+ * bf16 and fp16 are raw bits; fp32 -> bf16 / fp16 by the vendor's conversion (round to nearest
+ * even).
  */
 #ifndef DISTIL_GPU_DTYPE_CUH
 #define DISTIL_GPU_DTYPE_CUH
@@ -19,12 +20,7 @@ __device__ __forceinline__ float bf16_bits_to_float(unsigned short h) {
 }
 
 __device__ __forceinline__ unsigned short float_to_bf16_bits(float f) {
-    unsigned u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        return static_cast<unsigned short>((u >> 16) | 0x40u);
-    }
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return static_cast<unsigned short>(u >> 16);
+    return distil_float_to_bf16_bits(f);
 }
 
 template <int DT> struct dt_traits;

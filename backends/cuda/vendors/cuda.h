@@ -7,6 +7,7 @@
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -42,6 +43,12 @@ __device__ __forceinline__ unsigned short distil_float_to_f16_bits(float f) {
     return __half_as_ushort(__float2half_rn(f));
 }
 
+/* fp32 -> bf16 bits, round to nearest even, by the converter of sm_80+ (one instruction; older
+ * targets get the library's emulation); NaN stays NaN. */
+__device__ __forceinline__ unsigned short distil_float_to_bf16_bits(float f) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
 /* A 16-byte load that tells the cache the line will not be read again (streaming). */
 template <typename T> __device__ __forceinline__ T distil_load_stream(const T *p) {
     return __ldcs(p);
@@ -60,6 +67,14 @@ __device__ __forceinline__ void distil_cp_async_wait_all() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 #endif
+}
+
+/* 2^x by the special-function unit alone: relative error ~2 ulp, results below 2^-126 flushed to
+ * 0 (exp2f adds the denormal range for ~3 more instructions per call). */
+__device__ __forceinline__ float distil_exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 
 /* Pointer kind as the runtime sees it: 1 device (or managed) memory, 0 anything else. */

@@ -86,6 +86,21 @@ __device__ __forceinline__ long long distil_warp_xor(long long v, int lane_mask)
     return __shfl_xor(v, lane_mask);
 }
 
+/* 2^x, fast: AMD's exp2f is the hardware instruction already (results below 2^-126 may flush). */
+__device__ __forceinline__ float distil_exp2_ftz(float x) {
+    return exp2f(x);
+}
+
+/* fp32 -> bf16 bits, round to nearest even; NaN kept quiet. */
+__device__ __forceinline__ unsigned short distil_float_to_bf16_bits(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return static_cast<unsigned short>((u >> 16) | 0x40u);
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return static_cast<unsigned short>(u >> 16);
+}
+
 __device__ __forceinline__ float distil_f16_bits_to_float(unsigned short h) {
     return __half2float(__ushort_as_half(h));
 }

@@ -1,0 +1,23 @@
+#!/bin/bash
+# gpu_timeline.sh - the fused loss's kernels in the pipeline (CUPTI, bench/gpu_timeline.c) and its
+# distil-bench time, for each T and each variant (environment assignments, "default" for none):
+# the A/B tool of row-kernel and chunk-loop changes. Run after a build with the bench on.
+#   usage: BUILD=build-gpu OUT=/dir T="1024 8192" VARIANTS="default DISTIL_CUDA_DISTILL=stream" \
+#          bash bench/gpu_timeline.sh
+set -u
+cd "$(dirname "$0")/.." || exit 1
+BUILD=${BUILD:-build-gpu}
+OUT=${OUT:-$PWD/gpu-timeline-out}
+mkdir -p "$OUT"
+for v in ${VARIANTS:-default}; do
+    env=()
+    [ "$v" != default ] && env=("${v//,/ }")
+    for t in ${T:-1024 8192}; do
+        echo "=== $v T=$t"
+        timeout 120 env ${env[@]+"${env[@]}"} "$BUILD/bench/distil-gpu-timeline" "$t" 7 \
+            > "$OUT/timeline-$v-T$t.txt" 2>&1
+        cat "$OUT/timeline-$v-T$t.txt"
+        timeout 120 env ${env[@]+"${env[@]}"} "$BUILD/bench/distil-bench" --backend cuda \
+            --workload fused --mode full --fused-T "$t" --quiet 2>&1 | tail -4
+    done
+done
