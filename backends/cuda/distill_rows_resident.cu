@@ -1,14 +1,12 @@
 /*
  * distill_rows_resident.cu - distill_rows with each row resident on chip: the row's logits are
- * spread over a cluster of CL blocks (CL > 1 on sm_90+, else 1), each block holding its slice of
- * zs and zt in registers (16 columns of each per thread), read from HBM once. While a block works
- * on one row it copies its slice of the cluster's next row into shared memory (cp.async), so the
- * load of a row overlaps the work and the exchanges of the previous one. Two exchanges of row
- * statistics through distributed shared memory (block maxima with sums of exponentials relative
- * to them; JSD sums), and the element work done once: the JSD pass leaves P = hw s + sw g and q in
- * the registers, and the store writes G = P - sw (sum g) q - hw onehot. Math in base 2
- * (x2 = log2 q), row sums in double. Each thread stages and reads only its own columns, so the
- * staging buffer needs no barrier; only the statistics do.
+ * spread over a cluster of CL blocks (CL > 1 on sm_90+, else 1), each holding its slice of zs and
+ * zt in shared memory, read from HBM once. Three exchanges of row statistics (maxima; sums of
+ * exponentials; JSD sums) through distributed shared memory, and the element work done once: the
+ * sums pass leaves P = hw s + sw g and q in shared memory in place of zs and zt, and the last pass
+ * writes G = P - sw (sum g) q. Math in base 2 (x2 = log2 q), row sums in double.
+ * Each thread owns the same vectors of the slice in every pass (t, t + T, t + 2T, ...), so the
+ * slice itself needs no barrier; only the statistics do.
  *   zs, zt (rows, V) fp32 dense; labels (rows); ce, jsd (rows) fp32; g (rows, V) optional.
  */
 #include "distill_elem.cuh"
@@ -18,12 +16,12 @@ namespace DISTIL_GPU_NS {
 
 #if DISTIL_GPU_HAVE_CLUSTERS /* CUDA: cp.async, cudaLaunchKernelExC; cl = 1 before sm_90 */
 
-constexpr int RES_THREADS = 512;
+constexpr int RES_THREADS = 256;
 constexpr int RES_WARPS = RES_THREADS / DISTIL_GPU_WARP;
-/* Columns of zs (and of zt) each thread holds in registers: 32 registers of data, so that two
- * blocks share an SM (64 registers a thread) and a block's slice is at most RES_MAX_SPAN. */
-constexpr int RES_ELEMS = 16;
-constexpr int RES_MAX_SPAN = RES_THREADS * RES_ELEMS;
+/* Largest slice of a block (zs + zt bytes), and the budgets tried in turn: a slice that lets
+ * three blocks share an SM first (one computes while others load), then two, then one. */
+constexpr size_t RES_MAX_SLICE = 200u << 10;
+static const size_t RES_BUDGETS[] = {72u << 10, 110u << 10, RES_MAX_SLICE};
 
 /* The kernel's arguments: the row pass's (distill_rows.cuh) and the plan's. */
 struct res_params : distill_params {
@@ -36,7 +34,7 @@ struct res_params : distill_params {
  * one's); the row's values, broadcast to the block. */
 struct res_exp_slot {
     float ms, mt;  /* the block's maxima of zs and zt */
-    double sum[3]; /* its sums of exponentials relative to them (res_exp_sums) */
+    double sum[3]; /* its sums of exponentials relative to them (res_pass_exp) */
 };
 struct res_smem {
     float wmax[2][RES_WARPS];
@@ -138,83 +136,41 @@ __device__ inline void res_row_sums(const res_params &p, res_smem &sm, double *s
 
 /* ------------------------------------------------------------------------ element work */
 
-/* A thread's columns of the block's slice, in registers: vector i (VW columns) starts at column
- * (threadIdx.x + RES_THREADS i) VW. Columns past the slice hold -inf (they add 0 to every sum
- * and are never stored). After the JSD pass s holds P and t holds q. */
-template <int VW> struct res_regs {
-    static constexpr int NV = RES_ELEMS / VW;
-    float s[NV][VW], t[NV][VW];
-};
-
-template <int VW> __device__ __forceinline__ int res_col(int i) {
-    return (static_cast<int>(threadIdx.x) + RES_THREADS * i) * VW;
-}
-
-/* Start copying the thread's columns of zs and zt (n columns from the slice's start) into its own
- * staging slots sa, sb (shared). */
+/* Pass 1: the thread's maxima of its columns of zs and zt. */
 template <int VW>
-__device__ inline void res_stage(const float *zs, const float *zt, int n, float *sa, float *sb) {
-#pragma unroll
-    for (int i = 0; i < RES_ELEMS / VW; i++) {
-        const int j = res_col<VW>(i);
-        if (j < n) {
-            distil_cp_async<VW * 4>(sa + j, zs + j);
-            distil_cp_async<VW * 4>(sb + j, zt + j);
-        }
-    }
-    distil_cp_async_commit();
-}
-
-/* Wait for the thread's staged columns and take them into registers. Each thread reads only the
- * slots it filled, so neither this nor the next res_stage needs a barrier. */
-template <int VW>
-__device__ inline void res_take(const float *sa, const float *sb, int n, res_regs<VW> &r) {
-    distil_cp_async_wait_all();
-#pragma unroll
-    for (int i = 0; i < RES_ELEMS / VW; i++) {
-        const int j = res_col<VW>(i);
-        if (j < n) {
-            vload<DISTIL_F32, VW>(sa, j, r.s[i]);
-            vload<DISTIL_F32, VW>(sb, j, r.t[i]);
-        } else {
-#pragma unroll
-            for (int k = 0; k < VW; k++) {
-                r.s[i][k] = -INFINITY;
-                r.t[i][k] = -INFINITY;
-            }
-        }
-    }
-}
-
-/* The thread's maxima of its columns of zs and zt. */
-template <int VW> __device__ inline void res_max(const res_regs<VW> &r, float *ma, float *mb) {
-    float a = -INFINITY, b = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < RES_ELEMS / VW; i++) {
+__device__ inline void res_pass_max(const float *sa, const float *sb, int n, float *ma, float *mb) {
+    float a = -INFINITY;
+    float b = -INFINITY;
+    for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
+        float x[VW], y[VW];
+        vload<DISTIL_F32, VW>(sa, j, x);
+        vload<DISTIL_F32, VW>(sb, j, y);
 #pragma unroll
         for (int k = 0; k < VW; k++) {
-            a = fmaxf(a, r.s[i][k]);
-            b = fmaxf(b, r.t[i][k]);
+            a = fmaxf(a, x[k]);
+            b = fmaxf(b, y[k]);
         }
     }
     *ma = a;
     *mb = b;
 }
 
-/* Sums of 2^((zs - ms) cx), 2^((zt - mt) cx) and, for tau != 1 (!UNIT), 2^((zs - ms) log2 e):
- * each vector summed in fp32, then added in double. */
+/* Pass 2: sums of 2^((zs - ms) cx), 2^((zt - mt) cx) and, for tau != 1 (!UNIT),
+ * 2^((zs - ms) log2 e). Vectors of VW summed in fp32, then added in double. */
 template <int VW, bool UNIT>
-__device__ inline void res_exp_sums(const res_params &p, const res_regs<VW> &r, float ms, float mt,
-                                    double (&acc)[3]) {
-#pragma unroll
-    for (int i = 0; i < RES_ELEMS / VW; i++) {
+__device__ inline void res_pass_exp(const res_params &p, const float *sa, const float *sb, int n,
+                                    float ms, float mt, double (&acc)[3]) {
+    for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
+        float x[VW], y[VW];
+        vload<DISTIL_F32, VW>(sa, j, x);
+        vload<DISTIL_F32, VW>(sb, j, y);
         float sx = 0.0f, sy = 0.0f, sc = 0.0f;
 #pragma unroll
         for (int k = 0; k < VW; k++) {
-            sx += distil_exp2_ftz((r.s[i][k] - ms) * p.cx);
-            sy += distil_exp2_ftz((r.t[i][k] - mt) * p.cx);
+            sx += distil_exp2_ftz((x[k] - ms) * p.cx);
+            sy += distil_exp2_ftz((y[k] - mt) * p.cx);
             if (!UNIT) {
-                sc += distil_exp2_ftz((r.s[i][k] - ms) * DISTILL_ELEM_LOG2E);
+                sc += distil_exp2_ftz((x[k] - ms) * DISTILL_ELEM_LOG2E);
             }
         }
         acc[0] += sx;
@@ -229,77 +185,95 @@ struct res_row_stats {
     float ms, mt, lx, ly, lce, hw, sw;
 };
 
-/* The JSD terms once: sums of e2 and g into acc[0], acc[1]; with G wanted, P = hw s + sw g into
- * r.s and q into r.t. */
+/* Pass 3: the JSD terms once; with G wanted, P into sa and q into sb (in place). Sums of e2 and
+ * g go to acc[0], acc[1]. */
 template <bool HAS_G, int VW, int MODE, bool UNIT>
-__device__ inline void res_jsd(const res_params &p, const res_row_stats &st, res_regs<VW> &r,
-                               double (&acc)[2]) {
-#pragma unroll
-    for (int i = 0; i < RES_ELEMS / VW; i++) {
+__device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st, float *sa,
+                                    float *sb, int n, double (&acc)[2]) {
+    for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
+        float a[VW], b[VW];
+        vload<DISTIL_F32, VW>(sa, j, a);
+        vload<DISTIL_F32, VW>(sb, j, b);
         float se = 0.0f, sg = 0.0f;
 #pragma unroll
         for (int k = 0; k < VW; k++) {
-            const float x2 = (r.s[i][k] - st.ms) * p.cx - st.lx;
-            const float y2 = (r.t[i][k] - st.mt) * p.cx - st.ly;
+            const float x2 = (a[k] - st.ms) * p.cx - st.lx;
+            const float y2 = (b[k] - st.mt) * p.cx - st.ly;
             const float q = distil_exp2_ftz(x2);
             float g;
             se += distill_elem_term<MODE>(p.elem, x2, y2, q, distil_exp2_ftz(y2), &g);
             sg += g;
             if (HAS_G) {
                 const float s =
-                    UNIT ? q : distil_exp2_ftz((r.s[i][k] - st.ms) * DISTILL_ELEM_LOG2E - st.lce);
-                r.s[i][k] = st.hw * s + st.sw * g;
-                r.t[i][k] = q;
+                    UNIT ? q : distil_exp2_ftz((a[k] - st.ms) * DISTILL_ELEM_LOG2E - st.lce);
+                a[k] = st.hw * s + st.sw * g;
+                b[k] = q;
             }
+        }
+        if (HAS_G) {
+            vstore<DISTIL_F32, VW>(sa, j, a);
+            vstore<DISTIL_F32, VW>(sb, j, b);
         }
         acc[0] += se;
         acc[1] += sg;
     }
 }
 
-/* res_jsd for the row's (mode, tau == 1): the branch is taken once per row. */
+/* res_pass_jsd for the row's (mode, tau == 1): the branch is taken once per row. */
 template <bool HAS_G, int VW>
-__device__ inline void res_jsd_any(const res_params &p, const res_row_stats &st, res_regs<VW> &r,
-                                   double (&acc)[2]) {
+__device__ inline void res_pass_jsd_any(const res_params &p, const res_row_stats &st, float *sa,
+                                        float *sb, int n, double (&acc)[2]) {
     if (p.unit_temp) {
         if (p.coef.mode == JSD_MIXED) {
-            res_jsd<HAS_G, VW, JSD_MIXED, true>(p, st, r, acc);
+            res_pass_jsd<HAS_G, VW, JSD_MIXED, true>(p, st, sa, sb, n, acc);
         } else if (p.coef.mode == JSD_FORWARD_KL) {
-            res_jsd<HAS_G, VW, JSD_FORWARD_KL, true>(p, st, r, acc);
+            res_pass_jsd<HAS_G, VW, JSD_FORWARD_KL, true>(p, st, sa, sb, n, acc);
         } else {
-            res_jsd<HAS_G, VW, JSD_REVERSE_KL, true>(p, st, r, acc);
+            res_pass_jsd<HAS_G, VW, JSD_REVERSE_KL, true>(p, st, sa, sb, n, acc);
         }
     } else if (p.coef.mode == JSD_MIXED) {
-        res_jsd<HAS_G, VW, JSD_MIXED, false>(p, st, r, acc);
+        res_pass_jsd<HAS_G, VW, JSD_MIXED, false>(p, st, sa, sb, n, acc);
     } else if (p.coef.mode == JSD_FORWARD_KL) {
-        res_jsd<HAS_G, VW, JSD_FORWARD_KL, false>(p, st, r, acc);
+        res_pass_jsd<HAS_G, VW, JSD_FORWARD_KL, false>(p, st, sa, sb, n, acc);
     } else {
-        res_jsd<HAS_G, VW, JSD_REVERSE_KL, false>(p, st, r, acc);
+        res_pass_jsd<HAS_G, VW, JSD_REVERSE_KL, false>(p, st, sa, sb, n, acc);
     }
 }
 
-/* G = P - kappa q - hw [column == lc] for the thread's columns, written to g (the slice's start);
- * lc is the label's column in the slice (may lie outside it). */
+/* Pass 4: G = P - kappa q for the slice, written to g + c0. */
 template <int GDT, int VW>
-__device__ inline void res_store_grad(const res_regs<VW> &r, int n, float kappa, float hw,
-                                      int64_t lc, void *g) {
-    const int64_t d = lc - res_col<VW>(0); /* the label's offset from the thread's first column */
+__device__ inline void res_pass_grad(const float *sa, const float *sb, int n, float kappa, void *g,
+                                     int64_t c0) {
+    for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
+        float a[VW], b[VW];
+        vload<DISTIL_F32, VW>(sa, j, a);
+        vload<DISTIL_F32, VW>(sb, j, b);
 #pragma unroll
-    for (int i = 0; i < RES_ELEMS / VW; i++) {
-        const int j = res_col<VW>(i);
-        if (j < n) {
-            float o[VW];
-#pragma unroll
-            for (int k = 0; k < VW; k++) {
-                o[k] = r.s[i][k] - kappa * r.t[i][k];
-                o[k] -= d == RES_THREADS * VW * i + k ? hw : 0.0f;
-            }
-            vstore<GDT, VW>(g, j, o);
+        for (int k = 0; k < VW; k++) {
+            a[k] -= kappa * b[k];
         }
+        vstore<GDT, VW>(g, c0 + j, a);
     }
 }
 
 /* ----------------------------------------------------------------------------- one row */
+
+/* The thread's vectors of the slice, global -> shared (each thread reads only its own). */
+template <int VW>
+__device__ inline void res_load(const float *zs, const float *zt, int n, float *sa, float *sb) {
+    for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
+        if (VW == 4) {
+            distil_cp_async16(sa + j, zs + j);
+            distil_cp_async16(sb + j, zt + j);
+        } else {
+            sa[j] = zs[j];
+            sb[j] = zt[j];
+        }
+    }
+    if (VW == 4) {
+        distil_cp_async_wait_all();
+    }
+}
 
 /* Merge the blocks' (max, sums relative to it) in rank order on warp 0: each lane rescales one
  * block's sums to the row maxima (one exp2f per block: the rounding of one element term), then a
@@ -341,19 +315,19 @@ __device__ inline void res_merge_exp(const res_params &p, res_smem &sm) {
 /* Statistics of the row into st (one exchange): block maxima, sums of exponentials relative to
  * them, then the cluster merge. */
 template <int VW>
-__device__ inline void res_row_stats_of(const res_params &p, res_smem &sm, const res_regs<VW> &r,
-                                        res_row_stats &st) {
+__device__ inline void res_row_stats_of(const res_params &p, res_smem &sm, const float *sa,
+                                        const float *sb, int n, res_row_stats &st) {
     float ma, mb;
-    res_max<VW>(r, &ma, &mb);
+    res_pass_max<VW>(sa, sb, n, &ma, &mb);
     float bms, bmt;
     res_block_max(sm, ma, mb, &bms, &bmt);
     double acc[3] = {0.0, 0.0, 0.0};
     /* An all -inf block slice would give NaN terms; its sums are 0. */
     const float ems = bms == -INFINITY ? 0.0f : bms, emt = bmt == -INFINITY ? 0.0f : bmt;
     if (p.unit_temp) {
-        res_exp_sums<VW, true>(p, r, ems, emt, acc);
+        res_pass_exp<VW, true>(p, sa, sb, n, ems, emt, acc);
     } else {
-        res_exp_sums<VW, false>(p, r, ems, emt, acc);
+        res_pass_exp<VW, false>(p, sa, sb, n, ems, emt, acc);
     }
     res_block_sums<3>(sm, acc, sm.xexp.sum);
     if (threadIdx.x == 0) {
@@ -375,18 +349,18 @@ __device__ inline void res_row_stats_of(const res_params &p, res_smem &sm, const
     st.sw = nv > 0.0f ? p.weight_soft * p.inv_t / nv : 0.0f;
 }
 
-/* One row whose slice is in r: CE and JSD of the row (rank 0), G of the slice. */
 template <int GDT, bool HAS_G, int VW>
-__device__ inline void res_row(const res_params &p, res_smem &sm, res_regs<VW> &r, int64_t row,
+__device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, float *sb, int64_t row,
                                int rank, int64_t c0, int n) {
-    void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab + c0 : nullptr;
+    const float *zs = p.zs + row * p.vocab;
+    void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab : nullptr;
     const int64_t label = p.labels[row];
     if (label == p.ignore_index || label < 0 || label >= p.vocab) {
         if (label != p.ignore_index && rank == 0 && threadIdx.x == 0) {
             distill_record_bad_label(p.err, p.vocab, p.row_offset + row, label);
         }
         if (HAS_G) {
-            distill_zero<GDT, VW>(g, 0, n);
+            distill_zero<GDT, VW>(g, c0, n);
         }
         if (rank == 0 && threadIdx.x == 0) {
             p.ce[row] = 0.0f;
@@ -395,11 +369,16 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, res_regs<VW> &
         return;
     }
     /* Read before G may overwrite zs (in place, F32): the exchanges order it before any write. */
-    const float z_label = rank == 0 && threadIdx.x == 0 ? p.zs[row * p.vocab + label] : 0.0f;
+    const float z_label = rank == 0 && threadIdx.x == 0 ? zs[label] : 0.0f;
+    res_load<VW>(zs + c0, p.zt + row * p.vocab + c0, n, sa, sb);
     res_row_stats st;
-    res_row_stats_of<VW>(p, sm, r, st);
+    res_row_stats_of<VW>(p, sm, sa, sb, n, st);
     double acc[2] = {0.0, 0.0};
-    res_jsd_any<HAS_G, VW>(p, st, r, acc);
+    res_pass_jsd_any<HAS_G, VW>(p, st, sa, sb, n, acc);
+    const int64_t lc = label - c0; /* the label's column: its owner takes hw off P there */
+    if (HAS_G && lc >= 0 && lc < n && (lc / VW) % RES_THREADS == threadIdx.x) {
+        sa[lc] -= st.hw;
+    }
     double tot[2];
     res_row_sums<2>(p, sm, sm.xjsd, acc, tot);
     if (threadIdx.x == 0) {
@@ -411,15 +390,14 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, res_regs<VW> &
     }
     __syncthreads();
     if (HAS_G) { /* sm.row is next written after the next row's first exchange barrier */
-        res_store_grad<GDT, VW>(r, n, sm.row[0], st.hw, label - c0, g);
+        res_pass_grad<GDT, VW>(sa, sb, n, sm.row[0], g, c0);
     }
 }
 
-/* Grid: clusters of cl blocks, a persistent loop over rows (cluster k: rows k, k + K, ...). Each
- * block copies its slice of the cluster's next row into shared memory (cp.async) while it works
- * on the current one in registers. Dynamic shared memory: 2 * span floats. */
+/* Grid: clusters of cl blocks, a persistent loop over rows (cluster k: rows k, k + K, ...).
+ * Dynamic shared memory: 2 * span floats. */
 template <int GDT, bool HAS_G, int VW>
-__global__ void __launch_bounds__(RES_THREADS, 2) distil_distill_resident_kernel(res_params p) {
+__global__ void __launch_bounds__(RES_THREADS) distil_distill_resident_kernel(res_params p) {
     extern __shared__ float4 res_dyn[];
     __shared__ res_smem sm;
     float *sa = reinterpret_cast<float *>(res_dyn);
@@ -428,18 +406,8 @@ __global__ void __launch_bounds__(RES_THREADS, 2) distil_distill_resident_kernel
     const int64_t c0 = p.span * rank < p.vocab ? p.span * rank : p.vocab;
     const int n = static_cast<int>(c0 + p.span < p.vocab ? p.span : p.vocab - c0);
     const int64_t clusters = gridDim.x / p.cl;
-    int64_t row = blockIdx.x / p.cl;
-    if (row < p.rows) {
-        res_stage<VW>(p.zs + row * p.vocab + c0, p.zt + row * p.vocab + c0, n, sa, sb);
-    }
-    for (; row < p.rows; row += clusters) {
-        res_regs<VW> r;
-        res_take<VW>(sa, sb, n, r);
-        const int64_t next = row + clusters;
-        if (next < p.rows) {
-            res_stage<VW>(p.zs + next * p.vocab + c0, p.zt + next * p.vocab + c0, n, sa, sb);
-        }
-        res_row<GDT, HAS_G, VW>(p, sm, r, row, rank, c0, n);
+    for (int64_t row = blockIdx.x / p.cl; row < p.rows; row += clusters) {
+        res_row<GDT, HAS_G, VW>(p, sm, sa, sb, row, rank, c0, n);
     }
     /* No block leaves while another may still read its statistics. */
     res_cluster_sync(p);
@@ -467,8 +435,7 @@ static const void *res_kernel_of(distil_dtype gdt, bool has_g, int vw) {
 /* Dynamic shared memory a block of the kernel may take on this device (its static part aside). */
 static size_t res_max_dynamic(const gpu_state *b) {
     const size_t cap = b->smem_optin > sizeof(res_smem) ? b->smem_optin - sizeof(res_smem) : 0;
-    const size_t most = static_cast<size_t>(RES_MAX_SPAN) * 2 * sizeof(float);
-    return cap < most ? cap : most;
+    return cap < RES_MAX_SLICE ? cap : RES_MAX_SLICE;
 }
 
 distil_status distill_resident_setup(gpu_state *b) {
@@ -530,6 +497,8 @@ static int res_resident_groups(const gpu_state *b, const void *kernel, int cl, s
     return n;
 }
 
+/* The plan for (kernel, V): the fewest blocks per row whose slice fits the first budget that
+ * some cluster size meets. */
 /* Blocks per row the kernel may use: clusters need an sm_90+ device *and* device code compiled
  * for it (code built for an older target runs there without the cluster exchanges). */
 static int res_max_cluster(const gpu_state *b, const void *kernel) {
@@ -541,23 +510,24 @@ static int res_max_cluster(const gpu_state *b, const void *kernel) {
     return fa.ptxVersion >= 90 ? 16 : 1;
 }
 
-/* The plan for (kernel, V): the fewest blocks per row whose slice fits in registers (at most
- * RES_MAX_SPAN columns) and of which a cluster can be resident. */
 static void res_plan(const gpu_state *b, const void *kernel, int64_t vocab, resident_plan &pl) {
     const int max_cl = res_max_cluster(b, kernel);
+    const size_t max_bytes = res_max_dynamic(b);
     pl.cl = 0;
-    for (int cl = 1; cl <= max_cl; cl *= 2) {
-        const int64_t span = ((vocab + cl - 1) / cl + 3) / 4 * 4;
-        const size_t bytes = static_cast<size_t>(span) * 2 * sizeof(float);
-        if (span > RES_MAX_SPAN || bytes > res_max_dynamic(b)) {
-            continue;
-        }
-        const int groups = res_resident_groups(b, kernel, cl, bytes);
-        if (groups > 0) {
-            pl.cl = cl;
-            pl.span = span;
-            pl.groups = groups;
-            return;
+    for (size_t budget : RES_BUDGETS) {
+        for (int cl = 1; cl <= max_cl; cl *= 2) {
+            const int64_t span = ((vocab + cl - 1) / cl + 3) / 4 * 4;
+            const size_t bytes = static_cast<size_t>(span) * 2 * sizeof(float);
+            if (bytes > budget || bytes > max_bytes) {
+                continue;
+            }
+            const int groups = res_resident_groups(b, kernel, cl, bytes);
+            if (groups > 0) {
+                pl.cl = cl;
+                pl.span = span;
+                pl.groups = groups;
+                return;
+            }
         }
     }
 }

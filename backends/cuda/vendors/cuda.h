@@ -54,34 +54,18 @@ template <typename T> __device__ __forceinline__ T distil_load_stream(const T *p
     return __ldcs(p);
 }
 
-/* Asynchronous copies global -> shared of 16 or 4 bytes (sm_80+; older targets copy at once),
- * grouped by commit, and the wait for all of a thread's groups (which makes the thread's own
- * copies visible to it; other threads need a barrier). */
-template <int BYTES> __device__ __forceinline__ void distil_cp_async(void *smem, const void *gmem) {
-    static_assert(BYTES == 16 || BYTES == 4, "cp.async of 16 or 4 bytes");
+/* Asynchronous 16-byte copy global -> shared (sm_80+), and the wait for all of a thread's. */
+__device__ __forceinline__ void distil_cp_async16(void *smem, const void *gmem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    if (BYTES == 16) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-    } else {
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
-    }
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 #else
-    if (BYTES == 16) {
-        *static_cast<uint4 *>(smem) = *static_cast<const uint4 *>(gmem);
-    } else {
-        *static_cast<float *>(smem) = *static_cast<const float *>(gmem);
-    }
-#endif
-}
-__device__ __forceinline__ void distil_cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    *static_cast<uint4 *>(smem) = *static_cast<const uint4 *>(gmem);
 #endif
 }
 __device__ __forceinline__ void distil_cp_async_wait_all() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 #endif
 }
 
