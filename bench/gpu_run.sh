@@ -151,6 +151,8 @@ environment
 unpack_deps
 install_liger
 build || { log "build failed: see $OUT/build.log"; report; exit 1; }
+mkdir -p "$OUT/floor" # the card's GEMM and copy rates, burst and at its power limit, this run
+step 40 floor-probe "$PY" bench/floor_probe.py --seconds 4 --json "$OUT/floor/floor-probe.json"
 run_distil
 baselines torch-eager 100 --impl eager --T 1024:8192
 baselines liger 150 --impl liger --T 1024:8192
