@@ -71,8 +71,16 @@ vendor_races_only() {
     local log=$1
     grep -qE "Internal Sanitizer Error|\[  FAILED  \]|^========= (Invalid|Barrier|Program hit)" \
         "$log" && return 1
-    grep -qE "access at " "$log" || return 1
-    ! grep -E "access at " "$log" | grep -vqE "access at (nvjet|cublas|sm[0-9]+_xmma)"
+    local sites
+    sites="$(race_sites "$log")"
+    [ -n "$sites" ] || return 1
+    ! grep -vqE "^(nvjet|cublas|sm[0-9]+_xmma)" <<<"$sites"
+}
+
+# The kernels named by the race reports of a log, one per line: "access at K+0x.." (older
+# compute-sanitizer) or "Read Thread (x,y,z) at K+0x.." / "Write Thread ... at K+0x.." (CUDA 13).
+race_sites() {
+    grep -oE "(access|Thread \([0-9,]+\)) at [A-Za-z0-9_]+" "$1" | sed 's/.* at //' | sort -u
 }
 
 logs="$build/gpu-sanitize"
@@ -100,7 +108,7 @@ for t in "${tests[@]}"; do
         rc=$?
         if [ "$rc" -eq 1 ] && [ "$tool" = racecheck ] && vendor_races_only "$log"; then
             echo "note  racecheck  $name: races reported only inside cuBLAS kernels:" \
-                "$(grep -oE "access at [A-Za-z0-9_]+" "$log" | sort -u | cut -c11- | tr '\n' ' ')"
+                "$(race_sites "$log" | tr '\n' ' ')"
             rc=0
         fi
         summary="$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$log" | tail -n 1)"
