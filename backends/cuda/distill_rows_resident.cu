@@ -258,9 +258,11 @@ __device__ inline void res_pass_grad(const float *sa, const float *sb, int n, fl
 
 /* ----------------------------------------------------------------------------- one row */
 
-/* The thread's vectors of the slice, global -> shared (each thread reads only its own). */
+/* Start copying the thread's vectors of the slice, global -> shared (each thread later reads only
+ * its own, so res_load_wait needs no barrier). */
 template <int VW>
-__device__ inline void res_load(const float *zs, const float *zt, int n, float *sa, float *sb) {
+__device__ inline void res_load_issue(const float *zs, const float *zt, int n, float *sa,
+                                      float *sb) {
     for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
         if (VW == 4) {
             distil_cp_async16(sa + j, zs + j);
@@ -270,6 +272,9 @@ __device__ inline void res_load(const float *zs, const float *zt, int n, float *
             sb[j] = zt[j];
         }
     }
+}
+
+template <int VW> __device__ inline void res_load_wait() {
     if (VW == 4) {
         distil_cp_async_wait_all();
     }
@@ -317,6 +322,7 @@ __device__ inline void res_merge_exp(const res_params &p, res_smem &sm) {
 template <int VW>
 __device__ inline void res_row_stats_of(const res_params &p, res_smem &sm, const float *sa,
                                         const float *sb, int n, res_row_stats &st) {
+    /* st.hw and st.sw are the caller's (the same for every row). */
     float ma, mb;
     res_pass_max<VW>(sa, sb, n, &ma, &mb);
     float bms, bmt;
@@ -344,18 +350,17 @@ __device__ inline void res_row_stats_of(const res_params &p, res_smem &sm, const
     st.lce = sm.row[2];
     st.ms = sm.row[3];
     st.mt = sm.row[4];
-    const float nv = p.n_valid ? *p.n_valid : 1.0f;
-    st.hw = nv > 0.0f ? p.weight_hard / nv : 0.0f;
-    st.sw = nv > 0.0f ? p.weight_soft * p.inv_t / nv : 0.0f;
 }
 
 template <int GDT, bool HAS_G, int VW>
 __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, float *sb, int64_t row,
-                               int rank, int64_t c0, int n) {
+                               int rank, int64_t c0, int n, res_row_stats st) {
     const float *zs = p.zs + row * p.vocab;
     void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab : nullptr;
+    res_load_issue<VW>(zs + c0, p.zt + row * p.vocab + c0, n, sa, sb); /* label's read overlaps */
     const int64_t label = p.labels[row];
     if (label == p.ignore_index || label < 0 || label >= p.vocab) {
+        res_load_wait<VW>(); /* the next row's copies reuse the slots */
         if (label != p.ignore_index && rank == 0 && threadIdx.x == 0) {
             distill_record_bad_label(p.err, p.vocab, p.row_offset + row, label);
         }
@@ -370,8 +375,7 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
     }
     /* Read before G may overwrite zs (in place, F32): the exchanges order it before any write. */
     const float z_label = rank == 0 && threadIdx.x == 0 ? zs[label] : 0.0f;
-    res_load<VW>(zs + c0, p.zt + row * p.vocab + c0, n, sa, sb);
-    res_row_stats st;
+    res_load_wait<VW>();
     res_row_stats_of<VW>(p, sm, sa, sb, n, st);
     double acc[2] = {0.0, 0.0};
     res_pass_jsd_any<HAS_G, VW>(p, st, sa, sb, n, acc);
@@ -406,8 +410,12 @@ __global__ void __launch_bounds__(RES_THREADS) distil_distill_resident_kernel(re
     const int64_t c0 = p.span * rank < p.vocab ? p.span * rank : p.vocab;
     const int n = static_cast<int>(c0 + p.span < p.vocab ? p.span : p.vocab - c0);
     const int64_t clusters = gridDim.x / p.cl;
+    res_row_stats w = {}; /* the weights over n, read once: n is the same for every row */
+    const float nv = p.n_valid ? *p.n_valid : 1.0f;
+    w.hw = nv > 0.0f ? p.weight_hard / nv : 0.0f;
+    w.sw = nv > 0.0f ? p.weight_soft * p.inv_t / nv : 0.0f;
     for (int64_t row = blockIdx.x / p.cl; row < p.rows; row += clusters) {
-        res_row<GDT, HAS_G, VW>(p, sm, sa, sb, row, rank, c0, n);
+        res_row<GDT, HAS_G, VW>(p, sm, sa, sb, row, rank, c0, n, w);
     }
     /* No block leaves while another may still read its statistics. */
     res_cluster_sync(p);
