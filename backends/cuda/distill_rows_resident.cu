@@ -1,12 +1,10 @@
 /*
  * distill_rows_resident.cu - distill_rows with each row resident on chip: the row's logits are
  * spread over a cluster of CL blocks (CL > 1 on sm_90+, else 1), each holding its slice of zs and
- * zt in shared memory, read from HBM once. Two exchanges of row statistics through distributed
- * shared memory: the blocks' maxima with their sums of exponentials relative to them (each
- * thread's found online in one pass), then the JSD sums. After each exchange barrier every warp
- * merges the cluster's slots itself, so no block barrier follows. The element work is done once:
- * the JSD pass leaves P = hw s + sw g and q in shared memory in place of zs and zt, and the last
- * pass writes G = P - sw (sum g) q. Math in base 2 (x2 = log2 q), row sums in double.
+ * zt in shared memory, read from HBM once. Three exchanges of row statistics (maxima; sums of
+ * exponentials; JSD sums) through distributed shared memory, and the element work done once: the
+ * sums pass leaves P = hw s + sw g and q in shared memory in place of zs and zt, and the last pass
+ * writes G = P - sw (sum g) q. Math in base 2 (x2 = log2 q), row sums in double.
  * Each thread owns the same vectors of the slice in every pass (t, t + T, t + 2T, ...), so the
  * slice itself needs no barrier; only the statistics do.
  *   zs, zt (rows, V) fp32 dense; labels (rows); ce, jsd (rows) fp32; g (rows, V) optional.
@@ -31,22 +29,19 @@ struct res_params : distill_params {
     int cl;       /* blocks per row (the cluster) */
 };
 
-/* Statistics of some columns of a row (a thread's, a warp's, a block's or the whole row's): the
- * maxima of zs and zt and sums of exponentials relative to them: sum[0] of 2^((zs - ms) cx),
- * sum[1] of 2^((zt - mt) cx), sum[2] of 2^((zs - ms) log2 e) (tau != 1 only). */
-struct res_part {
-    float ms, mt;
-    double sum[3];
+/* Block statistics: per-warp partials; this block's value of each exchange, read by the cluster
+ * (one slot per exchange: a block may write the next exchange's while others still read this
+ * one's); the row's values, broadcast to the block. */
+struct res_exp_slot {
+    float ms, mt;  /* the block's maxima of zs and zt */
+    double sum[3]; /* its sums of exponentials relative to them (res_pass_exp) */
 };
-
-/* Block state: the warps' parts; this block's part and JSD sums, read by the whole cluster (one
- * slot per exchange: a block may write the next exchange's while others still read this one's);
- * the warps' JSD sums. */
 struct res_smem {
-    res_part wpart[RES_WARPS];
-    double wsum[2][RES_WARPS];
-    res_part xexp;
+    float wmax[2][RES_WARPS];
+    double wsum[3][RES_WARPS];
+    res_exp_slot xexp;
     double xjsd[2];
+    float row[5];
 };
 
 /* --------------------------------------------------------------- exchanges of statistics */
@@ -73,69 +68,28 @@ template <typename T> __device__ inline const T *res_rank_ptr(const res_params &
     return mine;
 }
 
-__device__ inline res_part res_part_empty() {
-    res_part e = {-INFINITY, -INFINITY, {0.0, 0.0, 0.0}};
-    return e;
-}
-
-/* s 2^((m - to) c), s a sum relative to m: 0 for s == 0 (the factor is NaN when m = to = -inf),
- * NaN for a NaN s (NaN logits, which fmaxf leaves out of the maxima). */
-__device__ __forceinline__ double res_rescale(double s, float m, float to, float c) {
-    return s != 0.0 ? s * static_cast<double>(exp2f((m - to) * c)) : 0.0;
-}
-
-/* The part of the union of a's and b's columns. Commutative bit for bit, so every lane of a
- * butterfly ends with the same bits. */
-__device__ inline res_part res_part_merge(const res_params &p, const res_part &a,
-                                          const res_part &b) {
-    res_part r;
-    r.ms = fmaxf(a.ms, b.ms);
-    r.mt = fmaxf(a.mt, b.mt);
-    r.sum[0] = res_rescale(a.sum[0], a.ms, r.ms, p.cx) + res_rescale(b.sum[0], b.ms, r.ms, p.cx);
-    r.sum[1] = res_rescale(a.sum[1], a.mt, r.mt, p.cx) + res_rescale(b.sum[1], b.mt, r.mt, p.cx);
-    r.sum[2] = res_rescale(a.sum[2], a.ms, r.ms, DISTILL_ELEM_LOG2E) +
-               res_rescale(b.sum[2], b.ms, r.ms, DISTILL_ELEM_LOG2E);
-    return r;
-}
-
-/* The merge of every lane's part, in every lane (xor butterfly). */
-__device__ inline res_part res_warp_merge(const res_params &p, res_part a) {
-#pragma unroll
-    for (int o = DISTIL_GPU_WARP / 2; o > 0; o >>= 1) {
-        res_part b;
-        b.ms = distil_warp_xor(a.ms, o);
-        b.mt = distil_warp_xor(a.mt, o);
-#pragma unroll
-        for (int k = 0; k < 3; k++) {
-            b.sum[k] = distil_warp_xor(a.sum[k], o);
-        }
-        a = res_part_merge(p, a, b);
-    }
-    return a;
-}
-
-/* The block's part (of the threads' parts t) into sm.xexp, by warp 0 after one barrier. */
-__device__ inline void res_block_part(const res_params &p, res_smem &sm, res_part t) {
+/* The block's maxima of (a, b); same bits in every thread. */
+__device__ inline void res_block_max(res_smem &sm, float a, float b, float *ra, float *rb) {
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
     const int warp = threadIdx.x / DISTIL_GPU_WARP;
-    t = res_warp_merge(p, t);
+#pragma unroll
+    for (int o = DISTIL_GPU_WARP / 2; o > 0; o >>= 1) {
+        a = fmaxf(a, distil_warp_xor(a, o));
+        b = fmaxf(b, distil_warp_xor(b, o));
+    }
     if (lane == 0) {
-        sm.wpart[warp] = t;
+        sm.wmax[0][warp] = a;
+        sm.wmax[1][warp] = b;
     }
     __syncthreads();
-    if (warp == 0) {
-        t = res_warp_merge(p, lane < RES_WARPS ? sm.wpart[lane] : res_part_empty());
-        if (lane == 0) {
-            sm.xexp = t;
-        }
+    a = sm.wmax[0][0];
+    b = sm.wmax[1][0];
+    for (int w = 1; w < RES_WARPS; w++) {
+        a = fmaxf(a, sm.wmax[0][w]);
+        b = fmaxf(b, sm.wmax[1][w]);
     }
-}
-
-/* The row's part, after the exchange barrier: every warp reads the cluster's slots itself (lane
- * r < cl reads rank r's), so no barrier follows. */
-__device__ inline res_part res_row_part(const res_params &p, res_smem &sm) {
-    const int lane = threadIdx.x % DISTIL_GPU_WARP;
-    return res_warp_merge(p, lane < p.cl ? *res_rank_ptr(p, &sm.xexp, lane) : res_part_empty());
+    *ra = a;
+    *rb = b;
 }
 
 /* The block's sums of v[0..N) in double, fixed order, into slot[] by thread 0. */
@@ -162,50 +116,54 @@ template <int N> __device__ inline void res_block_sums(res_smem &sm, double (&v)
     }
 }
 
-/* The row sums of v[0..N) in double over every block, in a fixed order, in every thread: each
- * warp reads the cluster's slots itself after the exchange barrier. */
+/* The row sums of v[0..N) in double over every block, in a fixed order; lane 0 of warp 0 gets
+ * them in out[] (other threads: unspecified). Ends before any thread reads sm.row. */
 template <int N>
 __device__ inline void res_row_sums(const res_params &p, res_smem &sm, double *slot, double (&v)[N],
                                     double (&out)[N]) {
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
+    const int warp = threadIdx.x / DISTIL_GPU_WARP;
     res_block_sums<N>(sm, v, slot);
     res_cluster_sync(p);
+    if (warp == 0) {
 #pragma unroll
-    for (int k = 0; k < N; k++) {
-        out[k] = warp_sum(lane < p.cl ? res_rank_ptr(p, slot, lane)[k] : 0.0);
+        for (int k = 0; k < N; k++) {
+            double s = lane < p.cl ? res_rank_ptr(p, slot, lane)[k] : 0.0;
+            out[k] = warp_sum(s);
+        }
     }
 }
 
 /* ------------------------------------------------------------------------ element work */
 
-/* Pass 1, online: the thread's part of its columns. A vector whose maximum exceeds the running
- * one first rescales the sums (rarely after the first vectors); sums of VW terms in fp32, then
- * added in double. */
-template <int VW, bool UNIT>
-__device__ inline res_part res_pass_stats(const res_params &p, const float *sa, const float *sb,
-                                          int n) {
-    res_part t = res_part_empty();
+/* Pass 1: the thread's maxima of its columns of zs and zt. */
+template <int VW>
+__device__ inline void res_pass_max(const float *sa, const float *sb, int n, float *ma, float *mb) {
+    float a = -INFINITY;
+    float b = -INFINITY;
     for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
         float x[VW], y[VW];
         vload<DISTIL_F32, VW>(sa, j, x);
         vload<DISTIL_F32, VW>(sb, j, y);
-        float vx = x[0], vy = y[0];
 #pragma unroll
-        for (int k = 1; k < VW; k++) {
-            vx = fmaxf(vx, x[k]);
-            vy = fmaxf(vy, y[k]);
+        for (int k = 0; k < VW; k++) {
+            a = fmaxf(a, x[k]);
+            b = fmaxf(b, y[k]);
         }
-        if (vx > t.ms) {
-            t.sum[0] = res_rescale(t.sum[0], t.ms, vx, p.cx);
-            t.sum[2] = UNIT ? 0.0 : res_rescale(t.sum[2], t.ms, vx, DISTILL_ELEM_LOG2E);
-            t.ms = vx;
-        }
-        if (vy > t.mt) {
-            t.sum[1] = res_rescale(t.sum[1], t.mt, vy, p.cx);
-            t.mt = vy;
-        }
-        /* While every column so far is -inf, its terms are 0 relative to 0 (not NaN). */
-        const float ms = t.ms == -INFINITY ? 0.0f : t.ms, mt = t.mt == -INFINITY ? 0.0f : t.mt;
+    }
+    *ma = a;
+    *mb = b;
+}
+
+/* Pass 2: sums of 2^((zs - ms) cx), 2^((zt - mt) cx) and, for tau != 1 (!UNIT),
+ * 2^((zs - ms) log2 e). Vectors of VW summed in fp32, then added in double. */
+template <int VW, bool UNIT>
+__device__ inline void res_pass_exp(const res_params &p, const float *sa, const float *sb, int n,
+                                    float ms, float mt, double (&acc)[3]) {
+    for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
+        float x[VW], y[VW];
+        vload<DISTIL_F32, VW>(sa, j, x);
+        vload<DISTIL_F32, VW>(sb, j, y);
         float sx = 0.0f, sy = 0.0f, sc = 0.0f;
 #pragma unroll
         for (int k = 0; k < VW; k++) {
@@ -215,11 +173,10 @@ __device__ inline res_part res_pass_stats(const res_params &p, const float *sa, 
                 sc += distil_exp2_ftz((x[k] - ms) * DISTILL_ELEM_LOG2E);
             }
         }
-        t.sum[0] += sx;
-        t.sum[1] += sy;
-        t.sum[2] += sc;
+        acc[0] += sx;
+        acc[1] += sy;
+        acc[2] += sc;
     }
-    return t;
 }
 
 /* Row statistics in base 2: x2 = (zs - ms) cx - lx, y2 = (zt - mt) cx - ly, s2 = (zs - ms) log2e
@@ -323,40 +280,85 @@ template <int VW> __device__ inline void res_load_wait() {
     }
 }
 
-/* log2 of a positive sum as a float: its exponent plus log2f of its mantissa (about as exact as
- * rounding the double log2; 0 gives -inf, NaN stays NaN). */
-__device__ inline float res_log2(double s) {
-    int e;
-    const double m = frexp(s, &e);
-    return static_cast<float>(e) + log2f(static_cast<float>(m));
+/* Merge the blocks' (max, sums relative to it) in rank order on warp 0: each lane rescales one
+ * block's sums to the row maxima (one exp2f per block: the rounding of one element term), then a
+ * fixed-order warp sum in double. Lane 0 leaves the row's maxima and base-2 LSEs in sm.row. */
+__device__ inline void res_merge_exp(const res_params &p, res_smem &sm) {
+    const int lane = threadIdx.x % DISTIL_GPU_WARP;
+    res_exp_slot b = {-INFINITY, -INFINITY, {0.0, 0.0, 0.0}};
+    if (lane < p.cl) {
+        b = *res_rank_ptr(p, &sm.xexp, lane);
+    }
+    float ms = b.ms, mt = b.mt;
+#pragma unroll
+    for (int o = DISTIL_GPU_WARP / 2; o > 0; o >>= 1) {
+        ms = fmaxf(ms, distil_warp_xor(ms, o));
+        mt = fmaxf(mt, distil_warp_xor(mt, o));
+    }
+    /* A block whose sum is 0 (its slice all -inf, or a lane past the cluster) adds nothing: skip
+     * its factor, which is NaN when the maxima are -inf. A NaN sum (NaN logits, whose maximum
+     * fmaxf may report as -inf) still propagates. */
+    double sum[3];
+    sum[0] = b.sum[0] != 0.0 ? b.sum[0] * static_cast<double>(exp2f((b.ms - ms) * p.cx)) : 0.0;
+    sum[1] = b.sum[1] != 0.0 ? b.sum[1] * static_cast<double>(exp2f((b.mt - mt) * p.cx)) : 0.0;
+    sum[2] = b.sum[2] != 0.0
+                 ? b.sum[2] * static_cast<double>(exp2f((b.ms - ms) * DISTILL_ELEM_LOG2E))
+                 : 0.0;
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+        sum[k] = warp_sum(sum[k]);
+    }
+    if (lane == 0) {
+        sm.row[0] = static_cast<float>(log2(sum[0]));
+        sm.row[1] = static_cast<float>(log2(sum[1]));
+        sm.row[2] = p.unit_temp ? sm.row[0] : static_cast<float>(log2(sum[2]));
+        sm.row[3] = ms;
+        sm.row[4] = mt;
+    }
 }
 
-/* Statistics of the row into st (one exchange): the threads' online parts, the block's part, the
- * cluster's merge in every warp. st.hw and st.sw are the caller's (the same for every row). */
+/* Statistics of the row into st (one exchange): block maxima, sums of exponentials relative to
+ * them, then the cluster merge. */
 template <int VW>
 __device__ inline void res_row_stats_of(const res_params &p, res_smem &sm, const float *sa,
                                         const float *sb, int n, res_row_stats &st) {
-    res_block_part(p, sm,
-                   p.unit_temp ? res_pass_stats<VW, true>(p, sa, sb, n)
-                               : res_pass_stats<VW, false>(p, sa, sb, n));
+    /* st.hw and st.sw are the caller's (the same for every row). */
+    float ma, mb;
+    res_pass_max<VW>(sa, sb, n, &ma, &mb);
+    float bms, bmt;
+    res_block_max(sm, ma, mb, &bms, &bmt);
+    double acc[3] = {0.0, 0.0, 0.0};
+    /* An all -inf block slice would give NaN terms; its sums are 0. */
+    const float ems = bms == -INFINITY ? 0.0f : bms, emt = bmt == -INFINITY ? 0.0f : bmt;
+    if (p.unit_temp) {
+        res_pass_exp<VW, true>(p, sa, sb, n, ems, emt, acc);
+    } else {
+        res_pass_exp<VW, false>(p, sa, sb, n, ems, emt, acc);
+    }
+    res_block_sums<3>(sm, acc, sm.xexp.sum);
+    if (threadIdx.x == 0) {
+        sm.xexp.ms = bms;
+        sm.xexp.mt = bmt;
+    }
     res_cluster_sync(p);
-    const res_part r = res_row_part(p, sm);
-    /* Lanes 0, 1, 2 take one logarithm each; the warp shares them. */
-    const int lane = threadIdx.x % DISTIL_GPU_WARP;
-    const float l = res_log2(lane == 0 ? r.sum[0] : (lane == 1 ? r.sum[1] : r.sum[2]));
-    st.lx = distil_warp_bcast(l, 0);
-    st.ly = distil_warp_bcast(l, 1);
-    st.lce = p.unit_temp ? st.lx : distil_warp_bcast(l, 2);
-    st.ms = r.ms;
-    st.mt = r.mt;
+    if (threadIdx.x < DISTIL_GPU_WARP) {
+        res_merge_exp(p, sm);
+    }
+    __syncthreads();
+    st.lx = sm.row[0];
+    st.ly = sm.row[1];
+    st.lce = sm.row[2];
+    st.ms = sm.row[3];
+    st.mt = sm.row[4];
 }
 
 template <int GDT, bool HAS_G, int VW>
 __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, float *sb, int64_t row,
-                               int64_t label, int rank, int64_t c0, int n, res_row_stats st) {
+                               int rank, int64_t c0, int n, res_row_stats st) {
     const float *zs = p.zs + row * p.vocab;
     void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab : nullptr;
-    res_load_issue<VW>(zs + c0, p.zt + row * p.vocab + c0, n, sa, sb);
+    res_load_issue<VW>(zs + c0, p.zt + row * p.vocab + c0, n, sa, sb); /* label's read overlaps */
+    const int64_t label = p.labels[row];
     if (label == p.ignore_index || label < 0 || label >= p.vocab) {
         res_load_wait<VW>(); /* the next row's copies reuse the slots */
         if (label != p.ignore_index && rank == 0 && threadIdx.x == 0) {
@@ -383,12 +385,16 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
     }
     double tot[2];
     res_row_sums<2>(p, sm, sm.xjsd, acc, tot);
-    if (rank == 0 && threadIdx.x == 0) {
-        p.ce[row] = (st.ms + st.lce * DISTILL_ELEM_LN2) - z_label;
-        p.jsd[row] = static_cast<float>(tot[0] * DISTILL_ELEM_LN2);
+    if (threadIdx.x == 0) {
+        sm.row[0] = static_cast<float>(tot[1]) * st.sw; /* kappa = sw sum g */
+        if (rank == 0) {
+            p.ce[row] = (st.ms + st.lce * DISTILL_ELEM_LN2) - z_label;
+            p.jsd[row] = static_cast<float>(tot[0] * DISTILL_ELEM_LN2);
+        }
     }
-    if (HAS_G) { /* kappa = sw sum g */
-        res_pass_grad<GDT, VW>(sa, sb, n, static_cast<float>(tot[1]) * st.sw, g, c0);
+    __syncthreads();
+    if (HAS_G) { /* sm.row is next written after the next row's first exchange barrier */
+        res_pass_grad<GDT, VW>(sa, sb, n, sm.row[0], g, c0);
     }
 }
 
@@ -408,13 +414,8 @@ __global__ void __launch_bounds__(RES_THREADS) distil_distill_resident_kernel(re
     const float nv = p.n_valid ? *p.n_valid : 1.0f;
     w.hw = nv > 0.0f ? p.weight_hard / nv : 0.0f;
     w.sw = nv > 0.0f ? p.weight_soft * p.inv_t / nv : 0.0f;
-    int64_t row = blockIdx.x / p.cl;
-    int64_t label = row < p.rows ? p.labels[row] : 0;
-    for (; row < p.rows; row += clusters) {
-        /* The next row's label is read a row ahead: its latency no longer starts each row. */
-        const int64_t next_label = row + clusters < p.rows ? p.labels[row + clusters] : 0;
-        res_row<GDT, HAS_G, VW>(p, sm, sa, sb, row, label, rank, c0, n, w);
-        label = next_label;
+    for (int64_t row = blockIdx.x / p.cl; row < p.rows; row += clusters) {
+        res_row<GDT, HAS_G, VW>(p, sm, sa, sb, row, rank, c0, n, w);
     }
     /* No block leaves while another may still read its statistics. */
     res_cluster_sync(p);
