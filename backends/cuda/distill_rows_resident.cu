@@ -1,14 +1,12 @@
 /*
  * distill_rows_resident.cu - distill_rows with each row resident on chip: the row's logits are
  * spread over a cluster of CL blocks (CL > 1 on sm_90+, else 1), each holding its slice of zs and
- * zt in shared memory, read from HBM once. Two exchanges of row statistics through distributed
- * shared memory: the blocks' maxima with their sums of exponentials relative to them, then the
- * JSD sums; after each exchange barrier every warp merges the cluster's slots itself, so no block
- * barrier follows. The element work is done once: the JSD pass leaves P = hw s + sw g and q in
- * shared memory in place of zs and zt, and the last pass writes G = P - sw (sum g) q. Math in
- * base 2 (x2 = log2 q), row sums in double. Each thread owns the same vectors of the slice in
- * every pass (t, t + T, t + 2T, ...), so the slice itself needs no barrier; only the statistics
- * do.
+ * zt in shared memory, read from HBM once. Three exchanges of row statistics (maxima; sums of
+ * exponentials; JSD sums) through distributed shared memory, and the element work done once: the
+ * sums pass leaves P = hw s + sw g and q in shared memory in place of zs and zt, and the last pass
+ * writes G = P - sw (sum g) q. Math in base 2 (x2 = log2 q), row sums in double.
+ * Each thread owns the same vectors of the slice in every pass (t, t + T, t + 2T, ...), so the
+ * slice itself needs no barrier; only the statistics do.
  *   zs, zt (rows, V) fp32 dense; labels (rows); ce, jsd (rows) fp32; g (rows, V) optional.
  */
 #include "distill_elem.cuh"
@@ -43,6 +41,7 @@ struct res_smem {
     double wsum[3][RES_WARPS];
     res_exp_slot xexp;
     double xjsd[2];
+    float row[5];
 };
 
 /* --------------------------------------------------------------- exchanges of statistics */
@@ -117,17 +116,21 @@ template <int N> __device__ inline void res_block_sums(res_smem &sm, double (&v)
     }
 }
 
-/* The row sums of v[0..N) in double over every block, in a fixed order, in every thread: each
- * warp reads the cluster's slots itself after the exchange barrier (no barrier after). */
+/* The row sums of v[0..N) in double over every block, in a fixed order; lane 0 of warp 0 gets
+ * them in out[] (other threads: unspecified). Ends before any thread reads sm.row. */
 template <int N>
 __device__ inline void res_row_sums(const res_params &p, res_smem &sm, double *slot, double (&v)[N],
                                     double (&out)[N]) {
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
+    const int warp = threadIdx.x / DISTIL_GPU_WARP;
     res_block_sums<N>(sm, v, slot);
     res_cluster_sync(p);
+    if (warp == 0) {
 #pragma unroll
-    for (int k = 0; k < N; k++) {
-        out[k] = warp_sum(lane < p.cl ? res_rank_ptr(p, slot, lane)[k] : 0.0);
+        for (int k = 0; k < N; k++) {
+            double s = lane < p.cl ? res_rank_ptr(p, slot, lane)[k] : 0.0;
+            out[k] = warp_sum(s);
+        }
     }
 }
 
@@ -277,19 +280,10 @@ template <int VW> __device__ inline void res_load_wait() {
     }
 }
 
-/* log2 of a positive sum as a float: its exponent plus log2f of its mantissa (about as exact as
- * rounding the double log2, and cheap enough for every warp; 0 gives -inf, NaN stays NaN). */
-__device__ inline float res_log2(double s) {
-    int e;
-    const double m = frexp(s, &e);
-    return static_cast<float>(e) + log2f(static_cast<float>(m));
-}
-
-/* Merge the blocks' (max, sums relative to it) in rank order, in every warp (no barrier after):
- * lane r rescales rank r's sums to the row maxima (one exp2f per block: the rounding of one
- * element term), then a fixed-order warp sum in double; lanes 0-2 take one logarithm each and
- * share it. Leaves the row's maxima and base-2 LSEs in st. */
-__device__ inline void res_merge_exp(const res_params &p, res_smem &sm, res_row_stats &st) {
+/* Merge the blocks' (max, sums relative to it) in rank order on warp 0: each lane rescales one
+ * block's sums to the row maxima (one exp2f per block: the rounding of one element term), then a
+ * fixed-order warp sum in double. Lane 0 leaves the row's maxima and base-2 LSEs in sm.row. */
+__device__ inline void res_merge_exp(const res_params &p, res_smem &sm) {
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
     res_exp_slot b = {-INFINITY, -INFINITY, {0.0, 0.0, 0.0}};
     if (lane < p.cl) {
@@ -314,12 +308,13 @@ __device__ inline void res_merge_exp(const res_params &p, res_smem &sm, res_row_
     for (int k = 0; k < 3; k++) {
         sum[k] = warp_sum(sum[k]);
     }
-    const float l = res_log2(lane == 0 ? sum[0] : (lane == 1 ? sum[1] : sum[2]));
-    st.lx = distil_warp_bcast(l, 0);
-    st.ly = distil_warp_bcast(l, 1);
-    st.lce = p.unit_temp ? st.lx : distil_warp_bcast(l, 2);
-    st.ms = ms;
-    st.mt = mt;
+    if (lane == 0) {
+        sm.row[0] = static_cast<float>(log2(sum[0]));
+        sm.row[1] = static_cast<float>(log2(sum[1]));
+        sm.row[2] = p.unit_temp ? sm.row[0] : static_cast<float>(log2(sum[2]));
+        sm.row[3] = ms;
+        sm.row[4] = mt;
+    }
 }
 
 /* Statistics of the row into st (one exchange): block maxima, sums of exponentials relative to
@@ -346,15 +341,24 @@ __device__ inline void res_row_stats_of(const res_params &p, res_smem &sm, const
         sm.xexp.mt = bmt;
     }
     res_cluster_sync(p);
-    res_merge_exp(p, sm, st);
+    if (threadIdx.x < DISTIL_GPU_WARP) {
+        res_merge_exp(p, sm);
+    }
+    __syncthreads();
+    st.lx = sm.row[0];
+    st.ly = sm.row[1];
+    st.lce = sm.row[2];
+    st.ms = sm.row[3];
+    st.mt = sm.row[4];
 }
 
 template <int GDT, bool HAS_G, int VW>
 __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, float *sb, int64_t row,
-                               int64_t label, int rank, int64_t c0, int n, res_row_stats st) {
+                               int rank, int64_t c0, int n, res_row_stats st) {
     const float *zs = p.zs + row * p.vocab;
     void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab : nullptr;
-    res_load_issue<VW>(zs + c0, p.zt + row * p.vocab + c0, n, sa, sb);
+    res_load_issue<VW>(zs + c0, p.zt + row * p.vocab + c0, n, sa, sb); /* label's read overlaps */
+    const int64_t label = p.labels[row];
     if (label == p.ignore_index || label < 0 || label >= p.vocab) {
         res_load_wait<VW>(); /* the next row's copies reuse the slots */
         if (label != p.ignore_index && rank == 0 && threadIdx.x == 0) {
@@ -381,12 +385,16 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
     }
     double tot[2];
     res_row_sums<2>(p, sm, sm.xjsd, acc, tot);
-    if (rank == 0 && threadIdx.x == 0) {
-        p.ce[row] = (st.ms + st.lce * DISTILL_ELEM_LN2) - z_label;
-        p.jsd[row] = static_cast<float>(tot[0] * DISTILL_ELEM_LN2);
+    if (threadIdx.x == 0) {
+        sm.row[0] = static_cast<float>(tot[1]) * st.sw; /* kappa = sw sum g */
+        if (rank == 0) {
+            p.ce[row] = (st.ms + st.lce * DISTILL_ELEM_LN2) - z_label;
+            p.jsd[row] = static_cast<float>(tot[0] * DISTILL_ELEM_LN2);
+        }
     }
-    if (HAS_G) { /* kappa = sw sum g */
-        res_pass_grad<GDT, VW>(sa, sb, n, static_cast<float>(tot[1]) * st.sw, g, c0);
+    __syncthreads();
+    if (HAS_G) { /* sm.row is next written after the next row's first exchange barrier */
+        res_pass_grad<GDT, VW>(sa, sb, n, sm.row[0], g, c0);
     }
 }
 
@@ -406,13 +414,8 @@ __global__ void __launch_bounds__(RES_THREADS) distil_distill_resident_kernel(re
     const float nv = p.n_valid ? *p.n_valid : 1.0f;
     w.hw = nv > 0.0f ? p.weight_hard / nv : 0.0f;
     w.sw = nv > 0.0f ? p.weight_soft * p.inv_t / nv : 0.0f;
-    int64_t row = blockIdx.x / p.cl;
-    int64_t label = row < p.rows ? p.labels[row] : 0;
-    for (; row < p.rows; row += clusters) {
-        /* The next row's label is read a row ahead: its latency no longer starts each row. */
-        const int64_t next_label = row + clusters < p.rows ? p.labels[row + clusters] : 0;
-        res_row<GDT, HAS_G, VW>(p, sm, sa, sb, row, label, rank, c0, n, w);
-        label = next_label;
+    for (int64_t row = blockIdx.x / p.cl; row < p.rows; row += clusters) {
+        res_row<GDT, HAS_G, VW>(p, sm, sa, sb, row, rank, c0, n, w);
     }
     /* No block leaves while another may still read its statistics. */
     res_cluster_sync(p);

@@ -34,9 +34,6 @@ __device__ __forceinline__ double distil_warp_xor(double v, int lane_mask) {
 __device__ __forceinline__ long long distil_warp_xor(long long v, int lane_mask) {
     return __shfl_xor_sync(DISTIL_GPU_LANES_MASK, v, lane_mask);
 }
-__device__ __forceinline__ float distil_warp_bcast(float v, int src_lane) {
-    return __shfl_sync(DISTIL_GPU_LANES_MASK, v, src_lane);
-}
 
 /* fp16 bits <-> fp32, round to nearest even. */
 __device__ __forceinline__ float distil_f16_bits_to_float(unsigned short h) {

@@ -85,9 +85,6 @@ __device__ __forceinline__ double distil_warp_xor(double v, int lane_mask) {
 __device__ __forceinline__ long long distil_warp_xor(long long v, int lane_mask) {
     return __shfl_xor(v, lane_mask);
 }
-__device__ __forceinline__ float distil_warp_bcast(float v, int src_lane) {
-    return __shfl(v, src_lane);
-}
 
 /* 2^x, fast: AMD's exp2f is the hardware instruction already (results below 2^-126 may flush). */
 __device__ __forceinline__ float distil_exp2_ftz(float x) {
