@@ -354,11 +354,10 @@ __device__ inline void res_row_stats_of(const res_params &p, res_smem &sm, const
 
 template <int GDT, bool HAS_G, int VW>
 __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, float *sb, int64_t row,
-                               int rank, int64_t c0, int n, res_row_stats st) {
+                               int64_t label, int rank, int64_t c0, int n, res_row_stats st) {
     const float *zs = p.zs + row * p.vocab;
     void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab : nullptr;
-    res_load_issue<VW>(zs + c0, p.zt + row * p.vocab + c0, n, sa, sb); /* label's read overlaps */
-    const int64_t label = p.labels[row];
+    res_load_issue<VW>(zs + c0, p.zt + row * p.vocab + c0, n, sa, sb);
     if (label == p.ignore_index || label < 0 || label >= p.vocab) {
         res_load_wait<VW>(); /* the next row's copies reuse the slots */
         if (label != p.ignore_index && rank == 0 && threadIdx.x == 0) {
@@ -414,8 +413,13 @@ __global__ void __launch_bounds__(RES_THREADS) distil_distill_resident_kernel(re
     const float nv = p.n_valid ? *p.n_valid : 1.0f;
     w.hw = nv > 0.0f ? p.weight_hard / nv : 0.0f;
     w.sw = nv > 0.0f ? p.weight_soft * p.inv_t / nv : 0.0f;
-    for (int64_t row = blockIdx.x / p.cl; row < p.rows; row += clusters) {
-        res_row<GDT, HAS_G, VW>(p, sm, sa, sb, row, rank, c0, n, w);
+    int64_t row = blockIdx.x / p.cl;
+    int64_t label = row < p.rows ? p.labels[row] : 0;
+    for (; row < p.rows; row += clusters) {
+        /* The next row's label is read a row ahead: its latency no longer starts each row. */
+        const int64_t next_label = row + clusters < p.rows ? p.labels[row + clusters] : 0;
+        res_row<GDT, HAS_G, VW>(p, sm, sa, sb, row, label, rank, c0, n, w);
+        label = next_label;
     }
     /* No block leaves while another may still read its statistics. */
     res_cluster_sync(p);
