@@ -19,6 +19,8 @@
 #include "jsd_math.cuh"
 #include "reduce.cuh"
 
+#include <type_traits>
+
 namespace DISTIL_GPU_NS {
 
 struct distill_params {
@@ -37,6 +39,31 @@ struct distill_params {
     float cx;               /* log2(e) * inv_t */
     distill_elem_coef elem; /* the base-2 constants of coef.beta */
 };
+
+/* Calls f(MODE) with the row's jsd mode as a compile-time constant (std::integral_constant), so
+ * that the element loops hold no branch on it: the branch is taken once per row. */
+template <typename F>
+__device__ __forceinline__ void distill_with_mode(const distill_params &p, F &&f) {
+    if (p.coef.mode == JSD_MIXED) {
+        f(std::integral_constant<int, JSD_MIXED>{});
+    } else if (p.coef.mode == JSD_FORWARD_KL) {
+        f(std::integral_constant<int, JSD_FORWARD_KL>{});
+    } else {
+        f(std::integral_constant<int, JSD_REVERSE_KL>{});
+    }
+}
+
+/* The same with (tau == 1) as a second constant: f(MODE, UNIT). */
+template <typename F>
+__device__ __forceinline__ void distill_with_mode_unit(const distill_params &p, F &&f) {
+    distill_with_mode(p, [&](auto mode) {
+        if (p.unit_temp) {
+            f(mode, std::true_type{});
+        } else {
+            f(mode, std::false_type{});
+        }
+    });
+}
 
 constexpr int DISTILL_UNROLL = 2;
 
@@ -274,20 +301,6 @@ __device__ inline void distill_pass_jsd(const distill_params &p, const distill_r
     });
 }
 
-/* distill_pass_jsd for the row's mode: the branch is taken once per row. */
-template <int VW>
-__device__ inline void distill_pass_jsd_any(const distill_params &p, const distill_row_stats &st,
-                                            const float *zs, const float *zt, int64_t n,
-                                            double (&acc)[2]) {
-    if (p.coef.mode == JSD_MIXED) {
-        distill_pass_jsd<VW, JSD_MIXED>(p, st, zs, zt, n, acc);
-    } else if (p.coef.mode == JSD_FORWARD_KL) {
-        distill_pass_jsd<VW, JSD_FORWARD_KL>(p, st, zs, zt, n, acc);
-    } else {
-        distill_pass_jsd<VW, JSD_REVERSE_KL>(p, st, zs, zt, n, acc);
-    }
-}
-
 /* One element of G: hw (s - onehot) + sw (g - q sum g), s = softmax(zs) (q when tau == 1). */
 template <int MODE, bool UNIT>
 __device__ __forceinline__ float distill_grad_elem(const distill_params &p,
@@ -315,27 +328,6 @@ __device__ inline void distill_pass_grad(const distill_params &p, const distill_
         }
         vstore<GDT, VW>(g, j, o);
     });
-}
-
-/* distill_pass_grad for the row's (mode, tau == 1): the branch is taken once per row. */
-template <int GDT, int VW>
-__device__ inline void distill_pass_grad_any(const distill_params &p, const distill_row_stats &st,
-                                             const float *zs, const float *zt, int64_t n, void *g) {
-    if (p.unit_temp) {
-        if (p.coef.mode == JSD_MIXED) {
-            distill_pass_grad<GDT, VW, JSD_MIXED, true>(p, st, zs, zt, n, g);
-        } else if (p.coef.mode == JSD_FORWARD_KL) {
-            distill_pass_grad<GDT, VW, JSD_FORWARD_KL, true>(p, st, zs, zt, n, g);
-        } else {
-            distill_pass_grad<GDT, VW, JSD_REVERSE_KL, true>(p, st, zs, zt, n, g);
-        }
-    } else if (p.coef.mode == JSD_MIXED) {
-        distill_pass_grad<GDT, VW, JSD_MIXED, false>(p, st, zs, zt, n, g);
-    } else if (p.coef.mode == JSD_FORWARD_KL) {
-        distill_pass_grad<GDT, VW, JSD_FORWARD_KL, false>(p, st, zs, zt, n, g);
-    } else {
-        distill_pass_grad<GDT, VW, JSD_REVERSE_KL, false>(p, st, zs, zt, n, g);
-    }
 }
 
 /* ----------------------------------------------------------------------------- one row */
@@ -374,7 +366,8 @@ __device__ inline void distill_stream_row(const distill_params &p, distill_smem 
     distill_row_stats st;
     distill_row_stats_of<VW>(p, sm, zs, zt, n, st);
     double acc[2] = {0.0, 0.0};
-    distill_pass_jsd_any<VW>(p, st, zs, zt, n, acc);
+    distill_with_mode(
+        p, [&](auto mode) { distill_pass_jsd<VW, decltype(mode)::value>(p, st, zs, zt, n, acc); });
     distill_block_sums<2>(sm, acc); /* its barriers order pass 3's writes after every read */
     if (threadIdx.x == 0) {
         p.ce[row] = (st.ms + st.lce * DISTILL_ELEM_LN2) - z_label;
@@ -383,7 +376,10 @@ __device__ inline void distill_stream_row(const distill_params &p, distill_smem 
     if (HAS_G) {
         st.sum_g = static_cast<float>(acc[1]);
         st.label = label;
-        distill_pass_grad_any<GDT, VW>(p, st, zs, zt, n, g);
+        distill_with_mode_unit(p, [&](auto mode, auto unit) {
+            distill_pass_grad<GDT, VW, decltype(mode)::value, decltype(unit)::value>(p, st, zs, zt,
+                                                                                     n, g);
+        });
     }
 }
 

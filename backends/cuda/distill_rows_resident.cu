@@ -219,27 +219,6 @@ __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st
     }
 }
 
-/* res_pass_jsd for the row's (mode, tau == 1): the branch is taken once per row. */
-template <bool HAS_G, int VW>
-__device__ inline void res_pass_jsd_any(const res_params &p, const res_row_stats &st, float *sa,
-                                        float *sb, int n, double (&acc)[2]) {
-    if (p.unit_temp) {
-        if (p.coef.mode == JSD_MIXED) {
-            res_pass_jsd<HAS_G, VW, JSD_MIXED, true>(p, st, sa, sb, n, acc);
-        } else if (p.coef.mode == JSD_FORWARD_KL) {
-            res_pass_jsd<HAS_G, VW, JSD_FORWARD_KL, true>(p, st, sa, sb, n, acc);
-        } else {
-            res_pass_jsd<HAS_G, VW, JSD_REVERSE_KL, true>(p, st, sa, sb, n, acc);
-        }
-    } else if (p.coef.mode == JSD_MIXED) {
-        res_pass_jsd<HAS_G, VW, JSD_MIXED, false>(p, st, sa, sb, n, acc);
-    } else if (p.coef.mode == JSD_FORWARD_KL) {
-        res_pass_jsd<HAS_G, VW, JSD_FORWARD_KL, false>(p, st, sa, sb, n, acc);
-    } else {
-        res_pass_jsd<HAS_G, VW, JSD_REVERSE_KL, false>(p, st, sa, sb, n, acc);
-    }
-}
-
 /* Pass 4: G = P - kappa q for the slice, written to g + c0. */
 template <int GDT, int VW>
 __device__ inline void res_pass_grad(const float *sa, const float *sb, int n, float kappa, void *g,
@@ -377,7 +356,10 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
     res_load_wait<VW>();
     res_row_stats_of<VW>(p, sm, sa, sb, n, st);
     double acc[2] = {0.0, 0.0};
-    res_pass_jsd_any<HAS_G, VW>(p, st, sa, sb, n, acc);
+    distill_with_mode_unit(p, [&](auto mode, auto unit) {
+        res_pass_jsd<HAS_G, VW, decltype(mode)::value, decltype(unit)::value>(p, st, sa, sb, n,
+                                                                              acc);
+    });
     const int64_t lc = label - c0; /* the label's column: its owner takes hw off P there */
     if (HAS_G && lc >= 0 && lc < n && (lc / VW) % RES_THREADS == threadIdx.x) {
         sa[lc] -= st.hw;
