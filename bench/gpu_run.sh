@@ -131,7 +131,9 @@ report() {
     local files=("$OUT"/*.json)
     [ -f "${files[0]}" ] || { log "no results"; return 1; }
     bash bench/plot.sh "$OUT/plots" "${files[@]}"
-    "$PY" bench/results_table.py "${files[@]}" > "$OUT/tables.md"
+    local probe=()
+    [ -f "$OUT/floor/floor-probe.json" ] && probe=(--probe "$OUT/floor/floor-probe.json")
+    "$PY" bench/results_table.py ${probe[@]+"${probe[@]}"} "${files[@]}" > "$OUT/tables.md"
     log "tables: $OUT/tables.md, plots: $OUT/plots/"
 }
 

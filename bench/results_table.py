@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """results_table.py - Markdown tables of distil-bench / baselines.py results, for RESULTS.md.
 
-usage: results_table.py FILE.json|FILE.csv...
+usage: results_table.py [--probe floor-probe.json] FILE.json|FILE.csv...
 
 One table per workload, mode, dtype and shape: a row per T; per backend the median ms with
 p20..p80; the speed-up of each distil backend over PyTorch eager (and torch.compile, Liger when
-present); the ratio to the floor; and memory (peak, and working = beyond inputs and outputs).
-Only the Python standard library is used.
+present); the ratio to the floor; with --probe (bench/floor_probe.py's file of the same run) also
+the ratio to the floor at the rates the card sustained; and memory (peak, and working = beyond
+inputs and outputs). Only the Python standard library is used.
 """
+import json
 import os
 import sys
 
@@ -36,7 +38,16 @@ def fmt_bytes(v):
     return f"{v / 1e6:.0f} MB" if v >= 1e6 else f"{v / 1e3:.0f} kB"
 
 
-def table(rows):
+def sustained_floor_ms(r, probe):
+    """The call's floor at the probe's sustained rates: FLOPs (GEMM-bound) or bytes (copy)."""
+    if not probe:
+        return None
+    if r.get("flops"):
+        return r["flops"] / (probe["gemm_bf16_tflops_sustained"] * 1e9)
+    return r["bytes"] / (probe["copy_tbps_sustained"] * 1e9) if r.get("bytes") else None
+
+
+def table(rows, probe=None):
     devices = {r["device"] for r in rows if r["backend"] not in BASELINES} or {rows[0]["device"]}
     backends = list(dict.fromkeys(r["backend"] for r in rows))
     ours = [b for b in backends if b not in BASELINES]
@@ -46,6 +57,7 @@ def table(rows):
     head = ["T", "floor ms"] + [f"{'distil-' + b if b in ours else b} ms" for b in backends]
     head += [f"distil-{o} speed-up over {b}" for o in ours for b in base]
     head += [f"{'distil-' + o if o in ours else o} × floor" for o in ours]
+    head += [f"distil-{o} × sustained floor" for o in ours] if probe else []
     head += [f"{b if b in BASELINES else 'distil-' + b} memory (working)" for b in backends]
     out = [f"**{title_of(rows[0], devices)}**", "", "| " + " | ".join(head) + " |",
            "|" + "---|" * len(head)]
@@ -63,6 +75,10 @@ def table(rows):
             r = by.get((o, t))
             ok = r and r["status"] == "ok" and r["floor_ms"]
             cells.append(f"{r['ms_median'] / r['floor_ms']:.2f}" if ok else "–")
+        for o in ours if probe else []:
+            r = by.get((o, t))
+            sf = sustained_floor_ms(r, probe) if r and r["status"] == "ok" else None
+            cells.append(f"{r['ms_median'] / sf:.2f}" if sf else "–")
         for b in backends:
             r = by.get((b, t))
             cells.append(f"{fmt_bytes(r['mem_bytes'])} ({fmt_bytes(r['working_bytes'])})"
@@ -72,13 +88,18 @@ def table(rows):
 
 
 def main(argv):
+    probe = None
+    if argv[:1] == ["--probe"] and len(argv) > 1:
+        with open(argv[1]) as f:
+            probe = json.load(f)
+        argv = argv[2:]
     if not argv:
-        sys.exit("usage: results_table.py FILE.json|FILE.csv...")
+        sys.exit("usage: results_table.py [--probe floor-probe.json] FILE.json|FILE.csv...")
     groups = {}
     for path in argv:
         for r in load(path, ok_only=False):
             groups.setdefault(group_key(r), []).append(r)
-    print("\n\n".join(table(rows) for _, rows in sorted(groups.items())))
+    print("\n\n".join(table(rows, probe) for _, rows in sorted(groups.items())))
 
 
 if __name__ == "__main__":
