@@ -136,21 +136,31 @@ __device__ inline void res_row_sums(const res_params &p, res_smem &sm, double *s
 
 /* ------------------------------------------------------------------------ element work */
 
+/* Calls f(a, b, j) on each of the thread's vectors of the slice: VW columns [j, j + VW) of zs (a)
+ * and zt (b) read from shared memory, j = VW t, VW (t + T), ... (the same columns in every pass).
+ */
+template <int VW, typename F>
+__device__ __forceinline__ void res_for_vectors(const float *sa, const float *sb, int n, F &&f) {
+    for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
+        float a[VW], b[VW];
+        vload<DISTIL_F32, VW>(sa, j, a);
+        vload<DISTIL_F32, VW>(sb, j, b);
+        f(a, b, j);
+    }
+}
+
 /* Pass 1: the thread's maxima of its columns of zs and zt. */
 template <int VW>
 __device__ inline void res_pass_max(const float *sa, const float *sb, int n, float *ma, float *mb) {
     float a = -INFINITY;
     float b = -INFINITY;
-    for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
-        float x[VW], y[VW];
-        vload<DISTIL_F32, VW>(sa, j, x);
-        vload<DISTIL_F32, VW>(sb, j, y);
+    res_for_vectors<VW>(sa, sb, n, [&](const float(&x)[VW], const float(&y)[VW], int) {
 #pragma unroll
         for (int k = 0; k < VW; k++) {
             a = fmaxf(a, x[k]);
             b = fmaxf(b, y[k]);
         }
-    }
+    });
     *ma = a;
     *mb = b;
 }
@@ -160,10 +170,7 @@ __device__ inline void res_pass_max(const float *sa, const float *sb, int n, flo
 template <int VW, bool UNIT>
 __device__ inline void res_pass_exp(const res_params &p, const float *sa, const float *sb, int n,
                                     float ms, float mt, double (&acc)[3]) {
-    for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
-        float x[VW], y[VW];
-        vload<DISTIL_F32, VW>(sa, j, x);
-        vload<DISTIL_F32, VW>(sb, j, y);
+    res_for_vectors<VW>(sa, sb, n, [&](const float(&x)[VW], const float(&y)[VW], int) {
         float sx = 0.0f, sy = 0.0f, sc = 0.0f;
 #pragma unroll
         for (int k = 0; k < VW; k++) {
@@ -176,7 +183,7 @@ __device__ inline void res_pass_exp(const res_params &p, const float *sa, const 
         acc[0] += sx;
         acc[1] += sy;
         acc[2] += sc;
-    }
+    });
 }
 
 /* Row statistics in base 2: x2 = (zs - ms) cx - lx, y2 = (zt - mt) cx - ly, s2 = (zs - ms) log2e
@@ -190,11 +197,9 @@ struct res_row_stats {
 template <bool HAS_G, int VW, int MODE, bool UNIT>
 __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st, float *sa,
                                     float *sb, int n, double (&acc)[2]) {
-    for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
-        float a[VW], b[VW];
-        vload<DISTIL_F32, VW>(sa, j, a);
-        vload<DISTIL_F32, VW>(sb, j, b);
+    res_for_vectors<VW>(sa, sb, n, [&](const float(&a)[VW], const float(&b)[VW], int j) {
         float se = 0.0f, sg = 0.0f;
+        float pv[VW], qv[VW];
 #pragma unroll
         for (int k = 0; k < VW; k++) {
             const float x2 = (a[k] - st.ms) * p.cx - st.lx;
@@ -206,33 +211,31 @@ __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st
             if (HAS_G) {
                 const float s =
                     UNIT ? q : distil_exp2_ftz((a[k] - st.ms) * DISTILL_ELEM_LOG2E - st.lce);
-                a[k] = st.hw * s + st.sw * g;
-                b[k] = q;
+                pv[k] = st.hw * s + st.sw * g;
+                qv[k] = q;
             }
         }
         if (HAS_G) {
-            vstore<DISTIL_F32, VW>(sa, j, a);
-            vstore<DISTIL_F32, VW>(sb, j, b);
+            vstore<DISTIL_F32, VW>(sa, j, pv);
+            vstore<DISTIL_F32, VW>(sb, j, qv);
         }
         acc[0] += se;
         acc[1] += sg;
-    }
+    });
 }
 
 /* Pass 4: G = P - kappa q for the slice, written to g + c0. */
 template <int GDT, int VW>
 __device__ inline void res_pass_grad(const float *sa, const float *sb, int n, float kappa, void *g,
                                      int64_t c0) {
-    for (int j = threadIdx.x * VW; j < n; j += RES_THREADS * VW) {
-        float a[VW], b[VW];
-        vload<DISTIL_F32, VW>(sa, j, a);
-        vload<DISTIL_F32, VW>(sb, j, b);
+    res_for_vectors<VW>(sa, sb, n, [&](const float(&a)[VW], const float(&b)[VW], int j) {
+        float o[VW];
 #pragma unroll
         for (int k = 0; k < VW; k++) {
-            a[k] -= kappa * b[k];
+            o[k] = a[k] - kappa * b[k];
         }
-        vstore<GDT, VW>(g, c0 + j, a);
-    }
+        vstore<GDT, VW>(g, c0 + j, o);
+    });
 }
 
 /* ----------------------------------------------------------------------------- one row */
