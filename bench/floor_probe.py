@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """floor_probe.py - the GPU's own ceilings, measured in the same run as the benchmarks: a bf16
-matrix product (8192 x 8192 x 8192 through PyTorch / cuBLAS, fp32 accumulation) in TFLOP/s and a
+matrix product (8192 x 8192 x 8192 through PyTorch / cuBLAS) in TFLOP/s and a
 device-to-device copy (1 GiB, bytes read + written) in TB/s, each two ways:
   burst      mean of 10 timed calls after 3 warm-ups (how DESIGN.md's floors were measured);
   sustained  back-to-back calls for --seconds, timed over the last half, after the card has
@@ -42,6 +42,8 @@ def main(argv):
     p.add_argument("--seconds", type=float, default=4.0)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    if args.seconds <= 0:
+        p.error("--seconds must be > 0")
     import torch
 
     if not torch.cuda.is_available():

@@ -25,6 +25,7 @@ typedef struct tl_kernel {
 
 static tl_kernel tl_k[TL_MAX];
 static int tl_n;
+static int tl_dropped; /* kernels past TL_MAX */
 
 static void CUPTIAPI tl_buffer_requested(uint8_t **buf, size_t *size, size_t *max_records) {
     *size = 8u << 20;
@@ -39,7 +40,11 @@ static void CUPTIAPI tl_buffer_completed(CUcontext c, uint32_t stream, uint8_t *
     (void)size;
     CUpti_Activity *rec = NULL;
     while (cuptiActivityGetNextRecord(buf, valid, &rec) == CUPTI_SUCCESS) {
-        if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || tl_n >= TL_MAX) {
+        if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+            continue;
+        }
+        if (tl_n >= TL_MAX) {
+            tl_dropped++;
             continue;
         }
         const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
@@ -49,6 +54,17 @@ static void CUPTIAPI tl_buffer_completed(CUcontext c, uint32_t stream, uint8_t *
         snprintf(t->name, sizeof t->name, "%s", k->name ? k->name : "?");
     }
     free(buf);
+}
+
+/* A CUPTI call's result; a failure (e.g. no permission to profile) is said once. */
+static int tl_cupti_ok(CUptiResult r, const char *what) {
+    if (r == CUPTI_SUCCESS) {
+        return 1;
+    }
+    const char *msg = NULL;
+    cuptiGetResultString(r, &msg);
+    fprintf(stderr, "%s: %s\n", what, msg ? msg : "CUPTI error");
+    return 0;
 }
 
 static int tl_cmp_start(const void *a, const void *b) {
@@ -170,8 +186,13 @@ int main(int argc, char **argv) {
             if (distil_ctx_synchronize(ctx) != DISTIL_OK) {
                 return 1;
             }
-            cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-            cuptiActivityRegisterCallbacks(tl_buffer_requested, tl_buffer_completed);
+            if (!tl_cupti_ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
+                             "cuptiActivityEnable") ||
+                !tl_cupti_ok(
+                    cuptiActivityRegisterCallbacks(tl_buffer_requested, tl_buffer_completed),
+                    "cuptiActivityRegisterCallbacks")) {
+                return 1;
+            }
         }
         if (distil_fused_linear_jsd(ctx, &d, xs, ws, NULL, xt, wt, NULL, labels, loss, gx, gw,
                                     NULL) != DISTIL_OK ||
@@ -183,7 +204,13 @@ int main(int argc, char **argv) {
     if (distil_ctx_synchronize(ctx) != DISTIL_OK) {
         return 1;
     }
-    cuptiActivityFlushAll(1);
+    if (!tl_cupti_ok(cuptiActivityFlushAll(1), "cuptiActivityFlushAll")) {
+        return 1;
+    }
+    if (tl_dropped > 0) {
+        fprintf(stderr, "note: %d kernels past the first %d were not recorded\n", tl_dropped,
+                TL_MAX);
+    }
     qsort(tl_k, (size_t)tl_n, sizeof tl_k[0], tl_cmp_start);
     uint64_t mark[65];
     int calls = 0;

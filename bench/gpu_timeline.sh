@@ -10,8 +10,8 @@ BUILD=${BUILD:-build-gpu}
 OUT=${OUT:-$PWD/gpu-timeline-out}
 mkdir -p "$OUT"
 for v in ${VARIANTS:-default}; do
-    env=()
-    [ "$v" != default ] && env=("${v//,/ }")
+    env=() # "A=1,B=2" is two assignments
+    [ "$v" != default ] && IFS=, read -ra env <<<"$v"
     for t in ${T:-1024 8192}; do
         echo "=== $v T=$t"
         timeout 120 env ${env[@]+"${env[@]}"} "$BUILD/bench/distil-gpu-timeline" "$t" 7 \

@@ -39,12 +39,18 @@ def fmt_bytes(v):
 
 
 def sustained_floor_ms(r, probe):
-    """The call's floor at the probe's sustained rates: FLOPs (GEMM-bound) or bytes (copy)."""
-    if not probe:
+    """The call's floor at the probe's sustained rates, as bench_floor.c takes it: the larger of
+    bytes over the copy rate and FLOPs over the GEMM rate. Only on the probe's device (a name that
+    starts with its name: opencl adds the platform), and
+    FLOPs only in bf16 / f16 (the probe measures a bf16 GEMM); else None."""
+    if not probe or not str(r.get("device", "")).startswith(probe.get("device", "?")):
         return None
-    if r.get("flops"):
-        return r["flops"] / (probe["gemm_bf16_tflops_sustained"] * 1e9)
-    return r["bytes"] / (probe["copy_tbps_sustained"] * 1e9) if r.get("bytes") else None
+    flops, moved = float(r.get("flops") or 0), float(r.get("bytes") or 0)
+    if flops > 0 and r.get("dtype") not in ("bf16", "f16"):
+        return None
+    mem = moved / (probe["copy_tbps_sustained"] * 1e9)
+    gemm = flops / (probe["gemm_bf16_tflops_sustained"] * 1e9)
+    return max(mem, gemm) or None
 
 
 def table(rows, probe=None):

@@ -74,13 +74,15 @@ vendor_races_only() {
     local sites
     sites="$(race_sites "$log")"
     [ -n "$sites" ] || return 1
-    ! grep -vqE "^(nvjet|cublas|sm[0-9]+_xmma)" <<<"$sites"
+    ! grep -vqE "(nvjet|cublas|xmma|cutlass)" <<<"$sites"
 }
 
 # The kernels named by the race reports of a log, one per line: "access at K+0x.." (older
-# compute-sanitizer) or "Read Thread (x,y,z) at K+0x.." / "Write Thread ... at K+0x.." (CUDA 13).
+# compute-sanitizer) or "Read Thread (x,y,z) at K+0x.." / "Write Thread ... at K+0x.." (CUDA 13);
+# K may be a demangled C++ name with spaces.
 race_sites() {
-    grep -oE "(access|Thread \([0-9,]+\)) at [A-Za-z0-9_]+" "$1" | sed 's/.* at //' | sort -u
+    grep -E "(access|Thread \([0-9,]+\)) at .*\+0x[0-9a-f]+" "$1" |
+        sed -E 's/.*(access|Thread \([0-9,]+\)) at (.*)\+0x[0-9a-f]+.*/\2/' | sort -u
 }
 
 logs="$build/gpu-sanitize"

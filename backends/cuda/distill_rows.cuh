@@ -315,8 +315,9 @@ __device__ __forceinline__ float distill_grad_elem(const distill_params &p,
     return st.hw * (s - (is_label ? 1.0f : 0.0f)) + st.sw * (g - q * st.sum_g);
 }
 
-/* Pass 3: the row g of G. In place (g aliasing zs) is safe: each element is read before the same
- * thread writes it, and no thread reads zs after pass 2. */
+/* Pass 3: the row g of G. In place (g aliasing zs, F32) is safe: each thread reads its own
+ * columns before it writes them, no other thread reads them in this pass, and the label's logit
+ * was read before pass 2's barriers. */
 template <int GDT, int VW, int MODE, bool UNIT>
 __device__ inline void distill_pass_grad(const distill_params &p, const distill_row_stats &st,
                                          const float *zs, const float *zt, int64_t n, void *g) {

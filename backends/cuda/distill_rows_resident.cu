@@ -1,10 +1,11 @@
 /*
  * distill_rows_resident.cu - distill_rows with each row resident on chip: the row's logits are
  * spread over a cluster of CL blocks (CL > 1 on sm_90+, else 1), each holding its slice of zs and
- * zt in shared memory, read from HBM once. Three exchanges of row statistics (maxima; sums of
- * exponentials; JSD sums) through distributed shared memory, and the element work done once: the
- * sums pass leaves P = hw s + sw g and q in shared memory in place of zs and zt, and the last pass
- * writes G = P - sw (sum g) q. Math in base 2 (x2 = log2 q), row sums in double.
+ * zt in shared memory, read from HBM once (an ignored row is not read at all). Two exchanges of
+ * row statistics through distributed shared memory: the blocks' maxima with their sums of
+ * exponentials relative to them, then the JSD sums. The element work is done once: the JSD pass
+ * leaves P = hw s + sw g and q in shared memory in place of zs and zt, and the last pass writes
+ * G = P - sw (sum g) q. Math in base 2 (x2 = log2 q), row sums in double.
  * Each thread owns the same vectors of the slice in every pass (t, t + T, t + 2T, ...), so the
  * slice itself needs no barrier; only the statistics do.
  *   zs, zt (rows, V) fp32 dense; labels (rows); ce, jsd (rows) fp32; g (rows, V) optional.
@@ -339,9 +340,7 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
                                int64_t label, int rank, int64_t c0, int n, res_row_stats st) {
     const float *zs = p.zs + row * p.vocab;
     void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab : nullptr;
-    res_load_issue<VW>(zs + c0, p.zt + row * p.vocab + c0, n, sa, sb);
-    if (label == p.ignore_index || label < 0 || label >= p.vocab) {
-        res_load_wait<VW>(); /* the next row's copies reuse the slots */
+    if (label == p.ignore_index || label < 0 || label >= p.vocab) { /* no copy: nothing to read */
         if (label != p.ignore_index && rank == 0 && threadIdx.x == 0) {
             distill_record_bad_label(p.err, p.vocab, p.row_offset + row, label);
         }
@@ -354,6 +353,7 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
         }
         return;
     }
+    res_load_issue<VW>(zs + c0, p.zt + row * p.vocab + c0, n, sa, sb);
     /* Read before G may overwrite zs (in place, F32): the exchanges order it before any write. */
     const float z_label = rank == 0 && threadIdx.x == 0 ? zs[label] : 0.0f;
     res_load_wait<VW>();
