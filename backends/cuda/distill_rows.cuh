@@ -120,9 +120,11 @@ __device__ inline bool distill_label(const distill_params &p, int64_t row, int64
 
 /* ------------------------------------------------------------------ block reductions */
 
-/* The block's maxima of (a, b), the same bits in every thread. fmaxf skips NaN: a NaN logit
- * propagates through the sums instead. */
-__device__ inline void distill_block_max(distill_smem &sm, float &a, float &b) {
+/* The block's maxima of (a, b) over its first `warps` warps, the same bits in every thread;
+ * wmax is scratch in shared memory. fmaxf skips NaN: a NaN logit propagates through the sums
+ * instead. Both row kernels use it. */
+template <int CAP>
+__device__ inline void distill_block_max(float (&wmax)[2][CAP], int warps, float &a, float &b) {
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
     const int warp = threadIdx.x / DISTIL_GPU_WARP;
 #pragma unroll
@@ -131,15 +133,15 @@ __device__ inline void distill_block_max(distill_smem &sm, float &a, float &b) {
         b = fmaxf(b, distil_warp_xor(b, o));
     }
     if (lane == 0) {
-        sm.wmax[0][warp] = a;
-        sm.wmax[1][warp] = b;
+        wmax[0][warp] = a;
+        wmax[1][warp] = b;
     }
     __syncthreads();
-    a = sm.wmax[0][0];
-    b = sm.wmax[1][0];
-    for (int w = 1; w < static_cast<int>(blockDim.x / DISTIL_GPU_WARP); w++) {
-        a = fmaxf(a, sm.wmax[0][w]);
-        b = fmaxf(b, sm.wmax[1][w]);
+    a = wmax[0][0];
+    b = wmax[1][0];
+    for (int w = 1; w < warps; w++) {
+        a = fmaxf(a, wmax[0][w]);
+        b = fmaxf(b, wmax[1][w]);
     }
 }
 
@@ -268,7 +270,7 @@ __device__ inline void distill_row_stats_of(const distill_params &p, distill_sme
                                           : distill_pass_exp<VW, false>(p, zs, zt, n);
     st.ms = t.ms;
     st.mt = t.mt;
-    distill_block_max(sm, st.ms, st.mt);
+    distill_block_max(sm.wmax, static_cast<int>(blockDim.x / DISTIL_GPU_WARP), st.ms, st.mt);
     double v[3] = {distill_to_row(t.sx, t.ms, st.ms, p.cx), distill_to_row(t.sy, t.mt, st.mt, p.cx),
                    distill_to_row(t.sc, t.ms, st.ms, DISTILL_ELEM_LOG2E)};
     distill_block_sums<3>(sm, v);

@@ -69,30 +69,6 @@ template <typename T> __device__ inline const T *res_rank_ptr(const res_params &
     return mine;
 }
 
-/* The block's maxima of (a, b); same bits in every thread. */
-__device__ inline void res_block_max(res_smem &sm, float a, float b, float *ra, float *rb) {
-    const int lane = threadIdx.x % DISTIL_GPU_WARP;
-    const int warp = threadIdx.x / DISTIL_GPU_WARP;
-#pragma unroll
-    for (int o = DISTIL_GPU_WARP / 2; o > 0; o >>= 1) {
-        a = fmaxf(a, distil_warp_xor(a, o));
-        b = fmaxf(b, distil_warp_xor(b, o));
-    }
-    if (lane == 0) {
-        sm.wmax[0][warp] = a;
-        sm.wmax[1][warp] = b;
-    }
-    __syncthreads();
-    a = sm.wmax[0][0];
-    b = sm.wmax[1][0];
-    for (int w = 1; w < RES_WARPS; w++) {
-        a = fmaxf(a, sm.wmax[0][w]);
-        b = fmaxf(b, sm.wmax[1][w]);
-    }
-    *ra = a;
-    *rb = b;
-}
-
 /* The block's sums of v[0..N) in double, fixed order, into slot[] by thread 0. */
 template <int N> __device__ inline void res_block_sums(res_smem &sm, double (&v)[N], double *slot) {
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
@@ -308,8 +284,8 @@ __device__ inline void res_row_stats_of(const res_params &p, res_smem &sm, const
     /* st.hw and st.sw are the caller's (the same for every row). */
     float ma, mb;
     res_pass_max<VW>(sa, sb, n, &ma, &mb);
-    float bms, bmt;
-    res_block_max(sm, ma, mb, &bms, &bmt);
+    float bms = ma, bmt = mb;
+    distill_block_max(sm.wmax, RES_WARPS, bms, bmt);
     double acc[3] = {0.0, 0.0, 0.0};
     /* An all -inf block slice would give NaN terms; its sums are 0. */
     const float ems = bms == -INFINITY ? 0.0f : bms, emt = bmt == -INFINITY ? 0.0f : bmt;
