@@ -145,20 +145,28 @@ __device__ inline void distill_block_max(float (&wmax)[2][CAP], int warps, float
     }
 }
 
-/* The block's sums of v[0..N) in double, fixed order, the same bits in every thread. Begins with
- * a barrier: the previous call's readers are done with sm.wsum. */
-template <int N> __device__ inline void distill_block_sums(distill_smem &sm, double (&v)[N]) {
+/* Each warp's sums of v[0..N) (a fixed butterfly) into wsum[k][warp], then a barrier: the caller
+ * adds the warps' entries in order. Both row kernels use it; wsum is scratch in shared memory. */
+template <int N, int K, int CAP>
+__device__ inline void distill_warp_sums_to(double (&wsum)[K][CAP], double (&v)[N]) {
+    static_assert(N <= K, "a row of wsum per sum");
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
     const int warp = threadIdx.x / DISTIL_GPU_WARP;
-    __syncthreads();
 #pragma unroll
     for (int k = 0; k < N; k++) {
         v[k] = warp_sum(v[k]);
         if (lane == 0) {
-            sm.wsum[k][warp] = v[k];
+            wsum[k][warp] = v[k];
         }
     }
     __syncthreads();
+}
+
+/* The block's sums of v[0..N) in double, fixed order, the same bits in every thread. Begins with
+ * a barrier: the previous call's readers are done with sm.wsum. */
+template <int N> __device__ inline void distill_block_sums(distill_smem &sm, double (&v)[N]) {
+    __syncthreads();
+    distill_warp_sums_to(sm.wsum, v);
 #pragma unroll
     for (int k = 0; k < N; k++) {
         v[k] = sm.wsum[k][0];

@@ -71,16 +71,7 @@ template <typename T> __device__ inline const T *res_rank_ptr(const res_params &
 
 /* The block's sums of v[0..N) in double, fixed order, into slot[] by thread 0. */
 template <int N> __device__ inline void res_block_sums(res_smem &sm, double (&v)[N], double *slot) {
-    const int lane = threadIdx.x % DISTIL_GPU_WARP;
-    const int warp = threadIdx.x / DISTIL_GPU_WARP;
-#pragma unroll
-    for (int k = 0; k < N; k++) {
-        v[k] = warp_sum(v[k]);
-        if (lane == 0) {
-            sm.wsum[k][warp] = v[k];
-        }
-    }
-    __syncthreads();
+    distill_warp_sums_to(sm.wsum, v);
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int k = 0; k < N; k++) {
