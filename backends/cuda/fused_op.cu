@@ -3,7 +3,9 @@
  * (core/fused_linear_jsd.c) with one change that the loop cannot make for every backend: when
  * the batch is a single chunk, grad_Ws and grad_bs are written by their GEMMs directly in the
  * output dtype (accumulated in fp32 inside the GEMM, rounded once, as SPEC section 2 asks), so
- * the fp32 accumulators and their final casts (1.5 GB of traffic for the seed workload) vanish.
+ * the fp32 accumulators and their final casts (1.5 GB of traffic for the seed workload) vanish;
+ * and the next chunk's logits GEMMs run on a second lane (internal stream, joined by events)
+ * while this chunk's gradient GEMMs run on the context's stream (fused_step).
  * The workspace is the core's plan (core/chunk.h) for a->chunk_rows.
  */
 #include "gpu_state.cuh"
@@ -28,33 +30,31 @@ static distil_dptr fused_ws(const fused_loop &L, size_t off) {
     return distil_dptr_add(L.a->workspace, off);
 }
 
-/* zs = xs_c Ws^T + bs and zt = xt_c Wt^T + bt for rows [r0, r0 + c). */
-static distil_status fused_logits(const fused_loop &L, int64_t r0, int64_t c) {
+/* zs = xs_c Ws^T + bs (student) or zt = xt_c Wt^T + bt (teacher) for rows [r0, r0 + c). */
+static distil_status fused_logits_of(const fused_loop &L, int64_t r0, int64_t c, bool teacher) {
     const distil_fused_args *a = L.a;
+    const int64_t h = teacher ? a->ht : a->hs;
     distil_gemm_args g = {};
     g.trans_b = true;
     g.m = c;
     g.n = a->vocab;
-    g.k = a->hs;
+    g.k = h;
     g.alpha = 1.0f;
     g.ab_dtype = a->dtype;
     g.c_dtype = DISTIL_F32;
-    g.a = distil_dptr_add(a->xs, static_cast<size_t>(r0 * a->hs) * L.es);
-    g.lda = a->hs;
-    g.b = a->ws;
-    g.ldb = a->hs;
-    g.c = fused_ws(L, L.p.off_zs);
+    g.a = distil_dptr_add(teacher ? a->xt : a->xs, static_cast<size_t>(r0 * h) * L.es);
+    g.lda = h;
+    g.b = teacher ? a->wt : a->ws;
+    g.ldb = h;
+    g.c = fused_ws(L, teacher ? L.p.off_zt : L.p.off_zs);
     g.ldc = a->vocab;
-    g.bias = a->bs;
-    DISTIL_TRY(DISTIL_GPU_FN(gemm)(L.b, &g));
-    g.k = a->ht;
-    g.a = distil_dptr_add(a->xt, static_cast<size_t>(r0 * a->ht) * L.es);
-    g.lda = a->ht;
-    g.b = a->wt;
-    g.ldb = a->ht;
-    g.c = fused_ws(L, L.p.off_zt);
-    g.bias = a->bt;
+    g.bias = teacher ? a->bt : a->bs;
     return DISTIL_GPU_FN(gemm)(L.b, &g);
+}
+
+static distil_status fused_logits(const fused_loop &L, int64_t r0, int64_t c) {
+    DISTIL_TRY(fused_logits_of(L, r0, c, false));
+    return fused_logits_of(L, r0, c, true);
 }
 
 static distil_status fused_rows(const fused_loop &L, int64_t r0, int64_t c, bool grads) {
@@ -197,6 +197,52 @@ static void fused_targets(fused_loop &L) {
     }
 }
 
+/* The next chunk's logits on the side lane, forked from the stream: they write zs and zt, which
+ * this chunk's row pass has finished reading, while this chunk's gradient GEMMs (which read only
+ * G, xs and Ws) run on the stream. With G in place in zs (F32) only the teacher's GEMM moves;
+ * the student's runs on the stream after the gradients. The caller joins the lane. */
+static distil_status fused_fork_logits(const fused_loop &L, int64_t r0, int64_t c) {
+    gpu_state *b = gpu_of(L.b);
+    GPU_TRY(b, cudaEventRecord(b->fork, b->stream), "fused loss: fork");
+    GPU_TRY(b, cudaStreamWaitEvent(b->side.stream, b->fork, 0), "fused loss: fork");
+    distil_status s;
+    {
+        gpu_side_scope side(b);
+        s = L.p.g_in_place ? fused_logits_of(L, r0, c, true) : fused_logits(L, r0, c);
+    }
+    /* Recorded even after a failure: the join must find the lane's last work. */
+    const cudaError_t e = cudaEventRecord(b->join, b->side.stream);
+    return s != DISTIL_OK ? s : (e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "fused loss: join"));
+}
+
+/* One chunk, rows [r0, r0 + c): its row pass and gradient GEMMs, and the next chunk's logits
+ * (on the side lane while the gradients run, when overlap is on). The lane is joined back
+ * into the stream before this returns, failure or not (a captured stream must end joined). */
+static distil_status fused_step(const fused_loop &L, int64_t r0, bool grads) {
+    const distil_fused_args *a = L.a;
+    gpu_state *b = gpu_of(L.b);
+    const int64_t c = a->rows - r0 < L.p.chunk_rows ? a->rows - r0 : L.p.chunk_rows;
+    const int64_t r1 = r0 + c;
+    const int64_t c1 = a->rows - r1 < L.p.chunk_rows ? a->rows - r1 : L.p.chunk_rows;
+    DISTIL_TRY(fused_rows(L, r0, c, grads));
+    if (c1 <= 0) {
+        return grads ? fused_backward(L, r0, c, r0 == 0) : DISTIL_OK;
+    }
+    if (!grads || !b->overlap) {
+        DISTIL_TRY(grads ? fused_backward(L, r0, c, r0 == 0) : DISTIL_OK);
+        return fused_logits(L, r1, c1);
+    }
+    distil_status s = fused_fork_logits(L, r1, c1);
+    if (s == DISTIL_OK) {
+        s = fused_backward(L, r0, c, r0 == 0);
+    }
+    if (s == DISTIL_OK && L.p.g_in_place) {
+        s = fused_logits_of(L, r1, c1, false);
+    }
+    const cudaError_t e = cudaStreamWaitEvent(b->stream, b->join, 0);
+    return s != DISTIL_OK ? s : (e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "fused loss: join"));
+}
+
 } // namespace DISTIL_GPU_NS
 
 using namespace DISTIL_GPU_NS;
@@ -219,13 +265,9 @@ extern "C" distil_status DISTIL_GPU_FN(fused_linear_jsd)(void *vb, const distil_
     fused_targets(L);
     const bool grads = s.want_gx || s.want_gw || s.want_gb;
     DISTIL_TRY(fused_prologue(L));
+    DISTIL_TRY(fused_logits(L, 0, L.p.chunk_rows < a->rows ? L.p.chunk_rows : a->rows));
     for (int64_t r0 = 0; r0 < a->rows; r0 += L.p.chunk_rows) {
-        const int64_t c = a->rows - r0 < L.p.chunk_rows ? a->rows - r0 : L.p.chunk_rows;
-        DISTIL_TRY(fused_logits(L, r0, c));
-        DISTIL_TRY(fused_rows(L, r0, c, grads));
-        if (grads) {
-            DISTIL_TRY(fused_backward(L, r0, c, r0 == 0));
-        }
+        DISTIL_TRY(fused_step(L, r0, grads));
     }
     return fused_epilogue(L);
 }

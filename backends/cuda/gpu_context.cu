@@ -35,12 +35,15 @@ static const unsigned long long GPU_NO_LABEL_ERROR = ~0ull;
 
 /* Environment knobs read once per context, so that the test suite can cover the paths other
  * devices take: DISTIL_CUDA_GEMM=portable (the GEMM of HIP without hipBLAS) and
- * DISTIL_CUDA_DISTILL=stream (the row kernel of HIP and of rows too long for shared memory). */
+ * DISTIL_CUDA_DISTILL=stream (the row kernel of HIP and of rows too long for shared memory);
+ * DISTIL_CUDA_OVERLAP=off runs the fused loss on one stream (A/B of the second lane). */
 static void gpu_read_env(gpu_state *b) {
     const char *g = getenv("DISTIL_CUDA_GEMM");
     b->portable_gemm = !DISTIL_GPU_HAVE_BLAS || (g != nullptr && strcmp(g, "portable") == 0);
     const char *r = getenv("DISTIL_CUDA_DISTILL");
     b->distill_stream = r != nullptr && strcmp(r, "stream") == 0;
+    const char *o = getenv("DISTIL_CUDA_OVERLAP");
+    b->overlap = o == nullptr || strcmp(o, "off") != 0;
 }
 
 static distil_status gpu_query_device(gpu_state *b) {
@@ -87,12 +90,41 @@ static distil_status gpu_init_blas(gpu_state *b) {
     return DISTIL_OK;
 }
 
+/* The second lane of the fused loss: its stream, BLAS handle and workspace, and the two events
+ * that fork work to it and join it back. */
+static distil_status gpu_init_side(gpu_state *b) {
+    GPU_TRY(b, cudaStreamCreateWithFlags(&b->side.stream, cudaStreamNonBlocking), "side stream");
+    GPU_TRY(b, cudaEventCreateWithFlags(&b->fork, cudaEventDisableTiming), "event create");
+    GPU_TRY(b, cudaEventCreateWithFlags(&b->join, cudaEventDisableTiming), "event create");
+#if DISTIL_GPU_HAVE_BLAS
+    if (cublasCreate(&b->side.blas) != CUBLAS_STATUS_SUCCESS) {
+        b->side.blas = nullptr;
+        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND, "%s: cublasCreate failed",
+                                DISTIL_GPU_NAME);
+    }
+    if (distil_fault_alloc()) {
+        return distil_error_set(b->ctx, DISTIL_ERR_OUT_OF_MEMORY,
+                                "%s: allocating the second BLAS workspace failed (injected)",
+                                DISTIL_GPU_NAME);
+    }
+    GPU_TRY(b, cudaMalloc(&b->side.blas_ws, GPU_BLAS_WS_BYTES), "second BLAS workspace");
+    if (cublasSetStream(b->side.blas, b->side.stream) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetWorkspace(b->side.blas, b->side.blas_ws, GPU_BLAS_WS_BYTES) !=
+            CUBLAS_STATUS_SUCCESS) {
+        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
+                                "%s: cuBLAS stream/workspace setup (second lane)", DISTIL_GPU_NAME);
+    }
+#endif
+    return DISTIL_OK;
+}
+
 static distil_status gpu_init(gpu_state *b) {
     DISTIL_TRY(gpu_query_device(b));
     DISTIL_TRY(distill_resident_setup(b));
     GPU_TRY(b, cudaStreamCreateWithFlags(&b->own_stream, cudaStreamNonBlocking), "stream create");
     b->stream = b->own_stream;
     DISTIL_TRY(gpu_init_blas(b));
+    DISTIL_TRY(gpu_init_side(b));
     if (distil_fault_alloc()) {
         return distil_error_set(b->ctx, DISTIL_ERR_OUT_OF_MEMORY,
                                 "%s: allocating the label error word failed (injected)",
@@ -118,12 +150,26 @@ static void gpu_release(gpu_state *b) {
     if (b->blas) {
         cublasDestroy(b->blas);
     }
+    if (b->side.blas) {
+        cublasDestroy(b->side.blas);
+    }
 #endif
     if (b->own_stream) {
         (void)cudaStreamSynchronize(b->own_stream);
         (void)cudaStreamDestroy(b->own_stream);
     }
+    if (b->side.stream) {
+        (void)cudaStreamSynchronize(b->side.stream);
+        (void)cudaStreamDestroy(b->side.stream);
+    }
+    if (b->fork) {
+        (void)cudaEventDestroy(b->fork);
+    }
+    if (b->join) {
+        (void)cudaEventDestroy(b->join);
+    }
     (void)cudaFree(b->blas_ws);
+    (void)cudaFree(b->side.blas_ws);
     (void)cudaFree(b->label_err);
     (void)cudaGetLastError();
     free(b);

@@ -32,6 +32,16 @@ struct resident_plan {
     int groups;   /* clusters (or blocks when cl == 1) resident at once */
 };
 
+/* Where GEMMs and kernels are enqueued: a stream, the BLAS handle bound to it and that handle's
+ * workspace (two GEMMs running at once must not share one). */
+struct gpu_lane {
+    cudaStream_t stream;
+#if DISTIL_GPU_HAVE_BLAS
+    cublasHandle_t blas;
+#endif
+    void *blas_ws;
+};
+
 struct gpu_state {
     distil_ctx *ctx; /* where messages go */
     int device;
@@ -52,6 +62,9 @@ struct gpu_state {
     gpu_label_error *label_err; /* device */
     bool portable_gemm;         /* DISTIL_CUDA_GEMM=portable, or no vendor BLAS */
     bool distill_stream;        /* DISTIL_CUDA_DISTILL=stream: the streaming row kernel only */
+    bool overlap;           /* the fused loss runs a second lane (DISTIL_CUDA_OVERLAP=off: not) */
+    gpu_lane side;          /* the second lane: an internal stream, handle and workspace */
+    cudaEvent_t fork, join; /* side waits on fork (recorded on stream), stream on join */
     resident_plan resident;
 };
 
@@ -93,6 +106,35 @@ class gpu_device_guard {
 
   private:
     int prev_;
+};
+
+/* Everything enqueued in this scope goes to the side lane (gpu_state's stream, handle and
+ * workspace are swapped with the side's and swapped back at the end of the scope). */
+class gpu_side_scope {
+  public:
+    explicit gpu_side_scope(gpu_state *b) : b_(b) {
+        swap();
+    }
+    ~gpu_side_scope() {
+        swap();
+    }
+    gpu_side_scope(const gpu_side_scope &) = delete;
+    gpu_side_scope &operator=(const gpu_side_scope &) = delete;
+
+  private:
+    void swap() {
+        gpu_lane main = {};
+        main.stream = b_->stream;
+#if DISTIL_GPU_HAVE_BLAS
+        main.blas = b_->blas;
+        b_->blas = b_->side.blas;
+#endif
+        main.blas_ws = b_->blas_ws;
+        b_->stream = b_->side.stream;
+        b_->blas_ws = b_->side.blas_ws;
+        b_->side = main;
+    }
+    gpu_state *b_;
 };
 
 template <typename T> static inline T *gpu_ptr(distil_dptr p) {

@@ -45,6 +45,12 @@
 #define cudaMemcpyAsync           hipMemcpyAsync
 #define cudaMemcpyHostToDevice    hipMemcpyHostToDevice
 #define cudaMemcpyDeviceToHost    hipMemcpyDeviceToHost
+#define cudaEvent_t               hipEvent_t
+#define cudaEventCreateWithFlags  hipEventCreateWithFlags
+#define cudaEventDisableTiming    hipEventDisableTiming
+#define cudaEventRecord           hipEventRecord
+#define cudaEventDestroy          hipEventDestroy
+#define cudaStreamWaitEvent       hipStreamWaitEvent
 
 /* BLAS: hipBLAS when the build found it (DISTIL_HIP_HIPBLAS), else the portable GEMM. */
 #ifdef DISTIL_HIP_HIPBLAS
