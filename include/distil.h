@@ -144,7 +144,10 @@ DISTIL_API const char *distil_ctx_last_error(const distil_ctx *ctx);
  * Bind the stream that later calls enqueue on: a cudaStream_t, hipStream_t or
  * cl_command_queue (of the context's device), cast to void *. NULL restores the context's own
  * stream. The caller keeps ownership and must keep it alive while the context uses it. The cpu
- * and ref backends accept only NULL (DISTIL_ERR_UNSUPPORTED otherwise).
+ * and ref backends accept only NULL (DISTIL_ERR_UNSUPPORTED otherwise). A call is ordered on
+ * the bound stream as a whole: what it runs on internal streams (the cuda / hip fused loss)
+ * waits for the stream's earlier work and is joined back into it by events before the call
+ * returns, so the stream can be captured into a graph.
  */
 DISTIL_API DISTIL_NODISCARD distil_status distil_ctx_set_stream(distil_ctx *ctx, void *stream);
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # gpu-check.sh - the correctness half of an H200 session (bench/gpu_run.sh is the speed half):
-# build with cuda + opencl + tests, run the demo, `ctest -L cuda`, the cuda parity suite again
-# with the portable GEMM and with the streaming row kernel (the paths HIP takes), `ctest -L
-# opencl` on the GPU's own OpenCL driver, then compute-sanitizer over the cuda parity suite.
+# build with cuda + opencl + tests, run the demo, `ctest -L cuda`, the cuda suites again with the
+# fused loss's second lane delayed (DISTIL_CUDA_SIDE_DELAY_US: a missing join would fail them),
+# the parity suite with the portable GEMM and with the streaming row kernel (the paths HIP
+# takes), `ctest -L opencl` on the GPU's own OpenCL driver, then compute-sanitizer over the cuda
+# parity suite.
 # Logs go to $OUT. ONLY_BUILD=1 stops after the build; SKIP_SANITIZE=1 before the sanitizer.
 # The device machine has no network: Debian packages it lacks (cmocka, CLBlast, the OpenCL ICD
 # loader and headers, clinfo) travel as .deb files in .devcarry/debs (scripts/fetch-gpu-debs.sh)
@@ -54,6 +56,12 @@ log "ctest -L cuda"
 timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -j8 --timeout 180 --output-on-failure \
     > "$OUT/ctest-cuda.log" 2>&1
 grep -E "tests passed|Test +#" "$OUT/ctest-cuda.log"
+
+log "ctest -L cuda with the second lane delayed after each fork (a missing join fails here)"
+DISTIL_CUDA_SIDE_DELAY_US=300 timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' \
+    -R 'parity|chunking|determinism|graph' -j8 --timeout 180 --output-on-failure \
+    > "$OUT/ctest-cuda-side-delay.log" 2>&1
+grep -E "tests passed|Test +#" "$OUT/ctest-cuda-side-delay.log"
 
 log "ctest -L cuda -R parity with the portable GEMM (the one HIP uses without hipBLAS; issue 6)"
 DISTIL_CUDA_GEMM=portable timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -R parity -j8 \

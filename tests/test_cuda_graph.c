@@ -74,10 +74,11 @@ static void graph_make_jsd(distil_ctx *ctx, graph_case *c) {
     c->call = graph_jsd_call;
 }
 
-/* bf16, several chunks (fp32 accumulators and the final cast are in the graph), with biases. */
-static void graph_make_fused(distil_ctx *ctx, graph_case *c) {
-    const int64_t t = 96, v = 1031, hs = 64, ht = 96;
-    const distil_dtype dt = DISTIL_BF16;
+/* Several chunks with biases: bf16 (fp32 accumulators and the final cast are in the graph, both
+ * logits GEMMs of the next chunk on the second lane) or f32 (G in place in zs: only the teacher's
+ * GEMM on the second lane). 100 rows: chunks of 32, 32, 32 and 4. */
+static void graph_make_fused(distil_ctx *ctx, graph_case *c, distil_dtype dt) {
+    const int64_t t = 100, v = 1031, hs = 64, ht = 96;
     const size_t es = distil_dtype_size(dt);
     tu_rng r = tu_rng_make(32);
     memset(c, 0, sizeof *c);
@@ -178,9 +179,22 @@ static void test_jsd_graph(void **state) {
     graph_run(graph_make_jsd);
 }
 
+static void graph_make_fused_bf16(distil_ctx *ctx, graph_case *c) {
+    graph_make_fused(ctx, c, DISTIL_BF16);
+}
+
+static void graph_make_fused_f32(distil_ctx *ctx, graph_case *c) {
+    graph_make_fused(ctx, c, DISTIL_F32);
+}
+
 static void test_fused_graph(void **state) {
     (void)state;
-    graph_run(graph_make_fused);
+    graph_run(graph_make_fused_bf16);
+}
+
+static void test_fused_graph_f32(void **state) {
+    (void)state;
+    graph_run(graph_make_fused_f32);
 }
 
 int main(void) {
@@ -191,6 +205,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jsd_graph),
         cmocka_unit_test(test_fused_graph),
+        cmocka_unit_test(test_fused_graph_f32),
     };
     return cmocka_run_group_tests_name("cuda graph capture", tests, NULL, NULL);
 }

@@ -4,8 +4,9 @@
  * the batch is a single chunk, grad_Ws and grad_bs are written by their GEMMs directly in the
  * output dtype (accumulated in fp32 inside the GEMM, rounded once, as SPEC section 2 asks), so
  * the fp32 accumulators and their final casts (1.5 GB of traffic for the seed workload) vanish;
- * and the next chunk's logits GEMMs run on a second lane (internal stream, joined by events)
- * while this chunk's gradient GEMMs run on the context's stream (fused_step).
+ * and the next chunk's logits GEMMs (for F32, whose G lives in zs: the teacher's) run on a second
+ * lane (internal stream, joined by events) while this chunk's gradient GEMMs run on the
+ * context's stream (fused_step).
  * The workspace is the core's plan (core/chunk.h) for a->chunk_rows.
  */
 #include "gpu_state.cuh"
@@ -197,50 +198,67 @@ static void fused_targets(fused_loop &L) {
     }
 }
 
-/* The next chunk's logits on the side lane, forked from the stream: they write zs and zt, which
- * this chunk's row pass has finished reading, while this chunk's gradient GEMMs (which read only
- * G, xs and Ws) run on the stream. With G in place in zs (F32) only the teacher's GEMM moves;
- * the student's runs on the stream after the gradients. The caller joins the lane. */
-static distil_status fused_fork_logits(const fused_loop &L, int64_t r0, int64_t c) {
+/* Rows of the chunk that starts at r0 (0 past the end). */
+static int64_t fused_chunk_len(const fused_loop &L, int64_t r0) {
+    const int64_t left = L.a->rows - r0;
+    return left <= 0 ? 0 : (left < L.p.chunk_rows ? left : L.p.chunk_rows);
+}
+
+/* The first failure of a step, else the join's runtime status. */
+static distil_status fused_first(gpu_state *b, distil_status s, cudaError_t e, const char *what) {
+    return s != DISTIL_OK ? s : (e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, what));
+}
+
+/*
+ * The next chunk's logits on the side lane, forked from the stream after this chunk's row pass.
+ * Safe beside this chunk's gradient GEMMs because the logits GEMMs write only zs and zt (which
+ * the row pass has finished reading) and read only the call's inputs, none of which the gradient
+ * GEMMs write; the gradient GEMMs read G, xs, Ws and the ones vector, none of which the logits
+ * GEMMs write. With G in place in zs (F32) only the teacher's GEMM moves; the student's runs on
+ * the stream after the gradients. *forked says whether the caller must join the lane.
+ */
+static distil_status fused_fork_logits(const fused_loop &L, int64_t r0, int64_t c, bool *forked) {
     gpu_state *b = gpu_of(L.b);
+    *forked = false;
     GPU_TRY(b, cudaEventRecord(b->fork, b->stream), "fused loss: fork");
     GPU_TRY(b, cudaStreamWaitEvent(b->side.stream, b->fork, 0), "fused loss: fork");
-    distil_status s;
-    {
+    distil_status s = gpu_side_delay(b);
+    if (s == DISTIL_OK) {
         gpu_side_scope side(b);
         s = L.p.g_in_place ? fused_logits_of(L, r0, c, true) : fused_logits(L, r0, c);
     }
-    /* Recorded even after a failure: the join must find the lane's last work. */
+    /* Recorded after a failure too: the join must follow the lane's last work. */
     const cudaError_t e = cudaEventRecord(b->join, b->side.stream);
-    return s != DISTIL_OK ? s : (e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "fused loss: join"));
+    *forked = e == cudaSuccess;
+    return fused_first(b, s, e, "fused loss: join");
 }
 
 /* One chunk, rows [r0, r0 + c): its row pass and gradient GEMMs, and the next chunk's logits
- * (on the side lane while the gradients run, when overlap is on). The lane is joined back
+ * (on the side lane while the gradients run, when overlap is on). A forked lane is joined back
  * into the stream before this returns, failure or not (a captured stream must end joined). */
 static distil_status fused_step(const fused_loop &L, int64_t r0, bool grads) {
-    const distil_fused_args *a = L.a;
     gpu_state *b = gpu_of(L.b);
-    const int64_t c = a->rows - r0 < L.p.chunk_rows ? a->rows - r0 : L.p.chunk_rows;
+    const int64_t c = fused_chunk_len(L, r0);
     const int64_t r1 = r0 + c;
-    const int64_t c1 = a->rows - r1 < L.p.chunk_rows ? a->rows - r1 : L.p.chunk_rows;
+    const int64_t c1 = fused_chunk_len(L, r1);
     DISTIL_TRY(fused_rows(L, r0, c, grads));
-    if (c1 <= 0) {
+    if (c1 == 0) {
         return grads ? fused_backward(L, r0, c, r0 == 0) : DISTIL_OK;
     }
     if (!grads || !b->overlap) {
         DISTIL_TRY(grads ? fused_backward(L, r0, c, r0 == 0) : DISTIL_OK);
         return fused_logits(L, r1, c1);
     }
-    distil_status s = fused_fork_logits(L, r1, c1);
+    bool forked = false;
+    distil_status s = fused_fork_logits(L, r1, c1, &forked);
     if (s == DISTIL_OK) {
         s = fused_backward(L, r0, c, r0 == 0);
     }
     if (s == DISTIL_OK && L.p.g_in_place) {
         s = fused_logits_of(L, r1, c1, false);
     }
-    const cudaError_t e = cudaStreamWaitEvent(b->stream, b->join, 0);
-    return s != DISTIL_OK ? s : (e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "fused loss: join"));
+    const cudaError_t e = forked ? cudaStreamWaitEvent(b->stream, b->join, 0) : cudaSuccess;
+    return fused_first(b, s, e, "fused loss: join");
 }
 
 } // namespace DISTIL_GPU_NS
@@ -248,6 +266,7 @@ static distil_status fused_step(const fused_loop &L, int64_t r0, bool grads) {
 using namespace DISTIL_GPU_NS;
 
 extern "C" distil_status DISTIL_GPU_FN(fused_linear_jsd)(void *vb, const distil_fused_args *a) {
+    gpu_device_guard guard(gpu_of(vb)); /* the events below resolve streams on this device */
     fused_loop L = {};
     L.b = vb;
     L.a = a;
@@ -265,7 +284,7 @@ extern "C" distil_status DISTIL_GPU_FN(fused_linear_jsd)(void *vb, const distil_
     fused_targets(L);
     const bool grads = s.want_gx || s.want_gw || s.want_gb;
     DISTIL_TRY(fused_prologue(L));
-    DISTIL_TRY(fused_logits(L, 0, L.p.chunk_rows < a->rows ? L.p.chunk_rows : a->rows));
+    DISTIL_TRY(fused_logits(L, 0, fused_chunk_len(L, 0)));
     for (int64_t r0 = 0; r0 < a->rows; r0 += L.p.chunk_rows) {
         DISTIL_TRY(fused_step(L, r0, grads));
     }

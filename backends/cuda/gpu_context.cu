@@ -1,6 +1,7 @@
 /*
  * gpu_context.cu - lifecycle of the cuda / hip backend: probe, create (own stream, BLAS handles
- * bound to it, an explicit BLAS workspace, the deferred-error word), destroy, describe,
+ * bound to it, an explicit BLAS workspace, the fused loss's second lane with its own stream,
+ * handle and workspace, the deferred-error word), destroy, describe,
  * set_stream and synchronize (which reports a recorded invalid label once). Also the mapping of
  * runtime errors to statuses shared by every file.
  */
@@ -36,7 +37,8 @@ static const unsigned long long GPU_NO_LABEL_ERROR = ~0ull;
 /* Environment knobs read once per context, so that the test suite can cover the paths other
  * devices take: DISTIL_CUDA_GEMM=portable (the GEMM of HIP without hipBLAS) and
  * DISTIL_CUDA_DISTILL=stream (the row kernel of HIP and of rows too long for shared memory);
- * DISTIL_CUDA_OVERLAP=off runs the fused loss on one stream (A/B of the second lane). */
+ * DISTIL_CUDA_OVERLAP=off runs the fused loss on one stream and creates no second lane (A/B);
+ * DISTIL_CUDA_SIDE_DELAY_US delays the second lane after each fork (tests of the join). */
 static void gpu_read_env(gpu_state *b) {
     const char *g = getenv("DISTIL_CUDA_GEMM");
     b->portable_gemm = !DISTIL_GPU_HAVE_BLAS || (g != nullptr && strcmp(g, "portable") == 0);
@@ -44,6 +46,9 @@ static void gpu_read_env(gpu_state *b) {
     b->distill_stream = r != nullptr && strcmp(r, "stream") == 0;
     const char *o = getenv("DISTIL_CUDA_OVERLAP");
     b->overlap = o == nullptr || strcmp(o, "off") != 0;
+    const char *d = getenv("DISTIL_CUDA_SIDE_DELAY_US"); /* tests: see gpu_side_delay */
+    const long long us = d != nullptr ? atoll(d) : 0;
+    b->side_delay = us > 0 && us < 1000000 ? us * 2000 : 0; /* ~2 GHz: a test knob, not a clock */
 }
 
 static distil_status gpu_query_device(gpu_state *b) {
@@ -93,13 +98,16 @@ static distil_status gpu_init_blas(gpu_state *b) {
 /* The second lane of the fused loss: its stream, BLAS handle and workspace, and the two events
  * that fork work to it and join it back. */
 static distil_status gpu_init_side(gpu_state *b) {
-    GPU_TRY(b, cudaStreamCreateWithFlags(&b->side.stream, cudaStreamNonBlocking), "side stream");
-    GPU_TRY(b, cudaEventCreateWithFlags(&b->fork, cudaEventDisableTiming), "event create");
-    GPU_TRY(b, cudaEventCreateWithFlags(&b->join, cudaEventDisableTiming), "event create");
+    GPU_TRY(b, cudaStreamCreateWithFlags(&b->side.stream, cudaStreamNonBlocking),
+            "stream create (second lane)");
+    GPU_TRY(b, cudaEventCreateWithFlags(&b->fork, cudaEventDisableTiming),
+            "event create (second lane)");
+    GPU_TRY(b, cudaEventCreateWithFlags(&b->join, cudaEventDisableTiming),
+            "event create (second lane)");
 #if DISTIL_GPU_HAVE_BLAS
     if (cublasCreate(&b->side.blas) != CUBLAS_STATUS_SUCCESS) {
         b->side.blas = nullptr;
-        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND, "%s: cublasCreate failed",
+        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND, "%s: cublasCreate failed (second lane)",
                                 DISTIL_GPU_NAME);
     }
     if (distil_fault_alloc()) {
@@ -108,8 +116,9 @@ static distil_status gpu_init_side(gpu_state *b) {
                                 DISTIL_GPU_NAME);
     }
     GPU_TRY(b, cudaMalloc(&b->side.blas_ws, GPU_BLAS_WS_BYTES), "second BLAS workspace");
+    b->side.blas_ws_bytes = GPU_BLAS_WS_BYTES;
     if (cublasSetStream(b->side.blas, b->side.stream) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetWorkspace(b->side.blas, b->side.blas_ws, GPU_BLAS_WS_BYTES) !=
+        cublasSetWorkspace(b->side.blas, b->side.blas_ws, b->side.blas_ws_bytes) !=
             CUBLAS_STATUS_SUCCESS) {
         return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
                                 "%s: cuBLAS stream/workspace setup (second lane)", DISTIL_GPU_NAME);
@@ -124,7 +133,9 @@ static distil_status gpu_init(gpu_state *b) {
     GPU_TRY(b, cudaStreamCreateWithFlags(&b->own_stream, cudaStreamNonBlocking), "stream create");
     b->stream = b->own_stream;
     DISTIL_TRY(gpu_init_blas(b));
-    DISTIL_TRY(gpu_init_side(b));
+    if (b->overlap) { /* created here, never inside a call: a call may be being captured */
+        DISTIL_TRY(gpu_init_side(b));
+    }
     if (distil_fault_alloc()) {
         return distil_error_set(b->ctx, DISTIL_ERR_OUT_OF_MEMORY,
                                 "%s: allocating the label error word failed (injected)",

@@ -1,7 +1,8 @@
 /*
  * gpu_state.cuh - the per-context state of the cuda / hip backend and the helpers every .cu file
- * shares: vendor errors to distil statuses (with the vendor's message), the device guard, and
- * dptr -> typed pointer. Backend layer; C++17, included after vendor.h.
+ * shares: vendor errors to distil statuses (with the vendor's message), the device guard, the
+ * scope that sends work to the second lane (gpu_side_scope), and dptr -> typed pointer. Backend
+ * layer; C++17, included after vendor.h.
  */
 #ifndef DISTIL_GPU_STATE_CUH
 #define DISTIL_GPU_STATE_CUH
@@ -40,6 +41,7 @@ struct gpu_lane {
     cublasHandle_t blas;
 #endif
     void *blas_ws;
+    size_t blas_ws_bytes;
 };
 
 struct gpu_state {
@@ -65,12 +67,18 @@ struct gpu_state {
     bool overlap;           /* the fused loss runs a second lane (DISTIL_CUDA_OVERLAP=off: not) */
     gpu_lane side;          /* the second lane: an internal stream, handle and workspace */
     cudaEvent_t fork, join; /* side waits on fork (recorded on stream), stream on join */
+    long long side_delay;   /* test knob: clock cycles the side lane spins after each fork */
     resident_plan resident;
 };
 
 static inline gpu_state *gpu_of(void *b) {
     return static_cast<gpu_state *>(b);
 }
+
+/* The test knob's spin on the side lane (DISTIL_CUDA_SIDE_DELAY_US; nothing when 0), so that a
+ * missing join would let the next row pass read logits not yet written: tests then fail every
+ * time instead of passing by the luck of timing. small_ops.cu. */
+distil_status gpu_side_delay(gpu_state *b);
 
 /* A failed runtime call as a status: OUT_OF_MEMORY for allocation failures, BACKEND otherwise.
  * The error is cleared from the runtime so that the context stays usable. */
@@ -123,16 +131,18 @@ class gpu_side_scope {
 
   private:
     void swap() {
-        gpu_lane main = {};
-        main.stream = b_->stream;
+        gpu_lane other = {};
+        other.stream = b_->stream;
 #if DISTIL_GPU_HAVE_BLAS
-        main.blas = b_->blas;
+        other.blas = b_->blas;
         b_->blas = b_->side.blas;
 #endif
-        main.blas_ws = b_->blas_ws;
+        other.blas_ws = b_->blas_ws;
+        other.blas_ws_bytes = b_->blas_ws_bytes;
         b_->stream = b_->side.stream;
         b_->blas_ws = b_->side.blas_ws;
-        b_->side = main;
+        b_->blas_ws_bytes = b_->side.blas_ws_bytes;
+        b_->side = other;
     }
     gpu_state *b_;
 };

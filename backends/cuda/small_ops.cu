@@ -1,7 +1,8 @@
 /*
  * small_ops.cu - the small kernels of the backend: count_valid (N on the device), reduce (the
- * deterministic scalar loss), cast and fill. count_valid and reduce run as one block with a fixed
- * summation order (integer counts, double sums), so their results are bitwise reproducible.
+ * deterministic scalar loss), cast and fill; and the test knob's spin on the second lane.
+ * count_valid and reduce run as one block with a fixed summation order (integer counts, double
+ * sums), so their results are bitwise reproducible.
  */
 #include "gpu_state.cuh"
 #include "dtype.cuh"
@@ -82,6 +83,21 @@ template <int DT> __global__ void distil_fill_kernel(void *dst, int64_t count, f
          i += stride) {
         store1<DT>(dst, i, value);
     }
+}
+
+/* One thread that spins for `cycles` clock ticks (gpu_side_delay). */
+__global__ void distil_spin_kernel(long long cycles) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}
+
+distil_status gpu_side_delay(gpu_state *b) {
+    if (b->side_delay <= 0) {
+        return DISTIL_OK;
+    }
+    distil_spin_kernel<<<1, 1, 0, b->side.stream>>>(b->side_delay);
+    return gpu_check_launch(b, "side lane delay");
 }
 
 template <int SDT, int DDT>
