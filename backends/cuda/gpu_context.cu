@@ -65,26 +65,47 @@ static distil_status gpu_query_device(gpu_state *b) {
     return DISTIL_OK;
 }
 
-static distil_status gpu_init_blas(gpu_state *b) {
+/* A BLAS handle bound to lane->stream, with its own workspace; `which` ends the messages ("" or
+ * " (second lane)"). On failure the lane keeps what was made, for gpu_release. */
+static distil_status gpu_lane_blas(gpu_state *b, gpu_lane *lane, const char *which) {
 #if DISTIL_GPU_HAVE_BLAS
-    if (cublasCreate(&b->blas) != CUBLAS_STATUS_SUCCESS) {
-        b->blas = nullptr;
-        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND, "%s: cublasCreate failed",
-                                DISTIL_GPU_NAME);
+    if (cublasCreate(&lane->blas) != CUBLAS_STATUS_SUCCESS) {
+        lane->blas = nullptr;
+        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND, "%s: cublasCreate failed%s",
+                                DISTIL_GPU_NAME, which);
     }
     if (distil_fault_alloc()) {
         return distil_error_set(b->ctx, DISTIL_ERR_OUT_OF_MEMORY,
-                                "%s: allocating the BLAS workspace failed (injected)",
-                                DISTIL_GPU_NAME);
+                                "%s: allocating the BLAS workspace%s failed (injected)",
+                                DISTIL_GPU_NAME, which);
     }
-    GPU_TRY(b, cudaMalloc(&b->blas_ws, GPU_BLAS_WS_BYTES), "BLAS workspace");
-    b->blas_ws_bytes = GPU_BLAS_WS_BYTES;
-    if (cublasSetStream(b->blas, b->stream) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetWorkspace(b->blas, b->blas_ws, b->blas_ws_bytes) != CUBLAS_STATUS_SUCCESS) {
-        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND, "%s: cuBLAS stream/workspace setup",
-                                DISTIL_GPU_NAME);
+    GPU_TRY(b, cudaMalloc(&lane->blas_ws, GPU_BLAS_WS_BYTES), "BLAS workspace");
+    lane->blas_ws_bytes = GPU_BLAS_WS_BYTES;
+    if (cublasSetStream(lane->blas, lane->stream) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetWorkspace(lane->blas, lane->blas_ws, lane->blas_ws_bytes) !=
+            CUBLAS_STATUS_SUCCESS) {
+        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND, "%s: cuBLAS stream/workspace setup%s",
+                                DISTIL_GPU_NAME, which);
     }
+#else
+    (void)b;
+    (void)lane;
+    (void)which;
 #endif
+    return DISTIL_OK;
+}
+
+/* The context stream's BLAS handle and workspace, and the cuBLASLt handle. */
+static distil_status gpu_init_blas(gpu_state *b) {
+    gpu_lane m = {};
+    m.stream = b->stream;
+    const distil_status s = gpu_lane_blas(b, &m, "");
+#if DISTIL_GPU_HAVE_BLAS
+    b->blas = m.blas;
+#endif
+    b->blas_ws = m.blas_ws;
+    b->blas_ws_bytes = m.blas_ws_bytes;
+    DISTIL_TRY(s);
 #if DISTIL_GPU_HAVE_BLASLT
     if (cublasLtCreate(&b->lt) != CUBLAS_STATUS_SUCCESS) {
         b->lt = nullptr;
@@ -104,27 +125,7 @@ static distil_status gpu_init_side(gpu_state *b) {
             "event create (second lane)");
     GPU_TRY(b, cudaEventCreateWithFlags(&b->join, cudaEventDisableTiming),
             "event create (second lane)");
-#if DISTIL_GPU_HAVE_BLAS
-    if (cublasCreate(&b->side.blas) != CUBLAS_STATUS_SUCCESS) {
-        b->side.blas = nullptr;
-        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND, "%s: cublasCreate failed (second lane)",
-                                DISTIL_GPU_NAME);
-    }
-    if (distil_fault_alloc()) {
-        return distil_error_set(b->ctx, DISTIL_ERR_OUT_OF_MEMORY,
-                                "%s: allocating the second BLAS workspace failed (injected)",
-                                DISTIL_GPU_NAME);
-    }
-    GPU_TRY(b, cudaMalloc(&b->side.blas_ws, GPU_BLAS_WS_BYTES), "second BLAS workspace");
-    b->side.blas_ws_bytes = GPU_BLAS_WS_BYTES;
-    if (cublasSetStream(b->side.blas, b->side.stream) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetWorkspace(b->side.blas, b->side.blas_ws, b->side.blas_ws_bytes) !=
-            CUBLAS_STATUS_SUCCESS) {
-        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
-                                "%s: cuBLAS stream/workspace setup (second lane)", DISTIL_GPU_NAME);
-    }
-#endif
-    return DISTIL_OK;
+    return gpu_lane_blas(b, &b->side, " (second lane)");
 }
 
 static distil_status gpu_init(gpu_state *b) {
