@@ -80,7 +80,7 @@ __device__ inline float jsd_span(const jsd_rows_params &p, int64_t row, int64_t 
 #pragma unroll
                 for (int k = 0; k < VW; k++) {
                     float d;
-                    acc += jsd_elem<false>(p.coef, xv[u][k], yv[u][k], &d, nullptr);
+                    acc += jsd_elem(p.coef, xv[u][k], yv[u][k], &d);
                     gv[k] = d * gf;
                 }
                 if (GRAD) {
@@ -92,7 +92,7 @@ __device__ inline float jsd_span(const jsd_rows_params &p, int64_t row, int64_t 
     const int64_t t0 = tail ? p.vocab / VW * VW : p.vocab;
     for (int64_t i = t0 + threadIdx.x; i < p.vocab; i += blockDim.x) {
         float d;
-        acc += jsd_elem<false>(p.coef, load1<DT>(x, i), load1<DT>(y, i), &d, nullptr);
+        acc += jsd_elem(p.coef, load1<DT>(x, i), load1<DT>(y, i), &d);
         if (GRAD) {
             store1<DT>(g, i, d * gf);
         }
