@@ -24,9 +24,9 @@ __global__ void __launch_bounds__(DISTILL_THREADS) distil_distill_rows_kernel(di
     const float *zt = p.zt + row * p.vocab;
     void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab : nullptr;
     const int64_t n = p.vocab;
-    int64_t label;
-    if (!distill_label(p, row, &label)) {
-        distill_ignored_row<GDT, HAS_G, VW>(p, row, g, n);
+    const int64_t label = p.labels[row];
+    if (!distill_label_valid(p, row, label, threadIdx.x == 0)) {
+        distill_ignored_row<GDT, HAS_G, VW>(p, row, g, 0, n, threadIdx.x == 0);
         return;
     }
     /* Read before the block may write G over zs (in place): the barriers of pass 2's sums order

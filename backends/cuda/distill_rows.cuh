@@ -102,20 +102,23 @@ __device__ inline void distill_record_bad_label(gpu_label_error *err, int64_t vo
     err->vocab = vocab;
 }
 
-/* The row's label: valid (in [0, V) and not ignore_index) or ignored; thread 0 records bad ones. */
-__device__ inline bool distill_label(const distill_params &p, int64_t row, int64_t *label) {
-    const int64_t l = p.labels[row];
-    *label = l;
-    if (l == p.ignore_index) {
-        return false;
+/* Whether label l of the row is valid (in [0, V) and not ignore_index); `lead` (one thread per
+ * row) records an invalid one. Both row kernels use it. */
+__device__ inline bool distill_label_valid(const distill_params &p, int64_t row, int64_t l,
+                                           bool lead) {
+    const bool ignored = l == p.ignore_index;
+    const bool valid = !ignored && l >= 0 && l < p.vocab;
+    if (!valid && !ignored && lead) {
+        distill_record_bad_label(p.err, p.vocab, p.row_offset + row, l);
     }
-    if (l < 0 || l >= p.vocab) {
-        if (threadIdx.x == 0) {
-            distill_record_bad_label(p.err, p.vocab, p.row_offset + row, l);
-        }
-        return false;
-    }
-    return true;
+    return valid;
+}
+
+/* The loss weights over n: hw = weight_hard / n, sw = weight_soft / (n tau) (0 when n is 0). */
+__device__ inline void distill_weights(const distill_params &p, float *hw, float *sw) {
+    const float nv = p.n_valid ? *p.n_valid : 1.0f;
+    *hw = nv > 0.0f ? p.weight_hard / nv : 0.0f;
+    *sw = nv > 0.0f ? p.weight_soft * p.inv_t / nv : 0.0f;
 }
 
 /* ------------------------------------------------------------------ block reductions */
@@ -285,9 +288,7 @@ __device__ inline void distill_row_stats_of(const distill_params &p, distill_sme
     st.lx = static_cast<float>(log2(v[0]));
     st.ly = static_cast<float>(log2(v[1]));
     st.lce = p.unit_temp ? st.lx : static_cast<float>(log2(v[2]));
-    const float nv = p.n_valid ? *p.n_valid : 1.0f;
-    st.hw = nv > 0.0f ? p.weight_hard / nv : 0.0f;
-    st.sw = nv > 0.0f ? p.weight_soft * p.inv_t / nv : 0.0f;
+    distill_weights(p, &st.hw, &st.sw);
 }
 
 /* Pass 2: the thread's sums of e / ln 2 (acc[0]) and g (acc[1]); vectors summed in fp32, then
@@ -355,14 +356,23 @@ template <int GDT, int VW> __device__ inline void distill_zero(void *g, int64_t 
     }
 }
 
-/* Writes ce / jsd of an ignored row and zeroes its row of G (n columns). */
+/* The row's CE and JSD from its statistics: CE = LSE(zs) - zs[label] with LSE = ms + lce ln 2,
+ * JSD = ln 2 times the sum of the base-2 element terms. Both row kernels use it (one thread). */
+__device__ inline void distill_row_results(const distill_params &p, int64_t row, float ms,
+                                           float lce, float z_label, double sum_e2) {
+    p.ce[row] = (ms + lce * DISTILL_ELEM_LN2) - z_label;
+    p.jsd[row] = static_cast<float>(sum_e2 * static_cast<double>(DISTILL_ELEM_LN2));
+}
+
+/* An ignored row: `lead` writes its ce and jsd (0), and every thread zeroes its columns of
+ * [c0, c0 + n) of the row g of G. Both row kernels use it. */
 template <int GDT, bool HAS_G, int VW>
 __device__ inline void distill_ignored_row(const distill_params &p, int64_t row, void *g,
-                                           int64_t n) {
+                                           int64_t c0, int64_t n, bool lead) {
     if (HAS_G) {
-        distill_zero<GDT, VW>(g, 0, n);
+        distill_zero<GDT, VW>(g, c0, n);
     }
-    if (threadIdx.x == 0) {
+    if (lead) {
         p.ce[row] = 0.0f;
         p.jsd[row] = 0.0f;
     }
@@ -381,8 +391,7 @@ __device__ inline void distill_stream_row(const distill_params &p, distill_smem 
         p, [&](auto mode) { distill_pass_jsd<VW, decltype(mode)::value>(p, st, zs, zt, n, acc); });
     distill_block_sums<2>(sm, acc); /* its barriers order pass 3's writes after every read */
     if (threadIdx.x == 0) {
-        p.ce[row] = (st.ms + st.lce * DISTILL_ELEM_LN2) - z_label;
-        p.jsd[row] = static_cast<float>(acc[0] * static_cast<double>(DISTILL_ELEM_LN2));
+        distill_row_results(p, row, st.ms, st.lce, z_label, acc[0]);
     }
     if (HAS_G) {
         st.sum_g = static_cast<float>(acc[1]);

@@ -307,22 +307,14 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
                                int64_t label, int rank, int64_t c0, int n, res_row_stats st) {
     const float *zs = p.zs + row * p.vocab;
     void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab : nullptr;
-    if (label == p.ignore_index || label < 0 || label >= p.vocab) { /* no copy: nothing to read */
-        if (label != p.ignore_index && rank == 0 && threadIdx.x == 0) {
-            distill_record_bad_label(p.err, p.vocab, p.row_offset + row, label);
-        }
-        if (HAS_G) {
-            distill_zero<GDT, VW>(g, c0, n);
-        }
-        if (rank == 0 && threadIdx.x == 0) {
-            p.ce[row] = 0.0f;
-            p.jsd[row] = 0.0f;
-        }
+    const bool lead = rank == 0 && threadIdx.x == 0; /* writes the row's results */
+    if (!distill_label_valid(p, row, label, lead)) { /* no copy: nothing to read */
+        distill_ignored_row<GDT, HAS_G, VW>(p, row, g, c0, n, lead);
         return;
     }
     res_load_issue<VW>(zs + c0, p.zt + row * p.vocab + c0, n, sa, sb);
     /* Read before G may overwrite zs (in place, F32): the exchanges order it before any write. */
-    const float z_label = rank == 0 && threadIdx.x == 0 ? zs[label] : 0.0f;
+    const float z_label = lead ? zs[label] : 0.0f;
     res_load_wait<VW>();
     res_row_stats_of<VW>(p, sm, sa, sb, n, st);
     double acc[2] = {0.0, 0.0};
@@ -338,9 +330,8 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
     res_row_sums<2>(p, sm, sm.xjsd, acc, tot);
     if (threadIdx.x == 0) {
         sm.row[0] = static_cast<float>(tot[1]) * st.sw; /* kappa = sw sum g */
-        if (rank == 0) {
-            p.ce[row] = (st.ms + st.lce * DISTILL_ELEM_LN2) - z_label;
-            p.jsd[row] = static_cast<float>(tot[0] * DISTILL_ELEM_LN2);
+        if (lead) {
+            distill_row_results(p, row, st.ms, st.lce, z_label, tot[0]);
         }
     }
     __syncthreads();
@@ -362,9 +353,7 @@ __global__ void __launch_bounds__(RES_THREADS) distil_distill_resident_kernel(re
     const int n = static_cast<int>(c0 + p.span < p.vocab ? p.span : p.vocab - c0);
     const int64_t clusters = gridDim.x / p.cl;
     res_row_stats w = {}; /* the weights over n, read once: n is the same for every row */
-    const float nv = p.n_valid ? *p.n_valid : 1.0f;
-    w.hw = nv > 0.0f ? p.weight_hard / nv : 0.0f;
-    w.sw = nv > 0.0f ? p.weight_soft * p.inv_t / nv : 0.0f;
+    distill_weights(p, &w.hw, &w.sw);
     int64_t row = blockIdx.x / p.cl;
     int64_t label = row < p.rows ? p.labels[row] : 0;
     for (; row < p.rows; row += clusters) {
