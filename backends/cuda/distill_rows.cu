@@ -108,11 +108,11 @@ extern "C" distil_status DISTIL_GPU_FN(distill_rows)(void *vb, const distil_dist
     bool done = false;
     cudaError_t e = cudaSuccess;
     if (!b->distill_stream) {
-        e = distill_resident_launch(b, p, a->g_dtype, b->stream, &done);
+        e = distill_resident_launch(b, p, a->g_dtype, b->lane.stream, &done);
     }
     if (!done) {
         (void)cudaGetLastError(); /* a refused cluster launch: the streaming kernel instead */
-        e = distill_stream_launch(p, a->g_dtype, b->stream);
+        e = distill_stream_launch(p, a->g_dtype, b->lane.stream);
     }
     return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "distill_rows");
 }

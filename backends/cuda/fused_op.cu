@@ -220,7 +220,7 @@ static distil_status fused_first(gpu_state *b, distil_status s, cudaError_t e, c
 static distil_status fused_fork_logits(const fused_loop &L, int64_t r0, int64_t c, bool *forked) {
     gpu_state *b = gpu_of(L.b);
     *forked = false;
-    GPU_TRY(b, cudaEventRecord(b->fork, b->stream), "fused loss: fork");
+    GPU_TRY(b, cudaEventRecord(b->fork, b->lane.stream), "fused loss: fork");
     GPU_TRY(b, cudaStreamWaitEvent(b->side.stream, b->fork, 0), "fused loss: fork");
     distil_status s = gpu_side_delay(b);
     if (s == DISTIL_OK) {
@@ -257,7 +257,7 @@ static distil_status fused_step(const fused_loop &L, int64_t r0, bool grads) {
     if (s == DISTIL_OK && L.p.g_in_place) {
         s = fused_logits_of(L, r1, c1, false);
     }
-    const cudaError_t e = forked ? cudaStreamWaitEvent(b->stream, b->join, 0) : cudaSuccess;
+    const cudaError_t e = forked ? cudaStreamWaitEvent(b->lane.stream, b->join, 0) : cudaSuccess;
     return fused_first(b, s, e, "fused loss: join");
 }
 

@@ -27,10 +27,10 @@ static distil_status gemm_blas(gpu_state *b, const distil_gemm_args *a) {
     const cublasOperation_t op_a = a->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cudaDataType_t ab = gemm_type(a->ab_dtype);
     const cublasStatus_t st = cublasGemmEx(
-        b->blas, op_b, op_a, static_cast<int>(a->n), static_cast<int>(a->m), static_cast<int>(a->k),
-        &a->alpha, distil_dptr_addr(a->b), ab, static_cast<int>(a->ldb), distil_dptr_addr(a->a), ab,
-        static_cast<int>(a->lda), &a->beta, distil_dptr_addr(a->c), gemm_type(a->c_dtype),
-        static_cast<int>(a->ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        b->lane.blas, op_b, op_a, static_cast<int>(a->n), static_cast<int>(a->m),
+        static_cast<int>(a->k), &a->alpha, distil_dptr_addr(a->b), ab, static_cast<int>(a->ldb),
+        distil_dptr_addr(a->a), ab, static_cast<int>(a->lda), &a->beta, distil_dptr_addr(a->c),
+        gemm_type(a->c_dtype), static_cast<int>(a->ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS) {
         return gemm_blas_fail(b, st, "cublasGemmEx");
     }
@@ -80,7 +80,7 @@ static cublasStatus_t lt_describe(const gpu_state *b, const distil_gemm_args *a,
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     const void *bias = distil_dptr_addr(a->bias);
     const int32_t bias_type = ab;
-    const uint64_t ws = b->blas_ws_bytes;
+    const uint64_t ws = b->lane.blas_ws_bytes;
     cublasStatus_t st = cublasLtMatmulDescCreate(&pl.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     st =
         st ? st
@@ -128,12 +128,13 @@ static bool gemm_lt_bias(gpu_state *b, const distil_gemm_args *a) {
     void *c = distil_dptr_addr(a->c);
     return cublasLtMatmul(b->lt, pl.op, &a->alpha, distil_dptr_addr(a->b), pl.la,
                           distil_dptr_addr(a->a), pl.lb, &a->beta, c, pl.lc, c, pl.lc, &h.algo,
-                          b->blas_ws, b->blas_ws_bytes, b->stream) == CUBLAS_STATUS_SUCCESS;
+                          b->lane.blas_ws, b->lane.blas_ws_bytes,
+                          b->lane.stream) == CUBLAS_STATUS_SUCCESS;
 }
 #endif
 
 static distil_status gemm_portable(gpu_state *b, const distil_gemm_args *a) {
-    const cudaError_t e = gemm_portable_launch(a, b->stream);
+    const cudaError_t e = gemm_portable_launch(a, b->lane.stream);
     return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm (portable)");
 }
 
@@ -159,7 +160,7 @@ extern "C" distil_status DISTIL_GPU_FN(gemm)(void *vb, const distil_gemm_args *a
         if (!bias) {
             return DISTIL_OK;
         }
-        const cudaError_t e = gemm_bias_add_launch(a, b->stream);
+        const cudaError_t e = gemm_bias_add_launch(a, b->lane.stream);
         return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm bias");
     }
 #endif

@@ -97,15 +97,7 @@ static distil_status gpu_lane_blas(gpu_state *b, gpu_lane *lane, const char *whi
 
 /* The context stream's BLAS handle and workspace, and the cuBLASLt handle. */
 static distil_status gpu_init_blas(gpu_state *b) {
-    gpu_lane m = {};
-    m.stream = b->stream;
-    const distil_status s = gpu_lane_blas(b, &m, "");
-#if DISTIL_GPU_HAVE_BLAS
-    b->blas = m.blas;
-#endif
-    b->blas_ws = m.blas_ws;
-    b->blas_ws_bytes = m.blas_ws_bytes;
-    DISTIL_TRY(s);
+    DISTIL_TRY(gpu_lane_blas(b, &b->lane, ""));
 #if DISTIL_GPU_HAVE_BLASLT
     if (cublasLtCreate(&b->lt) != CUBLAS_STATUS_SUCCESS) {
         b->lt = nullptr;
@@ -132,7 +124,7 @@ static distil_status gpu_init(gpu_state *b) {
     DISTIL_TRY(gpu_query_device(b));
     DISTIL_TRY(distill_resident_setup(b));
     GPU_TRY(b, cudaStreamCreateWithFlags(&b->own_stream, cudaStreamNonBlocking), "stream create");
-    b->stream = b->own_stream;
+    b->lane.stream = b->own_stream;
     DISTIL_TRY(gpu_init_blas(b));
     if (b->overlap) { /* created here, never inside a call: a call may be being captured */
         DISTIL_TRY(gpu_init_side(b));
@@ -146,9 +138,11 @@ static distil_status gpu_init(gpu_state *b) {
     /* On the context's own stream, and waited for: a plain cudaMemcpy from pageable memory may
      * return before the write lands, and it is not ordered with a non-blocking stream. */
     const gpu_label_error none = {GPU_NO_LABEL_ERROR, 0};
-    GPU_TRY(b, cudaMemcpyAsync(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice, b->stream),
-            "label error word");
-    GPU_TRY(b, cudaStreamSynchronize(b->stream), "label error word");
+    GPU_TRY(
+        b,
+        cudaMemcpyAsync(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice, b->lane.stream),
+        "label error word");
+    GPU_TRY(b, cudaStreamSynchronize(b->lane.stream), "label error word");
     return DISTIL_OK;
 }
 
@@ -159,8 +153,8 @@ static void gpu_release(gpu_state *b) {
     }
 #endif
 #if DISTIL_GPU_HAVE_BLAS
-    if (b->blas) {
-        cublasDestroy(b->blas);
+    if (b->lane.blas) {
+        cublasDestroy(b->lane.blas);
     }
     if (b->side.blas) {
         cublasDestroy(b->side.blas);
@@ -180,7 +174,7 @@ static void gpu_release(gpu_state *b) {
     if (b->join) {
         (void)cudaEventDestroy(b->join);
     }
-    (void)cudaFree(b->blas_ws);
+    (void)cudaFree(b->lane.blas_ws);
     (void)cudaFree(b->side.blas_ws);
     (void)cudaFree(b->label_err);
     (void)cudaGetLastError();
@@ -190,16 +184,18 @@ static void gpu_release(gpu_state *b) {
 /* The recorded invalid label, if any, as a status (and reset the word). */
 static distil_status gpu_take_label_error(gpu_state *b) {
     gpu_label_error e;
-    GPU_TRY(b, cudaMemcpyAsync(&e, b->label_err, sizeof e, cudaMemcpyDeviceToHost, b->stream),
+    GPU_TRY(b, cudaMemcpyAsync(&e, b->label_err, sizeof e, cudaMemcpyDeviceToHost, b->lane.stream),
             "synchronize");
-    GPU_TRY(b, cudaStreamSynchronize(b->stream), "synchronize");
+    GPU_TRY(b, cudaStreamSynchronize(b->lane.stream), "synchronize");
     if (e.key == GPU_NO_LABEL_ERROR) {
         return DISTIL_OK;
     }
     const gpu_label_error none = {GPU_NO_LABEL_ERROR, 0};
-    GPU_TRY(b, cudaMemcpyAsync(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice, b->stream),
-            "synchronize");
-    GPU_TRY(b, cudaStreamSynchronize(b->stream), "synchronize");
+    GPU_TRY(
+        b,
+        cudaMemcpyAsync(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice, b->lane.stream),
+        "synchronize");
+    GPU_TRY(b, cudaStreamSynchronize(b->lane.stream), "synchronize");
     const unsigned long long row = e.key >> 32;
     const unsigned code = static_cast<unsigned>(e.key & 0xffffffffu);
     const long long label = static_cast<long long>(code) - 2147483648LL;
@@ -264,11 +260,12 @@ extern "C" void DISTIL_GPU_FN(describe)(void *vb, char *buf, size_t n) {
 
 extern "C" distil_status DISTIL_GPU_FN(set_stream)(void *vb, void *stream) {
     gpu_state *b = gpu_of(vb);
-    b->stream = stream != nullptr ? static_cast<cudaStream_t>(stream) : b->own_stream;
+    b->lane.stream = stream != nullptr ? static_cast<cudaStream_t>(stream) : b->own_stream;
 #if DISTIL_GPU_HAVE_BLAS
     /* cublasSetStream resets the workspace to cuBLAS's own pool: set ours again. */
-    if (cublasSetStream(b->blas, b->stream) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetWorkspace(b->blas, b->blas_ws, b->blas_ws_bytes) != CUBLAS_STATUS_SUCCESS) {
+    if (cublasSetStream(b->lane.blas, b->lane.stream) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetWorkspace(b->lane.blas, b->lane.blas_ws, b->lane.blas_ws_bytes) !=
+            CUBLAS_STATUS_SUCCESS) {
         return distil_error_set(b->ctx, DISTIL_ERR_BACKEND, "%s: set_stream: cuBLAS rebinding",
                                 DISTIL_GPU_NAME);
     }
@@ -279,6 +276,6 @@ extern "C" distil_status DISTIL_GPU_FN(set_stream)(void *vb, void *stream) {
 extern "C" distil_status DISTIL_GPU_FN(synchronize)(void *vb) {
     gpu_state *b = gpu_of(vb);
     gpu_device_guard guard(b);
-    GPU_TRY(b, cudaStreamSynchronize(b->stream), "synchronize");
+    GPU_TRY(b, cudaStreamSynchronize(b->lane.stream), "synchronize");
     return gpu_take_label_error(b);
 }

@@ -47,10 +47,11 @@ extern "C" distil_status DISTIL_GPU_FN(mem_upload)(void *vb, distil_dptr dst, co
         return DISTIL_OK;
     }
     gpu_device_guard guard(b);
-    GPU_TRY(b,
-            cudaMemcpyAsync(distil_dptr_addr(dst), src, bytes, cudaMemcpyHostToDevice, b->stream),
-            "memcpy to device");
-    GPU_TRY(b, cudaStreamSynchronize(b->stream), "memcpy to device");
+    GPU_TRY(
+        b,
+        cudaMemcpyAsync(distil_dptr_addr(dst), src, bytes, cudaMemcpyHostToDevice, b->lane.stream),
+        "memcpy to device");
+    GPU_TRY(b, cudaStreamSynchronize(b->lane.stream), "memcpy to device");
     return DISTIL_OK;
 }
 
@@ -61,10 +62,11 @@ extern "C" distil_status DISTIL_GPU_FN(mem_download)(void *vb, void *dst, distil
         return DISTIL_OK;
     }
     gpu_device_guard guard(b);
-    GPU_TRY(b,
-            cudaMemcpyAsync(dst, distil_dptr_addr(src), bytes, cudaMemcpyDeviceToHost, b->stream),
-            "memcpy to host");
-    GPU_TRY(b, cudaStreamSynchronize(b->stream), "memcpy to host");
+    GPU_TRY(
+        b,
+        cudaMemcpyAsync(dst, distil_dptr_addr(src), bytes, cudaMemcpyDeviceToHost, b->lane.stream),
+        "memcpy to host");
+    GPU_TRY(b, cudaStreamSynchronize(b->lane.stream), "memcpy to host");
     return DISTIL_OK;
 }
 

@@ -52,15 +52,12 @@ struct gpu_state {
     size_t smem_optin; /* most shared memory one block may opt in to (static + dynamic) */
     char name[256];
     cudaStream_t own_stream; /* created at create, used when no stream is bound */
-    cudaStream_t stream;     /* where every call enqueues */
-#if DISTIL_GPU_HAVE_BLAS
-    cublasHandle_t blas;
-#endif
+    /* Where every call enqueues: the bound stream, its BLAS handle and their explicit workspace
+     * (capturable and deterministic). */
+    gpu_lane lane;
 #if DISTIL_GPU_HAVE_BLASLT
     cublasLtHandle_t lt;
 #endif
-    void *blas_ws; /* explicit cuBLAS workspace: capturable and deterministic */
-    size_t blas_ws_bytes;
     gpu_label_error *label_err; /* device */
     bool portable_gemm;         /* DISTIL_CUDA_GEMM=portable, or no vendor BLAS */
     bool distill_stream;        /* DISTIL_CUDA_DISTILL=stream: the streaming row kernel only */
@@ -116,8 +113,8 @@ class gpu_device_guard {
     int prev_;
 };
 
-/* Everything enqueued in this scope goes to the side lane (gpu_state's stream, handle and
- * workspace are swapped with the side's and swapped back at the end of the scope). */
+/* Everything enqueued in this scope goes to the side lane: the context's lane and the side's
+ * trade places for the scope. */
 class gpu_side_scope {
   public:
     explicit gpu_side_scope(gpu_state *b) : b_(b) {
@@ -131,18 +128,9 @@ class gpu_side_scope {
 
   private:
     void swap() {
-        gpu_lane other = {};
-        other.stream = b_->stream;
-#if DISTIL_GPU_HAVE_BLAS
-        other.blas = b_->blas;
-        b_->blas = b_->side.blas;
-#endif
-        other.blas_ws = b_->blas_ws;
-        other.blas_ws_bytes = b_->blas_ws_bytes;
-        b_->stream = b_->side.stream;
-        b_->blas_ws = b_->side.blas_ws;
-        b_->blas_ws_bytes = b_->side.blas_ws_bytes;
-        b_->side = other;
+        const gpu_lane t = b_->lane;
+        b_->lane = b_->side;
+        b_->side = t;
     }
     gpu_state *b_;
 };

@@ -135,7 +135,7 @@ using namespace DISTIL_GPU_NS;
 extern "C" distil_status DISTIL_GPU_FN(count_valid)(void *vb, const distil_count_args *a) {
     gpu_state *b = gpu_of(vb);
     gpu_device_guard guard(b);
-    distil_count_valid_kernel<<<1, SMALL_THREADS, 0, b->stream>>>(
+    distil_count_valid_kernel<<<1, SMALL_THREADS, 0, b->lane.stream>>>(
         gpu_ptr<const int64_t>(a->labels), a->rows, a->ignore_index, a->vocab, a->min_one,
         gpu_ptr<float>(a->n_out));
     return gpu_check_launch(b, "count_valid");
@@ -144,7 +144,7 @@ extern "C" distil_status DISTIL_GPU_FN(count_valid)(void *vb, const distil_count
 extern "C" distil_status DISTIL_GPU_FN(reduce)(void *vb, const distil_reduce_args *a) {
     gpu_state *b = gpu_of(vb);
     gpu_device_guard guard(b);
-    distil_reduce_kernel<<<1, SMALL_THREADS, 0, b->stream>>>(
+    distil_reduce_kernel<<<1, SMALL_THREADS, 0, b->lane.stream>>>(
         gpu_ptr<const float>(a->a), gpu_ptr<const float>(a->b), a->count, a->wa, a->wb,
         gpu_ptr<const float>(a->n_valid), a->parts, gpu_ptr<float>(a->out));
     return gpu_check_launch(b, "reduce");
@@ -160,13 +160,13 @@ extern "C" distil_status DISTIL_GPU_FN(cast)(void *vb, const distil_cast_args *a
     void *dst = distil_dptr_addr(a->dst);
     switch (a->src_dtype) {
     case DISTIL_F32:
-        cast_launch_dst<DISTIL_F32>(a->dst_dtype, src, dst, a->count, b->stream);
+        cast_launch_dst<DISTIL_F32>(a->dst_dtype, src, dst, a->count, b->lane.stream);
         break;
     case DISTIL_BF16:
-        cast_launch_dst<DISTIL_BF16>(a->dst_dtype, src, dst, a->count, b->stream);
+        cast_launch_dst<DISTIL_BF16>(a->dst_dtype, src, dst, a->count, b->lane.stream);
         break;
     default:
-        cast_launch_dst<DISTIL_F16>(a->dst_dtype, src, dst, a->count, b->stream);
+        cast_launch_dst<DISTIL_F16>(a->dst_dtype, src, dst, a->count, b->lane.stream);
         break;
     }
     return gpu_check_launch(b, "cast");
@@ -182,13 +182,13 @@ extern "C" distil_status DISTIL_GPU_FN(fill)(void *vb, const distil_fill_args *a
     const unsigned grid = gpu_grid_for(a->count, 256, 65536);
     switch (a->dtype) {
     case DISTIL_F32:
-        distil_fill_kernel<DISTIL_F32><<<grid, 256, 0, b->stream>>>(dst, a->count, a->value);
+        distil_fill_kernel<DISTIL_F32><<<grid, 256, 0, b->lane.stream>>>(dst, a->count, a->value);
         break;
     case DISTIL_BF16:
-        distil_fill_kernel<DISTIL_BF16><<<grid, 256, 0, b->stream>>>(dst, a->count, a->value);
+        distil_fill_kernel<DISTIL_BF16><<<grid, 256, 0, b->lane.stream>>>(dst, a->count, a->value);
         break;
     default:
-        distil_fill_kernel<DISTIL_F16><<<grid, 256, 0, b->stream>>>(dst, a->count, a->value);
+        distil_fill_kernel<DISTIL_F16><<<grid, 256, 0, b->lane.stream>>>(dst, a->count, a->value);
         break;
     }
     return gpu_check_launch(b, "fill");
