@@ -91,6 +91,10 @@ static void tl_fill_bf16(uint16_t *h, size_t n, float a, unsigned *seed) {
 static void *tl_upload_bf16(distil_ctx *ctx, size_t n, float a, unsigned *seed) {
     uint16_t *h = malloc(n * 2);
     void *d = NULL;
+    if (h == NULL) {
+        fprintf(stderr, "upload: out of host memory\n");
+        exit(1);
+    }
     tl_fill_bf16(h, n, a, seed);
     if (distil_malloc(ctx, n * 2, &d) != DISTIL_OK || distil_memcpy_to_device(ctx, d, h, n * 2)) {
         fprintf(stderr, "upload: %s\n", distil_ctx_last_error(ctx));
@@ -161,6 +165,9 @@ int main(int argc, char **argv) {
     void *gx = tl_upload_bf16(ctx, (size_t)(t * hs), 0.0f, &seed);
     void *gw = tl_upload_bf16(ctx, (size_t)(v * hs), 0.0f, &seed);
     int64_t *lab = malloc((size_t)t * sizeof *lab);
+    if (lab == NULL) {
+        return 1;
+    }
     for (int64_t i = 0; i < t; i++) {
         seed = seed * 1664525u + 1013904223u;
         lab[i] = (int64_t)(seed % (unsigned)v);
