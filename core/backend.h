@@ -50,15 +50,16 @@ static inline void *distil_dptr_addr(distil_dptr p) {
  * C (m, n) = alpha * op(A) * op(B) + beta * C [+ bias broadcast over rows], row-major.
  *   op(A) is (m, k): A is (m, k) with row stride lda, or (k, m) when trans_a.
  *   op(B) is (k, n): B is (k, n) with row stride ldb, or (n, k) when trans_b.
- *   A and B have dtype ab_dtype; C has c_dtype (F32, or equal to ab_dtype); accumulation is fp32.
- *   bias (n) has ab_dtype, optional; it is added once to each row of C after the product.
+ *   A has dtype a_dtype and B b_dtype (equal unless the backend's fp32_gemm is set); C has
+ *   c_dtype (F32, or equal to b_dtype); accumulation is fp32.
+ *   bias (n) has b_dtype, optional; it is added once to each row of C after the product.
  * beta == 0 means C is not read (it may hold NaN).
  */
 typedef struct distil_gemm_args {
     bool trans_a, trans_b;
     int64_t m, n, k;
     float alpha, beta;
-    distil_dtype ab_dtype, c_dtype;
+    distil_dtype a_dtype, b_dtype, c_dtype;
     distil_dptr a;
     int64_t lda;
     distil_dptr b;
@@ -201,6 +202,11 @@ typedef struct distil_backend {
     const char *name; /* "cuda", "hip", "opencl", "cpu", "ref" */
     int priority;     /* auto selection prefers higher: cuda 400, hip 300, opencl 200, cpu 100 */
     bool host_memory; /* device pointers are host pointers (cpu, ref) */
+    /* gemm computes from fp32 copies of its operands whatever their dtypes, and takes A and B of
+     * different dtypes (cpu, opencl): the core's fused loss then keeps the logit gradient G in
+     * fp32 (in place of zs), since rounding it to a half dtype would only lose digits. Else G is
+     * stored in the input dtype, the one its GEMMs run in. */
+    bool fp32_gemm;
 
     /* Count devices; cheap, no allocation, safe with missing drivers. 0 = unavailable. */
     distil_status (*probe)(int *n_devices);

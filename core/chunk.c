@@ -28,13 +28,15 @@ static size_t distil_take(size_t *cursor, size_t bytes) {
 
 void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_fused_plan *p) {
     size_t es = distil_dtype_size(s->dtype);
+    size_t ges = distil_dtype_size(s->g_dtype);
     size_t c = (size_t)distil_clamp_rows(chunk_rows, s->rows);
     size_t v = (size_t)s->vocab;
     bool f32 = s->dtype == DISTIL_F32;
     bool grads = s->want_gx || s->want_gw || s->want_gb;
     size_t cur = 0;
     p->chunk_rows = (int64_t)c;
-    p->g_in_place = f32;
+    p->g_dtype = s->g_dtype;
+    p->g_in_place = s->g_dtype == DISTIL_F32;
     p->gw_acc = s->want_gw && !f32;
     p->gb_acc = s->want_gb && !f32;
     p->off_n = distil_take(&cur, sizeof(float));
@@ -44,7 +46,7 @@ void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_f
     p->off_gb = distil_take(&cur, p->gb_acc ? v * sizeof(float) : 0);
     p->off_zs = distil_take(&cur, c * v * sizeof(float));
     p->off_zt = distil_take(&cur, c * v * sizeof(float));
-    p->off_g = f32 ? p->off_zs : distil_take(&cur, grads ? c * v * es : 0);
+    p->off_g = p->g_in_place ? p->off_zs : distil_take(&cur, grads ? c * v * ges : 0);
     p->off_ones = distil_take(&cur, s->want_gb ? c * es : 0);
     p->bytes = cur;
 }

@@ -3,10 +3,10 @@
  *
  * Workspace layout, every region aligned to DISTIL_WS_ALIGN bytes:
  *   fixed    n (1 fp32) | ce (T) fp32 | jsd (T) fp32 | gw (V, Hs) fp32 | gb (V) fp32
- *   chunk    zs (C, V) fp32 | zt (C, V) fp32 | g (C, V) dtype | ones (C) dtype
+ *   chunk    zs (C, V) fp32 | zt (C, V) fp32 | g (C, V) g_dtype | ones (C) dtype
  * gw / gb exist only when that gradient is wanted and the dtype is not F32 (an F32 output is
- * accumulated in place); g exists only when gradients are wanted and the dtype is not F32 (for
- * F32 the logit gradient overwrites zs); ones only when grad_bs is wanted.
+ * accumulated in place); g exists only when gradients are wanted and g_dtype is not F32 (an F32
+ * logit gradient overwrites zs); ones only when grad_bs is wanted.
  */
 #ifndef DISTIL_CORE_CHUNK_H
 #define DISTIL_CORE_CHUNK_H
@@ -19,14 +19,16 @@
 
 typedef struct distil_fused_shape {
     int64_t rows, vocab, hs, ht;
-    distil_dtype dtype;
+    distil_dtype dtype;   /* of the inputs and the gradient outputs */
+    distil_dtype g_dtype; /* of the logit gradient G: F32, or dtype (see fp32_gemm in backend.h) */
     bool want_gx, want_gw, want_gb;
 } distil_fused_shape;
 
 typedef struct distil_fused_plan {
     int64_t chunk_rows;
-    bool g_in_place;     /* G overwrites zs */
-    bool gw_acc, gb_acc; /* fp32 accumulators in the workspace */
+    distil_dtype g_dtype; /* the shape's */
+    bool g_in_place;      /* G (F32) overwrites zs */
+    bool gw_acc, gb_acc;  /* fp32 accumulators in the workspace */
     size_t off_n, off_ce, off_jsd, off_gw, off_gb, off_zs, off_zt, off_g, off_ones;
     size_t bytes;
 } distil_fused_plan;

@@ -156,13 +156,17 @@ static distil_status distil_fused_make_plan(distil_ctx *ctx, const distil_fused_
     return DISTIL_OK;
 }
 
-static distil_fused_shape distil_fused_shape_of(const distil_fused_linear_jsd_desc *d, bool gx,
+/* The call's shape on ctx's backend: G stays fp32 where the backend's GEMMs compute in fp32
+ * anyway (fp32_gemm), else it takes the input dtype its GEMMs run in. */
+static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
+                                                const distil_fused_linear_jsd_desc *d, bool gx,
                                                 bool gw, bool gb) {
     distil_fused_shape s = {.rows = d->rows,
                             .vocab = d->vocab,
                             .hs = d->student_hidden,
                             .ht = d->teacher_hidden,
                             .dtype = d->dtype,
+                            .g_dtype = ctx->be->fp32_gemm ? DISTIL_F32 : d->dtype,
                             .want_gx = gx,
                             .want_gw = gw,
                             .want_gb = gb};
@@ -183,7 +187,7 @@ distil_status distil_fused_linear_jsd_workspace_size(distil_ctx *ctx,
         return DISTIL_OK;
     }
     bool g = want_grads != 0;
-    distil_fused_shape s = distil_fused_shape_of(desc, g, g, g);
+    distil_fused_shape s = distil_fused_shape_of(ctx, desc, g, g, g);
     distil_fused_plan p;
     DISTIL_TRY(distil_fused_make_plan(ctx, desc, &s, &p));
     *bytes = p.bytes;
@@ -212,7 +216,8 @@ static distil_status distil_fused_logits(const distil_fused_loop *L, int64_t r0,
                           .n = a->vocab,
                           .k = a->hs,
                           .alpha = 1.0f,
-                          .ab_dtype = a->dtype,
+                          .a_dtype = a->dtype,
+                          .b_dtype = a->dtype,
                           .c_dtype = DISTIL_F32,
                           .a = distil_dptr_add(a->xs, (size_t)(r0 * a->hs) * L->es),
                           .lda = a->hs,
@@ -251,7 +256,7 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         .ce_rows = distil_ws_at(L, L->p->off_ce + (size_t)r0 * sizeof(float)),
         .jsd_rows = distil_ws_at(L, L->p->off_jsd + (size_t)r0 * sizeof(float)),
         .g = grads ? distil_ws_at(L, L->p->off_g) : distil_dptr_make(NULL, 0),
-        .g_dtype = a->dtype,
+        .g_dtype = L->p->g_dtype,
         .n_valid = distil_ws_at(L, L->p->off_n)};
     return L->ctx->be->distill_rows(L->ctx->b, &r);
 }
@@ -267,7 +272,8 @@ static distil_status distil_fused_backward(const distil_fused_loop *L, int64_t r
                               .n = a->hs,
                               .k = a->vocab,
                               .alpha = 1.0f,
-                              .ab_dtype = a->dtype,
+                              .a_dtype = L->p->g_dtype,
+                              .b_dtype = a->dtype,
                               .c_dtype = a->dtype,
                               .a = g,
                               .lda = a->vocab,
@@ -284,7 +290,8 @@ static distil_status distil_fused_backward(const distil_fused_loop *L, int64_t r
                               .k = c,
                               .alpha = 1.0f,
                               .beta = first ? 0.0f : 1.0f,
-                              .ab_dtype = a->dtype,
+                              .a_dtype = L->p->g_dtype,
+                              .b_dtype = a->dtype,
                               .c_dtype = DISTIL_F32,
                               .a = g,
                               .lda = a->vocab,
@@ -300,7 +307,8 @@ static distil_status distil_fused_backward(const distil_fused_loop *L, int64_t r
                               .k = c,
                               .alpha = 1.0f,
                               .beta = first ? 0.0f : 1.0f,
-                              .ab_dtype = a->dtype,
+                              .a_dtype = a->dtype,
+                              .b_dtype = L->p->g_dtype,
                               .c_dtype = DISTIL_F32,
                               .a = distil_ws_at(L, L->p->off_ones),
                               .lda = c,
@@ -425,8 +433,8 @@ distil_status distil_fused_linear_jsd(distil_ctx *ctx, const distil_fused_linear
         return distil_fused_empty(ctx, &a);
     }
     distil_fused_shape s =
-        distil_fused_shape_of(desc, distil_dptr_present(a.grad_xs), distil_dptr_present(a.grad_ws),
-                              distil_dptr_present(a.grad_bs));
+        distil_fused_shape_of(ctx, desc, distil_dptr_present(a.grad_xs),
+                              distil_dptr_present(a.grad_ws), distil_dptr_present(a.grad_bs));
     distil_fused_plan p;
     DISTIL_TRY(distil_fused_make_plan(ctx, desc, &s, &p));
     DISTIL_TRY(distil_ws_acquire(ctx, p.bytes, fn, &a.workspace));

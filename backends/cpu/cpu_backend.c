@@ -202,6 +202,7 @@ const distil_backend distil_backend_cpu = {
     .name = "cpu",
     .priority = 100,
     .host_memory = true,
+    .fp32_gemm = true,
     .probe = cpu_probe,
     .create = cpu_create,
     .destroy = cpu_destroy,

@@ -83,8 +83,11 @@ static void cpu_add_bias(const cpu_state *st, cpu_view c, int64_t m, int64_t n, 
 /* Scratch floats of one panel: converted A and B blocks and the staged C block. */
 static size_t cpu_panel_floats(const distil_gemm_args *a, int64_t m, int64_t n, int64_t k) {
     size_t f = 0;
-    if (a->ab_dtype != DISTIL_F32) {
-        f += (size_t)m * (size_t)k + (size_t)k * (size_t)n;
+    if (a->a_dtype != DISTIL_F32) {
+        f += (size_t)m * (size_t)k;
+    }
+    if (a->b_dtype != DISTIL_F32) {
+        f += (size_t)k * (size_t)n;
     }
     if (a->c_dtype != DISTIL_F32) {
         f += (size_t)m * (size_t)n;
@@ -268,12 +271,12 @@ distil_status distil_cpu_gemm(void *b, const distil_gemm_args *a) {
     }
     DISTIL_TRY(cpu_gemm_check(st, a));
     cpu_panel shape = cpu_pick_panel(a);
-    bool cvt = a->ab_dtype != DISTIL_F32;
     bool bias = distil_dptr_present(a->bias);
-    size_t a_fl = cvt ? (size_t)shape.m * (size_t)shape.k : 0;
-    size_t b_fl = cvt ? (size_t)shape.k * (size_t)shape.n : 0;
+    bool bias_cvt = bias && a->b_dtype != DISTIL_F32;
+    size_t a_fl = a->a_dtype != DISTIL_F32 ? (size_t)shape.m * (size_t)shape.k : 0;
+    size_t b_fl = a->b_dtype != DISTIL_F32 ? (size_t)shape.k * (size_t)shape.n : 0;
     size_t s_fl = a->c_dtype != DISTIL_F32 ? (size_t)shape.m * (size_t)shape.n : 0;
-    size_t bias_fl = bias && cvt ? (size_t)a->n : 0;
+    size_t bias_fl = bias_cvt ? (size_t)a->n : 0;
     size_t total = a_fl + b_fl + s_fl + bias_fl;
     DISTIL_TRY(
         distil_cpu_grow(st, &st->scratch, &st->scratch_bytes, total * sizeof(float), "gemm"));
@@ -283,18 +286,18 @@ distil_status distil_cpu_gemm(void *b, const distil_gemm_args *a) {
     float *stage = s != NULL ? s + a_fl + b_fl : NULL;
     cpu_gemm_ctx g = {.st = st,
                       .a = a,
-                      .A = {distil_dptr_addr(a->a), a->ab_dtype, a->lda},
-                      .B = {distil_dptr_addr(a->b), a->ab_dtype, a->ldb},
+                      .A = {distil_dptr_addr(a->a), a->a_dtype, a->lda},
+                      .B = {distil_dptr_addr(a->b), a->b_dtype, a->ldb},
                       .C = {distil_dptr_addr(a->c), a->c_dtype, a->ldc},
-                      .bias = bias && !cvt ? distil_dptr_addr(a->bias) : NULL,
+                      .bias = bias && !bias_cvt ? distil_dptr_addr(a->bias) : NULL,
                       .abuf = s,
                       .bbuf = bbuf,
                       .stage = stage,
                       .akey = {-1, -1, -1, -1},
                       .bkey = {-1, -1, -1, -1}};
-    if (bias && cvt) {
+    if (bias_cvt) {
         float *bb = s + a_fl + b_fl + s_fl;
-        st->k->to_f32(a->ab_dtype, distil_dptr_addr(a->bias), bb, a->n);
+        st->k->to_f32(a->b_dtype, distil_dptr_addr(a->bias), bb, a->n);
         g.bias = bb;
     }
 #ifdef DISTIL_CPU_HAVE_OPENBLAS_THREADS

@@ -41,7 +41,7 @@ static distil_status fused_logits_of(const fused_loop &L, int64_t r0, int64_t c,
     g.n = a->vocab;
     g.k = h;
     g.alpha = 1.0f;
-    g.ab_dtype = a->dtype;
+    g.a_dtype = g.b_dtype = a->dtype;
     g.c_dtype = DISTIL_F32;
     g.a = distil_dptr_add(teacher ? a->xt : a->xs, static_cast<size_t>(r0 * h) * L.es);
     g.lda = h;
@@ -86,7 +86,7 @@ static distil_status fused_backward(const fused_loop &L, int64_t r0, int64_t c, 
     const distil_dptr g = fused_ws(L, L.p.off_g);
     distil_gemm_args m = {};
     m.alpha = 1.0f;
-    m.ab_dtype = a->dtype;
+    m.a_dtype = m.b_dtype = a->dtype;
     if (distil_dptr_present(a->grad_xs)) {
         m.m = c;
         m.n = a->hs;
@@ -277,6 +277,7 @@ extern "C" distil_status DISTIL_GPU_FN(fused_linear_jsd)(void *vb, const distil_
     s.hs = a->hs;
     s.ht = a->ht;
     s.dtype = a->dtype;
+    s.g_dtype = a->dtype; /* G in the dtype of the tensor-core GEMMs that read it */
     s.want_gx = distil_dptr_present(a->grad_xs);
     s.want_gw = distil_dptr_present(a->grad_ws);
     s.want_gb = distil_dptr_present(a->grad_bs);

@@ -25,7 +25,7 @@ static distil_status gemm_blas_fail(gpu_state *b, cublasStatus_t st, const char 
 static distil_status gemm_blas(gpu_state *b, const distil_gemm_args *a) {
     const cublasOperation_t op_b = a->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_a = a->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cudaDataType_t ab = gemm_type(a->ab_dtype);
+    const cudaDataType_t ab = gemm_type(a->b_dtype);
     const cublasStatus_t st = cublasGemmEx(
         b->lane.blas, op_b, op_a, static_cast<int>(a->n), static_cast<int>(a->m),
         static_cast<int>(a->k), &a->alpha, distil_dptr_addr(a->b), ab, static_cast<int>(a->ldb),
@@ -74,7 +74,7 @@ struct lt_plan {
 
 /* Column-major view: first operand op(B^T) (n, k), second op(A^T) (k, m), D = C^T (n, m). */
 static cublasStatus_t lt_describe(const gpu_state *b, const distil_gemm_args *a, lt_plan &pl) {
-    const cudaDataType_t ab = gemm_type(a->ab_dtype);
+    const cudaDataType_t ab = gemm_type(a->b_dtype);
     const cublasOperation_t op_b = a->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_a = a->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
@@ -146,6 +146,10 @@ extern "C" distil_status DISTIL_GPU_FN(gemm)(void *vb, const distil_gemm_args *a
     gpu_state *b = gpu_of(vb);
     if (a->m <= 0 || a->n <= 0) {
         return DISTIL_OK;
+    }
+    if (a->a_dtype != a->b_dtype) { /* fp32_gemm is not set: the core never asks */
+        return distil_error_set(b->ctx, DISTIL_ERR_UNSUPPORTED,
+                                "%s: gemm of operands of two dtypes", DISTIL_GPU_NAME);
     }
     gpu_device_guard guard(b);
 #if DISTIL_GPU_HAVE_BLAS

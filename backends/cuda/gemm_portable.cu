@@ -160,7 +160,7 @@ cudaError_t gemm_portable_launch(const distil_gemm_args *a, cudaStream_t s) {
     }
     const pg_params p = pg_params_of(a);
     const bool c_f32 = a->c_dtype == DISTIL_F32;
-    switch (a->ab_dtype) {
+    switch (a->b_dtype) {
     case DISTIL_F32:
         return pg_launch<DISTIL_F32>(p, true, s);
     case DISTIL_BF16:
@@ -186,7 +186,7 @@ template <int BDT> static cudaError_t bias_launch(const distil_gemm_args *a, cud
 }
 
 cudaError_t gemm_bias_add_launch(const distil_gemm_args *a, cudaStream_t s) {
-    switch (a->ab_dtype) {
+    switch (a->b_dtype) {
     case DISTIL_F32:
         return bias_launch<DISTIL_F32>(a, s);
     case DISTIL_BF16:

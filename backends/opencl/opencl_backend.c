@@ -266,6 +266,7 @@ const distil_backend distil_backend_opencl = {
     .name = "opencl",
     .priority = 200,
     .host_memory = false,
+    .fp32_gemm = true,
     .probe = ocl_probe,
     .auto_priority = ocl_auto_priority,
     .create = ocl_create,

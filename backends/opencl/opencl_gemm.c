@@ -109,9 +109,9 @@ distil_status distil_ocl_gemm(void *vb, const distil_gemm_args *a) {
     }
     ocl_mat A, B, C;
     DISTIL_TRY(ocl_operand_f32(b, a->a, a->lda, a->trans_a ? a->k : a->m, a->trans_a ? a->m : a->k,
-                               a->ab_dtype, DISTIL_OCL_SCRATCH_A, &A));
+                               a->a_dtype, DISTIL_OCL_SCRATCH_A, &A));
     DISTIL_TRY(ocl_operand_f32(b, a->b, a->ldb, a->trans_b ? a->n : a->k, a->trans_b ? a->k : a->n,
-                               a->ab_dtype, DISTIL_OCL_SCRATCH_B, &B));
+                               a->b_dtype, DISTIL_OCL_SCRATCH_B, &B));
     const bool c_f32 = a->c_dtype == DISTIL_F32;
     if (c_f32) {
         C = (ocl_mat){distil_ocl_mem(a->c), distil_ocl_elems(a->c, sizeof(float)),
@@ -128,7 +128,7 @@ distil_status distil_ocl_gemm(void *vb, const distil_gemm_args *a) {
     DISTIL_TRY(ocl_sgemm(b, a, &A, &B, &C));
     if (distil_dptr_present(a->bias)) {
         DISTIL_TRY(distil_ocl_bias_add(b, C.mem, C.off, C.ld, (cl_ulong)a->m, (cl_ulong)a->n,
-                                       a->bias, a->ab_dtype));
+                                       a->bias, a->b_dtype));
     }
     if (!c_f32) {
         DISTIL_TRY(distil_ocl_cast_rows(b, C.mem, C.off, C.ld, DISTIL_F32, distil_ocl_mem(a->c),
