@@ -161,6 +161,14 @@ typedef struct distil_fill_args {
     float value;
 } distil_fill_args;
 
+/* x (count) dtype *= s, s = the fp32 at `scale`. When s == 1 the backend writes nothing. */
+typedef struct distil_scale_args {
+    distil_dptr x;
+    distil_dtype dtype;
+    int64_t count;
+    distil_dptr scale; /* 1 fp32 */
+} distil_scale_args;
+
 /* The whole of distil_jsd in one backend call (optional op `jsd`); the core fills it after
  * validation. Strides are already resolved (never 0). rows >= 1. */
 typedef struct distil_jsd_args {
@@ -219,7 +227,9 @@ typedef struct distil_backend {
     void (*destroy)(void *b);
     /* Write the device name into buf (NUL-terminated, at most n bytes). */
     void (*describe)(void *b, char *buf, size_t n);
-    /* Bind a native stream/queue; NULL restores the backend's own. NULL op: only NULL accepted. */
+    /* Bind a native stream/queue, or the backend's own for DISTIL_STREAM_OWN; NULL is the
+     * runtime's default stream where it has one (distil.h). NULL op: the core accepts only NULL
+     * and DISTIL_STREAM_OWN. */
     distil_status (*set_stream)(void *b, void *stream);
     /* Wait for queued work; return deferred errors (invalid label, device fault) once. */
     distil_status (*synchronize)(void *b);
@@ -239,6 +249,7 @@ typedef struct distil_backend {
     distil_status (*reduce)(void *b, const distil_reduce_args *a);
     distil_status (*cast)(void *b, const distil_cast_args *a);
     distil_status (*fill)(void *b, const distil_fill_args *a);
+    distil_status (*scale)(void *b, const distil_scale_args *a);
     /* Optional whole operations. When present the core calls them instead of composing the
      * kernels above (the ref backend computes each loss whole, in float64). */
     distil_status (*jsd)(void *b, const distil_jsd_args *a);

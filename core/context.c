@@ -85,11 +85,12 @@ distil_status distil_ctx_set_stream(distil_ctx *ctx, void *stream) {
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "ctx_set_stream: ctx is NULL");
     }
     if (ctx->be->set_stream == NULL) {
-        if (stream == NULL) {
+        if (stream == NULL || stream == DISTIL_STREAM_OWN) {
             return DISTIL_OK;
         }
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "ctx_set_stream: backend '%s' has no streams; stream must be NULL",
+                                "ctx_set_stream: backend '%s' has no streams; stream must be NULL "
+                                "or DISTIL_STREAM_OWN",
                                 ctx->be->name);
     }
     return ctx->be->set_stream(ctx->b, stream);

@@ -141,13 +141,25 @@ DISTIL_API const char *distil_ctx_device_name(const distil_ctx *ctx);
 DISTIL_API const char *distil_ctx_last_error(const distil_ctx *ctx);
 
 /*
+ * The context's own stream, as a value for distil_ctx_set_stream: a non-blocking stream (cuda,
+ * hip) or in-order queue (opencl) that the context creates and owns. A new context starts on it.
+ * Pinned forever; it is no valid handle of any vendor runtime.
+ */
+#define DISTIL_STREAM_OWN ((void *)(intptr_t)-1)
+
+/*
  * Bind the stream that later calls enqueue on: a cudaStream_t, hipStream_t or
- * cl_command_queue (of the context's device), cast to void *. NULL restores the context's own
- * stream. The caller keeps ownership and must keep it alive while the context uses it. The cpu
- * and ref backends accept only NULL (DISTIL_ERR_UNSUPPORTED otherwise). A call is ordered on
- * the bound stream as a whole: what it runs on internal streams (the cuda / hip fused loss)
- * waits for the stream's earlier work and is joined back into it by events before the call
- * returns, so the stream can be captured into a graph.
+ * cl_command_queue (of the context's device), cast to void *. Every stream of the runtime can be
+ * bound, its special handles included: on cuda / hip, NULL is the default stream (the legacy
+ * default stream, handle 0, which is where PyTorch works unless told otherwise), and
+ * cudaStreamLegacy / cudaStreamPerThread (hipStreamPerThread) are bound as they are.
+ * DISTIL_STREAM_OWN binds the context's own stream again. OpenCL has no default queue: there
+ * NULL means the context's own queue, like DISTIL_STREAM_OWN. The cpu and ref backends accept
+ * only NULL and DISTIL_STREAM_OWN (DISTIL_ERR_UNSUPPORTED otherwise). The caller keeps ownership
+ * and must keep a bound stream alive while the context uses it. A call is ordered on the bound
+ * stream as a whole: what it runs on internal streams (the cuda / hip fused loss) waits for the
+ * stream's earlier work and is joined back into it by events before the call returns, so the
+ * stream can be captured into a graph.
  */
 DISTIL_API DISTIL_NODISCARD distil_status distil_ctx_set_stream(distil_ctx *ctx, void *stream);
 
@@ -299,6 +311,19 @@ DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd(
  */
 DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd_workspace_size(
     distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc, int want_grads, size_t *bytes);
+
+/* ---------------------------------------------------------------- scaling */
+
+/*
+ * x (count elements of dtype, dense) *= s, where s is the fp32 value at `scale` in the context's
+ * memory: a device scalar, so that autograd's upstream gradient can scale the gradients a loss
+ * call wrote without a host synchronisation. When s == 1 exactly nothing is written (the
+ * kernel reads s and stops), so the common `loss.backward()` costs no pass over the gradients.
+ * Products are rounded once to dtype. Asynchronous on GPU backends. Returns DISTIL_OK,
+ * DISTIL_ERR_INVALID_ARG, DISTIL_ERR_BACKEND.
+ */
+DISTIL_API DISTIL_NODISCARD distil_status distil_scale(distil_ctx *ctx, void *x, distil_dtype dtype,
+                                                       int64_t count, const float *scale);
 
 /* ---------------------------------------------------------------- testing hooks */
 

@@ -256,12 +256,13 @@ static void test_ctx_basics(void **state) {
     assert_true(strlen(distil_ctx_device_name(g_ctx)) > 0);
     assert_string_equal(distil_ctx_last_error(g_ctx), "");
     TU_OK(g_ctx, distil_ctx_synchronize(g_ctx));
-    TU_OK(g_ctx, distil_ctx_set_stream(g_ctx, NULL));
+    TU_OK(g_ctx, distil_ctx_set_stream(g_ctx, DISTIL_STREAM_OWN));
     if (host_backend()) {
         int dummy;
+        TU_OK(g_ctx, distil_ctx_set_stream(g_ctx, NULL));
         TU_EXPECT(g_ctx, DISTIL_ERR_UNSUPPORTED, distil_ctx_set_stream(g_ctx, &dummy));
         assert_true(strlen(distil_ctx_last_error(g_ctx)) > 0);
-        TU_OK(g_ctx, distil_ctx_set_stream(g_ctx, NULL));
+        TU_OK(g_ctx, distil_ctx_set_stream(g_ctx, DISTIL_STREAM_OWN));
     }
 }
 

@@ -1,7 +1,7 @@
 /*
  * test_cuda_graph.c - both losses captured into a CUDA graph on a stream lent to the context,
- * then replayed: every replay writes the same bits as an eager call (issue 3: a call enqueues
- * work and never synchronises the host, so it can be captured). Built only with the cuda
+ * then replayed: every replay writes the same bits as an eager call (a call enqueues work and
+ * never synchronises the host, so it can be captured). Built only with the cuda
  * backend; without a device it reports "skipped".
  */
 #include "test_util.h"
@@ -169,7 +169,7 @@ static void graph_run(void (*make)(distil_ctx *, graph_case *)) {
     make(ctx, &c);
     graph_check(ctx, s, &c);
     graph_free(ctx, &c);
-    TU_OK(ctx, distil_ctx_set_stream(ctx, NULL));
+    TU_OK(ctx, distil_ctx_set_stream(ctx, DISTIL_STREAM_OWN));
     distil_ctx_destroy(ctx);
     cudaStreamDestroy(s);
 }

@@ -219,5 +219,6 @@ const distil_backend distil_backend_cpu = {
     .reduce = distil_cpu_reduce,
     .cast = distil_cpu_cast,
     .fill = distil_cpu_fill,
+    .scale = distil_cpu_scale,
     .preferred_chunk_rows = cpu_preferred_chunk_rows,
 };

@@ -88,5 +88,6 @@ distil_status distil_cpu_distill_rows(void *b, const distil_distill_rows_args *a
 distil_status distil_cpu_reduce(void *b, const distil_reduce_args *a);
 distil_status distil_cpu_cast(void *b, const distil_cast_args *a);
 distil_status distil_cpu_fill(void *b, const distil_fill_args *a);
+distil_status distil_cpu_scale(void *b, const distil_scale_args *a);
 
 #endif /* DISTIL_CPU_INTERNAL_H */

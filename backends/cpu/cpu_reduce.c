@@ -110,3 +110,31 @@ distil_status distil_cpu_fill(void *b, const distil_fill_args *a) {
     }
     return DISTIL_OK;
 }
+
+/* x *= s with s read from host memory; s == 1 writes nothing. Element-wise, so the thread
+ * count changes no result. */
+distil_status distil_cpu_scale(void *b, const distil_scale_args *a) {
+    (void)b;
+    const float s = *(const float *)distil_dptr_addr(a->scale);
+    if (s == 1.0f) {
+        return DISTIL_OK;
+    }
+    void *x = distil_dptr_addr(a->x);
+    const int64_t n = a->count;
+    if (a->dtype == DISTIL_F32) {
+        float *f = x;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            f[i] *= s;
+        }
+        return DISTIL_OK;
+    }
+    uint16_t *h = x;
+    const bool bf = a->dtype == DISTIL_BF16;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float v = (bf ? distil_bf16_to_f32(h[i]) : distil_f16_to_f32(h[i])) * s;
+        h[i] = bf ? distil_f32_to_bf16(v) : distil_f32_to_f16(v);
+    }
+    return DISTIL_OK;
+}

@@ -38,6 +38,7 @@ const distil_backend DISTIL_GPU_TABLE = {
     .reduce = DISTIL_GPU_FN(reduce),
     .cast = DISTIL_GPU_FN(cast),
     .fill = DISTIL_GPU_FN(fill),
+    .scale = DISTIL_GPU_FN(scale),
     .jsd = NULL, /* the core's count_valid -> jsd_rows -> reduce measured best */
     .fused_linear_jsd = DISTIL_GPU_FN(fused_linear_jsd),
     .preferred_chunk_rows = DISTIL_GPU_FN(preferred_chunk_rows),

@@ -85,6 +85,32 @@ template <int DT> __global__ void distil_fill_kernel(void *dst, int64_t count, f
     }
 }
 
+/* x *= *scale, N-element vectors over the body when N > 1, scalar tail. Every thread reads the
+ * scalar first: at exactly 1 (autograd's usual upstream gradient) nothing is read or written. */
+template <int DT, int N>
+__global__ void distil_scale_kernel(void *x, int64_t count, const float *scale) {
+    const float s = *scale;
+    if (s == 1.0f) {
+        return;
+    }
+    const int64_t n_vec = count / N;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n_vec;
+         v += stride) {
+        float t[N];
+        vload<DT, N, true>(x, v * N, t);
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            t[j] *= s;
+        }
+        vstore<DT, N>(x, v * N, t);
+    }
+    for (int64_t i = n_vec * N + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+         i < count; i += stride) {
+        store1<DT>(x, i, load1<DT>(x, i) * s);
+    }
+}
+
 /* One thread that spins for `cycles` clock ticks (gpu_side_delay). */
 __global__ void distil_spin_kernel(long long cycles) {
     const long long t0 = clock64();
@@ -109,6 +135,17 @@ static void cast_launch(const void *src, void *dst, int64_t count, cudaStream_t 
         distil_cast_kernel<SDT, DDT, N><<<grid, 256, 0, s>>>(src, dst, count);
     } else {
         distil_cast_kernel<SDT, DDT, 1><<<grid, 256, 0, s>>>(src, dst, count);
+    }
+}
+
+template <int DT>
+static void scale_launch(void *x, int64_t count, const float *scale, cudaStream_t s) {
+    constexpr int N = 4;
+    const unsigned grid = gpu_grid_for(count, 256 * N, 65536);
+    if (gpu_aligned(x, N * sizeof(typename dt_traits<DT>::T))) {
+        distil_scale_kernel<DT, N><<<grid, 256, 0, s>>>(x, count, scale);
+    } else {
+        distil_scale_kernel<DT, 1><<<grid, 256, 0, s>>>(x, count, scale);
     }
 }
 
@@ -192,4 +229,26 @@ extern "C" distil_status DISTIL_GPU_FN(fill)(void *vb, const distil_fill_args *a
         break;
     }
     return gpu_check_launch(b, "fill");
+}
+
+extern "C" distil_status DISTIL_GPU_FN(scale)(void *vb, const distil_scale_args *a) {
+    gpu_state *b = gpu_of(vb);
+    if (a->count <= 0) {
+        return DISTIL_OK;
+    }
+    gpu_device_guard guard(b);
+    void *x = distil_dptr_addr(a->x);
+    const float *scale = static_cast<const float *>(distil_dptr_addr(a->scale));
+    switch (a->dtype) {
+    case DISTIL_F32:
+        scale_launch<DISTIL_F32>(x, a->count, scale, b->lane.stream);
+        break;
+    case DISTIL_BF16:
+        scale_launch<DISTIL_BF16>(x, a->count, scale, b->lane.stream);
+        break;
+    default:
+        scale_launch<DISTIL_F16>(x, a->count, scale, b->lane.stream);
+        break;
+    }
+    return gpu_check_launch(b, "scale");
 }

@@ -209,11 +209,13 @@ static distil_status ocl_check_queue(distil_ocl *b, cl_command_queue q) {
 
 static distil_status ocl_set_stream(void *vb, void *stream) {
     distil_ocl *b = vb;
-    cl_command_queue q = stream ? (cl_command_queue)stream : b->own_queue;
+    /* OpenCL has no default queue: NULL means the context's own, like DISTIL_STREAM_OWN. */
+    const bool own = stream == NULL || stream == DISTIL_STREAM_OWN;
+    cl_command_queue q = own ? b->own_queue : (cl_command_queue)stream;
     if (q == b->queue) {
         return DISTIL_OK;
     }
-    if (stream != NULL) {
+    if (!own) {
         DISTIL_TRY(ocl_check_queue(b, q));
     }
     /* Work queued so far must finish before the other queue may depend on it. */
@@ -286,4 +288,5 @@ const distil_backend distil_backend_opencl = {
     .reduce = distil_ocl_reduce,
     .cast = distil_ocl_cast,
     .fill = distil_ocl_fill,
+    .scale = distil_ocl_scale,
 };

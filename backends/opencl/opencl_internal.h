@@ -194,6 +194,7 @@ distil_status distil_ocl_distill_rows(void *vb, const distil_distill_rows_args *
 distil_status distil_ocl_reduce(void *vb, const distil_reduce_args *a);
 distil_status distil_ocl_cast(void *vb, const distil_cast_args *a);
 distil_status distil_ocl_fill(void *vb, const distil_fill_args *a);
+distil_status distil_ocl_scale(void *vb, const distil_scale_args *a);
 
 /* Strided 2-D cast (rows, cols) between element offsets, used by gemm for its operands. */
 distil_status distil_ocl_cast_rows(distil_ocl *b, cl_mem src, cl_ulong src_off, cl_ulong src_ld,

@@ -103,6 +103,25 @@ distil_status distil_ocl_fill(void *vb, const distil_fill_args *a) {
     return distil_ocl_launch(b, &k, args, OCL_NARGS(args), distil_ocl_groups(count, k.local[0]), 0);
 }
 
+distil_status distil_ocl_scale(void *vb, const distil_scale_args *a) {
+    distil_ocl *b = vb;
+    if (a->count <= 0) {
+        return DISTIL_OK;
+    }
+    distil_ocl_kernel k;
+    DISTIL_TRY(ocl_elementwise(b, DISTIL_F32, a->dtype, "distil_scale", &k));
+    cl_mem x = distil_ocl_mem(a->x);
+    cl_ulong x_off = distil_ocl_elems(a->x, distil_dtype_size(a->dtype));
+    cl_ulong count = (cl_ulong)a->count;
+    cl_mem scale = distil_ocl_mem(a->scale);
+    cl_ulong scale_off = distil_ocl_elems(a->scale, sizeof(float));
+    const distil_ocl_arg args[] = {
+        DISTIL_OCL_ARG(x),     DISTIL_OCL_ARG(x_off),     DISTIL_OCL_ARG(count),
+        DISTIL_OCL_ARG(scale), DISTIL_OCL_ARG(scale_off),
+    };
+    return distil_ocl_launch(b, &k, args, OCL_NARGS(args), distil_ocl_groups(count, k.local[0]), 0);
+}
+
 distil_status distil_ocl_cast_rows(distil_ocl *b, cl_mem src, cl_ulong src_off, cl_ulong src_ld,
                                    distil_dtype src_dtype, cl_mem dst, cl_ulong dst_off,
                                    cl_ulong dst_ld, distil_dtype dst_dtype, cl_ulong rows,

@@ -77,6 +77,19 @@ static distil_status distil_ref_fill(void *b, const distil_fill_args *a) {
     return DISTIL_OK;
 }
 
+static distil_status distil_ref_scale(void *b, const distil_scale_args *a) {
+    const float s = *(const float *)distil_dptr_addr(a->scale);
+    if (s == 1.0f) {
+        return DISTIL_OK;
+    }
+    /* The product in fp32, as every backend forms it, then rounded once more to the dtype. */
+    for (int64_t i = 0; i < a->count; i++) {
+        float v = (float)distil_ref_load(distil_dptr_addr(a->x), a->dtype, i) * s;
+        distil_ref_store(distil_dptr_addr(a->x), a->dtype, i, v);
+    }
+    return DISTIL_OK;
+}
+
 static distil_status distil_ref_cast(void *b, const distil_cast_args *a) {
     for (int64_t i = 0; i < a->count; i++) {
         double v = distil_ref_load(distil_dptr_addr(a->src), a->src_dtype, i);
@@ -106,6 +119,7 @@ const distil_backend distil_backend_ref = {
     .mem_download = distil_ref_download,
     .cast = distil_ref_cast,
     .fill = distil_ref_fill,
+    .scale = distil_ref_scale,
     .jsd = distil_ref_jsd,
     .fused_linear_jsd = distil_ref_fused,
     .preferred_chunk_rows = distil_ref_chunk_rows,

@@ -31,6 +31,19 @@ __kernel void distil_fill(__global DST_T *dst, ulong dst_off, ulong count, float
     }
 }
 
+/* x[x_off + i] *= scale[scale_off] for i in [0, count), x of DST_DTYPE; a scale of exactly 1
+ * writes nothing (autograd's usual upstream gradient costs no pass). */
+__kernel void distil_scale(__global DST_T *x, ulong x_off, ulong count, __global const float *scale,
+                           ulong scale_off) {
+    const float s = scale[scale_off];
+    if (s == 1.0f) {
+        return;
+    }
+    for (ulong i = get_global_id(0); i < count; i += get_global_size(0)) {
+        STORE(DST_DTYPE, x, x_off + i, LOAD(DST_DTYPE, x, x_off + i) * s);
+    }
+}
+
 /* c (rows, cols) float, row stride ldc: c[r][j] += bias[j], bias (cols) SRC_DTYPE. */
 __kernel void distil_bias_add(__global float *c, ulong c_off, ulong ldc, ulong rows, ulong cols,
                               __global const SRC_T *bias, ulong bias_off) {
