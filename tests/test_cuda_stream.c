@@ -41,8 +41,8 @@ static void stream_check_ordered(cudaStream_t stream, const char *name) {
     float *hx = NULL, *hy = malloc(bytes);
     assert_int_equal(cudaMallocHost((void **)&hx, bytes), cudaSuccess);
     assert_non_null(hy);
-    tu_fill_logp(&r, hx, DISTIL_F32, STREAM_ROWS, STREAM_VOCAB, STREAM_VOCAB, 1.0);
-    tu_fill_logp(&r, hy, DISTIL_F32, STREAM_ROWS, STREAM_VOCAB, STREAM_VOCAB, 1.0);
+    tu_fill_logp(&r, hx, DISTIL_F32, STREAM_ROWS, STREAM_VOCAB, STREAM_VOCAB, 1.0, NULL);
+    tu_fill_logp(&r, hy, DISTIL_F32, STREAM_ROWS, STREAM_VOCAB, STREAM_VOCAB, 1.0, NULL);
     void *x = tu_upload(ctx, hx, bytes), *y = tu_upload(ctx, hy, bytes);
     float *loss = tu_alloc_poisoned(ctx, sizeof(float));
     const float want = stream_reference_loss(ctx, &d, x, y, loss);
