@@ -1,0 +1,111 @@
+"""The two loss calls on raw addresses, shared by the torch ops and the DLPack layer.
+
+Callers pass shapes, dtypes and addresses (ints, 0 for absent); this module fills (and caches)
+the descriptors, lends the caller's workspace for the duration of one call, and turns statuses
+into exceptions. Validation of values is the library's (docs/SPEC.md §5): its messages name the
+argument. Only what ctypes would silently truncate is checked here.
+"""
+
+import ctypes
+
+from . import _errors, _lib
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_PLANS_KEPT = 512  # shapes vary from batch to batch: keep the cache bounded
+
+
+def _remember(ctx, key, plan):
+    if len(ctx.plans) >= _PLANS_KEPT:
+        ctx.plans.clear()
+    ctx.plans[key] = plan
+    return plan
+
+
+def _int64(name, v):
+    v = int(v)
+    if not _INT64[0] <= v <= _INT64[1]:
+        raise _errors.make_error(_lib.ERR_INVALID_ARG, f"{name} {v} does not fit in int64")
+    return v
+
+
+def jsd_plan(ctx, rows, vocab, strides, dtype, beta, ignore_index, reduction):
+    """(descriptor, workspace bytes) of distil_jsd; `strides` = (student, teacher, grad)."""
+    key = ("jsd", rows, vocab, strides, dtype, float(beta), ignore_index, reduction)
+    plan = ctx.plans.get(key)
+    if plan is None:
+        if reduction not in _lib.REDUCTIONS:
+            raise _errors.make_error(_lib.ERR_INVALID_ARG,
+                                     f"jsd: reduction '{reduction}' is not one of "
+                                     "batchmean, sum, none")
+        d = _lib.JsdDesc()
+        _lib.lib.distil_jsd_desc_init(ctypes.byref(d))
+        d.rows, d.vocab = rows, vocab
+        d.student_stride, d.teacher_stride, d.grad_stride = strides
+        d.dtype = dtype
+        d.beta = beta
+        d.ignore_index = _int64("ignore_index", ignore_index)
+        d.reduction = _lib.REDUCTIONS[reduction]
+        n = ctypes.c_size_t()
+        ctx.check(_lib.lib.distil_jsd_workspace_size(ctx.handle, ctypes.byref(d), ctypes.byref(n)))
+        plan = _remember(ctx, key, (d, n.value))
+    return plan
+
+
+def fused_plan(ctx, rows, vocab, hs, ht, dtype, weights, beta, temperature, ignore_index,
+               chunk_rows, want_grads, head_shapes):
+    """(descriptor, workspace bytes) of distil_fused_linear_jsd (always with the loss parts).
+
+    weights = (weight_hard, weight_soft); head_shapes = (teacher vocab, Ws columns, Wt columns)
+    as the caller holds them, so that the library refuses a mismatch.
+    """
+    key = ("fused", rows, vocab, hs, ht, dtype, weights, float(beta), float(temperature),
+           ignore_index, chunk_rows, want_grads, head_shapes)
+    plan = ctx.plans.get(key)
+    if plan is None:
+        d = _lib.FusedDesc()
+        _lib.lib.distil_fused_linear_jsd_desc_init(ctypes.byref(d))
+        d.rows, d.vocab, d.student_hidden, d.teacher_hidden = rows, vocab, hs, ht
+        d.dtype = dtype
+        d.weight_hard, d.weight_soft = weights
+        d.beta = beta
+        d.temperature = temperature
+        d.ignore_index = _int64("ignore_index", ignore_index)
+        d.chunk_rows = _int64("chunk_rows", chunk_rows)
+        d.return_parts = 1
+        d.teacher_vocab, d.student_weight_hidden, d.teacher_weight_hidden = head_shapes
+        n = ctypes.c_size_t()
+        ctx.check(_lib.lib.distil_fused_linear_jsd_workspace_size(
+            ctx.handle, ctypes.byref(d), 1 if want_grads else 0, ctypes.byref(n)))
+        plan = _remember(ctx, key, (d, n.value))
+    return plan
+
+
+def _lent(ctx, workspace, nbytes, call):
+    """Run call() with `workspace` (an address of at least nbytes, or 0) lent to ctx."""
+    if nbytes == 0 or not workspace:
+        return call()
+    ctx.lend_workspace(workspace, nbytes)
+    try:
+        return call()
+    finally:
+        _lib.lib.distil_ctx_set_workspace(ctx.handle, None, 0)
+
+
+def run_jsd(ctx, desc, workspace, nbytes, x, y, labels, loss, grad):
+    """distil_jsd on addresses (0 = absent); raises the status's exception."""
+    status = _lent(ctx, workspace, nbytes,
+                   lambda: _lib.lib.distil_jsd(ctx.handle, ctypes.byref(desc), x, y, labels or None,
+                                               loss or None, grad or None))
+    ctx.check(status)
+
+
+def run_fused(ctx, desc, workspace, nbytes, ptrs):
+    """distil_fused_linear_jsd; ptrs = the 11 addresses in the C argument order (0 = absent)."""
+    args = [p or None for p in ptrs]
+    status = _lent(ctx, workspace, nbytes,
+                   lambda: _lib.lib.distil_fused_linear_jsd(ctx.handle, ctypes.byref(desc), *args))
+    ctx.check(status)
+
+
+def run_scale(ctx, x, dtype, count, scale):
+    ctx.check(_lib.lib.distil_scale(ctx.handle, x or None, dtype, count, scale))

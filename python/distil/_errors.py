@@ -1,0 +1,53 @@
+"""distil statuses as Python exceptions, each carrying the library's message."""
+
+from . import _lib
+
+
+class Error(RuntimeError):
+    """A distil call failed; ``status`` is the distil_status code, the text distil's message."""
+
+    def __init__(self, message, status=_lib.ERR_BACKEND):
+        super().__init__(message)
+        self.status = status
+
+
+class InvalidArgument(Error, ValueError):
+    """An argument broke a rule of docs/SPEC.md §5; the message names it."""
+
+
+class InvalidLabel(InvalidArgument):
+    """A label outside [0, V) that is not ignore_index (found on the device, reported late)."""
+
+
+class OutOfMemory(Error, MemoryError):
+    """A host or device allocation failed; the context stays usable."""
+
+
+class NotAvailable(Error):
+    """The backend is not compiled in, or has no such device."""
+
+
+_classes = {
+    _lib.ERR_INVALID_ARG: InvalidArgument,
+    _lib.ERR_INVALID_LABEL: InvalidLabel,
+    _lib.ERR_OUT_OF_MEMORY: OutOfMemory,
+    _lib.ERR_WORKSPACE: OutOfMemory,
+    _lib.ERR_NOT_AVAILABLE: NotAvailable,
+}
+
+
+def status_name(status):
+    return _lib.lib.distil_status_string(status).decode()
+
+
+def make_error(status, message):
+    """The exception of a status, with `message` (distil's text, or ours)."""
+    cls = _classes.get(status, Error)
+    return cls(f"distil: {status_name(status)}: {message}", status)
+
+
+def check(status, ctx_handle=None):
+    """Raise the exception of a non-OK status with the context's (or the thread's) message."""
+    if status != _lib.OK:
+        msg = _lib.lib.distil_ctx_last_error(ctx_handle)
+        raise make_error(status, msg.decode(errors="replace") if msg else "")

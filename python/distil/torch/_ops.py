@@ -1,0 +1,235 @@
+"""distil's losses as torch.library custom ops: real kernels, fake (meta) kernels, autograd.
+
+Ops (namespace ``distil``), on 2-D row-major tensors prepared by the public wrappers:
+  jsd(student_logp [T, V], teacher_logp [T, V], labels [T]?, beta, ignore_index, reduction,
+      want_grad) -> (loss [] or [T] fp32, grad [T, V] or [0])
+  fused_linear_jsd(xs [T, Hs], Ws [V, Hs], bs [V]?, xt [T, Ht], Wt [V, Ht], bt [V]?,
+      labels [T]?, weight_hard, weight_soft, beta, temperature, ignore_index, chunk_rows,
+      want_grad_hidden, want_grad_weight, want_grad_bias)
+      -> (loss_parts [3] fp32 = (loss, hard, soft), grad_xs, grad_Ws, grad_bs; [0] if unwanted)
+  scale_(x, s): x *= s in place, s a 0-dim fp32 tensor, nothing written when s == 1.
+The gradients are computed in the forward call (as Liger does) and saved; backward scales them
+by the upstream gradient on the device (distil_scale), so the usual `loss.backward()` reads
+nothing back to the host and makes no extra pass over them. Every call runs on the caller's
+current stream of that moment (graph capture replaces it), with its workspace taken from
+torch's caching allocator, so memory accounting and CUDA-graph pools see it.
+"""
+
+import os
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .. import _calls, _context, _errors, _lib
+
+_DTYPES = {torch.float32: _lib.F32, torch.bfloat16: _lib.BF16, torch.float16: _lib.F16}
+_eager = os.environ.get("DISTIL_EAGER_ERRORS", "") not in ("", "0")
+
+
+def set_eager_errors(on: bool) -> None:
+    """Opt-in: synchronise after every call on a GPU, so that a bad label raises at its call.
+
+    Off by default (it costs a host synchronisation per call and is skipped during graph
+    capture). Without it, call distil.torch.check() where a late error should surface.
+    """
+    global _eager
+    _eager = bool(on)
+
+
+def _backend_of(t: Tensor):
+    if t.device.type == "cpu":
+        return "cpu", 0
+    if t.device.type == "cuda":
+        return ("hip" if torch.version.hip else "cuda"), t.device.index
+    raise _errors.make_error(_lib.ERR_UNSUPPORTED,
+                             f"tensors on '{t.device.type}' are not supported (cpu or cuda)")
+
+
+def context_for(t: Tensor) -> "_context.Context":
+    """The calling thread's context for t's device, bound to the current stream."""
+    backend, device = _backend_of(t)
+    if backend == "cpu":
+        return _context.get(backend, device)
+    capturing = torch.cuda.is_current_stream_capturing()
+    ctx = _context.get(backend, device) if not capturing else _captured_context(backend, device)
+    ctx.bind_stream(torch.cuda.current_stream(t.device).cuda_stream)
+    return ctx
+
+
+def _captured_context(backend, device):
+    for ctx in _context.existing():
+        if (ctx.backend, ctx.device) == (backend, device):
+            return ctx
+    raise _errors.make_error(
+        _lib.ERR_UNSUPPORTED,
+        f"the first call on {backend}:{device} is being captured into a CUDA graph; creating its "
+        "context allocates device memory, which capture forbids: call distil.torch.prepare(device) "
+        "or run one eager step before capturing")
+
+
+def _workspace(t: Tensor, nbytes: int):
+    """A uint8 tensor of nbytes from torch's allocator on t's device (None for 0 bytes)."""
+    return torch.empty(nbytes, dtype=torch.uint8, device=t.device) if nbytes else None
+
+
+def _addr(t: Optional[Tensor]) -> int:
+    return t.data_ptr() if t is not None and t.numel() else 0
+
+
+def _after_call(ctx, t: Tensor):
+    if _eager and t.is_cuda and not torch.cuda.is_current_stream_capturing():
+        ctx.synchronize()
+
+
+def _dtype_code(t: Tensor) -> int:
+    return _DTYPES[t.dtype]
+
+
+# ------------------------------------------------------------------------------------- jsd
+
+
+@torch.library.custom_op("distil::jsd", mutates_args=())
+def jsd_op(student_logp: Tensor, teacher_logp: Tensor, labels: Optional[Tensor], beta: float,
+           ignore_index: int, reduction: str, want_grad: bool) -> tuple[Tensor, Tensor]:
+    rows, vocab = student_logp.shape
+    loss = student_logp.new_empty((rows,) if reduction == "none" else (), dtype=torch.float32)
+    grad = torch.empty((rows, vocab) if want_grad else (0,), dtype=student_logp.dtype,
+                       device=student_logp.device)
+    ctx = context_for(student_logp)
+    strides = (student_logp.stride(0), teacher_logp.stride(0), vocab)
+    desc, nbytes = _calls.jsd_plan(ctx, rows, vocab, strides, _dtype_code(student_logp), beta,
+                                   ignore_index, reduction)
+    ws = _workspace(student_logp, nbytes)
+    _calls.run_jsd(ctx, desc, _addr(ws), nbytes, student_logp.data_ptr(),
+                   teacher_logp.data_ptr(), _addr(labels), _addr(loss), _addr(grad))
+    _after_call(ctx, student_logp)
+    return loss, grad
+
+
+@jsd_op.register_fake
+def _jsd_fake(student_logp, teacher_logp, labels, beta, ignore_index, reduction, want_grad):
+    rows, vocab = student_logp.shape
+    loss = student_logp.new_empty((rows,) if reduction == "none" else (), dtype=torch.float32)
+    grad = student_logp.new_empty((rows, vocab) if want_grad else (0,))
+    return loss, grad
+
+
+def _jsd_setup(ctx, inputs, output):
+    ctx.reduction = inputs[5]
+    ctx.want_grad = inputs[6]
+    ctx.save_for_backward(output[1] if inputs[6] else None)
+
+
+def _jsd_backward(ctx, grad_loss, grad_grad):
+    (grad,) = ctx.saved_tensors
+    if not ctx.want_grad:
+        return (None,) * 7
+    if ctx.reduction == "none":
+        return grad * grad_loss.unsqueeze(-1).to(grad.dtype), None, None, None, None, None, None
+    return _scaled(ctx, [grad], grad_loss)[0], None, None, None, None, None, None
+
+
+jsd_op.register_autograd(_jsd_backward, setup_context=_jsd_setup)
+
+
+# ---------------------------------------------------------------------------- fused loss
+
+
+@torch.library.custom_op("distil::fused_linear_jsd", mutates_args=())
+def fused_op(student_hidden: Tensor, student_weight: Tensor, student_bias: Optional[Tensor],
+             teacher_hidden: Tensor, teacher_weight: Tensor, teacher_bias: Optional[Tensor],
+             labels: Optional[Tensor], weight_hard: float, weight_soft: float, beta: float,
+             temperature: float, ignore_index: int, chunk_rows: int, want_grad_hidden: bool,
+             want_grad_weight: bool, want_grad_bias: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    xs, ws, bs, xt, wt, bt = (student_hidden, student_weight, student_bias, teacher_hidden,
+                              teacher_weight, teacher_bias)
+    parts, gx, gw, gb = _fused_outputs(xs, ws, want_grad_hidden, want_grad_weight, want_grad_bias)
+    ctx = context_for(xs)
+    rows, hs = xs.shape
+    head = (wt.shape[0], ws.shape[1], wt.shape[1])
+    want = want_grad_hidden or want_grad_weight or want_grad_bias
+    desc, nbytes = _calls.fused_plan(ctx, rows, ws.shape[0], hs, xt.shape[1], _dtype_code(xs),
+                                     (weight_hard, weight_soft), beta, temperature, ignore_index,
+                                     chunk_rows, want, head)
+    if labels is None:
+        # Only without a hard part (the wrapper checks): every row takes part, N = rows.
+        labels = torch.zeros(rows, dtype=torch.int64, device=xs.device)
+    work = _workspace(xs, nbytes)
+    _calls.run_fused(ctx, desc, _addr(work), nbytes,
+                     [_addr(xs), _addr(ws), _addr(bs), _addr(xt), _addr(wt), _addr(bt),
+                      _addr(labels), _addr(parts), _addr(gx), _addr(gw), _addr(gb)])
+    _after_call(ctx, xs)
+    return parts, gx, gw, gb
+
+
+def _fused_outputs(xs, ws, want_hidden, want_weight, want_bias):
+    empty = (0,)
+    parts = xs.new_empty((3,), dtype=torch.float32)
+    gx = xs.new_empty(xs.shape if want_hidden else empty)
+    gw = ws.new_empty(ws.shape if want_weight else empty)
+    gb = ws.new_empty((ws.shape[0],) if want_bias else empty)
+    return parts, gx, gw, gb
+
+
+@fused_op.register_fake
+def _fused_fake(student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight,
+                teacher_bias, labels, weight_hard, weight_soft, beta, temperature, ignore_index,
+                chunk_rows, want_grad_hidden, want_grad_weight, want_grad_bias):
+    return _fused_outputs(student_hidden, student_weight, want_grad_hidden, want_grad_weight,
+                          want_grad_bias)
+
+
+def _fused_setup(ctx, inputs, output):
+    ctx.wants = inputs[13:16]
+    ctx.save_for_backward(*output[1:])
+
+
+def _fused_backward(ctx, grad_parts, grad_gx, grad_gw, grad_gb):
+    # Only the combined loss is differentiable: the wrappers hand out the parts detached.
+    grads = [g if want else None for g, want in zip(ctx.saved_tensors, ctx.wants)]
+    return tuple(_scaled(ctx, grads, grad_parts[0])) + (None,) * 13
+
+
+fused_op.register_autograd(_fused_backward, setup_context=_fused_setup)
+
+
+def _scaled(ctx, grads: list, s: Tensor) -> list:
+    """Each grad (None passes) times s, the upstream gradient: a 0-dim device tensor, never
+    read on the host.
+
+    Eagerly, on plain tensors, in place with distil_scale, which writes nothing when s == 1:
+    the usual `loss.backward()` costs no pass over the gradients. A second backward through
+    the same graph (retain_graph) would then scale twice, so it is refused. Traced
+    (torch.compile, AOT autograd: tensors are subclasses there), a plain multiplication that
+    the compiler fuses into the consumer, since the saved gradient is an output of the op.
+    """
+    present = [g for g in grads if g is not None]
+    if any(type(t) is not torch.Tensor for t in present + [s]):
+        return [g * s.to(g.dtype) if g is not None else None for g in grads]
+    if getattr(ctx, "distil_scaled", False):
+        raise _errors.make_error(
+            _lib.ERR_UNSUPPORTED,
+            "backward through a distil loss ran twice (retain_graph): its gradients are "
+            "computed in the forward call and scaled in place; compute the loss again instead")
+    for g in present:
+        scale_(g, s)
+    ctx.distil_scaled = True
+    return grads
+
+
+# --------------------------------------------------------------------------------- scale
+
+
+@torch.library.custom_op("distil::scale_", mutates_args=("x",))
+def scale_(x: Tensor, scale: Tensor) -> None:
+    if x.numel() == 0:
+        return
+    s = scale if scale.dtype == torch.float32 else scale.float()
+    ctx = context_for(x)
+    _calls.run_scale(ctx, x.data_ptr(), _dtype_code(x), x.numel(), s.data_ptr())
+
+
+@scale_.register_fake
+def _scale_fake(x, scale):
+    return None

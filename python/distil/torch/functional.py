@@ -1,0 +1,182 @@
+"""Functional forms of distil's losses for PyTorch, with Liger-Kernel's signatures.
+
+  jsd(input, target, shift_labels=None, beta=0.5, ignore_index=-100)
+      = liger_kernel.transformers.functional.liger_jsd
+  fused_linear_jsd(student_input, student_weight, teacher_input, teacher_weight,
+                   shift_labels=None, jsd_beta=0.5, ignore_index=-100, temperature=1.0)
+      = liger_kernel.transformers.functional.liger_fused_linear_jsd
+  fused_linear_jsd_loss(student_input, student_weight, teacher_input, teacher_weight,
+                        true_labels, student_bias=None, teacher_bias=None,
+                        weight_hard_loss=0.5, weight_soft_loss=0.5, beta=0.5, ignore_index=-100,
+                        temperature=1.0, compiled=True, chunk_size=1024,
+                        return_soft_hard_loss=False)
+      = liger_kernel.chunked_loss.functional.liger_fused_linear_jsd
+
+Where distil deliberately differs from Liger (docs/SPEC.md §1-§2): the loss is always fp32
+(Liger's JSD casts it back to the input dtype); logits stay fp32 through the softmax; the head's
+weight gradient is accumulated in fp32 and written once; the token count stays on the device
+(Liger reads it back with .item()). `compiled` and `chunk_size` are accepted and ignored:
+distil's kernels need no torch.compile and plan their own chunks (`chunk_rows` overrides).
+Hidden states may be 2-D [BT, H] or 3-D [B, T, H] (as TRL passes them), labels of the matching
+shape; non-contiguous tensors are made contiguous.
+"""
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .. import _errors, _lib
+from . import _ops
+
+
+def _fail(message):
+    raise _errors.make_error(_lib.ERR_INVALID_ARG, message)
+
+
+def _rows(name: str, t: Tensor) -> Tensor:
+    """t as a 2-D [rows, last] tensor whose rows are dense (a view when possible)."""
+    if t.dim() < 1:
+        _fail(f"{name}: a tensor of at least 1 dimension is needed, got a scalar")
+    t = t.reshape(-1, t.shape[-1]) if t.dim() != 2 else t
+    return t if t.stride(-1) == 1 and t.stride(0) >= t.shape[1] else t.contiguous()
+
+
+def _labels(name: str, labels: Optional[Tensor], rows: int, device) -> Optional[Tensor]:
+    if labels is None:
+        return None
+    if labels.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
+        _fail(f"{name}: labels must be integers, got {labels.dtype}")
+    if labels.numel() != rows:
+        _fail(f"{name}: {labels.numel()} labels for {rows} rows (shape {tuple(labels.shape)})")
+    if labels.device != device:
+        _fail(f"{name}: labels are on {labels.device}, the inputs on {device}")
+    return labels.reshape(rows).to(torch.int64).contiguous()
+
+
+def _same(fn: str, named: dict):
+    """Every present tensor has the first one's dtype and device, and a dtype distil takes."""
+    first_name, first = next(iter(named.items()))
+    if first.dtype not in _ops._DTYPES:
+        _fail(f"{fn}: {first_name}: dtype {first.dtype} is not float32, bfloat16 or float16")
+    for name, t in named.items():
+        if t is None:
+            continue
+        if t.dtype != first.dtype:
+            _fail(f"{fn}: {name} is {t.dtype} but {first_name} is {first.dtype} "
+                  "(one dtype for every float input)")
+        if t.device != first.device:
+            _fail(f"{fn}: {name} is on {t.device} but {first_name} on {first.device}")
+
+
+def _wants_grad(t: Optional[Tensor]) -> bool:
+    return t is not None and t.requires_grad and torch.is_grad_enabled()
+
+
+def _check_temperature(fn: str, temperature: float):
+    if not (math.isfinite(temperature) and temperature > 0):
+        _fail(f"{fn}: temperature {temperature} must be finite and > 0")
+
+
+# ------------------------------------------------------------------------------------ JSD
+
+
+def jsd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None, beta: float = 0.5,
+        ignore_index: int = -100, *, reduction: str = "batchmean") -> Tensor:
+    """Generalised JSD between student log-probs `input` and teacher log-probs `target`.
+
+    input, target: [..., V] log-probabilities (not re-normalised); shift_labels: [...] or None.
+    beta weights the teacher: 0 gives KL(p||q), 1 gives KL(q||p). reduction "batchmean"
+    (Liger's, the default: sum over rows / rows whose label != ignore_index), "sum" or "none"
+    (per row, shaped like the leading dimensions). Returns an fp32 loss.
+    """
+    fn = "jsd"
+    _same(fn, {"input": input, "target": target})
+    if input.shape != target.shape:
+        _fail(f"{fn}: input {tuple(input.shape)} and target {tuple(target.shape)} differ")
+    lead = input.shape[:-1]
+    x, y = _rows("input", input), _rows("target", target)
+    labels = _labels(fn, shift_labels, x.shape[0], x.device)
+    loss, _ = _ops.jsd_op(x, y, labels, float(beta), int(ignore_index), reduction,
+                          _wants_grad(input))
+    return loss.reshape(lead) if reduction == "none" else loss
+
+
+# ------------------------------------------------------------------------ fused linear JSD
+
+
+def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, labels,
+           student_bias, teacher_bias, weight_hard, weight_soft, beta, ignore_index,
+           temperature, chunk_rows):
+    """The fused op on 2-D views; returns (loss, hard, soft), the parts detached."""
+    _same(fn, {"student_input": student_input, "student_weight": student_weight,
+               "teacher_input": teacher_input, "teacher_weight": teacher_weight,
+               "student_bias": student_bias, "teacher_bias": teacher_bias})
+    _check_temperature(fn, float(temperature))
+    xs = _rows("student_input", student_input).contiguous()
+    xt = _rows("teacher_input", teacher_input).contiguous()
+    if xs.shape[0] != xt.shape[0]:
+        _fail(f"{fn}: student_input has {xs.shape[0]} rows, teacher_input {xt.shape[0]}")
+    if student_weight.dim() != 2 or teacher_weight.dim() != 2:
+        _fail(f"{fn}: student_weight and teacher_weight must be 2-D [V, H] (nn.Linear layout)")
+    for name, b, w in (("student_bias", student_bias, student_weight),
+                       ("teacher_bias", teacher_bias, teacher_weight)):
+        if b is not None and tuple(b.shape) != (w.shape[0],):
+            _fail(f"{fn}: {name} has shape {tuple(b.shape)}, its head {tuple(w.shape)}")
+    if labels is None and weight_hard != 0:
+        _fail(f"{fn}: labels are None but weight_hard_loss is {weight_hard}: the hard loss "
+              "needs labels (give them, or set weight_hard_loss=0)")
+    lab = _labels(fn, labels, xs.shape[0], xs.device)
+    ws, wt = student_weight.contiguous(), teacher_weight.contiguous()
+    bs = student_bias.contiguous() if student_bias is not None else None
+    bt = teacher_bias.contiguous() if teacher_bias is not None else None
+    parts, _, _, _ = _ops.fused_op(xs, ws, bs, xt, wt, bt, lab, float(weight_hard),
+                                   float(weight_soft), float(beta), float(temperature),
+                                   int(ignore_index), int(chunk_rows), _wants_grad(student_input),
+                                   _wants_grad(student_weight), _wants_grad(student_bias))
+    hard = parts[1].detach() if lab is not None else torch.zeros_like(parts[1])
+    return parts[0], hard, parts[2].detach()
+
+
+def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
+                     teacher_weight: Tensor, shift_labels: Optional[Tensor] = None,
+                     jsd_beta: float = 0.5, ignore_index: int = -100, temperature: float = 1.0,
+                     *, chunk_rows: int = 0) -> Tensor:
+    """JSD of the two heads' tempered distributions (Liger's LigerFusedLinearJSD), fp32.
+
+    student_input [..., Hs], student_weight [V, Hs], teacher_input [..., Ht], teacher_weight
+    [V, Ht], shift_labels [...] or None (then every row counts). No hard loss, no biases.
+    """
+    loss, _, _ = _fused("fused_linear_jsd", student_input, student_weight, teacher_input,
+                        teacher_weight, shift_labels, None, None, 0.0, 1.0, jsd_beta,
+                        ignore_index, temperature, chunk_rows)
+    return loss
+
+
+def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
+                          teacher_weight: Tensor, true_labels: Optional[Tensor],
+                          student_bias: Optional[Tensor] = None,
+                          teacher_bias: Optional[Tensor] = None, weight_hard_loss: float = 0.5,
+                          weight_soft_loss: float = 0.5, beta: float = 0.5,
+                          ignore_index: int = -100, temperature: float = 1.0,
+                          compiled: bool = True, chunk_size: int = 1024,
+                          return_soft_hard_loss: bool = False, *, chunk_rows: int = 0):
+    """Hard CE + soft JSD through both heads (Liger's LigerFusedLinearJSDLoss).
+
+    loss = weight_hard_loss * CE / N + weight_soft_loss * JSD(beta, temperature) / N with
+    N = rows whose label != ignore_index. Returns the fp32 loss, or (loss, soft_loss, hard_loss)
+    with return_soft_hard_loss (Liger's order; the parts are detached: only the loss is
+    differentiable). true_labels may be None when weight_hard_loss == 0.
+    """
+    del compiled, chunk_size  # accepted for Liger compatibility, see the module docstring
+    loss, hard, soft = _fused("fused_linear_jsd_loss", student_input, student_weight,
+                              teacher_input, teacher_weight, true_labels, student_bias,
+                              teacher_bias, weight_hard_loss, weight_soft_loss, beta,
+                              ignore_index, temperature, chunk_rows)
+    return (loss, soft, hard) if return_soft_hard_loss else loss
+
+
+# Liger's names, so that switching is an import change.
+liger_jsd = jsd
+liger_fused_linear_jsd = fused_linear_jsd

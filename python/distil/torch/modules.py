@@ -1,0 +1,105 @@
+"""nn.Module forms of distil's losses, with Liger-Kernel's constructors and forward signatures.
+
+  JSD                 = liger_kernel.transformers.LigerJSD
+  FusedLinearJSD      = liger_kernel.transformers.LigerFusedLinearJSD
+  FusedLinearJSDLoss  = liger_kernel.chunked_loss.LigerFusedLinearJSDLoss
+Switching is an import change (the Liger names are exported too). See distil.torch.functional
+for where distil deliberately differs (fp32 loss and logits, fp32 weight-gradient accumulation).
+"""
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import functional as F
+
+
+def _check_temperature(temperature):
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"distil: invalid argument: temperature {temperature} must be finite "
+                         "and > 0")
+
+
+class JSD(torch.nn.Module):
+    """Generalised JSD over log-probabilities (student `log_q` first, teacher `log_p` second).
+
+    JSD(beta) = beta KL(p || m) + (1 - beta) KL(q || m), m = beta p + (1 - beta) q; beta = 0
+    is KL(p || q), beta = 1 is KL(q || p). batchmean over the rows whose shift_label is not
+    ignore_index (all rows without labels). Inputs [BT, V] or [B, T, V]; fp32 loss.
+    """
+
+    def __init__(self, beta: float = 0.5, ignore_index: int = -100):
+        super().__init__()
+        self.beta = beta
+        self.ignore_index = ignore_index
+
+    def forward(self, log_q: Tensor, log_p: Tensor,
+                shift_labels: Optional[torch.LongTensor] = None) -> Tensor:
+        return F.jsd(log_q, log_p, shift_labels, self.beta, self.ignore_index)
+
+
+class FusedLinearJSD(torch.nn.Module):
+    """The JSD of log_softmax(student_input Ws^T / T) and log_softmax(teacher_input Wt^T / T),
+    computed chunk by chunk without holding the [BT, V] logits; gradients for student_input and
+    student_weight. No hard loss, no biases (as Liger's LigerFusedLinearJSD)."""
+
+    def __init__(self, jsd_beta: float = 0.5, ignore_index: int = -100,
+                 temperature: float = 1.0):
+        super().__init__()
+        _check_temperature(temperature)
+        self.jsd_beta = jsd_beta
+        self.temperature = temperature
+        self.ignore_index = ignore_index
+
+    def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
+                teacher_weight: Tensor,
+                shift_labels: Optional[torch.LongTensor] = None) -> Tensor:
+        return F.fused_linear_jsd(student_input, student_weight, teacher_input, teacher_weight,
+                                  shift_labels, self.jsd_beta, self.ignore_index,
+                                  self.temperature)
+
+
+class FusedLinearJSDLoss(torch.nn.Module):
+    """Hard cross-entropy on the labels plus soft JSD between the two heads, fused and chunked.
+
+    loss = weight_hard_loss * sum CE / N + weight_soft_loss * sum JSD / N, N = rows whose label
+    is not ignore_index; the soft part on logits divided by temperature (no tau^2 factor, as in
+    Liger and TRL). Gradients for student_input, student_weight and student_bias. With
+    return_soft_hard_loss, forward returns (loss, soft_loss, hard_loss), the parts detached.
+    `compiled` and `chunk_size` are accepted for compatibility and ignored: distil plans its
+    own chunks (keyword `chunk_rows` to force one).
+    """
+
+    def __init__(self, weight_hard_loss: float = 0.5, weight_soft_loss: float = 0.5,
+                 beta: float = 0.5, ignore_index: int = -100, temperature: float = 1.0,
+                 compiled: bool = True, chunk_size: int = 1024,
+                 return_soft_hard_loss: bool = False, *, chunk_rows: int = 0):
+        super().__init__()
+        _check_temperature(temperature)
+        self.weight_hard_loss = weight_hard_loss
+        self.weight_soft_loss = weight_soft_loss
+        self.ignore_index = ignore_index
+        self.temperature = temperature
+        self.compiled = compiled
+        self.beta = beta
+        self.chunk_size = chunk_size
+        self.return_soft_hard_loss = return_soft_hard_loss
+        self.chunk_rows = chunk_rows
+
+    def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
+                teacher_weight: Tensor, true_labels: Optional[torch.LongTensor],
+                student_bias: Optional[Tensor] = None, teacher_bias: Optional[Tensor] = None):
+        return F.fused_linear_jsd_loss(student_input, student_weight, teacher_input,
+                                       teacher_weight, true_labels, student_bias, teacher_bias,
+                                       self.weight_hard_loss, self.weight_soft_loss, self.beta,
+                                       self.ignore_index, self.temperature, self.compiled,
+                                       self.chunk_size, self.return_soft_hard_loss,
+                                       chunk_rows=self.chunk_rows)
+
+
+# Liger's names, so that switching is an import change.
+LigerJSD = JSD
+LigerFusedLinearJSD = FusedLinearJSD
+LigerFusedLinearJSDLoss = FusedLinearJSDLoss
