@@ -88,7 +88,7 @@ class _Call:
         return v
 
     def dense_rows(self, v, dtype):
-        if v.dtype != dtype:
+        if v.dtype != dtype or v.dtype not in (_lib.F32, _lib.BF16, _lib.F16):
             _fail(f"{self.fn}: {v.name} has another dtype than the first input (or one distil "
                   "does not take: float32, bfloat16, float16)")
         if v.shape and v.shape[-1] > 1 and v.strides[-1] != 1:

@@ -25,6 +25,10 @@ from .. import _calls, _context, _errors, _lib
 
 _DTYPES = {torch.float32: _lib.F32, torch.bfloat16: _lib.BF16, torch.float16: _lib.F16}
 _eager = os.environ.get("DISTIL_EAGER_ERRORS", "") not in ("", "0")
+# Tests: outputs start as NaN instead of uninitialised memory, so that an element the library
+# failed to write shows.
+POISON_OUTPUTS = False
+_OutOfMemoryError = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
 
 
 def set_eager_errors(on: bool) -> None:
@@ -77,6 +81,14 @@ def _addr(t: Optional[Tensor]) -> int:
     return t.data_ptr() if t is not None and t.numel() else 0
 
 
+def _torch_errors(call, *args):
+    """call(*args), an out-of-memory status raised as torch's OutOfMemoryError."""
+    try:
+        call(*args)
+    except _errors.OutOfMemory as e:
+        raise _OutOfMemoryError(str(e)) from e
+
+
 def _after_call(ctx, t: Tensor):
     if _eager and t.is_cuda and not torch.cuda.is_current_stream_capturing():
         ctx.synchronize()
@@ -93,16 +105,15 @@ def _dtype_code(t: Tensor) -> int:
 def jsd_op(student_logp: Tensor, teacher_logp: Tensor, labels: Optional[Tensor], beta: float,
            ignore_index: int, reduction: str, want_grad: bool) -> tuple[Tensor, Tensor]:
     rows, vocab = student_logp.shape
-    loss = student_logp.new_empty((rows,) if reduction == "none" else (), dtype=torch.float32)
-    grad = torch.empty((rows, vocab) if want_grad else (0,), dtype=student_logp.dtype,
-                       device=student_logp.device)
+    loss = _out(student_logp, (rows,) if reduction == "none" else (), torch.float32)
+    grad = _out(student_logp, (rows, vocab) if want_grad else (0,), student_logp.dtype)
     ctx = context_for(student_logp)
     strides = (student_logp.stride(0), teacher_logp.stride(0), vocab)
     desc, nbytes = _calls.jsd_plan(ctx, rows, vocab, strides, _dtype_code(student_logp), beta,
                                    ignore_index, reduction)
     ws = _workspace(student_logp, nbytes)
-    _calls.run_jsd(ctx, desc, _addr(ws), nbytes, student_logp.data_ptr(),
-                   teacher_logp.data_ptr(), _addr(labels), _addr(loss), _addr(grad))
+    _torch_errors(_calls.run_jsd, ctx, desc, _addr(ws), nbytes, student_logp.data_ptr(),
+                  teacher_logp.data_ptr(), _addr(labels), _addr(loss), _addr(grad))
     _after_call(ctx, student_logp)
     return loss, grad
 
@@ -144,7 +155,8 @@ def fused_op(student_hidden: Tensor, student_weight: Tensor, student_bias: Optio
              want_grad_weight: bool, want_grad_bias: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     xs, ws, bs, xt, wt, bt = (student_hidden, student_weight, student_bias, teacher_hidden,
                               teacher_weight, teacher_bias)
-    parts, gx, gw, gb = _fused_outputs(xs, ws, want_grad_hidden, want_grad_weight, want_grad_bias)
+    parts, gx, gw, gb = _fused_outputs(xs, ws, want_grad_hidden, want_grad_weight, want_grad_bias,
+                                       _out)
     ctx = context_for(xs)
     rows, hs = xs.shape
     head = (wt.shape[0], ws.shape[1], wt.shape[1])
@@ -156,20 +168,31 @@ def fused_op(student_hidden: Tensor, student_weight: Tensor, student_bias: Optio
         # Only without a hard part (the wrapper checks): every row takes part, N = rows.
         labels = torch.zeros(rows, dtype=torch.int64, device=xs.device)
     work = _workspace(xs, nbytes)
-    _calls.run_fused(ctx, desc, _addr(work), nbytes,
-                     [_addr(xs), _addr(ws), _addr(bs), _addr(xt), _addr(wt), _addr(bt),
-                      _addr(labels), _addr(parts), _addr(gx), _addr(gw), _addr(gb)])
+    _torch_errors(_calls.run_fused, ctx, desc, _addr(work), nbytes,
+                  [_addr(xs), _addr(ws), _addr(bs), _addr(xt), _addr(wt), _addr(bt),
+                   _addr(labels), _addr(parts), _addr(gx), _addr(gw), _addr(gb)])
     _after_call(ctx, xs)
     return parts, gx, gw, gb
 
 
-def _fused_outputs(xs, ws, want_hidden, want_weight, want_bias):
+def _fused_outputs(xs, ws, want_hidden, want_weight, want_bias, make):
+    """(loss parts [3] fp32, grad_xs, grad_Ws, grad_bs), [0] where a gradient is unwanted."""
     empty = (0,)
-    parts = xs.new_empty((3,), dtype=torch.float32)
-    gx = xs.new_empty(xs.shape if want_hidden else empty)
-    gw = ws.new_empty(ws.shape if want_weight else empty)
-    gb = ws.new_empty((ws.shape[0],) if want_bias else empty)
+    parts = make(xs, (3,), torch.float32)
+    gx = make(xs, xs.shape if want_hidden else empty, xs.dtype)
+    gw = make(ws, ws.shape if want_weight else empty, ws.dtype)
+    gb = make(ws, (ws.shape[0],) if want_bias else empty, ws.dtype)
     return parts, gx, gw, gb
+
+
+def _out(like: Tensor, shape, dtype) -> Tensor:
+    if POISON_OUTPUTS:
+        return torch.full(shape, float("nan"), dtype=dtype, device=like.device)
+    return torch.empty(shape, dtype=dtype, device=like.device)
+
+
+def _fake(like: Tensor, shape, dtype) -> Tensor:
+    return like.new_empty(shape, dtype=dtype)
 
 
 @fused_op.register_fake
@@ -177,7 +200,7 @@ def _fused_fake(student_hidden, student_weight, student_bias, teacher_hidden, te
                 teacher_bias, labels, weight_hard, weight_soft, beta, temperature, ignore_index,
                 chunk_rows, want_grad_hidden, want_grad_weight, want_grad_bias):
     return _fused_outputs(student_hidden, student_weight, want_grad_hidden, want_grad_weight,
-                          want_grad_bias)
+                          want_grad_bias, _fake)
 
 
 def _fused_setup(ctx, inputs, output):
