@@ -7,6 +7,8 @@ Implementations (--impl):
            log_softmax(z / tau)); gradients by autograd.
   compile  the same functions through torch.compile.
   liger    Liger-Kernel's LigerJSD and LigerFusedLinearJSDLoss (CUDA only), when importable.
+  distil   distil's Python package, called exactly as Liger is (distil.torch.JSD and
+           FusedLinearJSDLoss): its time against distil-bench's C timing is the binding's cost.
 Both take (student, teacher) with beta weighting the teacher, as SPEC.md does.
 
 Timing follows distil-bench: warm-up, then samples until --reps and --min-time (at most
@@ -78,7 +80,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     a = p.add_argument
-    a("--impl", default="eager", help="comma list of eager, compile, liger (default eager)")
+    a("--impl", default="eager",
+      help="comma list of eager, compile, liger, distil (default eager)")
     a("--device", default="auto", choices=["auto", "cuda", "cpu"])
     a("--preset", default="auto", choices=["auto", "gpu", "cpu"])
     a("--workload", default="all", choices=["jsd", "fused", "all"])
@@ -123,8 +126,8 @@ def parse_args(argv):
     if args.weight_hard + args.weight_soft <= 0.0:
         p.error("--weight-hard and --weight-soft are both 0")
     impls = args.impl.split(",")
-    if not impls or any(i not in ("eager", "compile", "liger") for i in impls):
-        p.error(f"--impl '{args.impl}': expected a comma list of eager, compile, liger")
+    if not impls or any(i not in ("eager", "compile", "liger", "distil") for i in impls):
+        p.error(f"--impl '{args.impl}': expected a comma list of eager, compile, liger, distil")
     args.impls = impls
     args.max_reps = max(args.max_reps, args.reps)
     return args
@@ -273,14 +276,20 @@ def make_call(impl, s, args, torch):
         return _COMPILED[fn.__name__]
 
     if s["workload"] == "jsd":
-        if impl == "liger":
-            from liger_kernel.transformers import LigerJSD
+        if impl in ("liger", "distil"):
+            if impl == "liger":
+                from liger_kernel.transformers import LigerJSD
+            else:
+                from distil.torch import LigerJSD
             m = LigerJSD(beta=s["beta"], ignore_index=IGNORE)
             return lambda st: m(st["x"], st["y"], st["labels"])
         f = compiled(jsd_eager) if impl == "compile" else jsd_eager
         return lambda st: f(st["x"], st["y"], st["labels"], s["beta"])
-    if impl == "liger":
-        from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
+    if impl in ("liger", "distil"):
+        if impl == "liger":
+            from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
+        else:
+            from distil.torch import LigerFusedLinearJSDLoss
         m = LigerFusedLinearJSDLoss(weight_hard_loss=s["weight_hard"],
                                     weight_soft_loss=s["weight_soft"], beta=s["beta"],
                                     ignore_index=IGNORE, temperature=s["temperature"],
@@ -366,7 +375,8 @@ def max_rss_bytes():
 def new_row(impl, s, mode, dev):
     r = dict.fromkeys(FIELDS)
     r.update({k: v for k, v in s.items() if k in r})
-    r.update(backend="torch-" + impl if impl != "liger" else "liger", device=dev, mode=mode,
+    r.update(backend=impl if impl in ("liger", "distil") else "torch-" + impl, device=dev,
+             mode=mode,
              status="ok", message="", batch=1, timing="none", mem_kind="none",
              workspace_bytes=0)
     if s["workload"] == "jsd":
@@ -377,6 +387,8 @@ def new_row(impl, s, mode, dev):
         r["message"] = f"torch.compile(dynamic={bool(ARGS.compile_dynamic)})"
     if impl == "liger":
         r["message"] = f"liger-kernel {liger_version()}"
+    if impl == "distil":
+        r["message"] = "distil.torch (Python package)"
     return r
 
 

@@ -98,8 +98,8 @@ def jsd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None, be
     lead = input.shape[:-1]
     x, y = _rows("input", input), _rows("target", target)
     labels = _labels(fn, shift_labels, x.shape[0], x.device)
-    loss, _ = _ops.jsd_op(x, y, labels, float(beta), int(ignore_index), reduction,
-                          _wants_grad(input))
+    loss = _ops.jsd(x, y, labels, float(beta), int(ignore_index), reduction,
+                    _wants_grad(input))
     return loss.reshape(lead) if reduction == "none" else loss
 
 
@@ -131,10 +131,10 @@ def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, lab
     ws, wt = student_weight.contiguous(), teacher_weight.contiguous()
     bs = student_bias.contiguous() if student_bias is not None else None
     bt = teacher_bias.contiguous() if teacher_bias is not None else None
-    parts, _, _, _ = _ops.fused_op(xs, ws, bs, xt, wt, bt, lab, float(weight_hard),
-                                   float(weight_soft), float(beta), float(temperature),
-                                   int(ignore_index), int(chunk_rows), _wants_grad(student_input),
-                                   _wants_grad(student_weight), _wants_grad(student_bias))
+    parts = _ops.fused(xs, ws, bs, xt, wt, bt, lab, float(weight_hard), float(weight_soft),
+                       float(beta), float(temperature), int(ignore_index), int(chunk_rows),
+                       _wants_grad(student_input), _wants_grad(student_weight),
+                       _wants_grad(student_bias))
     hard = parts[1].detach() if lab is not None else torch.zeros_like(parts[1])
     return parts[0], hard, parts[2].detach()
 
