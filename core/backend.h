@@ -197,6 +197,15 @@ typedef struct distil_fused_args {
     size_t workspace_bytes;
 } distil_fused_args;
 
+/* Where a buffer lies (backend mem_extent): `parent` names the allocation it is part of (NULL on
+ * pointer backends: one address space), `origin` is its first byte within that allocation (the
+ * address itself on pointer backends), `size` its bytes (0: unknown). */
+typedef struct distil_mem_extent {
+    const void *parent;
+    uintptr_t origin;
+    size_t size;
+} distil_mem_extent;
+
 /* Core-side sink for backend error messages; see core/error.h. */
 typedef struct distil_ctx distil_ctx;
 
@@ -241,6 +250,13 @@ typedef struct distil_backend {
     distil_status (*mem_download)(void *b, void *dst, distil_dptr src, size_t bytes);
     /* Optional: can the backend tell that p is not its memory? NULL: the core cannot check. */
     distil_status (*check_pointer)(void *b, const void *p, const char *what);
+    /* Optional, for handle backends: resolve p, which check_pointer accepted, to its extent
+     * (a sub-buffer to its parent, origin and size). NULL: p is an address in one address
+     * space, size unknown. The core's size and overlap checks (core/overlap.c) use it. */
+    distil_status (*mem_extent)(void *b, const void *p, distil_mem_extent *out);
+    /* Optional: is p a live allocation of mem_alloc (distil_free)? It must not touch p beyond
+     * a lookup: p may have been freed already. NULL: the core asks check_pointer. */
+    distil_status (*check_free)(void *b, const void *p);
 
     distil_status (*gemm)(void *b, const distil_gemm_args *a);
     distil_status (*count_valid)(void *b, const distil_count_args *a);

@@ -3,7 +3,9 @@
  */
 #include "ctx.h"
 #include "error.h"
+#include "overlap.h"
 #include "registry.h"
+#include "validate.h"
 #include "workspace.h"
 
 #include <stdio.h>
@@ -61,8 +63,26 @@ distil_status distil_ctx_create(distil_ctx **out, const char *backend, int devic
     return DISTIL_OK;
 }
 
+distil_status distil_ctx_enter(distil_ctx *ctx, const char *fn) {
+    if (ctx != NULL && atomic_exchange(&ctx->busy, 1) != 0) {
+        return distil_error_set(NULL, DISTIL_ERR_BUSY,
+                                "%s: the context is in use by another thread (a context serves "
+                                "one thread at a time)",
+                                fn);
+    }
+    return DISTIL_OK;
+}
+
+void distil_ctx_leave(distil_ctx *ctx) {
+    if (ctx != NULL) {
+        atomic_store(&ctx->busy, 0);
+    }
+}
+
+/* A context that another thread is inside is left alone (leaked, not freed under it); the
+ * refusal is recorded on the calling thread. The flag stays set: later calls are refused. */
 void distil_ctx_destroy(distil_ctx *ctx) {
-    if (ctx == NULL) {
+    if (ctx == NULL || distil_ctx_enter(ctx, "ctx_destroy") != DISTIL_OK) {
         return;
     }
     if (ctx->ws_own != NULL) {
@@ -80,7 +100,7 @@ const char *distil_ctx_device_name(const distil_ctx *ctx) {
     return ctx ? ctx->device_name : "";
 }
 
-distil_status distil_ctx_set_stream(distil_ctx *ctx, void *stream) {
+static distil_status distil_ctx_set_stream_run(distil_ctx *ctx, void *stream) {
     if (ctx == NULL) {
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "ctx_set_stream: ctx is NULL");
     }
@@ -96,6 +116,10 @@ distil_status distil_ctx_set_stream(distil_ctx *ctx, void *stream) {
     return ctx->be->set_stream(ctx->b, stream);
 }
 
+distil_status distil_ctx_set_stream(distil_ctx *ctx, void *stream) {
+    DISTIL_GUARDED(ctx, "ctx_set_stream", distil_ctx_set_stream_run(ctx, stream));
+}
+
 distil_status distil_ctx_wait(distil_ctx *ctx) {
     distil_status s = ctx->be->synchronize(ctx->b);
     if (s == DISTIL_ERR_INVALID_LABEL) {
@@ -108,7 +132,7 @@ distil_status distil_ctx_wait(distil_ctx *ctx) {
     return s;
 }
 
-distil_status distil_ctx_synchronize(distil_ctx *ctx) {
+static distil_status distil_ctx_synchronize_run(distil_ctx *ctx) {
     if (ctx == NULL) {
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "ctx_synchronize: ctx is NULL");
     }
@@ -121,7 +145,11 @@ distil_status distil_ctx_synchronize(distil_ctx *ctx) {
     return s;
 }
 
-distil_status distil_ctx_set_workspace(distil_ctx *ctx, void *ptr, size_t bytes) {
+distil_status distil_ctx_synchronize(distil_ctx *ctx) {
+    DISTIL_GUARDED(ctx, "ctx_synchronize", distil_ctx_synchronize_run(ctx));
+}
+
+static distil_status distil_ctx_set_workspace_run(distil_ctx *ctx, void *ptr, size_t bytes) {
     if (ctx == NULL) {
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "ctx_set_workspace: ctx is NULL");
     }
@@ -131,10 +159,21 @@ distil_status distil_ctx_set_workspace(distil_ctx *ctx, void *ptr, size_t bytes)
                                 "neither)",
                                 ptr ? "set" : "NULL", bytes);
     }
-    if (ptr != NULL && ctx->be->check_pointer != NULL) {
-        DISTIL_TRY(ctx->be->check_pointer(ctx->b, ptr, "workspace"));
+    if (ptr != NULL) {
+        DISTIL_TRY(distil_check_device_ptr(ctx, "ctx_set_workspace", "ptr", ptr));
+        distil_mem_extent e;
+        DISTIL_TRY(distil_span_extent(ctx, "ctx_set_workspace", "ptr", ptr, &e));
+        if (e.size != 0 && bytes > e.size) {
+            return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
+                                    "ctx_set_workspace: ptr holds %zu bytes, not the %zu given",
+                                    e.size, bytes);
+        }
     }
     ctx->ws_lent = ptr;
     ctx->ws_lent_bytes = bytes;
     return DISTIL_OK;
+}
+
+distil_status distil_ctx_set_workspace(distil_ctx *ctx, void *ptr, size_t bytes) {
+    DISTIL_GUARDED(ctx, "ctx_set_workspace", distil_ctx_set_workspace_run(ctx, ptr, bytes));
 }

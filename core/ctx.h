@@ -8,6 +8,8 @@
 
 #include "backend.h"
 
+#include <stdatomic.h>
+
 #define DISTIL_MSG_BYTES 1024
 
 struct distil_ctx {
@@ -23,7 +25,26 @@ struct distil_ctx {
      * distil_ctx_synchronize did: kept here so that the caller still gets it, once. */
     distil_status deferred;
     char deferred_msg[DISTIL_MSG_BYTES];
+    /* 1 while a public call runs on the context: a second thread that enters meanwhile is
+     * refused (distil_ctx_enter) instead of racing on the backend state. */
+    atomic_int busy;
 };
+
+/* Enter ctx for the public call fn (a NULL ctx passes: the call reports it): DISTIL_ERR_BUSY, with
+ * the message on the calling thread (distil_ctx_last_error(NULL): the context's buffer belongs to
+ * the thread inside), when another call is running on it. Every DISTIL_OK is paired with one
+ * distil_ctx_leave. */
+distil_status distil_ctx_enter(distil_ctx *ctx, const char *fn);
+void distil_ctx_leave(distil_ctx *ctx);
+
+/* Return `call` (an expression giving a status), run inside enter / leave. */
+#define DISTIL_GUARDED(ctx, fn, call)                                                              \
+    do {                                                                                           \
+        DISTIL_TRY(distil_ctx_enter((ctx), (fn)));                                                 \
+        distil_status distil_guarded_s_ = (call);                                                  \
+        distil_ctx_leave(ctx);                                                                     \
+        return distil_guarded_s_;                                                                  \
+    } while (0)
 
 /* Wait for the context's queued work. A deferred invalid label is kept for the caller's next
  * distil_ctx_synchronize instead of failing the call that waited; other failures return. */

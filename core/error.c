@@ -29,6 +29,8 @@ const char *distil_status_string(distil_status status) {
         return "workspace too small";
     case DISTIL_ERR_VERSION:
         return "version mismatch";
+    case DISTIL_ERR_BUSY:
+        return "context busy";
     }
     return "unknown status";
 }

@@ -12,6 +12,7 @@
 #include "chunk.h"
 #include "ctx.h"
 #include "error.h"
+#include "overlap.h"
 #include "validate.h"
 #include "workspace.h"
 
@@ -84,42 +85,52 @@ static distil_status distil_fused_check_desc(distil_ctx *ctx,
                                 "%s: weight_hard and weight_soft are both 0", fn);
     }
     DISTIL_TRY(distil_check_unit(ctx, fn, "beta", d->beta));
-    return distil_check_positive(ctx, fn, "temperature", d->temperature);
+    return distil_check_temperature(ctx, fn, "temperature", d->temperature);
 }
 
-/* Pointer checks: NULL where data is required, then backend ownership, then bias rules. */
+/* Pointer checks: NULL where data is required, then backend ownership, then bias rules, then
+ * sizes and overlaps (SPEC section 5). */
 static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused_args *a) {
+    const size_t es = distil_dtype_size(a->dtype);
+    const size_t t = (size_t)a->rows, v = (size_t)a->vocab, hs = (size_t)a->hs;
     const struct {
         const char *name;
         distil_dptr p;
         bool required;
+        size_t bytes;
+        bool out;
     } ptrs[] = {
-        {"student_hidden", a->xs, a->rows > 0},
-        {"student_weight", a->ws, true},
-        {"student_bias", a->bs, false},
-        {"teacher_hidden", a->xt, a->rows > 0},
-        {"teacher_weight", a->wt, true},
-        {"teacher_bias", a->bt, false},
-        {"labels", a->labels, a->rows > 0},
-        {"loss", a->loss, true},
-        {"grad_student_hidden", a->grad_xs, false},
-        {"grad_student_weight", a->grad_ws, false},
-        {"grad_student_bias", a->grad_bs, false},
+        {"student_hidden", a->xs, a->rows > 0, t * hs * es, false},
+        {"student_weight", a->ws, true, v * hs * es, false},
+        {"student_bias", a->bs, false, v * es, false},
+        {"teacher_hidden", a->xt, a->rows > 0, t * (size_t)a->ht * es, false},
+        {"teacher_weight", a->wt, true, v * (size_t)a->ht * es, false},
+        {"teacher_bias", a->bt, false, v * es, false},
+        {"labels", a->labels, a->rows > 0, t * sizeof(int64_t), false},
+        {"loss", a->loss, true, (a->return_parts ? 3u : 1u) * sizeof(float), true},
+        {"grad_student_hidden", a->grad_xs, false, t * hs * es, true},
+        {"grad_student_weight", a->grad_ws, false, v * hs * es, true},
+        {"grad_student_bias", a->grad_bs, false, v * es, true},
     };
-    const size_t n = sizeof ptrs / sizeof ptrs[0];
-    for (size_t i = 0; i < n; i++) {
+    enum { N = sizeof ptrs / sizeof ptrs[0] };
+    for (size_t i = 0; i < N; i++) {
         if (ptrs[i].required) {
             DISTIL_TRY(distil_check_not_null(ctx, fn, ptrs[i].name, ptrs[i].p.base));
         }
     }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < N; i++) {
         DISTIL_TRY(distil_check_device_ptr(ctx, fn, ptrs[i].name, ptrs[i].p.base));
     }
     if (distil_dptr_present(a->grad_bs) && !distil_dptr_present(a->bs)) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
                                 "%s: grad_student_bias is given but student_bias is NULL", fn);
     }
-    return DISTIL_OK;
+    distil_span s[N + 1];
+    for (size_t i = 0; i < N; i++) {
+        s[i] = (distil_span){ptrs[i].name, ptrs[i].p.base, ptrs[i].bytes, ptrs[i].out};
+    }
+    s[N] = (distil_span){"workspace", ctx->ws_lent, ctx->ws_lent_bytes, true};
+    return distil_spans_check(ctx, fn, s, N + 1, -1, -1);
 }
 
 static void distil_fused_fill_args(const distil_fused_linear_jsd_desc *d, distil_fused_args *a) {
@@ -173,9 +184,8 @@ static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
     return s;
 }
 
-distil_status distil_fused_linear_jsd_workspace_size(distil_ctx *ctx,
-                                                     const distil_fused_linear_jsd_desc *desc,
-                                                     int want_grads, size_t *bytes) {
+static distil_status distil_fused_linear_jsd_workspace_size_run(
+    distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc, int want_grads, size_t *bytes) {
     if (ctx == NULL) {
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG,
                                 "fused_linear_jsd_workspace_size: ctx is NULL");
@@ -192,6 +202,13 @@ distil_status distil_fused_linear_jsd_workspace_size(distil_ctx *ctx,
     DISTIL_TRY(distil_fused_make_plan(ctx, desc, &s, &p));
     *bytes = p.bytes;
     return DISTIL_OK;
+}
+
+distil_status distil_fused_linear_jsd_workspace_size(distil_ctx *ctx,
+                                                     const distil_fused_linear_jsd_desc *desc,
+                                                     int want_grads, size_t *bytes) {
+    DISTIL_GUARDED(ctx, "fused_linear_jsd_workspace_size",
+                   distil_fused_linear_jsd_workspace_size_run(ctx, desc, want_grads, bytes));
 }
 
 /* Everything one chunk step needs, resolved once per call. */
@@ -406,12 +423,11 @@ static distil_status distil_fused_empty(distil_ctx *ctx, const distil_fused_args
     return ctx->be->fill(ctx->b, &f);
 }
 
-distil_status distil_fused_linear_jsd(distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc,
-                                      const void *student_hidden, const void *student_weight,
-                                      const void *student_bias, const void *teacher_hidden,
-                                      const void *teacher_weight, const void *teacher_bias,
-                                      const int64_t *labels, float *loss, void *grad_student_hidden,
-                                      void *grad_student_weight, void *grad_student_bias) {
+static distil_status distil_fused_linear_jsd_run(
+    distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc, const void *student_hidden,
+    const void *student_weight, const void *student_bias, const void *teacher_hidden,
+    const void *teacher_weight, const void *teacher_bias, const int64_t *labels, float *loss,
+    void *grad_student_hidden, void *grad_student_weight, void *grad_student_bias) {
     if (ctx == NULL) {
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "%s: ctx is NULL", fn);
     }
@@ -446,4 +462,17 @@ distil_status distil_fused_linear_jsd(distil_ctx *ctx, const distil_fused_linear
         st = ctx->be->synchronize(ctx->b); /* reports an invalid label from this call */
     }
     return st;
+}
+
+distil_status distil_fused_linear_jsd(distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc,
+                                      const void *student_hidden, const void *student_weight,
+                                      const void *student_bias, const void *teacher_hidden,
+                                      const void *teacher_weight, const void *teacher_bias,
+                                      const int64_t *labels, float *loss, void *grad_student_hidden,
+                                      void *grad_student_weight, void *grad_student_bias) {
+    DISTIL_GUARDED(ctx, fn,
+                   distil_fused_linear_jsd_run(ctx, desc, student_hidden, student_weight,
+                                               student_bias, teacher_hidden, teacher_weight,
+                                               teacher_bias, labels, loss, grad_student_hidden,
+                                               grad_student_weight, grad_student_bias));
 }

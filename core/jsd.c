@@ -4,6 +4,7 @@
  */
 #include "ctx.h"
 #include "error.h"
+#include "overlap.h"
 #include "validate.h"
 #include "workspace.h"
 
@@ -63,7 +64,27 @@ static distil_status distil_jsd_check_desc(distil_ctx *ctx, const distil_jsd_des
     return DISTIL_OK;
 }
 
-/* Pointer checks, in the fixed order NULL -> backend ownership -> aliasing. */
+/* What the call touches, in bytes from each pointer (core/overlap.h). */
+enum { JSD_X, JSD_Y, JSD_LABELS, JSD_LOSS, JSD_GRAD, JSD_WS, JSD_SPANS };
+
+static void distil_jsd_spans(const distil_ctx *ctx, const distil_jsd_args *a, const void *x,
+                             const void *y, const int64_t *labels, const float *loss,
+                             const void *grad, distil_span s[JSD_SPANS]) {
+    size_t es = distil_dtype_size(a->dtype);
+    bool none = a->reduction == DISTIL_REDUCTION_NONE;
+    s[JSD_X] = (distil_span){"student_logp", x,
+                             distil_span_bytes(a->rows, a->vocab, a->x_stride, es), false};
+    s[JSD_Y] = (distil_span){"teacher_logp", y,
+                             distil_span_bytes(a->rows, a->vocab, a->y_stride, es), false};
+    s[JSD_LABELS] = (distil_span){"labels", labels, (size_t)a->rows * sizeof(int64_t), false};
+    s[JSD_LOSS] = (distil_span){"loss", loss, (none ? (size_t)a->rows : 1) * sizeof(float), true};
+    s[JSD_GRAD] = (distil_span){"grad_student", grad,
+                                distil_span_bytes(a->rows, a->vocab, a->grad_stride, es), true};
+    s[JSD_WS] = (distil_span){"workspace", ctx->ws_lent, ctx->ws_lent_bytes, true};
+}
+
+/* Pointer checks, in the fixed order NULL -> backend ownership -> in-place stride -> sizes and
+ * overlaps (SPEC section 5). */
 static distil_status distil_jsd_check_ptrs(distil_ctx *ctx, const distil_jsd_args *a, const void *x,
                                            const void *y, const int64_t *labels, const float *loss,
                                            const void *grad) {
@@ -79,17 +100,17 @@ static distil_status distil_jsd_check_ptrs(distil_ctx *ctx, const distil_jsd_arg
     DISTIL_TRY(distil_check_device_ptr(ctx, fn, "labels", labels));
     DISTIL_TRY(distil_check_device_ptr(ctx, fn, "loss", loss));
     DISTIL_TRY(distil_check_device_ptr(ctx, fn, "grad_student", grad));
-    if (grad != NULL && grad == y) {
-        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
-                                "%s: grad_student aliases teacher_logp", fn);
-    }
     if (grad != NULL && grad == x && a->grad_stride != a->x_stride) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
                                 "%s: grad_student is student_logp (in place) but its row stride "
                                 "%lld != %lld",
                                 fn, (long long)a->grad_stride, (long long)a->x_stride);
     }
-    return DISTIL_OK;
+    distil_span s[JSD_SPANS];
+    distil_jsd_spans(ctx, a, x, y, labels, loss, grad, s);
+    bool strides_equal = a->grad_stride == a->x_stride; /* else in place is refused above */
+    return distil_spans_check(ctx, fn, s, JSD_SPANS, strides_equal ? JSD_GRAD : -1,
+                              strides_equal ? JSD_X : -1);
 }
 
 /* Workspace layout of the composed path: [n (one fp32, padded)] [row_loss (rows) fp32]. */
@@ -104,8 +125,8 @@ static size_t distil_jsd_ws_bytes(const distil_ctx *ctx, const distil_jsd_args *
     return bytes;
 }
 
-distil_status distil_jsd_workspace_size(distil_ctx *ctx, const distil_jsd_desc *desc,
-                                        size_t *bytes) {
+static distil_status distil_jsd_workspace_size_run(distil_ctx *ctx, const distil_jsd_desc *desc,
+                                                   size_t *bytes) {
     if (ctx == NULL) {
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "jsd_workspace_size: ctx is NULL");
     }
@@ -114,6 +135,11 @@ distil_status distil_jsd_workspace_size(distil_ctx *ctx, const distil_jsd_desc *
     DISTIL_TRY(distil_jsd_check_desc(ctx, desc, &a));
     *bytes = distil_jsd_ws_bytes(ctx, &a);
     return DISTIL_OK;
+}
+
+distil_status distil_jsd_workspace_size(distil_ctx *ctx, const distil_jsd_desc *desc,
+                                        size_t *bytes) {
+    DISTIL_GUARDED(ctx, "jsd_workspace_size", distil_jsd_workspace_size_run(ctx, desc, bytes));
 }
 
 /* count_valid -> jsd_rows -> reduce on the backend's kernels. */
@@ -162,9 +188,9 @@ static distil_status distil_jsd_compose(distil_ctx *ctx, const distil_jsd_args *
     return be->reduce(ctx->b, &red);
 }
 
-distil_status distil_jsd(distil_ctx *ctx, const distil_jsd_desc *desc, const void *student_logp,
-                         const void *teacher_logp, const int64_t *labels, float *loss,
-                         void *grad_student) {
+static distil_status distil_jsd_run(distil_ctx *ctx, const distil_jsd_desc *desc,
+                                    const void *student_logp, const void *teacher_logp,
+                                    const int64_t *labels, float *loss, void *grad_student) {
     if (ctx == NULL) {
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "%s: ctx is NULL", fn);
     }
@@ -188,4 +214,11 @@ distil_status distil_jsd(distil_ctx *ctx, const distil_jsd_desc *desc, const voi
         return ctx->be->jsd(ctx->b, &a);
     }
     return distil_jsd_compose(ctx, &a);
+}
+
+distil_status distil_jsd(distil_ctx *ctx, const distil_jsd_desc *desc, const void *student_logp,
+                         const void *teacher_logp, const int64_t *labels, float *loss,
+                         void *grad_student) {
+    DISTIL_GUARDED(
+        ctx, fn, distil_jsd_run(ctx, desc, student_logp, teacher_logp, labels, loss, grad_student));
 }

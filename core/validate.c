@@ -86,6 +86,16 @@ distil_status distil_check_positive(distil_ctx *ctx, const char *fn, const char 
     return DISTIL_OK;
 }
 
+distil_status distil_check_temperature(distil_ctx *ctx, const char *fn, const char *name, float v) {
+    DISTIL_TRY(distil_check_positive(ctx, fn, name, v));
+    if (!isfinite(1.0f / v)) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
+                                "%s: %s %g is too small: its reciprocal is not finite in fp32", fn,
+                                name, (double)v);
+    }
+    return DISTIL_OK;
+}
+
 distil_status distil_check_finite(distil_ctx *ctx, const char *fn, const char *name, float v) {
     if (!isfinite(v)) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG, "%s: %s %g is not finite", fn, name,

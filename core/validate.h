@@ -24,6 +24,8 @@ distil_status distil_check_stride(distil_ctx *ctx, const char *fn, const char *n
 distil_status distil_check_unit(distil_ctx *ctx, const char *fn, const char *name, float v);
 distil_status distil_check_nonneg(distil_ctx *ctx, const char *fn, const char *name, float v);
 distil_status distil_check_positive(distil_ctx *ctx, const char *fn, const char *name, float v);
+/* A temperature: finite, > 0, and 1 / v finite in fp32 (the kernels multiply by it). */
+distil_status distil_check_temperature(distil_ctx *ctx, const char *fn, const char *name, float v);
 distil_status distil_check_finite(distil_ctx *ctx, const char *fn, const char *name, float v);
 /* rows * cols * elem must fit in size_t (and in int64 elements). */
 distil_status distil_check_size(distil_ctx *ctx, const char *fn, const char *name, int64_t rows,

@@ -24,6 +24,7 @@ typedef struct fz_fused {
     size_t lend;
     long fault;
     bool backed, special, bad_label, tame;
+    int alias_out, alias_in; /* an output passed as this other buffer (SPEC section 5), or -1 */
     size_t es;
     int64_t rows, vocab, hs, ht; /* the descriptor's, clamped to what buffers hold */
     fz_buf b[B_COUNT], ws;
@@ -81,6 +82,13 @@ static void fz_fused_read(fz_in *in, fz_fused *c) {
     c->ht = fz_clamp(d->teacher_hidden, 1, FZ_MAX_HIDDEN);
     size_t es = distil_dtype_size(d->dtype);
     c->es = es ? es : 4;
+    /* Now and then one output overlaps an input: each gradient its own input, or the loss the
+     * labels. The library must refuse it. */
+    static const int outs[] = {B_GXS, B_GWS, B_GBS, B_LOSS};
+    static const int ins[] = {B_XS, B_WS, B_BS, B_LABELS};
+    unsigned pick = fz_byte(in) >= 232 ? fz_pick(in, 4) : 4u;
+    c->alias_out = pick < 4 ? outs[pick] : -1;
+    c->alias_in = pick < 4 ? ins[pick] : -1;
 }
 
 static bool fz_bad_float(float v, bool positive) {
@@ -103,11 +111,20 @@ static fz_statuses fz_fused_expect_desc(const fz_fused *c) {
                d->chunk_rows < 0 || fz_bad_float(d->weight_hard, false) ||
                fz_bad_float(d->weight_soft, false) ||
                (d->weight_hard == 0.0f && d->weight_soft == 0.0f) ||
-               !(d->beta >= 0.0f && d->beta <= 1.0f) || fz_bad_float(d->temperature, true);
+               !(d->beta >= 0.0f && d->beta <= 1.0f) || fz_bad_float(d->temperature, true) ||
+               !isfinite(1.0f / d->temperature);
     bool unsupported = d->teacher_vocab != 0 && d->teacher_vocab != d->vocab;
     fz_statuses s =
         (bad ? FZ_S(DISTIL_ERR_INVALID_ARG) : 0) | (unsupported ? FZ_S(DISTIL_ERR_UNSUPPORTED) : 0);
     return s ? s : FZ_S(DISTIL_OK);
+}
+
+/* The aliased output is passed and both it and its input span bytes (rows > 0 for the row
+ * tensors): an overlap to refuse. */
+static bool fz_fused_aliased(const fz_fused *c) {
+    unsigned both = (1u << (unsigned)c->alias_out) | (1u << (unsigned)c->alias_in);
+    bool rows_needed = c->alias_in == B_XS || c->alias_in == B_LABELS;
+    return c->alias_out >= 0 && (c->present & both) == both && (c->d.rows > 0 || !rows_needed);
 }
 
 /* Statuses the whole call allows (before faults and lent workspaces). */
@@ -121,7 +138,8 @@ static fz_statuses fz_fused_expect(const fz_fused *c) {
         required |= (1u << B_XS) | (1u << B_XT) | (1u << B_LABELS);
     }
     bool gbs_without_bs = (c->present & (1u << B_GBS)) && !(c->present & (1u << B_BS));
-    if (!c->backed || (c->present & required) != required || gbs_without_bs) {
+    if (!c->backed || (c->present & required) != required || gbs_without_bs ||
+        fz_fused_aliased(c)) {
         return FZ_S(DISTIL_ERR_INVALID_ARG);
     }
     return c->bad_label ? FZ_S(DISTIL_OK) | FZ_S(DISTIL_ERR_INVALID_LABEL) : FZ_S(DISTIL_OK);
@@ -177,6 +195,9 @@ static void fz_fused_fill(fz_in *in, distil_ctx *ctx, fz_fused *c) {
 }
 
 static void *fz_fused_ptr(const fz_fused *c, int i) {
+    if (i == c->alias_out && fz_fused_aliased(c)) {
+        return c->b[c->alias_in].dev;
+    }
     return (c->present & (1u << i)) ? c->b[i].dev : NULL;
 }
 

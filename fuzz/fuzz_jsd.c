@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { FZ_GRAD_NONE, FZ_GRAD_OWN, FZ_GRAD_IN_PLACE, FZ_GRAD_TEACHER };
+enum { FZ_GRAD_NONE, FZ_GRAD_OWN, FZ_GRAD_IN_PLACE, FZ_GRAD_TEACHER, FZ_GRAD_LOSS };
 
 typedef struct fz_jsd {
     distil_jsd_desc d;
@@ -54,7 +54,7 @@ static void fz_jsd_read(fz_in *in, fz_jsd *c) {
     c->y_null = ptr_bits & 4;
     c->loss_null = ptr_bits & 8;
     c->labels_on = fz_pick(in, 3) != 0;
-    c->grad_mode = (int)fz_pick(in, 4);
+    c->grad_mode = (int)fz_pick(in, 5);
     c->lend = fz_byte(in) >= 224 ? fz_u32(in) % 8192 : 0;
     c->fault = fz_fault_countdown(in);
     const distil_jsd_desc *d = &c->d;
@@ -99,6 +99,9 @@ static distil_status fz_jsd_expect(const fz_jsd *c, bool with_data) {
     if (c->grad_mode == FZ_GRAD_TEACHER && !c->y_null && d->rows > 0) {
         return DISTIL_ERR_INVALID_ARG;
     }
+    if (c->grad_mode == FZ_GRAD_LOSS && !c->loss_null && d->rows > 0) {
+        return DISTIL_ERR_INVALID_ARG; /* the gradient over the loss: an overlap */
+    }
     int64_t xs = d->student_stride ? d->student_stride : d->vocab;
     int64_t gs = d->grad_stride ? d->grad_stride : d->vocab;
     if (c->grad_mode == FZ_GRAD_IN_PLACE && !c->x_null && d->rows > 0 && xs != gs) {
@@ -141,6 +144,7 @@ static distil_status fz_jsd_call(distil_ctx *ctx, fz_jsd *c) {
     void *grad = c->grad_mode == FZ_GRAD_OWN        ? c->grad.dev
                  : c->grad_mode == FZ_GRAD_IN_PLACE ? (c->x_null ? NULL : c->x.dev)
                  : c->grad_mode == FZ_GRAD_TEACHER  ? (c->y_null ? NULL : c->y.dev)
+                 : c->grad_mode == FZ_GRAD_LOSS     ? (c->loss_null ? NULL : c->loss.dev)
                                                     : NULL;
     if (c->lend > 0) {
         distil_status s = distil_ctx_set_workspace(ctx, c->ws.dev, c->ws.bytes);

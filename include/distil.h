@@ -18,7 +18,31 @@
  *     "cpu"/"ref". distil_malloc gives such memory on any backend.
  *   - Loss calls are asynchronous on the context's stream on GPU backends: they enqueue work and
  *     return. The loss is written to device memory; nothing synchronises the host inside a call.
- *   - A context serves one thread at a time; separate contexts are independent.
+ *   - A context serves one thread at a time; separate contexts are independent. A call that
+ *     enters a context while another thread is inside a call on it returns DISTIL_ERR_BUSY
+ *     (message in distil_ctx_last_error(NULL)) and does nothing.
+ *   - Refused with DISTIL_ERR_INVALID_ARG (SPEC section 5): an output that overlaps an input or
+ *     another output, or a lent workspace (byte ranges the descriptor gives; on "opencl" the
+ *     same cl_mem or overlapping sub-buffers), except grad_student == student_logp with equal
+ *     strides; on "opencl" a pointer that is not a cl_mem of the context at any entry point
+ *     (copies, distil_free, distil_ctx_set_workspace, the losses) and a cl_mem smaller than the
+ *     descriptor, copy or workspace size needs.
+ *
+ * Undefined behaviour that the library cannot detect cheaply (do not rely on any outcome):
+ *   - using a context after distil_ctx_destroy, or destroying it twice;
+ *   - freeing a buffer twice or using it after distil_free on the pointer backends ("cpu", "ref",
+ *     "cuda", "hip"); on "opencl" a second distil_free of a distil_malloc buffer is refused, but
+ *     passing a released cl_mem to a copy or a loss still reaches the driver;
+ *   - on the pointer backends, a pointer that is not device memory of the right size: a host or
+ *     garbage pointer, a buffer shorter than the descriptor (the library knows no sizes there;
+ *     "cuda" / "hip" refuse a pointer the runtime does not know as device memory);
+ *   - pointers not aligned to their element type (4 bytes for fp32, 2 for bf16 / fp16, 8 for
+ *     labels); distil_malloc memory is 256-byte aligned;
+ *   - inputs modified, or buffers freed, while an asynchronous call still uses them (GPU
+ *     backends: until distil_ctx_synchronize or a later copy on the context);
+ *   - two contexts or threads writing the same output buffer at once;
+ *   - descriptor fields that are not what the caller holds (a vocab larger than the buffers on
+ *     the pointer backends); the struct_size check catches only a mismatched header.
  */
 #ifndef DISTIL_H
 #define DISTIL_H
@@ -70,6 +94,8 @@ typedef enum distil_status {
     DISTIL_ERR_INVALID_LABEL = 6, /* a label outside [0, V) that is not ignore_index (deferred) */
     DISTIL_ERR_WORKSPACE = 7, /* the workspace lent with distil_ctx_set_workspace is too small */
     DISTIL_ERR_VERSION = 8,   /* a descriptor's struct_size is not one this library knows */
+    DISTIL_ERR_BUSY = 9,      /* another thread is inside a call on this context; the message is
+                                 in distil_ctx_last_error(NULL) of the refused thread */
 } distil_status;
 
 /* A static, human-readable name for a status; never NULL (unknown codes give "unknown status"). */

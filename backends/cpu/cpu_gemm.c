@@ -183,23 +183,25 @@ static cpu_view cpu_block_cached(const cpu_state *st, cpu_mat m, int64_t r0, int
  * One sgemm split by blocks of columns (or rows, when m > n) across the backend's OpenMP
  * threads, each block a single-threaded OpenBLAS call. One thread pool then does all of the
  * backend's work: with OpenBLAS's own pool, the OpenMP threads of the row pass spin-wait
- * against it on every multiply (about 5% of the fused loss on 2 cores). Blocks are 16-wide and
- * fixed by the thread count, so results are bitwise reproducible for a given count.
+ * against it on every multiply (about 5% of the fused loss on 2 cores). The blocks are fixed by
+ * the shape alone (at most CPU_GEMM_PARTS, each a multiple of 16 and at least 64 long), never by
+ * the thread count: OpenBLAS picks its kernels and k blocking by each call's m, n and k, so a
+ * partition that followed the thread count changed the bits (SPEC section 4).
  */
+#define CPU_GEMM_PARTS 64
+
 static void cpu_sgemm_par(const cpu_state *st, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                           float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
                           float beta, float *C, int64_t ldc) {
     const bool by_n = n >= m;
     const int64_t len = by_n ? n : m;
-    const int64_t parts = len >= 64 * (int64_t)st->threads ? st->threads : 1;
-    const int64_t blk = ((len + parts - 1) / parts + 15) / 16 * 16;
+    int64_t blk = ((len + CPU_GEMM_PARTS - 1) / CPU_GEMM_PARTS + 15) / 16 * 16;
+    blk = blk < 64 ? 64 : blk;
+    const int64_t parts = (len + blk - 1) / blk;
 #pragma omp parallel for num_threads(st->threads) schedule(static) if (parts > 1)
     for (int64_t t = 0; t < parts; t++) {
         const int64_t s = t * blk;
         const int64_t e = s + blk < len ? s + blk : len;
-        if (s >= e) {
-            continue;
-        }
         const float *As = by_n ? A : (ta ? A + s : A + s * lda);
         const float *Bs = by_n ? (tb ? B + s * ldb : B + s) : B;
         float *Cs = by_n ? C + s : C + s * ldc;

@@ -57,7 +57,7 @@ static cudaError_t distill_launch_vw(const distill_params &p, distil_dtype gdt, 
     }
 }
 
-static distill_params distill_params_of(const gpu_state *b, const distil_distill_rows_args *a) {
+static distill_params distill_params_of(gpu_state *b, const distil_distill_rows_args *a) {
     distill_params p;
     p.zs = gpu_ptr<const float>(a->zs);
     p.zt = gpu_ptr<const float>(a->zt);
@@ -67,6 +67,7 @@ static distill_params distill_params_of(const gpu_state *b, const distil_distill
     p.g = distil_dptr_addr(a->g);
     p.n_valid = gpu_ptr<const float>(a->n_valid);
     p.err = b->label_err;
+    p.launch = ++b->label_launch;
     p.rows = a->rows;
     p.vocab = a->vocab;
     p.row_offset = a->row_offset;

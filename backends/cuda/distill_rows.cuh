@@ -32,6 +32,7 @@ struct distill_params {
     void *g;               /* (rows, V) of the G dtype, optional, may be zs */
     const float *n_valid;
     gpu_label_error *err;
+    unsigned long long launch; /* this launch's number, >= 1 (gpu_label_error) */
     int64_t rows, vocab, row_offset, ignore_index;
     float inv_t, weight_hard, weight_soft;
     bool unit_temp; /* inv_t == 1: zs / tau is zs, one LSE serves CE and JSD */
@@ -88,10 +89,16 @@ struct distill_row_stats {
     int64_t label;
 };
 
-/* Record an invalid label of global row `row`: the smallest (row, label) key wins. Labels are
- * coded in 32 bits, saturated at the ends (code 0: <= INT32_MIN, code 0xffffffff: >= INT32_MAX). */
-__device__ inline void distill_record_bad_label(gpu_label_error *err, int64_t vocab, int64_t row,
-                                                int64_t label) {
+/* Record an invalid label of global row `row`: the first launch that records claims the word,
+ * and within it the smallest (row, label) key wins (chunks of one call run in row order, so that
+ * is the call's first bad row). Labels are coded in 32 bits, saturated at the ends (code 0:
+ * <= INT32_MIN, code 0xffffffff: >= INT32_MAX). */
+__device__ inline void distill_record_bad_label(gpu_label_error *err, unsigned long long launch,
+                                                int64_t vocab, int64_t row, int64_t label) {
+    const unsigned long long owner = atomicCAS(&err->launch, 0ull, launch);
+    if (owner != 0ull && owner != launch) {
+        return; /* an earlier launch's error stands */
+    }
     const long long lo = -2147483648LL;
     const long long hi = 2147483647LL;
     const long long l = label < lo ? lo : (label > hi ? hi : label);
@@ -109,7 +116,7 @@ __device__ inline bool distill_label_valid(const distill_params &p, int64_t row,
     const bool ignored = l == p.ignore_index;
     const bool valid = !ignored && l >= 0 && l < p.vocab;
     if (!valid && !ignored && lead) {
-        distill_record_bad_label(p.err, p.vocab, p.row_offset + row, l);
+        distill_record_bad_label(p.err, p.launch, p.vocab, p.row_offset + row, l);
     }
     return valid;
 }

@@ -137,7 +137,7 @@ static distil_status gpu_init(gpu_state *b) {
     GPU_TRY(b, cudaMalloc(&b->label_err, sizeof(gpu_label_error)), "label error word");
     /* On the context's own stream, and waited for: a plain cudaMemcpy from pageable memory may
      * return before the write lands, and it is not ordered with a non-blocking stream. */
-    const gpu_label_error none = {GPU_NO_LABEL_ERROR, 0};
+    const gpu_label_error none = {GPU_NO_LABEL_ERROR, 0, 0};
     GPU_TRY(
         b,
         cudaMemcpyAsync(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice, b->lane.stream),
@@ -190,7 +190,7 @@ static distil_status gpu_take_label_error(gpu_state *b) {
     if (e.key == GPU_NO_LABEL_ERROR) {
         return DISTIL_OK;
     }
-    const gpu_label_error none = {GPU_NO_LABEL_ERROR, 0};
+    const gpu_label_error none = {GPU_NO_LABEL_ERROR, 0, 0};
     GPU_TRY(
         b,
         cudaMemcpyAsync(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice, b->lane.stream),

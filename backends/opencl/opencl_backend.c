@@ -42,7 +42,7 @@ static int ocl_auto_priority(void) {
 
 /* The label state's "nothing recorded" value, see distill.cl. */
 static distil_status ocl_label_state_reset(distil_ocl *b) {
-    const cl_int init[4] = {INT_MAX, 0, 0, -1};
+    const cl_int init[DISTIL_OCL_LABEL_WORDS] = {INT_MAX, 0, 0, -1, 0, 0};
     cl_int err = clEnqueueWriteBuffer(b->queue, b->label_state, CL_TRUE, 0, sizeof init, init, 0,
                                       NULL, NULL);
     return err == CL_SUCCESS ? DISTIL_OK : distil_ocl_fail(b, err, "resetting the label state");
@@ -90,11 +90,12 @@ static void ocl_destroy(void *vb) {
     if (b->gemm_attached) {
         distil_ocl_gemm_detach();
     }
+    free(b->allocs);
     free(b);
 }
 
-/* Device name, limits, tuning and build options. */
-static void ocl_describe_device(distil_ocl *b) {
+/* Device name, limits, tuning and build options (the user's checked first). */
+static distil_status ocl_describe_device(distil_ocl *b) {
     char dev[160] = "";
     char plat[96] = "";
     clGetDeviceInfo(b->device, CL_DEVICE_NAME, sizeof dev - 1, dev, NULL);
@@ -105,10 +106,12 @@ static void ocl_describe_device(distil_ocl *b) {
                     NULL);
     b->tuning = distil_ocl_tuning_pick(b->device);
     const char *user = getenv("DISTIL_OPENCL_BUILD_OPTIONS");
+    DISTIL_TRY(distil_ocl_options_check(b, user ? user : ""));
     snprintf(b->user_options, sizeof b->user_options, "%s", user ? user : "");
     char tune[128];
     distil_ocl_tuning_options(&b->tuning, b->user_options, tune, sizeof tune);
     snprintf(b->options, sizeof b->options, "-cl-std=CL1.2%s", tune);
+    return DISTIL_OK;
 }
 
 /* Context, queues, label state: everything create needs after the device is known. */
@@ -128,8 +131,8 @@ static distil_status ocl_open(distil_ocl *b) {
         return distil_ocl_fail(b, err, "clCreateCommandQueue");
     }
     b->queue = b->own_queue;
-    ocl_describe_device(b);
-    DISTIL_TRY(distil_ocl_buffer_new(b, 4 * sizeof(cl_int), &b->label_state));
+    DISTIL_TRY(ocl_describe_device(b));
+    DISTIL_TRY(distil_ocl_buffer_new(b, DISTIL_OCL_LABEL_WORDS * sizeof(cl_int), &b->label_state));
     DISTIL_TRY(ocl_label_state_reset(b));
     /* Every cl_mem of this platform starts with the same dispatch pointer (check_pointer). */
     memcpy(&b->mem_dispatch, (const void *)b->label_state, sizeof b->mem_dispatch);
@@ -229,7 +232,7 @@ static distil_status ocl_set_stream(void *vb, void *stream) {
 
 /* Report the first invalid label recorded by distill_rows, once. */
 static distil_status ocl_label_report(distil_ocl *b) {
-    cl_int st[4];
+    cl_int st[DISTIL_OCL_LABEL_WORDS];
     cl_int err =
         clEnqueueReadBuffer(b->queue, b->label_state, CL_TRUE, 0, sizeof st, st, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
@@ -240,15 +243,15 @@ static distil_status ocl_label_report(distil_ocl *b) {
         return DISTIL_OK;
     }
     DISTIL_TRY(ocl_label_state_reset(b));
+    const long long vocab = (long long)(((uint64_t)(uint32_t)st[5] << 32) | (uint32_t)st[4]);
     if (st[3] != st[0]) {
         return distil_error_set(b->ctx, DISTIL_ERR_INVALID_LABEL,
-                                "labels: row %d has a label outside [0, %lld)", (int)st[0],
-                                (long long)b->label_vocab);
+                                "labels: row %d has a label outside the vocabulary", (int)st[0]);
     }
     const long long label = (long long)(((uint64_t)(uint32_t)st[2] << 32) | (uint32_t)st[1]);
     return distil_error_set(b->ctx, DISTIL_ERR_INVALID_LABEL,
                             "labels: row %d has label %lld outside [0, %lld)", (int)st[0], label,
-                            (long long)b->label_vocab);
+                            vocab);
 }
 
 static distil_status ocl_synchronize(void *vb) {
@@ -281,6 +284,8 @@ const distil_backend distil_backend_opencl = {
     .mem_upload = distil_ocl_mem_upload,
     .mem_download = distil_ocl_mem_download,
     .check_pointer = distil_ocl_check_pointer,
+    .mem_extent = distil_ocl_mem_extent,
+    .check_free = distil_ocl_check_free,
     .gemm = distil_ocl_gemm,
     .count_valid = distil_ocl_count_valid,
     .jsd_rows = distil_ocl_jsd_rows,

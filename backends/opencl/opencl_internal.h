@@ -96,6 +96,14 @@ typedef struct distil_ocl_scratch {
 
 enum { DISTIL_OCL_SCRATCH_A, DISTIL_OCL_SCRATCH_B, DISTIL_OCL_SCRATCH_C, DISTIL_OCL_SCRATCH_N };
 
+/* A buffer this context allocated for the caller (distil_malloc), see opencl_handles.c. */
+typedef struct distil_ocl_alloc {
+    cl_mem mem;
+    size_t bytes;
+} distil_ocl_alloc;
+
+#define DISTIL_OCL_LABEL_WORDS 6
+
 typedef struct distil_ocl {
     distil_ctx *ctx; /* where messages go */
     cl_platform_id platform;
@@ -116,14 +124,16 @@ typedef struct distil_ocl {
     char *sources[DISTIL_OCL_SRC_COUNT]; /* texts read from disk (runtime loading only) */
 
     distil_ocl_scratch scratch[DISTIL_OCL_SCRATCH_N];
-    /* Deferred invalid label: int[4] {first bad row or INT_MAX, label lo, label hi, captured
-     * row}, see distill.cl. label_pending: distill_rows ran since the last synchronize. */
+    /* Deferred invalid label: int[6] {first bad row or INT_MAX, label lo, label hi, captured
+     * row or -1, V lo, V hi}, see distill.cl. label_pending: distill_rows ran since the last
+     * synchronize. */
     cl_mem label_state;
     bool label_pending;
-    int64_t label_vocab; /* V of the last distill_rows, for the message */
-    void *mem_dispatch;  /* first word of a cl_mem of this platform (check_pointer) */
-    bool gemm_attached;  /* fully created: destroy clears CLBlast's cache */
-    int probe_pipe[2];   /* for reading unknown pointers safely (check_pointer), -1 if none */
+    void *mem_dispatch;       /* first word of a cl_mem of this platform (check_pointer) */
+    bool gemm_attached;       /* fully created: destroy clears CLBlast's cache */
+    int probe_pipe[2];        /* for reading unknown pointers safely (check_pointer), -1 if none */
+    distil_ocl_alloc *allocs; /* the caller's live distil_malloc buffers, sorted by handle */
+    size_t n_allocs, cap_allocs;
 } distil_ocl;
 
 /* ---------------------------------------------------------------- errors (opencl_error.c) */
@@ -177,6 +187,16 @@ void distil_ocl_scratch_release(distil_ocl *b);
  * cannot be told (no pipe) or p is unreadable. */
 bool distil_ocl_is_platform_object(distil_ocl *b, const void *p);
 
+/* Refuse DISTIL_OPENCL_BUILD_OPTIONS that would give wrong results (opencl_options.c). */
+distil_status distil_ocl_options_check(distil_ocl *b, const char *user);
+
+/* ---------------------------------------------------------------- handles (opencl_handles.c) */
+
+/* Bytes of p when it is a live distil_malloc buffer of this context, else 0 (p untouched). */
+size_t distil_ocl_allocs_find(const distil_ocl *b, const void *p);
+distil_status distil_ocl_allocs_add(distil_ocl *b, cl_mem mem, size_t bytes);
+void distil_ocl_allocs_remove(distil_ocl *b, cl_mem mem);
+
 /* ---------------------------------------------------------------- vtable operations */
 
 distil_status distil_ocl_mem_alloc(void *vb, size_t bytes, void **ptr);
@@ -184,6 +204,8 @@ void distil_ocl_mem_free(void *vb, void *ptr);
 distil_status distil_ocl_mem_upload(void *vb, distil_dptr dst, const void *src, size_t bytes);
 distil_status distil_ocl_mem_download(void *vb, void *dst, distil_dptr src, size_t bytes);
 distil_status distil_ocl_check_pointer(void *vb, const void *p, const char *what);
+distil_status distil_ocl_mem_extent(void *vb, const void *p, distil_mem_extent *out);
+distil_status distil_ocl_check_free(void *vb, const void *p);
 
 distil_status distil_ocl_gemm(void *vb, const distil_gemm_args *a);
 /* Count the contexts that may use the GEMM library (create / destroy). */

@@ -74,14 +74,20 @@ distil_status distil_ocl_mem_alloc(void *vb, size_t bytes, void **ptr) {
     }
     cl_mem mem = NULL;
     DISTIL_TRY(distil_ocl_buffer_new(b, bytes, &mem));
+    distil_status s = distil_ocl_allocs_add(b, mem, bytes);
+    if (s != DISTIL_OK) {
+        clReleaseMemObject(mem);
+        return s;
+    }
     *ptr = (void *)mem;
     return DISTIL_OK;
 }
 
 /* Released buffers stay alive inside OpenCL until the kernels queued on them finish. */
 void distil_ocl_mem_free(void *vb, void *ptr) {
-    (void)vb;
+    distil_ocl *b = vb;
     if (ptr != NULL) {
+        distil_ocl_allocs_remove(b, (cl_mem)ptr);
         clReleaseMemObject((cl_mem)ptr);
     }
 }
@@ -184,11 +190,12 @@ bool distil_ocl_is_platform_object(distil_ocl *b, const void *p) {
  * An OpenCL ICD object starts with its platform's dispatch-table pointer, and the ICD loader
  * calls through it: clGetMemObjectInfo on a host pointer would jump through garbage. So first
  * check (safely) that p starts with the dispatch pointer of our own buffers, and only then ask
- * OpenCL whether it is a buffer of our context. Without a pipe we cannot tell: accept.
+ * OpenCL whether it is a buffer of our context. Without a pipe we cannot tell: accept. The
+ * context's own distil_malloc buffers are known without either (opencl_handles.c).
  */
 distil_status distil_ocl_check_pointer(void *vb, const void *p, const char *what) {
     distil_ocl *b = vb;
-    if (b->probe_pipe[0] < 0) {
+    if (distil_ocl_allocs_find(b, p) != 0 || b->probe_pipe[0] < 0) {
         return DISTIL_OK;
     }
     if (!distil_ocl_is_platform_object(b, p)) {

@@ -57,10 +57,10 @@ static distil_status ocl_label_capture(distil_ocl *b, const distil_distill_rows_
     DISTIL_TRY(distil_ocl_kernel_get(b, DISTIL_OCL_PROG_ROWS, defs, "distil_label_capture", &k));
     cl_mem labels = distil_ocl_mem(a->labels);
     cl_ulong lab_off = distil_ocl_elems(a->labels, sizeof(int64_t));
-    cl_long rows = a->rows, row_offset = a->row_offset;
+    cl_long rows = a->rows, row_offset = a->row_offset, vocab = a->vocab;
     const distil_ocl_arg args[] = {
-        DISTIL_OCL_ARG(labels),     DISTIL_OCL_ARG(lab_off),        DISTIL_OCL_ARG(rows),
-        DISTIL_OCL_ARG(row_offset), DISTIL_OCL_ARG(b->label_state),
+        DISTIL_OCL_ARG(labels),     DISTIL_OCL_ARG(lab_off), DISTIL_OCL_ARG(rows),
+        DISTIL_OCL_ARG(row_offset), DISTIL_OCL_ARG(vocab),   DISTIL_OCL_ARG(b->label_state),
     };
     return distil_ocl_launch(b, &k, args, (int)(sizeof args / sizeof args[0]), 1, 0);
 }
@@ -99,6 +99,5 @@ distil_status distil_ocl_distill_rows(void *vb, const distil_distill_rows_args *
     DISTIL_TRY(
         distil_ocl_launch(b, &k, args, (int)(sizeof args / sizeof args[0]), (size_t)a->rows, 0));
     b->label_pending = true;
-    b->label_vocab = a->vocab;
     return ocl_label_capture(b, a, defs);
 }

@@ -124,7 +124,9 @@ distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, 
         if (lid == 0) {
             ce[ce_off + row] = 0.0f;
             jsd[jsd_off + row] = 0.0f;
-            if (label != ignore_index) {
+            /* state[3] >= 0: an earlier launch (call or chunk) captured its first bad row, and
+             * the first error stands (SPEC section 5). Launches on the queue run in order. */
+            if (label != ignore_index && state[3] < 0) {
                 atomic_min(state, (int)min(row_offset + (long)row, (long)INT_MAX - 1));
             }
         }
@@ -153,20 +155,23 @@ distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, 
 
 /*
  * Runs (one work-item) after distil_distill_rows on the same in-order queue: when state[0], the
- * first invalid row so far, lies in this chunk and its label was not captured yet, store the
- * label in state[1] (low 32 bits) and state[2] (high) and mark the row in state[3]. The labels
- * buffer may be gone by the time the host reads the state in synchronize.
+ * first invalid row so far, lies in this chunk and no label was captured yet, store the label in
+ * state[1] (low 32 bits) and state[2] (high), V in state[4..5], and mark the row in state[3], which
+ * seals the state: later launches record nothing until synchronize resets it. The labels buffer may
+ * be gone by the time the host reads the state in synchronize.
  */
 __kernel void distil_label_capture(__global const long *labels, ulong lab_off, long rows,
-                                   long row_offset, __global int *state) {
+                                   long row_offset, long vocab, __global int *state) {
     if (get_global_id(0) != 0) {
         return;
     }
     const int r = state[0];
-    if (r != INT_MAX && r != state[3] && r >= row_offset && r < row_offset + rows) {
+    if (r != INT_MAX && state[3] < 0 && r >= row_offset && r < row_offset + rows) {
         const long label = labels[lab_off + (ulong)(r - row_offset)];
         state[1] = (int)(label & 0xffffffffL);
         state[2] = (int)(label >> 32);
         state[3] = r;
+        state[4] = (int)(vocab & 0xffffffffL);
+        state[5] = (int)(vocab >> 32);
     }
 }

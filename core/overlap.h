@@ -1,0 +1,42 @@
+/*
+ * overlap.h - what one call reads and writes, as byte spans of the backend's memory, and the
+ * checks on them (SPEC section 5): each buffer holds what the descriptor needs, and no output
+ * overlaps an input or another output, except one declared in-place pair.
+ *
+ * A span starts at byte 0 of the pointer the caller gave. Pointer backends (cpu, ref, cuda, hip)
+ * resolve a pointer to itself in one address space, size unknown; a handle backend (opencl)
+ * resolves a cl_mem to its parent buffer, its origin in it and its size (backend mem_extent).
+ */
+#ifndef DISTIL_CORE_OVERLAP_H
+#define DISTIL_CORE_OVERLAP_H
+
+#include "backend.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct distil_span {
+    const char *name; /* the argument's name, for messages */
+    const void *p;    /* as given; NULL: absent */
+    size_t bytes;     /* extent from byte 0 that the call touches; 0: nothing */
+    bool out;         /* the call writes it */
+} distil_span;
+
+/* Bytes of a (rows, cols) tensor of elem-byte elements with row stride ld >= cols (0 rows: 0). */
+size_t distil_span_bytes(int64_t rows, int64_t cols, int64_t ld, size_t elem);
+
+/* Where p lies: the backend's mem_extent, else p itself in one address space of unknown size. */
+distil_status distil_span_extent(distil_ctx *ctx, const char *fn, const char *name, const void *p,
+                                 distil_mem_extent *out);
+
+/*
+ * Check the n spans of one call: each is no larger than its buffer (where the size is known),
+ * and no output overlaps another span. The pair (in_place_out, in_place_in), indices into s or
+ * -1, may coincide exactly (same start; the caller checked their strides): the in-place JSD
+ * gradient. Messages name both arguments.
+ */
+distil_status distil_spans_check(distil_ctx *ctx, const char *fn, const distil_span *s, int n,
+                                 int in_place_out, int in_place_in);
+
+#endif /* DISTIL_CORE_OVERLAP_H */
