@@ -49,7 +49,10 @@ static const distil_dtype dtypes[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
  * GPU GEMM library picks another kernel for another chunk height, so the fp32 logits of every
  * row can differ in the last bit.
  *   loss: fp32 sums of T values in another order, logits an ulp apart: 1e-6.
- *   gradients, fp32: the same: 1e-6.
+ *   gradients, fp32: 1e-5. grad_student_hidden = G Ws is one GEMM per chunk, and a GEMM of
+ *     m = 1 rows and one of m = 257 take different BLAS kernels (gemv-like against blocked),
+ *     whose fp32 sums round differently: 1.1e-6 was measured on a 2-core EPYC (OpenBLAS 0.3.21,
+ *     -O3). A lost or doubled row moves the norm by >= 6e-2, so 1e-5 still catches it.
  *   gradients, bf16 / fp16: an ulp of difference in fp32 flips the rounding of G (stored in the
  *     input dtype) and of the outputs (2^-8 relative for bf16) on many elements at once: a few
  *     1e-3 in norm was measured on the H200. A real chunking bug (a row lost or counted twice)
@@ -57,7 +60,10 @@ static const distil_dtype dtypes[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
  *     gradient bound) still catches it.
  */
 static double chunk_tolerance(distil_dtype dt, bool grad) {
-    return (grad && dt != DISTIL_F32) ? 1e-2 : 1e-6;
+    if (!grad) {
+        return 1e-6;
+    }
+    return dt == DISTIL_F32 ? 1e-5 : 1e-2;
 }
 
 typedef struct param {

@@ -26,6 +26,7 @@ ERR_NOT_AVAILABLE = 5
 ERR_INVALID_LABEL = 6
 ERR_WORKSPACE = 7
 ERR_VERSION = 8
+ERR_BUSY = 9
 
 # distil_dtype and distil_reduction.
 F32, BF16, F16 = 0, 1, 2
