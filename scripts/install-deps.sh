@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian 12 packages distil needs.
 #   install-deps.sh           build + demo: compiler, CMake, OpenBLAS, OpenMP, PoCL + CLBlast
-#   install-deps.sh --test    also CMocka and valgrind for the test suite
+#   install-deps.sh --test    also CMocka, valgrind and Python's venv + pip for the test suite
 #   install-deps.sh --hip     also Debian's hipcc (ROCm 5.2), to compile the HIP backend
 # CUDA is not a Debian package: the cuda backend builds when nvcc (CUDA 12+) is installed.
 set -euo pipefail
@@ -10,7 +10,7 @@ pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev
       ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev)
 for arg in "$@"; do
     case "$arg" in
-    --test) pkgs+=(libcmocka-dev valgrind clang clang-format git) ;;
+    --test) pkgs+=(libcmocka-dev valgrind clang clang-format git python3-venv python3-pip) ;;
     --hip) pkgs+=(hipcc) ;;
     *) echo "install-deps.sh: unknown option $arg" >&2; exit 2 ;;
     esac
