@@ -73,6 +73,12 @@ def get(backend, device):
     return ctx
 
 
+def lookup(backend, device):
+    """The calling thread's context for (backend, device), or None when it has none yet."""
+    table = getattr(_local, "contexts", None)
+    return table.get((backend, device)) if table is not None else None
+
+
 def existing():
     """The calling thread's contexts."""
     return list(getattr(_local, "contexts", {}).values())

@@ -41,35 +41,31 @@ def set_eager_errors(on: bool) -> None:
     _eager = bool(on)
 
 
-def _backend_of(t: Tensor):
-    if t.device.type == "cpu":
-        return "cpu", 0
-    if t.device.type == "cuda":
-        return ("hip" if torch.version.hip else "cuda"), t.device.index
-    raise _errors.make_error(_lib.ERR_UNSUPPORTED,
-                             f"tensors on '{t.device.type}' are not supported (cpu or cuda)")
+_GPU = "hip" if torch.version.hip else "cuda"
 
 
 def context_for(t: Tensor) -> "_context.Context":
     """The calling thread's context for t's device, bound to the current stream."""
-    backend, device = _backend_of(t)
-    if backend == "cpu":
-        return _context.get(backend, device)
-    capturing = torch.cuda.is_current_stream_capturing()
-    ctx = _context.get(backend, device) if not capturing else _captured_context(backend, device)
-    ctx.bind_stream(torch.cuda.current_stream(t.device).cuda_stream)
+    device = t.device
+    if device.type == "cpu":
+        return _context.get("cpu", 0)
+    if device.type != "cuda":
+        raise _errors.make_error(_lib.ERR_UNSUPPORTED, f"tensors on '{device.type}' are not "
+                                 "supported (cpu or cuda)")
+    index = device.index
+    ctx = _context.lookup(_GPU, index)
+    if ctx is None:
+        if torch._C._cuda_isCurrentStreamCapturing():
+            raise _errors.make_error(
+                _lib.ERR_UNSUPPORTED,
+                f"the first call on {_GPU}:{index} is being captured into a CUDA graph; creating "
+                "its context allocates device memory, which capture forbids: call "
+                "distil.torch.prepare(device) or run one eager step before capturing")
+        ctx = _context.get(_GPU, index)
+    # The raw handle of the current stream (0: the legacy default stream), without making a
+    # torch.cuda.Stream object per call.
+    ctx.bind_stream(torch._C._cuda_getCurrentRawStream(index))
     return ctx
-
-
-def _captured_context(backend, device):
-    for ctx in _context.existing():
-        if (ctx.backend, ctx.device) == (backend, device):
-            return ctx
-    raise _errors.make_error(
-        _lib.ERR_UNSUPPORTED,
-        f"the first call on {backend}:{device} is being captured into a CUDA graph; creating its "
-        "context allocates device memory, which capture forbids: call distil.torch.prepare(device) "
-        "or run one eager step before capturing")
 
 
 def _workspace(t: Tensor, nbytes: int):
@@ -90,7 +86,7 @@ def _torch_errors(call, *args):
 
 
 def _after_call(ctx, t: Tensor):
-    if _eager and t.is_cuda and not torch.cuda.is_current_stream_capturing():
+    if _eager and t.is_cuda and not torch._C._cuda_isCurrentStreamCapturing():
         ctx.synchronize()
 
 
@@ -108,11 +104,12 @@ def _jsd_impl(student_logp: Tensor, teacher_logp: Tensor, labels: Optional[Tenso
     grad = _out(student_logp, (rows, vocab) if want_grad else (0,), student_logp.dtype)
     ctx = context_for(student_logp)
     strides = (student_logp.stride(0), teacher_logp.stride(0), vocab)
-    desc, nbytes = _calls.jsd_plan(ctx, rows, vocab, strides, _dtype_code(student_logp), beta,
+    desc, nbytes = _calls.jsd_plan(ctx, rows, vocab, strides, _DTYPES[student_logp.dtype], beta,
                                    ignore_index, reduction)
     ws = _workspace(student_logp, nbytes)
     _torch_errors(_calls.run_jsd, ctx, desc, _addr(ws), nbytes, student_logp.data_ptr(),
-                  teacher_logp.data_ptr(), _addr(labels), _addr(loss), _addr(grad))
+                  teacher_logp.data_ptr(), _addr(labels), _addr(loss), _addr(grad) if want_grad
+                  else 0)
     _after_call(ctx, student_logp)
     return loss, grad
 

@@ -55,19 +55,20 @@ def _labels(name: str, labels: Optional[Tensor], rows: int, device) -> Optional[
     return labels.reshape(rows).to(torch.int64).contiguous()
 
 
-def _same(fn: str, named: dict):
+def _same(fn: str, names: tuple, tensors: tuple):
     """Every present tensor has the first one's dtype and device, and a dtype distil takes."""
-    first_name, first = next(iter(named.items()))
-    if first.dtype not in _ops._DTYPES:
-        _fail(f"{fn}: {first_name}: dtype {first.dtype} is not float32, bfloat16 or float16")
-    for name, t in named.items():
+    first = tensors[0]
+    dtype, device = first.dtype, first.device
+    if dtype not in _ops._DTYPES:
+        _fail(f"{fn}: {names[0]}: dtype {dtype} is not float32, bfloat16 or float16")
+    for name, t in zip(names, tensors):
         if t is None:
             continue
-        if t.dtype != first.dtype:
-            _fail(f"{fn}: {name} is {t.dtype} but {first_name} is {first.dtype} "
+        if t.dtype is not dtype:
+            _fail(f"{fn}: {name} is {t.dtype} but {names[0]} is {dtype} "
                   "(one dtype for every float input)")
-        if t.device != first.device:
-            _fail(f"{fn}: {name} is on {t.device} but {first_name} on {first.device}")
+        if t.device != device:
+            _fail(f"{fn}: {name} is on {t.device} but {names[0]} on {device}")
 
 
 def _wants_grad(t: Optional[Tensor]) -> bool:
@@ -92,7 +93,7 @@ def jsd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None, be
     (per row, shaped like the leading dimensions). Returns an fp32 loss.
     """
     fn = "jsd"
-    _same(fn, {"input": input, "target": target})
+    _same(fn, ("input", "target"), (input, target))
     if input.shape != target.shape:
         _fail(f"{fn}: input {tuple(input.shape)} and target {tuple(target.shape)} differ")
     lead = input.shape[:-1]
@@ -106,13 +107,16 @@ def jsd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None, be
 # ------------------------------------------------------------------------ fused linear JSD
 
 
+_FUSED_NAMES = ("student_input", "student_weight", "teacher_input", "teacher_weight",
+                "student_bias", "teacher_bias")
+
+
 def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, labels,
            student_bias, teacher_bias, weight_hard, weight_soft, beta, ignore_index,
            temperature, chunk_rows):
     """The fused op on 2-D views; returns (loss, hard, soft), the parts detached."""
-    _same(fn, {"student_input": student_input, "student_weight": student_weight,
-               "teacher_input": teacher_input, "teacher_weight": teacher_weight,
-               "student_bias": student_bias, "teacher_bias": teacher_bias})
+    _same(fn, _FUSED_NAMES, (student_input, student_weight, teacher_input, teacher_weight,
+                             student_bias, teacher_bias))
     _check_temperature(fn, float(temperature))
     xs = _rows("student_input", student_input).contiguous()
     xt = _rows("teacher_input", teacher_input).contiguous()
