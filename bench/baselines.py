@@ -375,8 +375,9 @@ def max_rss_bytes():
 def new_row(impl, s, mode, dev):
     r = dict.fromkeys(FIELDS)
     r.update({k: v for k, v in s.items() if k in r})
-    r.update(backend=impl if impl in ("liger", "distil") else "torch-" + impl, device=dev,
-             mode=mode,
+    # distil's Python package is "python": results_table.py shows it as distil-python.
+    names = {"liger": "liger", "distil": "python"}
+    r.update(backend=names.get(impl, "torch-" + impl), device=dev, mode=mode,
              status="ok", message="", batch=1, timing="none", mem_kind="none",
              workspace_bytes=0)
     if s["workload"] == "jsd":

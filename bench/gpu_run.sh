@@ -1,7 +1,8 @@
 #!/bin/bash
 # gpu_run.sh - the H200 run behind bench/RESULTS.md: build distil with CUDA (+ OpenCL, + cpu when
 # their dependencies are there), then time distil on cuda and opencl and the PyTorch eager,
-# Liger-Kernel and torch.compile baselines on the seed workloads; JSON/CSV, PNG plots and
+# Liger-Kernel and torch.compile baselines and distil's Python package (distil.torch, called as
+# Liger is) on the seed workloads; JSON/CSV, PNG plots and
 # Markdown tables go to $OUT. Offline: Liger-Kernel is installed from .whl/ when present.
 # usage: OUT=/some/dir bash bench/gpu_run.sh        (from the repository root; ~8 min)
 # Each step has a time cap and the whole run a deadline (BUDGET_S, default 470 s), so a slow
@@ -137,6 +138,15 @@ report() {
     log "tables: $OUT/tables.md, plots: $OUT/plots/"
 }
 
+# The Python package (distil.torch), built from this tree into the image's Python, for the
+# distil-torch baselines (distil called exactly as Liger is).
+install_package() {
+    step 300 pip-install "$PY" -m pip install -q --no-build-isolation --no-deps \
+        -C build-dir=/tmp/distil-wheel -C cmake.define.CMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90a}" \
+        -C cmake.define.DISTIL_CPU=OFF -C cmake.define.DISTIL_OPENCL=OFF . \
+        > "$OUT/pip-install.log" 2>&1
+}
+
 # Debian packages the image lacks (CLBlast, cmocka, the ICD loader) travel as .deb files in
 # .devcarry/debs (scripts/fetch-gpu-debs.sh); NVIDIA's OpenCL driver gets an .icd file.
 unpack_deps() {
@@ -156,6 +166,7 @@ build || { log "build failed: see $OUT/build.log"; report; exit 1; }
 mkdir -p "$OUT/floor" # the card's GEMM and copy rates, burst and at its power limit, this run
 step 40 floor-probe "$PY" bench/floor_probe.py --seconds 4 --json "$OUT/floor/floor-probe.json"
 run_distil
+install_package && baselines distil-torch 150 --impl distil --T 1024:8192
 baselines torch-eager 100 --impl eager --T 1024:8192
 baselines liger 150 --impl liger --T 1024:8192
 baselines liger-long 60 --impl liger --workload fused --fused-T 16384,32768
