@@ -9,6 +9,7 @@
 #include "test_util.h"
 
 #include <cuda_runtime.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +30,10 @@ static float stream_reference_loss(distil_ctx *ctx, const distil_jsd_desc *d, vo
     return loss;
 }
 
-/* Bind `stream`, queue [long copy, copy of x's real values] on it, then the loss call. */
-static void stream_check_ordered(cudaStream_t stream, const char *name) {
+/* Bind `bound`, queue [long copy, copy of x's real values] on `queue`, then the loss call: with
+ * `ordered` the call must see the copied x (the eager loss); without, it must not (the control
+ * that shows this test can fail: the context's own stream, what NULL used to bind). */
+static void stream_check(void *bound, cudaStream_t queue, bool ordered, const char *name) {
     distil_ctx *ctx = tu_ctx("cuda");
     tu_rng r = tu_rng_make(0x5eed);
     distil_jsd_desc d;
@@ -52,21 +55,24 @@ static void stream_check_ordered(cudaStream_t stream, const char *name) {
     void *delay_host = NULL, *delay_dev = NULL;
     assert_int_equal(cudaMallocHost(&delay_host, stream_delay_bytes), cudaSuccess);
     assert_int_equal(cudaMalloc(&delay_dev, stream_delay_bytes), cudaSuccess);
-    TU_OK(ctx, distil_ctx_set_stream(ctx, (void *)stream));
+    TU_OK(ctx, distil_ctx_set_stream(ctx, bound));
     assert_int_equal(cudaMemcpyAsync(delay_dev, delay_host, stream_delay_bytes,
-                                     cudaMemcpyHostToDevice, stream),
+                                     cudaMemcpyHostToDevice, queue),
                      cudaSuccess);
-    assert_int_equal(cudaMemcpyAsync(x, hx, bytes, cudaMemcpyHostToDevice, stream), cudaSuccess);
+    assert_int_equal(cudaMemcpyAsync(x, hx, bytes, cudaMemcpyHostToDevice, queue), cudaSuccess);
     TU_OK(ctx, distil_jsd(ctx, &d, x, y, NULL, loss, NULL));
     TU_OK(ctx, distil_ctx_synchronize(ctx));
     float got = -1.0f;
     tu_download(ctx, &got, loss, sizeof got);
     printf("  %s: loss %.9g, eager %.9g\n", name, (double)got, (double)want);
     assert_true(want > 0.0f);
-    if (memcmp(&got, &want, sizeof got) != 0) {
+    if (ordered && memcmp(&got, &want, sizeof got) != 0) {
         fail_msg("%s: the call did not wait for the bound stream's earlier copy (loss %.9g, "
                  "eager %.9g)",
                  name, (double)got, (double)want);
+    }
+    if (!ordered && got == want) {
+        fail_msg("%s: the control call saw the copy it was not ordered after", name);
     }
     TU_OK(ctx, distil_ctx_set_stream(ctx, DISTIL_STREAM_OWN));
     cudaFree(delay_dev);
@@ -81,25 +87,33 @@ static void stream_check_ordered(cudaStream_t stream, const char *name) {
 
 static void test_legacy_default_stream(void **state) {
     (void)state;
-    stream_check_ordered((cudaStream_t)0, "NULL (legacy default stream)");
+    stream_check(NULL, (cudaStream_t)0, true, "NULL (legacy default stream)");
 }
 
 static void test_legacy_handle(void **state) {
     (void)state;
-    stream_check_ordered(cudaStreamLegacy, "cudaStreamLegacy");
+    stream_check((void *)cudaStreamLegacy, cudaStreamLegacy, true, "cudaStreamLegacy");
 }
 
 static void test_per_thread_stream(void **state) {
     (void)state;
-    stream_check_ordered(cudaStreamPerThread, "cudaStreamPerThread");
+    stream_check((void *)cudaStreamPerThread, cudaStreamPerThread, true, "cudaStreamPerThread");
 }
 
 static void test_created_stream(void **state) {
     (void)state;
     cudaStream_t s = NULL;
     assert_int_equal(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
-    stream_check_ordered(s, "a non-blocking stream");
+    stream_check((void *)s, s, true, "a non-blocking stream");
     cudaStreamDestroy(s);
+}
+
+/* The control: the context's own (non-blocking) stream is not ordered after work on the
+ * legacy default stream, so the call reads x before the copy lands. This is what binding NULL
+ * did before NULL meant the default stream. */
+static void test_own_stream_control(void **state) {
+    (void)state;
+    stream_check(DISTIL_STREAM_OWN, (cudaStream_t)0, false, "DISTIL_STREAM_OWN (control)");
 }
 
 int main(void) {
@@ -112,6 +126,7 @@ int main(void) {
         cmocka_unit_test(test_legacy_handle),
         cmocka_unit_test(test_per_thread_stream),
         cmocka_unit_test(test_created_stream),
+        cmocka_unit_test(test_own_stream_control),
     };
     return cmocka_run_group_tests_name("cuda streams", tests, NULL, NULL);
 }
