@@ -79,7 +79,8 @@ def overhead(device):
 def training_step(device, impl, steps, batch, seq, vocab):
     import distill_tiny as ex
 
-    student, teacher = ex.make_models(vocab=vocab)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    student, teacher = ex.make_models(vocab=vocab, dtype=dtype)
     student, teacher = student.to(device), teacher.to(device)
     data = ex.MarkovData(vocab)
     opt = torch.optim.AdamW(student.parameters(), lr=1e-3)
@@ -119,7 +120,7 @@ def main():
     ap.add_argument("--impls", default="distil,liger,compile")
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    shape = (8, 512, 32000) if device == "cuda" else (4, 64, 2048)
+    shape = (8, 1024, 128256) if device == "cuda" else (4, 64, 2048)
     res = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
            "torch": torch.__version__, "overhead_us": overhead(device), "step": {},
            "step_shape": dict(zip(("batch", "seq", "vocab"), shape))}
@@ -127,7 +128,8 @@ def main():
     print("| call (host time, median) | µs |\n|---|---|")
     for k, v in res["overhead_us"].items():
         print(f"| {k} | {v:.1f} |")
-    print(f"\n| training step, batch {shape[0]} x seq {shape[1]}, vocab {shape[2]} "
+    dt_name = "bf16" if device == "cuda" else "fp32"
+    print(f"\n| training step, batch {shape[0]} x seq {shape[1]}, vocab {shape[2]}, {dt_name} "
           "(examples/distill_tiny.py models) | ms (median) | peak allocated |\n|---|---|---|")
     for impl in args.impls.split(","):
         try:

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import distil.torch as dt
 
 
-def make_models(vocab=512, seed=0):
+def make_models(vocab=512, seed=0, dtype=torch.float32):
     """(student, teacher): Llama decoders of 2 layers, hidden 64 and 128."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -32,7 +32,8 @@ def make_models(vocab=512, seed=0):
                           num_key_value_heads=heads, max_position_embeddings=256)
         return LlamaForCausalLM(cfg)
 
-    return llama(64, 4, 128), llama(128, 4, 256).eval().requires_grad_(False)
+    student, teacher = llama(64, 4, 128), llama(128, 4, 256).eval().requires_grad_(False)
+    return student.to(dtype), teacher.to(dtype)
 
 
 class MarkovData:
@@ -72,7 +73,9 @@ def torch_loss(sh, ws, th, wt, labels, weight_hard=0.5, weight_soft=0.5, beta=0.
                temperature=1.0):
     """The same loss in plain PyTorch (docs/SPEC.md §2), with the [tokens, vocab] logits."""
     sh, th, labels = sh.reshape(-1, sh.shape[-1]), th.reshape(-1, th.shape[-1]), labels.reshape(-1)
-    zs, zt = sh @ ws.T, th @ wt.T
+    # Logits in fp32 at least (float64 stays float64), as SPEC §2 and distil keep them.
+    wide = torch.promote_types(sh.dtype, torch.float32)
+    zs, zt = (sh @ ws.T).to(wide), (th @ wt.T).to(wide)
     valid = labels != -100
     n = valid.sum().clamp_min(1)
     ce = F.cross_entropy(zs, labels, ignore_index=-100, reduction="sum")

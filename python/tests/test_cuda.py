@@ -74,6 +74,35 @@ def test_cuda_graph_capture_and_replay():
         check("replayed grad_student_weight", ws.grad, rws.grad, 1e-2)
 
 
+def test_compile_reduce_overhead():
+    """torch.compile's CUDA-graph mode (cudagraph trees) around the fused loss + backward."""
+    g = gen(9)
+    t, v, hs, ht = 64, 2051, 32, 48
+    xs = normal(g, (t, hs), torch.float32).cuda().requires_grad_(True)
+    ws = normal(g, (v, hs), torch.float32, 0.2).cuda().requires_grad_(True)
+    xt, wt = normal(g, (t, ht), torch.float32).cuda(), normal(g, (v, ht), torch.float32).cuda()
+    lab = labels_for(g, t, v).cuda()
+    loss_fn = dt.FusedLinearJSDLoss(beta=0.3)
+
+    def step(a, b):
+        loss = loss_fn(a, b, xt, wt, lab)
+        loss.backward()
+        return loss.detach()
+
+    compiled = torch.compile(step, mode="reduce-overhead")
+    for _ in range(4):
+        xs.grad, ws.grad = None, None
+        got = compiled(xs, ws).clone()
+        gx, gw = xs.grad.clone(), ws.grad.clone()
+    rxs = xs.detach().double().cpu().requires_grad_(True)
+    rws = ws.detach().double().cpu().requires_grad_(True)
+    ref, _, _ = ref_fused(rxs, rws, xt.double().cpu(), wt.double().cpu(), lab.cpu(), beta=0.3)
+    ref.backward()
+    check("cudagraph loss", got, ref, 1e-5)
+    check("cudagraph grad_student_input", gx, rxs.grad, 1e-4)
+    check("cudagraph grad_student_weight", gw, rws.grad, 1e-4)
+
+
 def test_workspace_from_torch_allocator():
     g = gen(5)
     t, v, hs, ht = 512, 32000, 256, 384
