@@ -49,5 +49,6 @@ def make_error(status, message):
 def check(status, ctx_handle=None):
     """Raise the exception of a non-OK status with the context's (or the thread's) message."""
     if status != _lib.OK:
-        msg = _lib.lib.distil_ctx_last_error(ctx_handle)
+        # A refused second thread finds its message on its own thread, not on the context.
+        msg = _lib.lib.distil_ctx_last_error(None if status == _lib.ERR_BUSY else ctx_handle)
         raise make_error(status, msg.decode(errors="replace") if msg else "")
