@@ -73,16 +73,15 @@ distil_status distil_spans_check(distil_ctx *ctx, const char *fn, const distil_s
             if (j == i || !used[j] || !s[i].out || (s[j].out && j < i)) {
                 continue; /* each output against every other span, each output pair once */
             }
-            bool in_place = i == in_place_out && j == in_place_in &&
-                            e[i].parent == e[j].parent && e[i].origin == e[j].origin;
+            bool in_place = i == in_place_out && j == in_place_in && e[i].parent == e[j].parent &&
+                            e[i].origin == e[j].origin;
             if (!in_place && distil_extents_overlap(&e[i], s[i].bytes, &e[j], s[j].bytes)) {
-                return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
-                                        "%s: %s overlaps %s (%zu and %zu bytes from %p and %p)%s",
-                                        fn, s[i].name, s[j].name, s[i].bytes, s[j].bytes, s[i].p,
-                                        s[j].p,
-                                        i == in_place_out && j == in_place_in
-                                            ? "; in place it must start where it does"
-                                            : "");
+                return distil_error_set(
+                    ctx, DISTIL_ERR_INVALID_ARG,
+                    "%s: %s overlaps %s (%zu and %zu bytes from %p and %p)%s", fn, s[i].name,
+                    s[j].name, s[i].bytes, s[j].bytes, s[i].p, s[j].p,
+                    i == in_place_out && j == in_place_in ? "; in place it must start where it does"
+                                                          : "");
             }
         }
     }

@@ -56,9 +56,9 @@ static void stream_check(void *bound, cudaStream_t queue, bool ordered, const ch
     assert_int_equal(cudaMallocHost(&delay_host, stream_delay_bytes), cudaSuccess);
     assert_int_equal(cudaMalloc(&delay_dev, stream_delay_bytes), cudaSuccess);
     TU_OK(ctx, distil_ctx_set_stream(ctx, bound));
-    assert_int_equal(cudaMemcpyAsync(delay_dev, delay_host, stream_delay_bytes,
-                                     cudaMemcpyHostToDevice, queue),
-                     cudaSuccess);
+    assert_int_equal(
+        cudaMemcpyAsync(delay_dev, delay_host, stream_delay_bytes, cudaMemcpyHostToDevice, queue),
+        cudaSuccess);
     assert_int_equal(cudaMemcpyAsync(x, hx, bytes, cudaMemcpyHostToDevice, queue), cudaSuccess);
     TU_OK(ctx, distil_jsd(ctx, &d, x, y, NULL, loss, NULL));
     TU_OK(ctx, distil_ctx_synchronize(ctx));
@@ -122,10 +122,8 @@ int main(void) {
         return TU_EXIT_SKIPPED;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_legacy_default_stream),
-        cmocka_unit_test(test_legacy_handle),
-        cmocka_unit_test(test_per_thread_stream),
-        cmocka_unit_test(test_created_stream),
+        cmocka_unit_test(test_legacy_default_stream), cmocka_unit_test(test_legacy_handle),
+        cmocka_unit_test(test_per_thread_stream),     cmocka_unit_test(test_created_stream),
         cmocka_unit_test(test_own_stream_control),
     };
     return cmocka_run_group_tests_name("cuda streams", tests, NULL, NULL);

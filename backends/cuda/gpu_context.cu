@@ -261,7 +261,8 @@ extern "C" void DISTIL_GPU_FN(describe)(void *vb, char *buf, size_t n) {
 extern "C" distil_status DISTIL_GPU_FN(set_stream)(void *vb, void *stream) {
     gpu_state *b = gpu_of(vb);
     /* NULL is the runtime's default stream (handle 0), a handle like any other. */
-    b->lane.stream = stream == DISTIL_STREAM_OWN ? b->own_stream : static_cast<cudaStream_t>(stream);
+    b->lane.stream =
+        stream == DISTIL_STREAM_OWN ? b->own_stream : static_cast<cudaStream_t>(stream);
 #if DISTIL_GPU_HAVE_BLAS
     /* cublasSetStream resets the workspace to cuBLAS's own pool: set ours again. */
     if (cublasSetStream(b->lane.blas, b->lane.stream) != CUBLAS_STATUS_SUCCESS ||

@@ -91,8 +91,8 @@ static distil_status ocl_opt_define(distil_ocl *b, const ocl_limits *lim, const 
         ok = isalnum((unsigned char)def[i]) || def[i] == '_';
     }
     if (!ok) {
-        return distil_error_set(b->ctx, DISTIL_ERR_INVALID_ARG,
-                                "%s: '-D%s' does not name a macro", OCL_OPT_FN, def);
+        return distil_error_set(b->ctx, DISTIL_ERR_INVALID_ARG, "%s: '-D%s' does not name a macro",
+                                OCL_OPT_FN, def);
     }
     memcpy(name, def, len);
     name[len] = '\0';
@@ -121,8 +121,7 @@ static char *ocl_opt_next(char **cur) {
 
 distil_status distil_ocl_options_check(distil_ocl *b, const char *user) {
     ocl_limits lim = {64, 16384};
-    clGetDeviceInfo(b->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof lim.max_wg, &lim.max_wg,
-                    NULL);
+    clGetDeviceInfo(b->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof lim.max_wg, &lim.max_wg, NULL);
     clGetDeviceInfo(b->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof lim.local_mem, &lim.local_mem,
                     NULL);
     char buf[512];

@@ -255,8 +255,8 @@ static void test_tiny_temperature(void **state) {
 static void test_first_label_error(void **state) {
     (void)state;
     fused_bufs b = fused_bufs_make();
-    const int64_t first[T] = {0, 2, 99, 1};    /* row 2 */
-    const int64_t second[T] = {-7, 1, 2, 99};  /* rows 0 and 3 */
+    const int64_t first[T] = {0, 2, 99, 1};   /* row 2 */
+    const int64_t second[T] = {-7, 1, 2, 99}; /* rows 0 and 3 */
     int64_t *dl = tu_upload(g_ctx, first, sizeof first);
     int64_t *dl2 = tu_upload(g_ctx, second, sizeof second);
     distil_fused_linear_jsd_desc d = fused_desc();
@@ -265,10 +265,10 @@ static void test_first_label_error(void **state) {
     for (int k = 0; k < 3; k++) {
         distil_status s = k == 0 ? distil_fused_linear_jsd(g_ctx, &d, b.xs, b.ws, b.bs, b.xt, b.wt,
                                                            NULL, dl, b.loss, b.gxs, b.gws, b.gbs)
-                          : k == 1 ? distil_fused_linear_jsd(g_ctx, &d, b.xs, b.ws, b.bs, b.xt,
-                                                             b.wt, NULL, dl2, b.loss, b.gxs,
-                                                             b.gws, b.gbs)
-                                   : distil_ctx_synchronize(g_ctx);
+                          : k == 1
+                              ? distil_fused_linear_jsd(g_ctx, &d, b.xs, b.ws, b.bs, b.xt, b.wt,
+                                                        NULL, dl2, b.loss, b.gxs, b.gws, b.gbs)
+                              : distil_ctx_synchronize(g_ctx);
         assert_true(s == DISTIL_OK || s == DISTIL_ERR_INVALID_LABEL);
         if (s == DISTIL_ERR_INVALID_LABEL && msg[0] == '\0') {
             snprintf(msg, sizeof msg, "%s", distil_ctx_last_error(g_ctx));
@@ -404,8 +404,8 @@ static void test_opencl_sub_buffers(void **state) {
     jsd_refused(&d, a, b, loss, m, "grad_student"); /* m overlaps both halves */
     TU_CHECK_MESSAGE(g_ctx, "student_logp|teacher_logp");
     jsd_refused(&d, b, a, loss, parent, "teacher_logp"); /* parent's first half is a */
-    TU_OK(g_ctx, jsd_call(&d, a, b, loss, parent)); /* the same bytes as a: in place */
-    d.rows = rows + 1; /* a needs more than its half */
+    TU_OK(g_ctx, jsd_call(&d, a, b, loss, parent));      /* the same bytes as a: in place */
+    d.rows = rows + 1;                                   /* a needs more than its half */
     jsd_refused(&d, a, b, loss, NULL, "student_logp");
     d.rows = rows;
     TU_OK(g_ctx, jsd_call(&d, a, parent, loss, b)); /* inputs may overlap; b is apart from a */
@@ -425,8 +425,9 @@ static void test_opencl_build_options(void **state) {
     if (!is_opencl()) {
         skip();
     }
-    const char *bad[] = {"-DVEC=0", "-DWG_SIZE=48", "-D", "-cl-mad-enable -D", "-D WG_SIZE=3",
-                         "-DVEC=-1", "-D=4", "-DGEMM_TILE=0", "-DDTYPE=f32", "-DWG_SIZE=x"};
+    const char *bad[] = {"-DVEC=0",      "-DWG_SIZE=48", "-D",   "-cl-mad-enable -D",
+                         "-D WG_SIZE=3", "-DVEC=-1",     "-D=4", "-DGEMM_TILE=0",
+                         "-DDTYPE=f32",  "-DWG_SIZE=x"};
     for (size_t i = 0; i < TU_LEN(bad); i++) {
         setenv("DISTIL_OPENCL_BUILD_OPTIONS", bad[i], 1);
         distil_ctx *c = NULL;
@@ -460,14 +461,10 @@ static int group_teardown(void **state) {
 
 static int run_group(const char *backend) {
     static const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_jsd_same_buffer),
-        cmocka_unit_test(test_jsd_partial),
-        cmocka_unit_test(test_fused_same_buffer),
-        cmocka_unit_test(test_fused_partial),
-        cmocka_unit_test(test_tiny_temperature),
-        cmocka_unit_test(test_first_label_error),
-        cmocka_unit_test(test_second_thread),
-        cmocka_unit_test(test_opencl_pointers),
+        cmocka_unit_test(test_jsd_same_buffer),      cmocka_unit_test(test_jsd_partial),
+        cmocka_unit_test(test_fused_same_buffer),    cmocka_unit_test(test_fused_partial),
+        cmocka_unit_test(test_tiny_temperature),     cmocka_unit_test(test_first_label_error),
+        cmocka_unit_test(test_second_thread),        cmocka_unit_test(test_opencl_pointers),
 #ifdef DISTIL_TEST_HAVE_OPENCL
         cmocka_unit_test(test_opencl_sub_buffers),
 #endif
