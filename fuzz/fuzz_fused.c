@@ -122,9 +122,12 @@ static fz_statuses fz_fused_expect_desc(const fz_fused *c) {
 /* The aliased output is passed and both it and its input span bytes (rows > 0 for the row
  * tensors): an overlap to refuse. */
 static bool fz_fused_aliased(const fz_fused *c) {
+    if (c->alias_out < 0) {
+        return false; /* no alias drawn: also keeps the shifts below defined */
+    }
     unsigned both = (1u << (unsigned)c->alias_out) | (1u << (unsigned)c->alias_in);
     bool rows_needed = c->alias_in == B_XS || c->alias_in == B_LABELS;
-    return c->alias_out >= 0 && (c->present & both) == both && (c->d.rows > 0 || !rows_needed);
+    return (c->present & both) == both && (c->d.rows > 0 || !rows_needed);
 }
 
 /* Statuses the whole call allows (before faults and lent workspaces). */
