@@ -227,20 +227,20 @@ static void k_max2(const float *zs, const float *zt, int64_t vocab, float *ms, f
     *mt = vf_hmax(b);
 }
 
-/* sum_v exp((z_v - m) * scale) in double; NaN if any z is NaN. */
+/* sum_v exp((z_v - m) * scale), added in double lanes: its log is subtracted from every
+ * log-probability, so its rounding enters a KL of nearly equal rows at first order. NaN if any
+ * z is NaN. */
 static double k_sum_exp(const float *z, int64_t vocab, float m, float scale) {
     alignas(64) float zb[CPU_TILE];
-    double sum = 0.0;
+    vd acc = {0};
     for (int64_t off = 0; off < vocab; off += CPU_TILE) {
         int64_t n = vocab - off < CPU_TILE ? vocab - off : CPU_TILE;
         const float *zp = k_tile_in(DISTIL_F32, z, off, n, zb);
-        vf acc = vf_set(0.0f);
         for (int64_t i = 0; i < n; i += CPU_VW) {
-            acc += vf_exp((vf_load(zp + i) - m) * scale);
+            acc += VF_TO_VD(vf_exp((vf_load(zp + i) - m) * scale));
         }
-        sum += vf_hsum(acc);
     }
-    return sum;
+    return vd_hsum(&acc);
 }
 
 /* Log-softmax of one row, kept as (max, log of the shifted sum): x_v = (z_v - m) s - l. */

@@ -44,14 +44,6 @@ static inline vf vf_abs(vf a) {
 static inline vf vf_max(vf a, vf b) {
     return vf_sel(b > a, b, a);
 }
-/* Sum of the lanes in double, in lane order (deterministic). */
-static inline double vf_hsum(vf a) {
-    double s = 0.0;
-    for (int i = 0; i < CPU_VW; i++) {
-        s += (double)a[i];
-    }
-    return s;
-}
 /* The lanes widened to double (a macro: passing a vd by value would change the ABI of the units
  * built without AVX), and the sum of a vd's lanes in lane order. */
 #define VF_TO_VD(a) __builtin_convertvector((a), vd)

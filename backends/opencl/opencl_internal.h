@@ -75,9 +75,11 @@ typedef struct distil_ocl_kernel {
     size_t local[3];
 } distil_ocl_kernel;
 
-/* Kernel source text of one .cl file: embedded, or read from DISTIL_OPENCL_KERNEL_DIR. */
+/* Kernel source text of one .cl file: embedded, or read from DISTIL_OPENCL_KERNEL_DIR. ELEM is
+ * core/math/distil_elem.h, the element terms every backend shares. */
 typedef enum distil_ocl_src {
     DISTIL_OCL_SRC_COMMON,
+    DISTIL_OCL_SRC_ELEM,
     DISTIL_OCL_SRC_JSD,
     DISTIL_OCL_SRC_DISTILL,
     DISTIL_OCL_SRC_REDUCE,
