@@ -134,11 +134,11 @@ void distil_lse_merge(float *m, distil_acc *s, float m2, distil_acc s2, float sc
 
 /*
  * Merge the work-group's (m, s) pairs in a fixed tree order and return (max, log sum) with
- * log-sum-exp of v * scale = max * scale + log sum. Keeping the two apart lets callers form (z - max) - log sum:
- * z - max is exact near the max, whereas rounding max + log sum to float first would cost an ulp
- * of the logit's magnitude (8e-6 at 100) in every probability. The sum and its log are taken in
- * distil_acc: log sum is tiny where one logit dominates (a CE of 1e-9), and 1 + 1e-9 is 1 in
- * float. lm, ls: WG_SIZE values each.
+ * log-sum-exp of v * scale = max * scale + log sum. Keeping the two apart lets callers form (z -
+ * max) - log sum: z - max is exact near the max, whereas rounding max + log sum to float first
+ * would cost an ulp of the logit's magnitude (8e-6 at 100) in every probability. The sum and its
+ * log are taken in distil_acc: log sum is tiny where one logit dominates (a CE of 1e-9), and 1 +
+ * 1e-9 is 1 in float. lm, ls: WG_SIZE values each.
  */
 float2 distil_group_lse(float m, distil_acc s, __local float *lm, __local distil_acc *ls,
                         float scale) {
@@ -162,22 +162,14 @@ float2 distil_group_lse(float m, distil_acc s, __local float *lm, __local distil
 }
 
 /* The element terms of SPEC 1 come next, from core/math/distil_elem.h (the host puts it after
- * this file), in float with these definitions. exp: the accurate one, or the hardware's
- * approximation where the tuning table enables it (DISTIL_FAST_MATH; error ~2 ulp + |x| ulp,
- * subnormals flushed). */
-#ifndef DISTIL_FAST_MATH
-#define DISTIL_FAST_MATH 0
-#endif
-#define DE_T  float
-#define DE_S  float
-#define DE_M  int
+ * this file), in float with these definitions. exp is the accurate one: native_exp may flush
+ * subnormal probabilities (SPEC 1) and its error is the implementation's. */
+#define DE_T float
+#define DE_S float
+#define DE_M int
 #define DE_FN
-#define DE_K(lit) lit##f
-#define DE_V(s) (s)
+#define DE_K(lit)       lit##f
+#define DE_V(s)         (s)
 #define DE_SEL(m, a, b) ((m) ? (a) : (b))
-#define DE_ABS(a) fabs(a)
-#if DISTIL_FAST_MATH
-#define DE_EXP(a) native_exp(a)
-#else
-#define DE_EXP(a) exp(a)
-#endif
+#define DE_ABS(a)       fabs(a)
+#define DE_EXP(a)       exp(a)
