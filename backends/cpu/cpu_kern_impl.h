@@ -124,221 +124,86 @@ static inline const float *k_tile_in(distil_dtype dt, const void *row, int64_t o
 
 /* ------------------------------------------------------------------ JSD element terms */
 
-/* Per-row constants of SPEC 1. */
-typedef struct k_jsd {
-    float beta, omb;  /* beta, 1 - beta */
-    float lb, l1b, c; /* log beta, log(1 - beta), their difference */
-    float inv_omb;    /* 1 / (1 - beta) */
-} k_jsd;
+/* The element terms of SPEC 1 (core/math/distil_elem.h) on vectors of CPU_VW floats. */
+#define DE_T            vf
+#define DE_S            float
+#define DE_M            vi
+#define DE_FN           static inline __attribute__((always_inline))
+#define DE_K(lit)       lit##f
+#define DE_V(s)         vf_set(s)
+#define DE_SEL(m, a, b) vf_sel(m, a, b)
+#define DE_ABS(a)       vf_abs(a)
+#define DE_EXP(a)       vf_exp(a)
+#include "math/distil_elem.h"
+#include "math/distil_elem_beta.h"
 
-static void k_jsd_init(k_jsd *k, float beta) {
-    k->beta = beta;
-    k->omb = 1.0f - beta;
-    k->lb = logf(beta);
-    k->l1b = logf(k->omb);
-    k->c = (float)(log((double)beta) - log((double)k->omb));
-    k->inv_omb = 1.0f / k->omb;
-}
-
-/*
- * 0 < beta < 1. Returns e; *dq = de/dx = (1-beta) q (x - log m); *q = q (when q != NULL).
- * log m = logaddexp(log beta + y, log(1-beta) + x) is taken in log space, in one of two forms
- * that never subtract large numbers. With d = x - y:
- *  - |d| > 1/2: t = log(beta p) - log((1-beta) q) = c - d, c = log(beta/(1-beta)), and
- *      y - log m = -log beta - softplus(-t),  x - log m = -log(1-beta) - softplus(t),
- *      softplus(+-t) = max(+-t, 0) + log1p(exp(-|t|));
- *  - |d| <= 1/2: y - log m = -log1p((1-beta) expm1(d)), x - log m = -log1p(beta expm1(-d)),
- *    exact at d = 0 and relatively accurate near it, where the loss is second order in d and
- *    the first form's rounding of log beta would bias every element the same way.
- * The larger weighted probability is its weight times exp of its input; the smaller one is that
- * times exp(-|t|), so one exp serves both. A term whose input is -inf (probability 0) is masked
- * to 0, which also covers x = y = -inf (where t is NaN). NaN inputs give NaN.
- */
-static inline vf k_jsd_mid(vf x, vf y, const k_jsd *k, vf *dq, vf *q) {
-    vf d = x - y;
-    vf t = k->c - d;
-    vi pos = t >= 0.0f;
-    vf ex = vf_exp(-vf_abs(t));
-    vf l = vf_log1p_small(ex);
-    vf o;
-    vf ev;
-    vf_expm1_parts(d, &o, &ev);
-    vi near = vf_abs(d) <= 0.5f;
-    vf tp = vf_sel(near, -vf_log1p_small((o + ev) * k->omb), vf_min0(t) - k->lb - l);
-    vf tq = vf_sel(near, -vf_log1p_small((ev - o) * k->beta), -vf_max0(t) - k->l1b - l);
-    vf w = vf_sel(pos, vf_set(k->beta), vf_set(k->omb)) * vf_exp(vf_sel(pos, y, x));
-    vf we = w * ex;
-    vf wp = vf_sel(pos, w, we);
-    vf wq = vf_sel(pos, we, w);
-    vi xin = x != -__builtin_inff();
-    vf ep = vf_and(y != -__builtin_inff(), wp * tp);
-    vf eq = vf_and(xin, wq * tq);
-    *dq = eq;
-    if (q) {
-        *q = vf_and(xin, wq * k->inv_omb);
-    }
-    return ep + eq;
-}
-
-/* beta == 0: forward KL(p||q). e = p (y - x), de/dx = -p; p == 0 contributes 0. */
-static inline vf k_jsd_fwd(vf x, vf y, vf *dq) {
-    vf p = vf_exp(y);
-    *dq = -p;
-    return vf_and(p != 0.0f, p * (y - x));
-}
-
-/* beta == 1: reverse KL(q||p). e = q (x - y), de/dx = q (x - y + 1); q == 0 contributes 0. */
-static inline vf k_jsd_rev(vf x, vf y, vf *dq, vf *q) {
-    vf qq = vf_exp(x);
-    vi live = qq != 0.0f;
-    vf d = x - y;
-    *dq = vf_and(live, qq * (d + 1.0f));
-    *q = qq;
-    return vf_and(live, qq * d);
-}
-
-enum { K_FWD = 0, K_MID = 1, K_REV = 2 };
-
-static inline int k_jsd_mode(float beta) {
-    return beta == 0.0f ? K_FWD : (beta == 1.0f ? K_REV : K_MID);
-}
-
-/* One element vector of any mode; q is filled only when asked (the fused loss needs it). */
-static inline __attribute__((always_inline)) vf k_jsd_elem(int mode, vf x, vf y, const k_jsd *k,
-                                                           vf *dq, vf *q) {
-    if (mode == K_MID) {
-        return k_jsd_mid(x, y, k, dq, q);
-    }
-    if (mode == K_FWD) {
-        if (q) {
-            *q = vf_exp(x);
-        }
-        return k_jsd_fwd(x, y, dq);
-    }
-    vf qq;
-    vf e = k_jsd_rev(x, y, dq, &qq);
-    if (q) {
-        *q = qq;
-    }
-    return e;
+static void k_jsd_init(de_coef *k, float beta) {
+    distil_elem_beta b = distil_elem_beta_make(beta);
+    DE_COEF_SET(*k, b);
 }
 
 /* ------------------------------------------------------------------ jsd_row */
 
-/* n (a multiple of CPU_VW) elements: returns the lane sums of e, writes g = gscale de/dx when g
- * is not NULL (g may equal x), and ORs "some input was NaN" into *nan. */
-static inline __attribute__((always_inline)) vf k_jsd_tile(int mode, bool want_g, const float *x,
-                                                           const float *y, float *g, int64_t n,
-                                                           const k_jsd *k, float gscale, vi *nan) {
-    vf acc = vf_set(0.0f);
-    vi bad = *nan;
+/* n (a multiple of CPU_VW) elements: returns the lane sums of e (in double: the row sum of a KL
+ * cancels, and fp32 lanes would add their rounding to it) and writes g = gscale de/dx when g is
+ * not NULL (g may equal x). A NaN input gives a NaN e (distil_elem.h), so a NaN sum. */
+static inline __attribute__((always_inline)) double k_jsd_tile(int mode, bool want_g,
+                                                               const float *x, const float *y,
+                                                               float *g, int64_t n,
+                                                               const de_coef *k, float gscale) {
+    vd acc = {0};
     for (int64_t i = 0; i < n; i += CPU_VW) {
-        vf xv = vf_load(x + i);
-        vf yv = vf_load(y + i);
         vf dq;
-        acc += k_jsd_elem(mode, xv, yv, k, &dq, NULL);
-        bad |= (xv != xv) | (yv != yv);
+        vf q;
+        acc += VF_TO_VD(de_elem(mode, k, vf_load(x + i), vf_load(y + i), &dq, &q));
         if (want_g) {
             vf_store(g + i, dq * gscale);
         }
     }
-    *nan = bad;
-    return acc;
+    return vd_hsum(&acc);
 }
 
-static vf k_jsd_tile_any(int mode, const float *x, const float *y, float *g, int64_t n,
-                         const k_jsd *k, float gscale, vi *nan) {
+static double k_jsd_tile_any(int mode, const float *x, const float *y, float *g, int64_t n,
+                             const de_coef *k, float gscale) {
     switch (mode * 2 + (g != NULL)) {
-    case K_FWD * 2:
-        return k_jsd_tile(K_FWD, false, x, y, g, n, k, gscale, nan);
-    case K_FWD * 2 + 1:
-        return k_jsd_tile(K_FWD, true, x, y, g, n, k, gscale, nan);
-    case K_MID * 2:
-        return k_jsd_tile(K_MID, false, x, y, g, n, k, gscale, nan);
-    case K_MID * 2 + 1:
-        return k_jsd_tile(K_MID, true, x, y, g, n, k, gscale, nan);
-    case K_REV * 2:
-        return k_jsd_tile(K_REV, false, x, y, g, n, k, gscale, nan);
+    case DE_FWD * 2:
+        return k_jsd_tile(DE_FWD, false, x, y, g, n, k, gscale);
+    case DE_FWD * 2 + 1:
+        return k_jsd_tile(DE_FWD, true, x, y, g, n, k, gscale);
+    case DE_MIX * 2:
+        return k_jsd_tile(DE_MIX, false, x, y, g, n, k, gscale);
+    case DE_MIX * 2 + 1:
+        return k_jsd_tile(DE_MIX, true, x, y, g, n, k, gscale);
+    case DE_REV * 2:
+        return k_jsd_tile(DE_REV, false, x, y, g, n, k, gscale);
     default:
-        return k_jsd_tile(K_REV, true, x, y, g, n, k, gscale, nan);
+        return k_jsd_tile(DE_REV, true, x, y, g, n, k, gscale);
     }
-}
-
-/* Rows shorter than this are computed in scalar double code: they cost nothing either way, and
- * with no vocabulary to average over, the fp32 cancellation between the p and q terms of a
- * nearly equal pair (the loss is second order in x - y, each term first order) would show. */
-#define CPU_SMALL_ROW 64
-
-/* The element term of SPEC 1 in double; *dq = de/dx. */
-static double k_jsd_elem_f64(double x, double y, double beta, double *dq) {
-    double p = exp(y);
-    double q = exp(x);
-    if (beta == 0.0) {
-        *dq = -p;
-        return p == 0.0 ? 0.0 : p * (y - x);
-    }
-    if (beta == 1.0) {
-        *dq = q == 0.0 ? 0.0 : q * (x - y + 1.0);
-        return q == 0.0 ? 0.0 : q * (x - y);
-    }
-    double a = log(beta) + y;
-    double b = log1p(-beta) + x;
-    double hi = a > b ? a : b;
-    double lo = a > b ? b : a;
-    double lm = hi == -INFINITY ? hi : hi + log1p(exp(lo - hi));
-    double ep = p == 0.0 ? 0.0 : beta * p * (y - lm);
-    double eq = q == 0.0 ? 0.0 : (1.0 - beta) * q * (x - lm);
-    *dq = eq;
-    return ep + eq;
-}
-
-static double k_jsd_row_small(const cpu_jsd_row *r) {
-    float x[CPU_SMALL_ROW];
-    float y[CPU_SMALL_ROW];
-    float g[CPU_SMALL_ROW] = {0};
-    k_to_f32(r->dtype, r->x, x, r->vocab);
-    k_to_f32(r->dtype, r->y, y, r->vocab);
-    double sum = 0.0;
-    bool nan = false;
-    for (int64_t i = 0; i < r->vocab; i++) {
-        double dq;
-        sum += k_jsd_elem_f64(x[i], y[i], r->beta, &dq);
-        g[i] = (float)(dq * r->gscale);
-        nan |= isnan(x[i]) || isnan(y[i]);
-    }
-    if (r->grad) {
-        k_from_f32(r->dtype, g, r->grad, r->vocab);
-    }
-    return nan ? (double)NAN : sum;
 }
 
 /* SPEC 1 on one row in a single streaming pass: each x, y element is read once and each
- * gradient element written once (after its x was read, so grad may alias x). */
+ * gradient element written once (after its x was read, so grad may alias x). Ragged tails are
+ * padded with -inf, whose terms are 0. */
 static double k_jsd_row(const cpu_jsd_row *r) {
-    if (r->vocab < CPU_SMALL_ROW) {
-        return k_jsd_row_small(r);
-    }
     alignas(64) float xb[CPU_TILE];
     alignas(64) float yb[CPU_TILE];
     alignas(64) float gb[CPU_TILE];
-    k_jsd k;
+    de_coef k;
     k_jsd_init(&k, r->beta);
-    int mode = k_jsd_mode(r->beta);
     size_t es = distil_dtype_size(r->dtype);
     double sum = 0.0;
-    vi nan = {0};
     for (int64_t off = 0; off < r->vocab; off += CPU_TILE) {
         int64_t n = r->vocab - off < CPU_TILE ? r->vocab - off : CPU_TILE;
         const float *xp = k_tile_in(r->dtype, r->x, off, n, xb);
         const float *yp = k_tile_in(r->dtype, r->y, off, n, yb);
         bool direct = xp != xb; /* fp32 and a whole number of vectors */
         float *gp = r->grad ? (direct ? (float *)r->grad + off : gb) : NULL;
-        sum += vf_hsum(k_jsd_tile_any(mode, xp, yp, gp, k_round_up(n), &k, r->gscale, &nan));
+        sum += k_jsd_tile_any(k.mode, xp, yp, gp, k_round_up(n), &k, r->gscale);
         if (r->grad && !direct) {
             k_from_f32(r->dtype, gb, (char *)r->grad + (size_t)off * es, n);
         }
     }
-    return vi_any(nan) ? (double)__builtin_nanf("") : sum;
+    return sum;
 }
 
 /* ------------------------------------------------------------------ distill_row */
@@ -362,20 +227,20 @@ static void k_max2(const float *zs, const float *zt, int64_t vocab, float *ms, f
     *mt = vf_hmax(b);
 }
 
-/* sum_v exp((z_v - m) * scale) in double; NaN if any z is NaN. */
+/* sum_v exp((z_v - m) * scale), added in double lanes: its log is subtracted from every
+ * log-probability, so its rounding enters a KL of nearly equal rows at first order. NaN if any
+ * z is NaN. */
 static double k_sum_exp(const float *z, int64_t vocab, float m, float scale) {
     alignas(64) float zb[CPU_TILE];
-    double sum = 0.0;
+    vd acc = {0};
     for (int64_t off = 0; off < vocab; off += CPU_TILE) {
         int64_t n = vocab - off < CPU_TILE ? vocab - off : CPU_TILE;
         const float *zp = k_tile_in(DISTIL_F32, z, off, n, zb);
-        vf acc = vf_set(0.0f);
         for (int64_t i = 0; i < n; i += CPU_VW) {
-            acc += vf_exp((vf_load(zp + i) - m) * scale);
+            acc += VF_TO_VD(vf_exp((vf_load(zp + i) - m) * scale));
         }
-        sum += vf_hsum(acc);
     }
-    return sum;
+    return vd_hsum(&acc);
 }
 
 /* Log-softmax of one row, kept as (max, log of the shifted sum): x_v = (z_v - m) s - l. */
@@ -387,7 +252,7 @@ typedef struct k_lsm {
 static inline __attribute__((always_inline)) double k_distill_jsd(int mode,
                                                                   const cpu_distill_row *r,
                                                                   const k_lsm *ls, const k_lsm *lt,
-                                                                  const k_jsd *k, double *sg) {
+                                                                  const de_coef *k, double *sg) {
     alignas(64) float sb[CPU_TILE];
     alignas(64) float tb[CPU_TILE];
     float *dqs = r->scratch;
@@ -398,20 +263,20 @@ static inline __attribute__((always_inline)) double k_distill_jsd(int mode,
         int64_t n = r->vocab - off < CPU_TILE ? r->vocab - off : CPU_TILE;
         const float *sp = k_tile_in(DISTIL_F32, r->zs, off, n, sb);
         const float *tp = k_tile_in(DISTIL_F32, r->zt, off, n, tb);
-        vf ae = vf_set(0.0f);
-        vf ad = vf_set(0.0f);
+        vd ae = {0};
+        vd ad = {0};
         for (int64_t i = 0; i < n; i += CPU_VW) {
             vf x = (vf_load(sp + i) - ls->m) * ls->s - ls->l;
             vf y = (vf_load(tp + i) - lt->m) * lt->s - lt->l;
             vf dq;
             vf q;
-            ae += k_jsd_elem(mode, x, y, k, &dq, &q);
-            ad += dq;
+            ae += VF_TO_VD(de_elem(mode, k, x, y, &dq, &q));
+            ad += VF_TO_VD(dq);
             vf_store(dqs + off + i, dq);
             vf_store(qs + off + i, q);
         }
-        se += vf_hsum(ae);
-        sd += vf_hsum(ad);
+        se += vd_hsum(&ae);
+        sd += vd_hsum(&ad);
     }
     *sg = sd;
     return se;
@@ -436,7 +301,7 @@ static void k_distill_grad(const cpu_distill_row *r, const k_lsm *l1, double sg)
         for (int64_t i = 0; i < n; i += CPU_VW) {
             vf q = vf_load(qs + off + i);
             vf s = unscaled ? q : vf_exp((vf_load(sp + i) - l1->m) - l1->l);
-            vf_store(gp + i, s * r->gh + (vf_load(dqs + off + i) - q * gsum) * gsi);
+            vf_store(gp + i, s * r->gh + de_soft_grad(vf_load(dqs + off + i), q, gsum) * gsi);
         }
         if (r->label >= off && r->label < off + n) {
             gp[r->label - off] -= r->gh;
@@ -462,18 +327,18 @@ static void k_distill_row(cpu_distill_row *r) {
     }
     /* CE = logsumexp(zs) - zs[label] = l1 - (zs[label] - max) */
     r->ce = (float)((double)l1.l - ((double)r->zs[r->label] - (double)ms));
-    k_jsd k;
+    de_coef k;
     k_jsd_init(&k, r->beta);
     double sg = 0.0;
-    switch (k_jsd_mode(r->beta)) {
-    case K_FWD:
-        r->jsd = (float)k_distill_jsd(K_FWD, r, &ls, &lt, &k, &sg);
+    switch (k.mode) {
+    case DE_FWD:
+        r->jsd = (float)k_distill_jsd(DE_FWD, r, &ls, &lt, &k, &sg);
         break;
-    case K_MID:
-        r->jsd = (float)k_distill_jsd(K_MID, r, &ls, &lt, &k, &sg);
+    case DE_MIX:
+        r->jsd = (float)k_distill_jsd(DE_MIX, r, &ls, &lt, &k, &sg);
         break;
     default:
-        r->jsd = (float)k_distill_jsd(K_REV, r, &ls, &lt, &k, &sg);
+        r->jsd = (float)k_distill_jsd(DE_REV, r, &ls, &lt, &k, &sg);
         break;
     }
     if (r->g) {

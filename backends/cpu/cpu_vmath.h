@@ -15,6 +15,7 @@ typedef float vf __attribute__((vector_size(4 * CPU_VW)));
 typedef int32_t vi __attribute__((vector_size(4 * CPU_VW)));
 typedef uint32_t vu __attribute__((vector_size(4 * CPU_VW)));
 typedef uint16_t vh __attribute__((vector_size(2 * CPU_VW)));
+typedef double vd __attribute__((vector_size(8 * CPU_VW)));
 
 static inline vf vf_set(float s) {
     vf v = {0};
@@ -39,29 +40,17 @@ static inline vf vf_and(vi m, vf a) {
 static inline vf vf_abs(vf a) {
     return (vf)((vi)a & 0x7fffffff);
 }
-/* min(a, 0) and max(a, 0); NaN stays NaN. */
-static inline vf vf_min0(vf a) {
-    return vf_sel(a > 0.0f, vf_set(0.0f), a);
-}
-static inline vf vf_max0(vf a) {
-    return vf_sel(a < 0.0f, vf_set(0.0f), a);
-}
 /* Lane-wise maximum that ignores NaN in b (a NaN row is caught by the sum that follows). */
 static inline vf vf_max(vf a, vf b) {
     return vf_sel(b > a, b, a);
 }
-static inline int vi_any(vi m) {
-    int r = 0;
-    for (int i = 0; i < CPU_VW; i++) {
-        r |= m[i];
-    }
-    return r != 0;
-}
-/* Sum of the lanes in double, in lane order (deterministic). */
-static inline double vf_hsum(vf a) {
+/* The lanes widened to double (a macro: passing a vd by value would change the ABI of the units
+ * built without AVX), and the sum of a vd's lanes in lane order. */
+#define VF_TO_VD(a) __builtin_convertvector((a), vd)
+static inline double vd_hsum(const vd *a) {
     double s = 0.0;
     for (int i = 0; i < CPU_VW; i++) {
-        s += (double)a[i];
+        s += (*a)[i];
     }
     return s;
 }
@@ -81,9 +70,10 @@ static inline vf vf_pow2i(vi n) {
 /*
  * exp(x), about 1 ulp. x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for an exact
  * reduction), exp(r) by the Cephes degree-6 polynomial, then scaled by 2^n as 2^(n/2) 2^(n-n/2)
- * so that n = 128 (x up to ln FLT_MAX) needs no special case. Below ln FLT_MIN the result is 0
- * (no subnormals: they cost microcode assists and carry no digits at our tolerances); above
- * ln FLT_MAX it is +inf; exp(-inf) = 0, exp(+inf) = +inf, NaN stays NaN.
+ * so that n = 128 (x up to ln FLT_MAX) and n down to -150 need no special case: results below
+ * FLT_MIN come out subnormal, rounded once (SPEC 1: a subnormal probability is not 0). Below
+ * ln(2^-150) the result is 0; above ln FLT_MAX it is +inf; exp(-inf) = 0, exp(+inf) = +inf, NaN
+ * stays NaN.
  */
 static inline vf vf_exp(vf x) {
     const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
@@ -101,46 +91,8 @@ static inline vf vf_exp(vf x) {
     p = p * (r * r) + r + 1.0f;
     vi n1 = n >> 1;
     p = p * vf_pow2i(n1) * vf_pow2i(n - n1);
-    p = vf_and(~(x < -87.33654f), p); /* -inf and underflow to 0; NaN lanes keep their NaN */
+    p = vf_and(~(x < -103.972077f), p); /* -inf and underflow to 0; NaN lanes keep their NaN */
     return vf_sel(x > 88.7228391f, vf_set(__builtin_inff()), p);
-}
-
-/*
- * log1p(e) for e in [-1/2, 1] (or NaN), about 1 ulp: with s = e / (2 + e) in [-1/3, 1/3],
- * log1p(e) = 2 atanh(s) = 2s (1 + s^2/3 + s^4/5 + ...); the series to s^12/13 leaves a relative
- * error below 2e-8 since s^2 <= 1/9. Exact at e = 0, and relative accuracy holds for tiny e.
- */
-static inline vf vf_log1p_small(vf e) {
-    vf s = e / (e + 2.0f);
-    vf z = s * s;
-    vf p = vf_set(1.0f / 13.0f);
-    p = p * z + 1.0f / 11.0f;
-    p = p * z + 1.0f / 9.0f;
-    p = p * z + 1.0f / 7.0f;
-    p = p * z + 1.0f / 5.0f;
-    p = p * z + 1.0f / 3.0f;
-    vf s2 = s + s;
-    return s2 + s2 * z * p;
-}
-
-/*
- * expm1(d) for |d| <= 1/2 as its odd and even parts, so that expm1(d) = o + v and
- * expm1(-d) = v - o both keep full relative accuracy near 0 (Taylor series to d^10: relative
- * error below 1e-9 on that range).
- */
-static inline void vf_expm1_parts(vf d, vf *o, vf *v) {
-    vf z = d * d;
-    vf po = vf_set(1.0f / 362880.0f);
-    po = po * z + 1.0f / 5040.0f;
-    po = po * z + 1.0f / 120.0f;
-    po = po * z + 1.0f / 6.0f;
-    *o = d + d * z * po;
-    vf pe = vf_set(1.0f / 3628800.0f);
-    pe = pe * z + 1.0f / 40320.0f;
-    pe = pe * z + 1.0f / 720.0f;
-    pe = pe * z + 1.0f / 24.0f;
-    pe = pe * z + 0.5f;
-    *v = z * pe;
 }
 
 #endif /* DISTIL_CPU_VMATH_H */

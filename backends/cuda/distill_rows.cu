@@ -77,8 +77,7 @@ static distill_params distill_params_of(gpu_state *b, const distil_distill_rows_
     p.weight_soft = a->weight_soft;
     p.unit_temp = a->inv_temperature == 1.0f;
     p.coef = jsd_coef_make(a->beta);
-    p.cx = DISTILL_ELEM_LOG2E * a->inv_temperature;
-    p.elem = distill_elem_coef_make(p.coef);
+    p.cx = DISTILL_LOG2E * a->inv_temperature;
     return p;
 }
 

@@ -3,10 +3,13 @@
  * entry points of the resident kernel (distill_rows_resident.cu), which runs instead where a row
  * fits on chip. The streaming kernel gives a row one block, in three passes over global memory:
  *   1. row maxima of zs and zt and sums of exponentials relative to them (a running maximum per
- *      thread, sums in double), giving the base-2 LSEs of zs (CE), zs / tau and zt / tau;
- *   2. sums (double) of the JSD element terms e and of their x-derivatives g (distill_elem.cuh);
+ *      thread, sums in double, exp2 of (z - m) cx, cx = log2(e) / tau), giving the LSEs of zs / tau
+ *      and zt / tau (natural log) and the base-2 LSE of zs (CE);
+ *   2. sums (double) of the JSD element terms e and of their x-derivatives g (jsd_math.cuh, the
+ *      shared core/math/distil_elem.h);
  *   3. G = wh/n (s - onehot) + ws/(n tau) (g - q sum g).
- * Math in base 2 as the resident kernel's: x2 = log2 q = (zs - ms) cx - lx, cx = log2(e) / tau.
+ * As the resident kernel: x = log q = (zs - ms) / tau - lx, the difference taken before the
+ * scaling.
  * Partials are combined in a fixed order (a warp butterfly, then warps 0, 1, ...), so reruns are
  * bitwise identical.
  */
@@ -14,7 +17,6 @@
 #define DISTIL_GPU_DISTILL_ROWS_CUH
 
 #include "gpu_state.cuh"
-#include "distill_elem.cuh"
 #include "dtype.cuh"
 #include "jsd_math.cuh"
 #include "reduce.cuh"
@@ -37,9 +39,11 @@ struct distill_params {
     float inv_t, weight_hard, weight_soft;
     bool unit_temp; /* inv_t == 1: zs / tau is zs, one LSE serves CE and JSD */
     jsd_coef coef;
-    float cx;               /* log2(e) * inv_t */
-    distill_elem_coef elem; /* the base-2 constants of coef.beta */
+    float cx; /* log2(e) * inv_t */
 };
+
+constexpr float DISTILL_LOG2E = 1.4426950408889634f;
+constexpr float DISTILL_LN2 = 0.6931471805599453f;
 
 /* Calls f(MODE) with the row's jsd mode as a compile-time constant (std::integral_constant), so
  * that the element loops hold no branch on it: the branch is taken once per row. */
@@ -81,8 +85,8 @@ struct distill_exp_acc {
     double sx, sy, sc;
 };
 
-/* The row's statistics, the same in every thread: maxima, base-2 LSEs relative to them
- * (x2 = (zs - ms) cx - lx, y2 = (zt - mt) cx - ly, log2 s = (zs - ms) log2 e - lce), the
+/* The row's statistics, the same in every thread: maxima, LSEs relative to them
+ * (x = (zs - ms) / tau - lx, y = (zt - mt) / tau - ly, log2 s = (zs - ms) log2 e - lce), the
  * weights hw = weight_hard / n, sw = weight_soft / (n tau), and (pass 3) sum of g. */
 struct distill_row_stats {
     float ms, mt, lx, ly, lce, hw, sw, sum_g;
@@ -236,7 +240,7 @@ __device__ __forceinline__ void distill_exp_add(const distill_params &p, distill
     if (va > t.ms) {
         distill_rescale(t.sx, t.ms, va, p.cx);
         if (!UNIT) {
-            distill_rescale(t.sc, t.ms, va, DISTILL_ELEM_LOG2E);
+            distill_rescale(t.sc, t.ms, va, DISTILL_LOG2E);
         }
         t.ms = va;
     }
@@ -252,7 +256,7 @@ __device__ __forceinline__ void distill_exp_add(const distill_params &p, distill
         sx += exp2f((a[k] - ra) * p.cx);
         sy += exp2f((b[k] - rb) * p.cx);
         if (!UNIT) {
-            sc += exp2f((a[k] - ra) * DISTILL_ELEM_LOG2E);
+            sc += exp2f((a[k] - ra) * DISTILL_LOG2E);
         }
     }
     t.sx += sx;
@@ -279,7 +283,7 @@ __device__ __forceinline__ double distill_to_row(double s, float m, float row_m,
     return s;
 }
 
-/* Pass 1 and its reductions: the row's maxima and base-2 LSEs, and the weights, into st. */
+/* Pass 1 and its reductions: the row's maxima and LSEs, and the weights, into st. */
 template <int VW>
 __device__ inline void distill_row_stats_of(const distill_params &p, distill_smem &sm,
                                             const float *zs, const float *zt, int64_t n,
@@ -290,32 +294,28 @@ __device__ inline void distill_row_stats_of(const distill_params &p, distill_sme
     st.mt = t.mt;
     distill_block_max(sm.wmax, static_cast<int>(blockDim.x / DISTIL_GPU_WARP), st.ms, st.mt);
     double v[3] = {distill_to_row(t.sx, t.ms, st.ms, p.cx), distill_to_row(t.sy, t.mt, st.mt, p.cx),
-                   distill_to_row(t.sc, t.ms, st.ms, DISTILL_ELEM_LOG2E)};
+                   distill_to_row(t.sc, t.ms, st.ms, DISTILL_LOG2E)};
     distill_block_sums<3>(sm, v);
-    st.lx = static_cast<float>(log2(v[0]));
-    st.ly = static_cast<float>(log2(v[1]));
-    st.lce = p.unit_temp ? st.lx : static_cast<float>(log2(v[2]));
+    st.lx = static_cast<float>(log(v[0]));
+    st.ly = static_cast<float>(log(v[1]));
+    st.lce = static_cast<float>(log2(p.unit_temp ? v[0] : v[2]));
     distill_weights(p, &st.hw, &st.sw);
 }
 
-/* Pass 2: the thread's sums of e / ln 2 (acc[0]) and g (acc[1]); vectors summed in fp32, then
- * added in double. */
+/* Pass 2: the thread's sums of e (acc[0]) and g (acc[1]), in double. */
 template <int VW, int MODE>
 __device__ inline void distill_pass_jsd(const distill_params &p, const distill_row_stats &st,
                                         const float *zs, const float *zt, int64_t n,
                                         double (&acc)[2]) {
     distill_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t) {
-        float se = 0.0f, sg = 0.0f;
 #pragma unroll
         for (int k = 0; k < VW; k++) {
-            const float x2 = (a[k] - st.ms) * p.cx - st.lx;
-            const float y2 = (b[k] - st.mt) * p.cx - st.ly;
-            float g;
-            se += distill_elem_term<MODE>(p.elem, x2, y2, exp2f(x2), exp2f(y2), &g);
-            sg += g;
+            const float x = (a[k] - st.ms) * p.inv_t - st.lx;
+            const float y = (b[k] - st.mt) * p.inv_t - st.ly;
+            float g, q;
+            acc[0] += jsd_elem_q<MODE>(p.coef, x, y, &g, &q);
+            acc[1] += g;
         }
-        acc[0] += se;
-        acc[1] += sg;
     });
 }
 
@@ -324,13 +324,12 @@ template <int MODE, bool UNIT>
 __device__ __forceinline__ float distill_grad_elem(const distill_params &p,
                                                    const distill_row_stats &st, float zs, float zt,
                                                    bool is_label) {
-    const float x2 = (zs - st.ms) * p.cx - st.lx;
-    const float y2 = (zt - st.mt) * p.cx - st.ly;
-    const float q = exp2f(x2);
-    float g;
-    (void)distill_elem_term<MODE>(p.elem, x2, y2, q, exp2f(y2), &g);
-    const float s = UNIT ? q : exp2f((zs - st.ms) * DISTILL_ELEM_LOG2E - st.lce);
-    return st.hw * (s - (is_label ? 1.0f : 0.0f)) + st.sw * (g - q * st.sum_g);
+    const float x = (zs - st.ms) * p.inv_t - st.lx;
+    const float y = (zt - st.mt) * p.inv_t - st.ly;
+    float g, q;
+    (void)jsd_elem_q<MODE>(p.coef, x, y, &g, &q);
+    const float s = UNIT ? q : exp2f((zs - st.ms) * DISTILL_LOG2E - st.lce);
+    return st.hw * (s - (is_label ? 1.0f : 0.0f)) + st.sw * de_soft_grad(g, q, st.sum_g);
 }
 
 /* Pass 3: the row g of G. In place (g aliasing zs, F32) is safe: each thread reads its own
@@ -364,11 +363,12 @@ template <int GDT, int VW> __device__ inline void distill_zero(void *g, int64_t 
 }
 
 /* The row's CE and JSD from its statistics: CE = LSE(zs) - zs[label] with LSE = ms + lce ln 2,
- * JSD = ln 2 times the sum of the base-2 element terms. Both row kernels use it (one thread). */
+ * summed as (ms - zs[label]) + lce ln 2 (exact difference first: a CE far below an ulp of the
+ * logits survives), JSD = the sum of the element terms. Both row kernels use it (one thread). */
 __device__ inline void distill_row_results(const distill_params &p, int64_t row, float ms,
-                                           float lce, float z_label, double sum_e2) {
-    p.ce[row] = (ms + lce * DISTILL_ELEM_LN2) - z_label;
-    p.jsd[row] = static_cast<float>(sum_e2 * static_cast<double>(DISTILL_ELEM_LN2));
+                                           float lce, float z_label, double sum_e) {
+    p.ce[row] = (ms - z_label) + lce * DISTILL_LN2;
+    p.jsd[row] = static_cast<float>(sum_e);
 }
 
 /* An ignored row: `lead` writes its ce and jsd (0), and every thread zeroes its columns of

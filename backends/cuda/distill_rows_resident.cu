@@ -5,12 +5,11 @@
  * row statistics through distributed shared memory: the blocks' maxima with their sums of
  * exponentials relative to them, then the JSD sums. The element work is done once: the JSD pass
  * leaves P = hw s + sw g and q in shared memory in place of zs and zt, and the last pass writes
- * G = P - sw (sum g) q. Math in base 2 (x2 = log2 q), row sums in double.
+ * G = P - sw (sum g) q. Element terms from jsd_math.cuh (x = log q), row sums in double.
  * Each thread owns the same vectors of the slice in every pass (t, t + T, t + 2T, ...), so the
  * slice itself needs no barrier; only the statistics do.
  *   zs, zt (rows, V) fp32 dense; labels (rows); ce, jsd (rows) fp32; g (rows, V) optional.
  */
-#include "distill_elem.cuh"
 #include "distill_rows.cuh"
 
 namespace DISTIL_GPU_NS {
@@ -145,7 +144,7 @@ __device__ inline void res_pass_exp(const res_params &p, const float *sa, const 
             sx += distil_exp2_ftz((x[k] - ms) * p.cx);
             sy += distil_exp2_ftz((y[k] - mt) * p.cx);
             if (!UNIT) {
-                sc += distil_exp2_ftz((x[k] - ms) * DISTILL_ELEM_LOG2E);
+                sc += distil_exp2_ftz((x[k] - ms) * DISTILL_LOG2E);
             }
         }
         acc[0] += sx;
@@ -154,31 +153,28 @@ __device__ inline void res_pass_exp(const res_params &p, const float *sa, const 
     });
 }
 
-/* Row statistics in base 2: x2 = (zs - ms) cx - lx, y2 = (zt - mt) cx - ly, s2 = (zs - ms) log2e
- * - lce; hw = weight_hard / n, sw = weight_soft / (n tau). */
+/* Row statistics: x = (zs - ms) / tau - lx, y = (zt - mt) / tau - ly (natural logs), log2 s =
+ * (zs - ms) log2e - lce; hw = weight_hard / n, sw = weight_soft / (n tau). */
 struct res_row_stats {
     float ms, mt, lx, ly, lce, hw, sw;
 };
 
-/* Pass 3: the JSD terms once; with G wanted, P into sa and q into sb (in place). Sums of e2 and
- * g go to acc[0], acc[1]. */
+/* Pass 3: the JSD terms once; with G wanted, P into sa and q into sb (in place). Sums of e and
+ * g (in double) go to acc[0], acc[1]. */
 template <bool HAS_G, int VW, int MODE, bool UNIT>
 __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st, float *sa,
                                     float *sb, int n, double (&acc)[2]) {
     res_for_vectors<VW>(sa, sb, n, [&](const float(&a)[VW], const float(&b)[VW], int j) {
-        float se = 0.0f, sg = 0.0f;
         float pv[VW], qv[VW];
 #pragma unroll
         for (int k = 0; k < VW; k++) {
-            const float x2 = (a[k] - st.ms) * p.cx - st.lx;
-            const float y2 = (b[k] - st.mt) * p.cx - st.ly;
-            const float q = distil_exp2_ftz(x2);
-            float g;
-            se += distill_elem_term<MODE>(p.elem, x2, y2, q, distil_exp2_ftz(y2), &g);
-            sg += g;
+            const float x = (a[k] - st.ms) * p.inv_t - st.lx;
+            const float y = (b[k] - st.mt) * p.inv_t - st.ly;
+            float g, q;
+            acc[0] += jsd_elem_q<MODE>(p.coef, x, y, &g, &q);
+            acc[1] += g;
             if (HAS_G) {
-                const float s =
-                    UNIT ? q : distil_exp2_ftz((a[k] - st.ms) * DISTILL_ELEM_LOG2E - st.lce);
+                const float s = UNIT ? q : distil_exp2_ftz((a[k] - st.ms) * DISTILL_LOG2E - st.lce);
                 pv[k] = st.hw * s + st.sw * g;
                 qv[k] = q;
             }
@@ -187,8 +183,6 @@ __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st
             vstore<DISTIL_F32, VW>(sa, j, pv);
             vstore<DISTIL_F32, VW>(sb, j, qv);
         }
-        acc[0] += se;
-        acc[1] += sg;
     });
 }
 
@@ -232,7 +226,8 @@ template <int VW> __device__ inline void res_load_wait() {
 
 /* Merge the blocks' (max, sums relative to it) in rank order on warp 0: each lane rescales one
  * block's sums to the row maxima (one exp2f per block: the rounding of one element term), then a
- * fixed-order warp sum in double. Lane 0 leaves the row's maxima and base-2 LSEs in sm.row. */
+ * fixed-order warp sum in double. Lane 0 leaves the row's maxima and LSEs (natural for x and y,
+ * base 2 for the CE's s) in sm.row. */
 __device__ inline void res_merge_exp(const res_params &p, res_smem &sm) {
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
     res_exp_slot b = {-INFINITY, -INFINITY, {0.0, 0.0, 0.0}};
@@ -251,17 +246,16 @@ __device__ inline void res_merge_exp(const res_params &p, res_smem &sm) {
     double sum[3];
     sum[0] = b.sum[0] != 0.0 ? b.sum[0] * static_cast<double>(exp2f((b.ms - ms) * p.cx)) : 0.0;
     sum[1] = b.sum[1] != 0.0 ? b.sum[1] * static_cast<double>(exp2f((b.mt - mt) * p.cx)) : 0.0;
-    sum[2] = b.sum[2] != 0.0
-                 ? b.sum[2] * static_cast<double>(exp2f((b.ms - ms) * DISTILL_ELEM_LOG2E))
-                 : 0.0;
+    sum[2] =
+        b.sum[2] != 0.0 ? b.sum[2] * static_cast<double>(exp2f((b.ms - ms) * DISTILL_LOG2E)) : 0.0;
 #pragma unroll
     for (int k = 0; k < 3; k++) {
         sum[k] = warp_sum(sum[k]);
     }
     if (lane == 0) {
-        sm.row[0] = static_cast<float>(log2(sum[0]));
-        sm.row[1] = static_cast<float>(log2(sum[1]));
-        sm.row[2] = p.unit_temp ? sm.row[0] : static_cast<float>(log2(sum[2]));
+        sm.row[0] = static_cast<float>(log(sum[0]));
+        sm.row[1] = static_cast<float>(log(sum[1]));
+        sm.row[2] = static_cast<float>(log2(p.unit_temp ? sum[0] : sum[2]));
         sm.row[3] = ms;
         sm.row[4] = mt;
     }

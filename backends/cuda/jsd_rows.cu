@@ -11,7 +11,7 @@ namespace DISTIL_GPU_NS {
 
 template <int DT, bool GRAD, int VW>
 __global__ void __launch_bounds__(512) distil_jsd_rows_kernel(jsd_rows_params p) {
-    __shared__ float scratch[DISTIL_GPU_MAX_WARPS];
+    __shared__ double scratch[DISTIL_GPU_MAX_WARPS];
     const float gf = GRAD ? jsd_grad_factor(p) : 0.0f;
     for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
         if (p.labels != nullptr && p.labels[row] == p.ignore_index) {
@@ -23,8 +23,8 @@ __global__ void __launch_bounds__(512) distil_jsd_rows_kernel(jsd_rows_params p)
             }
             continue;
         }
-        const float loss =
-            block_sum(jsd_span<DT, GRAD, VW>(p, row, 0, p.vocab / VW, true, gf), scratch);
+        const float loss = static_cast<float>(
+            block_sum(jsd_span<DT, GRAD, VW>(p, row, 0, p.vocab / VW, true, gf), scratch));
         if (threadIdx.x == 0) {
             p.row_loss[row] = loss;
         }

@@ -50,17 +50,18 @@ __device__ inline void jsd_zero_span(const jsd_rows_params &p, int64_t row, int6
 /*
  * This thread's part of the loss (and gradient) over vectors [v_begin, v_end) of a row, VW
  * elements per vector (16 bytes when vectorised, else 1), plus the scalar tail of the row past
- * the last whole vector when `tail`.
+ * the last whole vector when `tail`. Summed in double: a KL's row sum cancels, and fp32 partial
+ * sums would add their rounding to it.
  */
 template <int DT, bool GRAD, int VW>
-__device__ inline float jsd_span(const jsd_rows_params &p, int64_t row, int64_t v_begin,
-                                 int64_t v_end, bool tail, float gf) {
+__device__ inline double jsd_span(const jsd_rows_params &p, int64_t row, int64_t v_begin,
+                                  int64_t v_end, bool tail, float gf) {
     const void *x = static_cast<const typename dt_traits<DT>::T *>(p.x) + row * p.xs;
     const void *y = static_cast<const typename dt_traits<DT>::T *>(p.y) + row * p.ys;
     void *g = GRAD ? static_cast<typename dt_traits<DT>::T *>(p.grad) + row * p.gs : nullptr;
     const int64_t n_vec = v_end;
     const int64_t step = static_cast<int64_t>(blockDim.x) * JSD_UNROLL;
-    float acc = 0.0f;
+    double acc = 0.0;
     for (int64_t v0 = v_begin + threadIdx.x; v0 < n_vec; v0 += step) {
         float xv[JSD_UNROLL][VW];
         float yv[JSD_UNROLL][VW];

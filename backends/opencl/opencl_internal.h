@@ -36,13 +36,12 @@ typedef struct distil_ocl_tuning {
     int wg_size;   /* work-group size of the row and reduction kernels (power of two) */
     int vec;       /* elements per work-item per step of a row loop */
     int gemm_tile; /* tile edge of the fallback gemm.cl */
-    int fast_math; /* 1: native_exp2 / native_log2 in the element terms (verified devices only) */
 } distil_ocl_tuning;
 
 /* Pick the tuning for a device: vendor first, then a device-name substring, then defaults,
  * clamped to the device's largest work-group. */
 distil_ocl_tuning distil_ocl_tuning_pick(cl_device_id device);
-/* " -DWG_SIZE=.. -DVEC=.. -DGEMM_TILE=.. -DDISTIL_FAST_MATH=.." into buf, leaving out what `user`
+/* " -DWG_SIZE=.. -DVEC=.. -DGEMM_TILE=.." into buf, leaving out what `user`
  * defines. */
 void distil_ocl_tuning_options(const distil_ocl_tuning *t, const char *user, char *buf, size_t n);
 
@@ -75,9 +74,11 @@ typedef struct distil_ocl_kernel {
     size_t local[3];
 } distil_ocl_kernel;
 
-/* Kernel source text of one .cl file: embedded, or read from DISTIL_OPENCL_KERNEL_DIR. */
+/* Kernel source text of one .cl file: embedded, or read from DISTIL_OPENCL_KERNEL_DIR. ELEM is
+ * core/math/distil_elem.h, the element terms every backend shares. */
 typedef enum distil_ocl_src {
     DISTIL_OCL_SRC_COMMON,
+    DISTIL_OCL_SRC_ELEM,
     DISTIL_OCL_SRC_JSD,
     DISTIL_OCL_SRC_DISTILL,
     DISTIL_OCL_SRC_REDUCE,

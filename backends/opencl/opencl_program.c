@@ -13,16 +13,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OCL_MAX_PARTS 3
+#define OCL_MAX_PARTS 4
 
 /* The files of each program, common.cl first; DISTIL_OCL_SRC_COUNT ends a list. */
 static const distil_ocl_src ocl_prog_parts[DISTIL_OCL_PROG_COUNT][OCL_MAX_PARTS] = {
-    [DISTIL_OCL_PROG_ROWS] = {DISTIL_OCL_SRC_COMMON, DISTIL_OCL_SRC_JSD, DISTIL_OCL_SRC_DISTILL},
+    [DISTIL_OCL_PROG_ROWS] = {DISTIL_OCL_SRC_COMMON, DISTIL_OCL_SRC_ELEM, DISTIL_OCL_SRC_JSD,
+                              DISTIL_OCL_SRC_DISTILL},
     [DISTIL_OCL_PROG_REDUCE] = {DISTIL_OCL_SRC_COMMON, DISTIL_OCL_SRC_REDUCE, DISTIL_OCL_SRC_COUNT},
     [DISTIL_OCL_PROG_ELEMENTWISE] = {DISTIL_OCL_SRC_COMMON, DISTIL_OCL_SRC_ELEMENTWISE,
                                      DISTIL_OCL_SRC_COUNT},
     [DISTIL_OCL_PROG_GEMM] = {DISTIL_OCL_SRC_COMMON, DISTIL_OCL_SRC_GEMM, DISTIL_OCL_SRC_COUNT},
 };
+
+/* The program's own file (its last part), for messages. */
+static const char *ocl_prog_file(distil_ocl_prog prog) {
+    int i = 1;
+    while (i + 1 < OCL_MAX_PARTS && ocl_prog_parts[prog][i + 1] != DISTIL_OCL_SRC_COUNT) {
+        i++;
+    }
+    return distil_ocl_source_file(ocl_prog_parts[prog][i]);
+}
 
 /* Record a build failure with as much of the compiler log as the message holds. */
 static distil_status ocl_build_failed(distil_ocl *b, cl_program p, cl_int err, distil_ocl_prog prog,
@@ -38,9 +48,8 @@ static distil_status ocl_build_failed(distil_ocl *b, cl_program p, cl_int err, d
     }
     distil_status s = distil_error_set(
         b->ctx, err == CL_OUT_OF_HOST_MEMORY ? DISTIL_ERR_OUT_OF_MEMORY : DISTIL_ERR_BACKEND,
-        "opencl: building %s (options \"%s\") failed: %s (%d)\n%s",
-        distil_ocl_source_file(ocl_prog_parts[prog][1]), options, distil_ocl_error_name(err),
-        (int)err, log ? log : "(no build log)");
+        "opencl: building %s (options \"%s\") failed: %s (%d)\n%s", ocl_prog_file(prog), options,
+        distil_ocl_error_name(err), (int)err, log ? log : "(no build log)");
     free(log);
     return s;
 }

@@ -6,8 +6,17 @@
 #include "opencl_internal.h"
 
 #include "error.h"
+#include "math/distil_elem_beta.h"
 
 #include <stdio.h>
+
+/* The constants of beta for the kernels' distil_coef_of (jsd.cl), rounded once from float64. */
+static cl_float8 ocl_coef(float beta) {
+    distil_elem_beta k = distil_elem_beta_make(beta);
+    cl_float8 c = {{(cl_float)k.beta, (cl_float)k.omb, (cl_float)k.lb, (cl_float)k.l1b,
+                    (cl_float)k.c, (cl_float)k.ka, (cl_float)k.kb, (cl_float)k.mode}};
+    return c;
+}
 
 /* An optional operand: its buffer and element offset, or the dummy buffer and 0. */
 static cl_int ocl_optional(distil_ocl *b, distil_dptr p, size_t elem, cl_mem *mem, cl_ulong *off) {
@@ -31,7 +40,8 @@ distil_status distil_ocl_jsd_rows(void *vb, const distil_jsd_rows_args *a) {
     cl_ulong x_stride = (cl_ulong)a->x_stride, y_stride = (cl_ulong)a->y_stride;
     cl_ulong grad_stride = (cl_ulong)a->grad_stride;
     cl_long vocab = a->vocab, ignore = a->ignore_index;
-    cl_float beta = a->beta, grad_scale = a->grad_scale;
+    cl_float8 coef = ocl_coef(a->beta);
+    cl_float grad_scale = a->grad_scale;
     cl_mem labels, grad, n_valid;
     cl_ulong lab_off, grad_off, n_off;
     cl_int has_labels = ocl_optional(b, a->labels, sizeof(int64_t), &labels, &lab_off);
@@ -40,7 +50,7 @@ distil_status distil_ocl_jsd_rows(void *vb, const distil_jsd_rows_args *a) {
     const distil_ocl_arg args[] = {
         DISTIL_OCL_ARG(x),          DISTIL_OCL_ARG(x_off),       DISTIL_OCL_ARG(x_stride),
         DISTIL_OCL_ARG(y),          DISTIL_OCL_ARG(y_off),       DISTIL_OCL_ARG(y_stride),
-        DISTIL_OCL_ARG(vocab),      DISTIL_OCL_ARG(beta),        DISTIL_OCL_ARG(labels),
+        DISTIL_OCL_ARG(vocab),      DISTIL_OCL_ARG(coef),        DISTIL_OCL_ARG(labels),
         DISTIL_OCL_ARG(lab_off),    DISTIL_OCL_ARG(has_labels),  DISTIL_OCL_ARG(ignore),
         DISTIL_OCL_ARG(loss),       DISTIL_OCL_ARG(loss_off),    DISTIL_OCL_ARG(grad),
         DISTIL_OCL_ARG(grad_off),   DISTIL_OCL_ARG(grad_stride), DISTIL_OCL_ARG(has_grad),
@@ -80,7 +90,8 @@ distil_status distil_ocl_distill_rows(void *vb, const distil_distill_rows_args *
     cl_ulong ce_off = distil_ocl_elems(a->ce_rows, sizeof(float));
     cl_ulong jsd_off = distil_ocl_elems(a->jsd_rows, sizeof(float));
     cl_long vocab = a->vocab, row_offset = a->row_offset, ignore = a->ignore_index;
-    cl_float beta = a->beta, inv_t = a->inv_temperature;
+    cl_float8 coef = ocl_coef(a->beta);
+    cl_float inv_t = a->inv_temperature;
     cl_float wh = a->weight_hard, ws = a->weight_soft;
     cl_mem g, n_valid;
     cl_ulong g_off, n_off;
@@ -90,7 +101,7 @@ distil_status distil_ocl_distill_rows(void *vb, const distil_distill_rows_args *
         DISTIL_OCL_ARG(zs),     DISTIL_OCL_ARG(zs_off),  DISTIL_OCL_ARG(zt),
         DISTIL_OCL_ARG(zt_off), DISTIL_OCL_ARG(vocab),   DISTIL_OCL_ARG(row_offset),
         DISTIL_OCL_ARG(labels), DISTIL_OCL_ARG(lab_off), DISTIL_OCL_ARG(ignore),
-        DISTIL_OCL_ARG(beta),   DISTIL_OCL_ARG(inv_t),   DISTIL_OCL_ARG(wh),
+        DISTIL_OCL_ARG(coef),   DISTIL_OCL_ARG(inv_t),   DISTIL_OCL_ARG(wh),
         DISTIL_OCL_ARG(ws),     DISTIL_OCL_ARG(ce),      DISTIL_OCL_ARG(ce_off),
         DISTIL_OCL_ARG(jsd),    DISTIL_OCL_ARG(jsd_off), DISTIL_OCL_ARG(g),
         DISTIL_OCL_ARG(g_off),  DISTIL_OCL_ARG(has_g),   DISTIL_OCL_ARG(n_valid),

@@ -12,14 +12,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* distil_elem.h is read from the source tree's core/math, relative to the kernels folder. */
 static const char *const ocl_source_files[DISTIL_OCL_SRC_COUNT] = {
-    "common.cl", "jsd.cl", "distill.cl", "reduce.cl", "elementwise.cl", "gemm.cl",
+    "common.cl", "../../../core/math/distil_elem.h",
+    "jsd.cl",    "distill.cl",
+    "reduce.cl", "elementwise.cl",
+    "gemm.cl",
 };
 
 #ifdef DISTIL_OPENCL_EMBED_KERNELS
 
 extern const char distil_opencl_src_common[];
 extern const size_t distil_opencl_src_common_len;
+extern const char distil_opencl_src_elem[];
+extern const size_t distil_opencl_src_elem_len;
 extern const char distil_opencl_src_jsd[];
 extern const size_t distil_opencl_src_jsd_len;
 extern const char distil_opencl_src_distill[];
@@ -35,13 +41,15 @@ distil_status distil_ocl_source_get(distil_ocl *b, distil_ocl_src src, const cha
                                     size_t *len) {
     (void)b;
     static const char *const texts[DISTIL_OCL_SRC_COUNT] = {
-        distil_opencl_src_common, distil_opencl_src_jsd,         distil_opencl_src_distill,
-        distil_opencl_src_reduce, distil_opencl_src_elementwise, distil_opencl_src_gemm,
+        distil_opencl_src_common,  distil_opencl_src_elem,   distil_opencl_src_jsd,
+        distil_opencl_src_distill, distil_opencl_src_reduce, distil_opencl_src_elementwise,
+        distil_opencl_src_gemm,
     };
     const size_t *const lens[DISTIL_OCL_SRC_COUNT] = {
-        &distil_opencl_src_common_len,      &distil_opencl_src_jsd_len,
-        &distil_opencl_src_distill_len,     &distil_opencl_src_reduce_len,
-        &distil_opencl_src_elementwise_len, &distil_opencl_src_gemm_len,
+        &distil_opencl_src_common_len, &distil_opencl_src_elem_len,
+        &distil_opencl_src_jsd_len,    &distil_opencl_src_distill_len,
+        &distil_opencl_src_reduce_len, &distil_opencl_src_elementwise_len,
+        &distil_opencl_src_gemm_len,
     };
     *text = texts[src];
     *len = *lens[src];

@@ -60,30 +60,28 @@ double distil_ref_logsumexp(const double *z, int64_t n, double scale) {
     return m + log(s);
 }
 
-/* prob * (a - b) with the convention 0 * anything = 0 (a zero probability contributes 0). */
-static double distil_ref_xlogy_term(double prob, double diff) {
-    return prob == 0.0 ? 0.0 : prob * diff;
-}
+/* The element terms of SPEC 1 (core/math/distil_elem.h) instantiated in float64. */
+#define DE_T            double
+#define DE_S            double
+#define DE_M            int
+#define DE_FN           static inline
+#define DE_K(lit)       lit
+#define DE_V(s)         (s)
+#define DE_SEL(m, a, b) ((m) ? (a) : (b))
+#define DE_ABS(a)       fabs(a)
+#define DE_EXP(a)       exp(a)
+#define DE_F64          1
+#include "math/distil_elem.h"
+#include "math/distil_elem_beta.h"
 
 double distil_ref_jsd_row(const double *x, const double *y, int64_t n, double beta, double *grad) {
+    distil_elem_beta kb = distil_elem_beta_make((float)beta);
+    de_coef k;
+    DE_COEF_SET(k, kb);
     double sum = 0.0;
     for (int64_t v = 0; v < n; v++) {
-        double q = exp(x[v]);
-        double p = exp(y[v]);
-        double e, g;
-        if (beta == 0.0) { /* forward KL(p || q) */
-            e = distil_ref_xlogy_term(p, y[v] - x[v]);
-            g = -p;
-        } else if (beta == 1.0) { /* reverse KL(q || p) */
-            e = distil_ref_xlogy_term(q, x[v] - y[v]);
-            g = q == 0.0 ? 0.0 : q * (x[v] - y[v] + 1.0);
-        } else {
-            double lm = distil_ref_logaddexp(log(beta) + y[v], log1p(-beta) + x[v]);
-            e = beta * distil_ref_xlogy_term(p, y[v] - lm) +
-                (1.0 - beta) * distil_ref_xlogy_term(q, x[v] - lm);
-            g = (1.0 - beta) * distil_ref_xlogy_term(q, x[v] - lm);
-        }
-        sum += e;
+        double g, q;
+        sum += de_elem(k.mode, &k, x[v], y[v], &g, &q);
         if (grad != NULL) {
             grad[v] = g;
         }

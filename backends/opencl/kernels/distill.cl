@@ -4,68 +4,73 @@
  * G in DTYPE. One work-group per row, fixed-order reductions, no float atomics.
  */
 
-/* Per-row softmax statistics: (max, log sum) of zs, zs / tau and zt / tau, so that
- * log_softmax(z)_j = (z_j - max) - log sum, plus the JSD constants. */
+/* Per-row softmax statistics: (max, log sum) of zs, zs / tau and zt / tau, with max the maximum of
+ * the unscaled logits, so that log_softmax(z / tau)_j = (z_j - max) / tau - log sum, plus the JSD
+ * constants. */
 typedef struct distil_row_stats {
     float2 s, a, t;
-    float inv_t, beta, lb2, l1b2; /* log2(beta), log2(1 - beta) */
+    float inv_t;
+    de_coef k; /* the constants of beta */
 } distil_row_stats;
 
 /* x = log q_j = log_softmax(zs / tau)_j and y = log p_j = log_softmax(zt / tau)_j. */
 float distil_row_x(const distil_row_stats *st, float zs) {
-    return (zs * st->inv_t - st->a.x) - st->a.y;
+    return (zs - st->a.x) * st->inv_t - st->a.y;
 }
 float distil_row_y(const distil_row_stats *st, float zt) {
-    return (zt * st->inv_t - st->t.x) - st->t.y;
+    return (zt - st->t.x) * st->inv_t - st->t.y;
 }
 
 /* Pass 1: three online log-sum-exps over the row, merged over the work-group. */
 distil_row_stats distil_row_stats_of(__global const float *zsr, __global const float *ztr,
                                      long vocab, float inv_t, __local float *red_m,
-                                     __local float *red_s) {
+                                     __local distil_acc *red_s) {
     const int lid = (int)get_local_id(0);
     const bool same_t = inv_t == 1.0f; /* zs * inv_t == zs exactly: share the statistics */
-    float ms = -INFINITY, ss = 0.0f, ma = -INFINITY, sa = 0.0f, mt = -INFINITY, st = 0.0f;
+    float ms = -INFINITY, ma = -INFINITY, mt = -INFINITY;
+    distil_acc ss = 0.0f, sa = 0.0f, st = 0.0f;
     for (long base = 0; base < vocab; base += WG_SIZE * VEC) {
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
             const long j = base + k * WG_SIZE + lid;
             if (j < vocab) {
                 const float zsv = zsr[j];
-                distil_lse_add(&ms, &ss, zsv);
+                distil_lse_add(&ms, &ss, zsv, 1.0f);
                 if (!same_t) {
-                    distil_lse_add(&ma, &sa, zsv * inv_t);
+                    distil_lse_add(&ma, &sa, zsv, inv_t);
                 }
-                distil_lse_add(&mt, &st, ztr[j] * inv_t);
+                distil_lse_add(&mt, &st, ztr[j], inv_t);
             }
         }
     }
     distil_row_stats r;
-    r.s = distil_group_lse(ms, ss, red_m, red_s);
-    r.a = same_t ? r.s : distil_group_lse(ma, sa, red_m, red_s);
-    r.t = distil_group_lse(mt, st, red_m, red_s);
+    r.s = distil_group_lse(ms, ss, red_m, red_s, 1.0f);
+    r.a = same_t ? r.s : distil_group_lse(ma, sa, red_m, red_s, inv_t);
+    r.t = distil_group_lse(mt, st, red_m, red_s, inv_t);
     r.inv_t = inv_t;
     return r;
 }
 
-/* Pass 2: (JSD row sum, sum_u dx_u) over the work-group. */
-float2 distil_row_jsd_sums(__global const float *zsr, __global const float *ztr, long vocab,
-                           const distil_row_stats *st, __local float *red_m, __local float *red_s) {
+/* Pass 2: the JSD row sum and sum_u dx_u over the work-group (in distil_acc). */
+void distil_row_jsd_sums(__global const float *zsr, __global const float *ztr, long vocab,
+                         const distil_row_stats *st, __local distil_acc *red, float *sum_e,
+                         float *sum_dx) {
     const int lid = (int)get_local_id(0);
-    float se = 0.0f, sg = 0.0f;
+    distil_acc se = 0.0f, sg = 0.0f;
     for (long base = 0; base < vocab; base += WG_SIZE * VEC) {
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
             const long j = base + k * WG_SIZE + lid;
             if (j < vocab) {
-                float dx;
-                se += distil_jsd_elem(distil_row_x(st, zsr[j]), distil_row_y(st, ztr[j]), st->beta,
-                                      st->lb2, st->l1b2, &dx);
+                float dx, q;
+                se += de_elem(st->k.mode, &st->k, distil_row_x(st, zsr[j]),
+                              distil_row_y(st, ztr[j]), &dx, &q);
                 sg += dx;
             }
         }
     }
-    return (float2)(distil_group_sum(se, red_m), distil_group_sum(sg, red_s));
+    *sum_e = (float)distil_group_sum_acc(se, red);
+    *sum_dx = (float)distil_group_sum_acc(sg, red);
 }
 
 /* Pass 3: G_j = hard (s_j - [j == label]) + soft (dx_j - q_j sum_dx). Each work-item reads
@@ -80,11 +85,11 @@ void distil_row_write_g(__global const float *zsr, __global const float *ztr, __
             const long j = base + k * WG_SIZE + lid;
             if (j < vocab) {
                 const float zsv = zsr[j];
-                const float x = distil_row_x(st, zsv);
-                float dx;
-                distil_jsd_elem(x, distil_row_y(st, ztr[j]), st->beta, st->lb2, st->l1b2, &dx);
+                float dx, q;
+                de_elem(st->k.mode, &st->k, distil_row_x(st, zsv), distil_row_y(st, ztr[j]), &dx,
+                        &q);
                 const float s = exp((zsv - st->s.x) - st->s.y) - (j == label ? 1.0f : 0.0f);
-                STORE(DTYPE, gr, j, hard * s + soft * (dx - exp(x) * sum_dx));
+                STORE(DTYPE, gr, j, hard * s + soft * de_soft_grad(dx, q, sum_dx));
             }
         }
     }
@@ -107,12 +112,12 @@ void distil_row_write_g(__global const float *zsr, __global const float *ztr, __
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, ulong zt_off,
                     long vocab, long row_offset, __global const long *labels, ulong lab_off,
-                    long ignore_index, float beta, float inv_t, float wh, float ws,
+                    long ignore_index, float8 coef, float inv_t, float wh, float ws,
                     __global float *ce, ulong ce_off, __global float *jsd, ulong jsd_off,
                     __global T *g, ulong g_off, int has_g, __global const float *n_valid,
                     ulong n_off, int has_n, __global int *state) {
     __local float red_m[WG_SIZE];
-    __local float red_s[WG_SIZE];
+    __local distil_acc red_s[WG_SIZE];
     const ulong row = get_group_id(0);
     const int lid = (int)get_local_id(0);
     __global const float *zsr = zs + zs_off + row * (ulong)vocab;
@@ -137,19 +142,18 @@ distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, 
     }
     const float z_label = zsr[label];
     distil_row_stats st = distil_row_stats_of(zsr, ztr, vocab, inv_t, red_m, red_s);
-    st.beta = beta;
-    st.lb2 = distil_log2_beta(beta);
-    st.l1b2 = distil_log2_1m_beta(beta);
-    const float2 sums = distil_row_jsd_sums(zsr, ztr, vocab, &st, red_m, red_s);
+    st.k = distil_coef_of(coef);
+    float sum_e, sum_dx;
+    distil_row_jsd_sums(zsr, ztr, vocab, &st, red_s, &sum_e, &sum_dx);
     if (lid == 0) {
         ce[ce_off + row] = (st.s.x - z_label) + st.s.y; /* logsumexp(zs) - zs[label] */
-        jsd[jsd_off + row] = sums.x;
+        jsd[jsd_off + row] = sum_e;
     }
     if (has_g) {
         const float n = has_n ? n_valid[n_off] : 1.0f;
         const float hard = n == 0.0f ? 0.0f : wh / n;
         const float soft = n == 0.0f ? 0.0f : ws / n * inv_t;
-        distil_row_write_g(zsr, ztr, gr, vocab, label, &st, hard, soft, sums.y);
+        distil_row_write_g(zsr, ztr, gr, vocab, label, &st, hard, soft, sum_dx);
     }
 }
 

@@ -5,9 +5,25 @@
  * float whatever DTYPE is.
  */
 
+/* The constants of one beta as the host packs them (distil_elem_beta: beta, 1 - beta, log beta,
+ * log1p(-beta), their difference, (1 - beta) / beta, beta / (1 - beta), mode). */
+de_coef distil_coef_of(float8 c) {
+    de_coef k;
+    k.beta = c.s0;
+    k.omb = c.s1;
+    k.lb = c.s2;
+    k.l1b = c.s3;
+    k.c = c.s4;
+    k.ka = c.s5;
+    k.kb = c.s6;
+    k.mode = (int)c.s7;
+    return k;
+}
+
 /*
  * x, y       (rows, vocab) DTYPE, row strides x_stride / y_stride, at element offsets x_off,
  *            y_off: student and teacher log-probs
+ * coef       the constants of beta (distil_coef_of)
  * labels     (rows) long at lab_off, read when has_labels: label == ignore_index ignores the row
  * row_loss   (rows) float at loss_off: sum over the row of the element term, 0 when ignored
  * grad       (rows, vocab) DTYPE, row stride grad_stride, written when has_grad:
@@ -17,11 +33,11 @@
  */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 distil_jsd_rows(__global const T *x, ulong x_off, ulong x_stride, __global const T *y, ulong y_off,
-                ulong y_stride, long vocab, float beta, __global const long *labels, ulong lab_off,
+                ulong y_stride, long vocab, float8 coef, __global const long *labels, ulong lab_off,
                 int has_labels, long ignore_index, __global float *row_loss, ulong loss_off,
                 __global T *grad, ulong grad_off, ulong grad_stride, int has_grad, float grad_scale,
                 __global const float *n_valid, ulong n_off, int has_n) {
-    __local float red[WG_SIZE];
+    __local distil_acc red[WG_SIZE];
     const ulong row = get_group_id(0);
     const int lid = (int)get_local_id(0);
     __global const T *xr = x + x_off + row * x_stride;
@@ -43,26 +59,24 @@ distil_jsd_rows(__global const T *x, ulong x_off, ulong x_stride, __global const
     /* n == 0 only when every row is ignored; keep the gradient 0 then rather than 0 / 0. */
     const float n = has_n ? n_valid[n_off] : 1.0f;
     const float scale = n == 0.0f ? 0.0f : grad_scale / n;
-    const float lb2 = distil_log2_beta(beta);
-    const float l1b2 = distil_log2_1m_beta(beta);
+    const de_coef kc = distil_coef_of(coef);
 
-    float acc = 0.0f;
+    distil_acc acc = 0.0f;
     for (long base = 0; base < vocab; base += WG_SIZE * VEC) {
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
             const long j = base + k * WG_SIZE + lid;
             if (j < vocab) {
-                float dx;
-                acc +=
-                    distil_jsd_elem(LOAD(DTYPE, xr, j), LOAD(DTYPE, yr, j), beta, lb2, l1b2, &dx);
+                float dx, q;
+                acc += de_elem(kc.mode, &kc, LOAD(DTYPE, xr, j), LOAD(DTYPE, yr, j), &dx, &q);
                 if (has_grad) {
                     STORE(DTYPE, gr, j, scale * dx);
                 }
             }
         }
     }
-    const float total = distil_group_sum(acc, red);
+    const distil_acc total = distil_group_sum_acc(acc, red);
     if (lid == 0) {
-        row_loss[loss_off + row] = total;
+        row_loss[loss_off + row] = (float)total;
     }
 }

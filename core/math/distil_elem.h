@@ -1,0 +1,208 @@
+/*
+ * distil_elem.h - the element terms of SPEC section 1 (generalised JSD, forward and reverse KL)
+ * and their x-derivative, written once for every backend: the float64 reference, the cpu
+ * kernels (GCC vectors of floats), CUDA/HIP device code and OpenCL C all evaluate this text.
+ * x = log q (student), y = log p (teacher), d = x - y.
+ *
+ * The includer defines, before including (no other header is included here):
+ *   DE_T             value type: float, double, or a GCC vector of floats
+ *   DE_S             its scalar type (the type of the coefficients)
+ *   DE_M             type of a comparison of two DE_T (int, bool, or a vector of int)
+ *   DE_FN            qualifiers of a function (static inline, __device__ __forceinline__, ...)
+ *   DE_K(lit)        a decimal literal as a DE_S constant (lit##f for float)
+ *   DE_V(s)          a DE_S broadcast to a DE_T
+ *   DE_SEL(m, a, b)  m ? a : b, lane by lane (a and b of type DE_T)
+ *   DE_ABS(a)        |a|
+ *   DE_EXP(a)        exp(a) to about 1 ulp; subnormal results are kept (SPEC 1: a subnormal
+ *                    probability is not 0); exp(-inf) = 0; NaN stays NaN
+ *   DE_F64           (optional) DE_T is double: libm's expm1 replaces the polynomial and the
+ *                    series run to double precision
+ *
+ * Forms (chosen for SPEC 3's regimes; each factor relatively accurate, so an element term is
+ * good to a few ulp; at |d| just above 0.69 the far form's two terms cancel by a factor of ~5,
+ * about 2e-6 relative in the worst element; the endpoints' row sums cancel by their nature,
+ * sum |e| / |sum e|, which no elementwise form avoids):
+ *  - 0 < beta < 1, |d| <= 0.69 < ln 2 (student close to teacher): with u = expm1(d), w = expm1(-d),
+ *      y - log m = -log1p((1 - beta) u),   x - log m = -log1p(beta w),
+ *    and since beta p (1 - beta) u + (1 - beta) q beta w = beta (1 - beta) (q - p + p - q) = 0,
+ *      e = beta p h((1 - beta) u) + (1 - beta) q h(beta w),   h(t) = t - log1p(t) >= 0,
+ *    a sum of two non-negative terms, second order in d, exact at d = 0 (the plain form adds two
+ *    first-order terms of opposite sign and loses digits as d -> 0).
+ *  - 0 < beta < 1, |d| > 0.69: log m = logaddexp(log beta + y, log(1 - beta) + x), taken from the
+ *    larger argument: with r = ((1 - beta) q) / (beta p) = ka e^d when that is <= 1, else
+ *    r = (beta p) / ((1 - beta) q) = kb e^-d, and L = log1p(r) (r in [0, 1]),
+ *      teacher part larger:  y - log m = -(log beta + L),      x - log m = d + (y - log m)
+ *      student part larger:  x - log m = -(log1p(-beta) + L),  y - log m = (x - log m) - d.
+ *    The ratios ka = (1 - beta) / beta and kb = beta / (1 - beta) and the logs are constants
+ *    rounded once from float64 (distil_elem_beta_make), so beta = 1e-9 or 1 - 6e-8 loses nothing
+ *    (log(1 - beta) is log1p(-beta), not log of a rounded 1 - beta).
+ *  - beta == 0: e = p (y - x), de/dx = -p;  beta == 1: e = q (x - y), de/dx = q (x - y + 1).
+ * log1p and h on [-1/2, 1] come from one series in s = t / (2 + t), |s| <= 1/3:
+ *   log1p(t) = 2 atanh(s) = 2s (1 + z Q(z)), z = s^2, Q(z) = 1/3 + z/5 + z^2/7 + ...,
+ *   h(t) = t - 2s - 2s z Q = s (t - 2 z Q)   (t - 2s = t s as an identity),
+ * so the polynomials are the same on every backend; only exp is each backend's own.
+ *
+ * Special values (SPEC 1), the same on every backend: a term whose probability is 0 is exactly 0
+ * (0 log 0 = 0, 0 * -inf = 0), so x = y = -inf gives e = 0 and de/dx = 0; NaN in x or y gives a
+ * NaN e also where the partner probability is 0; an infinite true divergence (beta == 0 with
+ * p > 0 = q, beta == 1 with q > 0 = p) gives +inf.
+ */
+#ifndef DISTIL_ELEM_H
+#define DISTIL_ELEM_H
+
+/* The jsd mode of a beta: its two endpoints have their own formulas. */
+#define DE_MIX 0
+#define DE_FWD 1
+#define DE_REV 2
+
+/* Constants of one beta, rounded from float64 (see distil_elem_beta_make / DE_COEF_SET). */
+typedef struct de_coef {
+    DE_S beta, omb; /* beta, 1 - beta */
+    DE_S lb, l1b;   /* log beta, log1p(-beta) */
+    DE_S c;         /* lb - l1b: d <= c where the teacher's part beta p of m is the larger */
+    DE_S ka, kb;    /* (1 - beta) / beta, beta / (1 - beta) */
+    int mode;       /* DE_MIX, DE_FWD or DE_REV */
+} de_coef;
+
+/* Fill a de_coef from anything with the same fields (a distil_elem_beta of float64 values). */
+#define DE_COEF_SET(k, b)                                                                          \
+    do {                                                                                           \
+        (k).beta = (DE_S)(b).beta;                                                                 \
+        (k).omb = (DE_S)(b).omb;                                                                   \
+        (k).lb = (DE_S)(b).lb;                                                                     \
+        (k).l1b = (DE_S)(b).l1b;                                                                   \
+        (k).c = (DE_S)(b).c;                                                                       \
+        (k).ka = (DE_S)(b).ka;                                                                     \
+        (k).kb = (DE_S)(b).kb;                                                                     \
+        (k).mode = (b).mode;                                                                       \
+    } while (0)
+
+/* Q(z) = sum_k z^(k-1) / (2k + 1) for z = s^2 <= 1/9; truncated where z^n / (2n + 3) is below
+ * the type's rounding (float: 7 terms, 1e-8; double: 16 terms, 2e-17). */
+DE_FN DE_T de_atanh_q(DE_T z) {
+#ifdef DE_F64
+    DE_T p = z * DE_K(0.030303030303030304) + DE_K(0.03225806451612903);
+    p = p * z + DE_K(0.034482758620689655);
+    p = p * z + DE_K(0.037037037037037035);
+    p = p * z + DE_K(0.04);
+    p = p * z + DE_K(0.043478260869565216);
+    p = p * z + DE_K(0.047619047619047616);
+    p = p * z + DE_K(0.05263157894736842);
+    p = p * z + DE_K(0.058823529411764705);
+#else
+    DE_T p = DE_V(DE_K(0.058823529411764705));
+#endif
+    p = p * z + DE_K(0.06666666666666667);
+    p = p * z + DE_K(0.07692307692307693);
+    p = p * z + DE_K(0.09090909090909091);
+    p = p * z + DE_K(0.1111111111111111);
+    p = p * z + DE_K(0.14285714285714285);
+    p = p * z + DE_K(0.2);
+    return p * z + DE_K(0.3333333333333333);
+}
+
+/* log1p(t) and h(t) = t - log1p(t) for t in [-1/2, 1] (or NaN), both to a few ulp relative. */
+DE_FN void de_log1p_h(DE_T t, DE_T *l, DE_T *h) {
+    DE_T s = t / (t + DE_K(2.0));
+    DE_T z = s * s;
+    DE_T zq = z * de_atanh_q(z);
+    DE_T s2 = s + s;
+    *l = s2 + s2 * zq;
+    *h = s * (t - (zq + zq));
+}
+
+/* expm1(d) and expm1(-d) for |d| <= 0.69 (other lanes: any value, discarded by the caller). */
+DE_FN void de_expm1_pair(DE_T d, DE_T *u, DE_T *w) {
+#ifdef DE_F64
+    *u = expm1(d);
+    *w = expm1(-d);
+#else
+    /* Odd and even Taylor parts to d^10 (relative error below 1e-9 on |d| <= 0.69): expm1(d) =
+     * o + v and expm1(-d) = v - o keep full relative accuracy near 0. */
+    DE_T z = d * d;
+    DE_T po = z * DE_K(2.7557319223985893e-06) + DE_K(1.984126984126984e-04);
+    po = po * z + DE_K(8.333333333333333e-03);
+    po = po * z + DE_K(0.16666666666666666);
+    DE_T o = d + d * z * po;
+    DE_T pe = z * DE_K(2.755731922398589e-07) + DE_K(2.48015873015873e-05);
+    pe = pe * z + DE_K(1.388888888888889e-03);
+    pe = pe * z + DE_K(0.041666666666666664);
+    pe = pe * z + DE_K(0.5);
+    DE_T v = z * pe;
+    *u = o + v;
+    *w = v - o;
+#endif
+}
+
+/* NaN when x or y is NaN, else e (SPEC 1: NaN propagates even where a probability is 0). */
+DE_FN DE_T de_nan_pass(DE_T x, DE_T y, DE_T e) {
+    e = DE_SEL(x == x, e, x);
+    return DE_SEL(y == y, e, y);
+}
+
+/* beta == 0, forward KL(p || q): e = p (y - x), de/dx = -p. */
+DE_FN DE_T de_fwd(DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    DE_T p = DE_EXP(y);
+    *q = DE_EXP(x);
+    *g = -p;
+    return de_nan_pass(x, y, DE_SEL(p == DE_K(0.0), DE_V(DE_K(0.0)), p * (y - x)));
+}
+
+/* beta == 1, reverse KL(q || p): e = q (x - y), de/dx = q (x - y + 1). */
+DE_FN DE_T de_rev(DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    DE_T qq = DE_EXP(x);
+    DE_T d = x - y;
+    DE_M dead = qq == DE_K(0.0);
+    *q = qq;
+    *g = DE_SEL(dead, DE_V(DE_K(0.0)), qq * (d + DE_K(1.0)));
+    return de_nan_pass(x, y, DE_SEL(dead, DE_V(DE_K(0.0)), qq * d));
+}
+
+/* 0 < beta < 1: returns e, *g = de/dx = (1 - beta) q (x - log m), *q = q. */
+DE_FN DE_T de_mix(const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    DE_T p = DE_EXP(y);
+    DE_T qq = DE_EXP(x);
+    DE_T d = x - y;
+    DE_M near = DE_ABS(d) <= DE_K(0.69); /* u, w in [-1/2, 1]: the series' range */
+    DE_M teach = d <= k->c;
+    DE_T u, w;
+    de_expm1_pair(d, &u, &w);
+    DE_T r = DE_SEL(teach, DE_V(k->ka), DE_V(k->kb)) * DE_EXP(DE_SEL(teach, d, -d));
+    /* One series serves h((1 - beta) u) near and log1p(r) far; the other h and log1p of beta w. */
+    DE_T l1, h1, l2, h2;
+    de_log1p_h(DE_SEL(near, k->omb * u, r), &l1, &h1);
+    de_log1p_h(k->beta * w, &l2, &h2);
+    DE_T lq_t = d - (k->lb + l1); /* x - log m, teacher part larger */
+    DE_T lq_s = -(k->l1b + l1);   /* x - log m, student part larger */
+    DE_T lq = DE_SEL(near, -l2, DE_SEL(teach, lq_t, lq_s));
+    DE_T lp = DE_SEL(teach, -(k->lb + l1), lq_s - d); /* y - log m, far */
+    DE_T ep = k->beta * p * DE_SEL(near, h1, lp);
+    DE_T eq = k->omb * qq * DE_SEL(near, h2, lq);
+    DE_M p0 = p == DE_K(0.0);
+    DE_M q0 = qq == DE_K(0.0);
+    DE_T gq = DE_SEL(q0, DE_V(DE_K(0.0)), k->omb * qq * lq);
+    *g = gq;
+    *q = qq;
+    DE_T e = DE_SEL(p0, DE_V(DE_K(0.0)), ep) + DE_SEL(q0, DE_V(DE_K(0.0)), eq);
+    return de_nan_pass(x, y, e);
+}
+
+/* The element term of any mode: returns e, *g = de/dx, *q = exp(x). With a constant mode (a
+ * template parameter, a kernel's per-row branch) the compiler keeps only one formula. */
+DE_FN DE_T de_elem(int mode, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    if (mode == DE_MIX) {
+        return de_mix(k, x, y, g, q);
+    }
+    if (mode == DE_FWD) {
+        return de_fwd(x, y, g, q);
+    }
+    return de_rev(x, y, g, q);
+}
+
+/* The soft part of the fused loss's logit gradient (SPEC 2 step 5) before its weight and 1/tau:
+ * g - q sum_u g_u, with sum_g the row's sum of de/dx. */
+DE_FN DE_T de_soft_grad(DE_T g, DE_T q, DE_S sum_g) {
+    return g - q * sum_g;
+}
+
+#endif /* DISTIL_ELEM_H */

@@ -1,0 +1,617 @@
+/*
+ * test_precision.c - SPEC section 3's precision in every regime it lists, on every backend with
+ * a device, against the float64 "ref" and against a careful fp32 evaluation of the same formula
+ * (core/math/distil_elem.h instantiated in float on the host, as the backends instantiate it).
+ *
+ * Cases are drawn at random over SPEC 3's ranges: beta log-uniform in [1e-9, 1e-2] and
+ * 1 - [1e-9, 1e-2] (rounded to the API's float), exact 0 and 1, and uniform; student close to the
+ * teacher (x = log_softmax(z + delta noise), delta log-uniform in [1e-3, 0.1]) or not; peaky and
+ * near-uniform rows; V log-uniform from 1 to 4096 plus a few rows of 16384..262144; for the fused
+ * loss tau log-uniform in [0.05, 20] with logits of scale up to 50. The seed is fresh each run and
+ * printed; DISTIL_TEST_SEED=<n> replays one. DISTIL_TEST_VERBOSE=1 prints every measured error
+ * beside its bound.
+ *
+ * Bound of each quantity (loss of every row, ||grad - ref|| / ||ref||):
+ *   err <= max(2 * err_careful, floor)   and   err <= SPEC bound wherever err_careful <= bound / 2
+ * (8 * err_careful for the fused loss: see pr_bound),
+ * err_careful being the careful fp32 evaluation's own error against ref. floor: a tenth of the
+ * SPEC 3 bound for fp32 (room for another summation order and another exp, not for another
+ * formula), and the rounding unit of the output dtype for 16-bit gradients.
+ * Also: the ref's element terms against an independent long double evaluation, and the special
+ * values of SPEC 1 (NaN, +-inf, -inf rows, subnormal probabilities), which must be the same on
+ * every backend as on ref and as SPEC 1 says.
+ */
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* The careful fp32 evaluation: the one formulation, in float on the host. */
+#define DE_T            float
+#define DE_S            float
+#define DE_M            int
+#define DE_FN           static inline
+#define DE_K(lit)       lit##f
+#define DE_V(s)         (s)
+#define DE_SEL(m, a, b) ((m) ? (a) : (b))
+#define DE_ABS(a)       fabsf(a)
+#define DE_EXP(a)       expf(a)
+#include "math/distil_elem.h"
+#include "math/distil_elem_beta.h"
+
+static distil_ctx *g_ctx; /* the backend under test */
+static distil_ctx *g_ref;
+static uint64_t g_seed;
+static bool g_verbose;
+
+enum { JSD_CASES = 48, FUSED_CASES = 16, LARGE_JSD_CASES = 2 };
+
+/* ---------------------------------------------------------------- drawing a case */
+
+static double pr_log_uniform(tu_rng *r, double lo, double hi) {
+    return exp(log(lo) + (log(hi) - log(lo)) * tu_rand_uniform(r));
+}
+
+/* beta over SPEC 3's regimes: near 0, near 1, exactly 0 or 1, anywhere. */
+static float pr_beta(tu_rng *r) {
+    switch (tu_rand_int(r, 6)) {
+    case 0:
+    case 1:
+        return (float)pr_log_uniform(r, 1e-9, 1e-2);
+    case 2:
+    case 3:
+        return (float)(1.0 - pr_log_uniform(r, 1e-9, 1e-2));
+    case 4:
+        return tu_rand_int(r, 2) ? 1.0f : 0.0f;
+    default:
+        return (float)tu_rand_uniform(r);
+    }
+}
+
+/* Logit spread of a row: near-uniform (0.01..0.5), ordinary (1..4) or peaky (5..50). */
+static double pr_spread(tu_rng *r) {
+    switch (tu_rand_int(r, 3)) {
+    case 0:
+        return pr_log_uniform(r, 0.01, 0.5);
+    case 1:
+        return pr_log_uniform(r, 1.0, 4.0);
+    default:
+        return pr_log_uniform(r, 5.0, 50.0);
+    }
+}
+
+/* delta of x = y + delta noise (0: student and teacher independent). */
+static double pr_delta(tu_rng *r) {
+    return tu_rand_int(r, 3) ? pr_log_uniform(r, 1e-3, 0.1) : 0.0;
+}
+
+static void *pr_xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    assert_non_null(p);
+    return p;
+}
+
+/* log_softmax of z (n values) in double, into out. */
+static void pr_log_softmax(const double *z, int64_t n, double *out) {
+    double m = -INFINITY, s = 0.0;
+    for (int64_t v = 0; v < n; v++) {
+        m = z[v] > m ? z[v] : m;
+    }
+    for (int64_t v = 0; v < n; v++) {
+        s += exp(z[v] - m);
+    }
+    for (int64_t v = 0; v < n; v++) {
+        out[v] = z[v] - m - log(s);
+    }
+}
+
+/* ---------------------------------------------------------------- checking one quantity */
+
+/* The fused loss's loss values: TU_LOSS's SPEC bound, the fused factor of pr_bound. */
+#define TU_LOSS_FUSED ((tu_quantity)(TU_GRAD_FUSED + 1))
+
+static double pr_unit(distil_dtype dt) {
+    return dt == DISTIL_BF16 ? 0x1p-8 : (dt == DISTIL_F16 ? 0x1p-11 : 0x1p-24);
+}
+
+/* The bound of the header's rule for one quantity; `factor` times the careful error: 2, and 8 for
+ * the fused loss, whose logits and grad_xs come from each backend's own fp32 GEMM (cpu and opencl
+ * agree with each other to 2-3 digits where they are 2-4x the careful evaluation's sequential
+ * GEMM: the GEMM's rounding, not the row math, sets that error). */
+static double pr_bound(distil_dtype dt, tu_quantity q, double careful) {
+    double spec = tu_tolerance(dt, q == TU_LOSS_FUSED ? TU_LOSS : q);
+    bool loss = q == TU_LOSS || q == TU_LOSS_FUSED;
+    double floor = dt == DISTIL_F32 || loss ? spec / 10 : pr_unit(dt);
+    double factor = q == TU_GRAD_FUSED || q == TU_LOSS_FUSED ? 8.0 : 2.0;
+    double b = fmax(factor * careful, floor);
+    return careful <= spec / 2 ? fmin(b, spec) : b;
+}
+
+/* Fails the test (at the caller) when err exceeds its bound; prints it when verbose. NaN errors
+ * (a NaN where ref has none, or the reverse) fail. */
+static void pr_check(const char *what, const char *cs, distil_dtype dt, tu_quantity q, double err,
+                     double careful) {
+    double bound = pr_bound(dt, q, careful);
+    if (g_verbose) {
+        print_message("  %-8s %-44s err %.3g (careful fp32 %.3g) bound %.3g\n", what, cs, err,
+                      careful, bound);
+    }
+    if (!(err <= bound)) {
+        print_error("%s [%s] seed %llu: error %.3g > bound %.3g (careful fp32 %.3g)\n", what, cs,
+                    (unsigned long long)g_seed, err, bound, careful);
+        fail();
+    }
+}
+
+/* ---------------------------------------------------------------- distil_jsd */
+
+typedef struct pr_jsd {
+    int64_t t, v;
+    float beta, gscale;
+    distil_dtype dt;
+    void *x, *y;     /* (t, v) dtype */
+    float *loss_ref; /* (t) per-row losses of ref */
+    void *g_ref;     /* (t, v) dtype */
+} pr_jsd;
+
+/* Student and teacher rows of a case, rounded to its dtype. */
+static void pr_jsd_inputs(tu_rng *r, pr_jsd *c) {
+    double *zt = pr_xmalloc(sizeof(double) * (size_t)c->v * 4), *zs = zt + c->v;
+    double *lt = zs + c->v, *ls = lt + c->v;
+    c->x = pr_xmalloc((size_t)(c->t * c->v) * distil_dtype_size(c->dt));
+    c->y = pr_xmalloc((size_t)(c->t * c->v) * distil_dtype_size(c->dt));
+    for (int64_t i = 0; i < c->t; i++) {
+        double spread = pr_spread(r), delta = pr_delta(r);
+        double sd = delta > 0 ? delta : spread;
+        for (int64_t v = 0; v < c->v; v++) {
+            zt[v] = spread * tu_rand_normal(r);
+            zs[v] = (delta > 0 ? zt[v] : 0.0) + sd * tu_rand_normal(r);
+        }
+        pr_log_softmax(zt, c->v, lt);
+        pr_log_softmax(zs, c->v, ls);
+        for (int64_t v = 0; v < c->v; v++) {
+            /* V = 1: a log-softmax is 0; unnormalised log-probs keep the loss non-zero */
+            double a = c->v == 1 ? log(0.05 + 0.9 * tu_rand_uniform(r)) : ls[v];
+            double b = c->v == 1 ? log(0.05 + 0.9 * tu_rand_uniform(r)) : lt[v];
+            tu_set(c->x, c->dt, (size_t)(i * c->v + v), (float)a);
+            tu_set(c->y, c->dt, (size_t)(i * c->v + v), (float)b);
+        }
+    }
+    free(zt);
+}
+
+/* One call of distil_jsd (reduction none, gradient out) on ctx; outputs poisoned first. */
+static void pr_jsd_run(distil_ctx *ctx, const pr_jsd *c, float *loss, void *grad) {
+    size_t es = distil_dtype_size(c->dt), n = (size_t)(c->t * c->v);
+    distil_jsd_desc d;
+    distil_jsd_desc_init(&d);
+    d.rows = c->t;
+    d.vocab = c->v;
+    d.dtype = c->dt;
+    d.beta = c->beta;
+    d.reduction = DISTIL_REDUCTION_NONE;
+    d.grad_scale = c->gscale;
+    void *dx = tu_upload(ctx, c->x, n * es), *dy = tu_upload(ctx, c->y, n * es);
+    void *dl = tu_alloc_poisoned(ctx, (size_t)c->t * sizeof(float));
+    void *dg = tu_alloc_poisoned(ctx, n * es);
+    TU_OK(ctx, distil_jsd(ctx, &d, dx, dy, NULL, dl, dg));
+    TU_OK(ctx, distil_ctx_synchronize(ctx));
+    tu_download(ctx, loss, dl, (size_t)c->t * sizeof(float));
+    tu_download(ctx, grad, dg, n * es);
+    distil_free(ctx, dx), distil_free(ctx, dy), distil_free(ctx, dl), distil_free(ctx, dg);
+}
+
+/* The careful fp32 evaluation: the header in float, row sums in double, g rounded to dtype.
+ * *cond: the largest sum_v |e_v| / |sum_v e_v| of a row (a KL's row sum cancels: each term's
+ * rounding, a few ulp however careful, is magnified by that much). */
+static void pr_jsd_careful(const pr_jsd *c, float *loss, void *grad, double *cond) {
+    *cond = 0.0;
+    distil_elem_beta kb = distil_elem_beta_make(c->beta);
+    de_coef k;
+    DE_COEF_SET(k, kb);
+    for (int64_t i = 0; i < c->t; i++) {
+        double s = 0.0, sa = 0.0;
+        for (int64_t v = 0; v < c->v; v++) {
+            size_t j = (size_t)(i * c->v + v);
+            float g, q;
+            float e = de_elem(k.mode, &k, tu_get(c->x, c->dt, j), tu_get(c->y, c->dt, j), &g, &q);
+            s += e;
+            sa += fabs((double)e);
+            tu_set(grad, c->dt, j, g * c->gscale);
+        }
+        loss[i] = (float)s;
+        *cond = s != 0.0 ? fmax(*cond, sa / fabs(s)) : *cond;
+    }
+}
+
+/* Largest relative error of the row losses. */
+static double pr_loss_err(const float *got, const float *ref, int64_t t) {
+    double e = 0.0;
+    for (int64_t i = 0; i < t; i++) {
+        double r = tu_rel_err(got[i], ref[i]);
+        e = isnan(r) || r > e ? r : e;
+    }
+    return e;
+}
+
+static void pr_jsd_case(tu_rng *r, distil_dtype dt, int64_t v, int64_t t) {
+    pr_jsd c = {.t = t, .v = v, .beta = pr_beta(r), .dt = dt, .gscale = 1.0f};
+    if (dt != DISTIL_F32 && c.beta > 0.0f && c.beta < 1.0f) {
+        /* the gradient is of order min(beta, 1 - beta): scaled into fp16's normal range */
+        c.gscale = (float)(1.0 / fmin(c.beta, 1.0 - (double)c.beta));
+    }
+    pr_jsd_inputs(r, &c);
+    size_t n = (size_t)(t * v), gb = n * distil_dtype_size(dt);
+    float *lr = pr_xmalloc(sizeof(float) * (size_t)t * 3), *lb = lr + t, *lc = lb + t;
+    void *gr = pr_xmalloc(gb), *gbk = pr_xmalloc(gb), *gc = pr_xmalloc(gb);
+    pr_jsd_run(g_ref, &c, lr, gr);
+    pr_jsd_run(g_ctx, &c, lb, gbk);
+    double cond;
+    pr_jsd_careful(&c, lc, gc, &cond);
+    char cs[96];
+    snprintf(cs, sizeof cs, "%s T=%lld V=%lld beta=%.9g", distil_dtype_name(dt), (long long)t,
+             (long long)v, (double)c.beta);
+    TU_CHECK_WRITTEN("jsd loss", lb, DISTIL_F32, 1, t, t, false);
+    TU_CHECK_WRITTEN("jsd grad", gbk, dt, t, v, v, false);
+    /* the careful error: as measured, but at least what 2 ulp per term allow the row sum */
+    pr_check("jsd loss", cs, dt, TU_LOSS, pr_loss_err(lb, lr, t),
+             fmax(pr_loss_err(lc, lr, t), 0x1p-23 * cond));
+    pr_check("jsd grad", cs, dt, TU_GRAD, tu_norm_rel_err(gbk, gr, dt, t, v, v),
+             tu_norm_rel_err(gc, gr, dt, t, v, v));
+    free(lr), free(gr), free(gbk), free(gc), free(c.x), free(c.y);
+}
+
+static const distil_dtype g_dtypes[] = {DISTIL_F32, DISTIL_F32, DISTIL_BF16, DISTIL_F16};
+
+static void test_jsd_random(void **state) {
+    (void)state;
+    tu_rng r = tu_rng_make(g_seed);
+    for (int i = 0; i < JSD_CASES; i++) {
+        int64_t v = (int64_t)pr_log_uniform(&r, 1.0, 4097.0);
+        pr_jsd_case(&r, g_dtypes[tu_rand_int(&r, TU_LEN(g_dtypes))], v, 1 + tu_rand_int(&r, 3));
+    }
+    for (int i = 0; i < LARGE_JSD_CASES; i++) {
+        pr_jsd_case(&r, DISTIL_F32, (int64_t)pr_log_uniform(&r, 16384.0, 262144.0), 1);
+    }
+}
+
+/* ---------------------------------------------------------------- fused */
+
+/* A fused case: Hs = Ht = H, Wt = Ws, xt = xs + delta noise (student close to the teacher) or
+ * independent; the logits' scale is set by the weights' spread. */
+typedef struct pr_fused {
+    int64_t t, v, h;
+    float beta, tau;
+    distil_dtype dt;
+    void *xs, *ws, *xt; /* dtype */
+    int64_t *labels;
+} pr_fused;
+
+static void pr_fused_inputs(tu_rng *r, pr_fused *c) {
+    size_t es = distil_dtype_size(c->dt);
+    double scale = pr_log_uniform(r, 0.1, 50.0), delta = pr_delta(r);
+    c->xs = pr_xmalloc((size_t)(c->t * c->h) * es);
+    c->xt = pr_xmalloc((size_t)(c->t * c->h) * es);
+    c->ws = pr_xmalloc((size_t)(c->v * c->h) * es);
+    c->labels = pr_xmalloc(sizeof(int64_t) * (size_t)c->t);
+    for (int64_t k = 0; k < c->v * c->h; k++) {
+        tu_set(c->ws, c->dt, (size_t)k, (float)(scale * tu_rand_normal(r) / sqrt((double)c->h)));
+    }
+    for (int64_t k = 0; k < c->t * c->h; k++) {
+        double a = tu_rand_normal(r);
+        double b = delta > 0 ? a + delta * tu_rand_normal(r) : tu_rand_normal(r);
+        tu_set(c->xs, c->dt, (size_t)k, (float)a);
+        tu_set(c->xt, c->dt, (size_t)k, (float)b);
+    }
+    for (int64_t i = 0; i < c->t; i++) {
+        c->labels[i] = tu_rand_int(r, c->v);
+    }
+}
+
+/* loss (3 values: loss, CE part, JSD part) and grad_student_hidden (t, h) of one call. */
+static void pr_fused_run(distil_ctx *ctx, const pr_fused *c, float *loss, void *gxs) {
+    size_t es = distil_dtype_size(c->dt);
+    distil_fused_linear_jsd_desc d;
+    distil_fused_linear_jsd_desc_init(&d);
+    d.rows = c->t;
+    d.vocab = c->v;
+    d.student_hidden = d.teacher_hidden = c->h;
+    d.dtype = c->dt;
+    d.beta = c->beta;
+    d.temperature = c->tau;
+    d.return_parts = 1;
+    size_t xb = (size_t)(c->t * c->h) * es, wb = (size_t)(c->v * c->h) * es;
+    void *dxs = tu_upload(ctx, c->xs, xb), *dxt = tu_upload(ctx, c->xt, xb);
+    void *dws = tu_upload(ctx, c->ws, wb), *dwt = tu_upload(ctx, c->ws, wb);
+    void *dl = tu_upload(ctx, c->labels, sizeof(int64_t) * (size_t)c->t);
+    void *dloss = tu_alloc_poisoned(ctx, 3 * sizeof(float)), *dg = tu_alloc_poisoned(ctx, xb);
+    TU_OK(ctx, distil_fused_linear_jsd(ctx, &d, dxs, dws, NULL, dxt, dwt, NULL, dl, dloss, dg, NULL,
+                                       NULL));
+    TU_OK(ctx, distil_ctx_synchronize(ctx));
+    tu_download(ctx, loss, dloss, 3 * sizeof(float));
+    tu_download(ctx, gxs, dg, xb);
+    void *all[] = {dxs, dxt, dws, dwt, dl, dloss, dg};
+    for (size_t i = 0; i < TU_LEN(all); i++) {
+        distil_free(ctx, all[i]);
+    }
+}
+
+/* Logits of row i (v values) from the rounded inputs, accumulated in fp32 as a GEMM does (SPEC
+ * 2 step 1), forwards or backwards over the hidden index: their rounding, which depends on the
+ * GEMM's order, is part of the formula every backend evaluates. */
+static void pr_fused_logits(const pr_fused *c, const void *x, int64_t i, bool back, float *z) {
+    for (int64_t v = 0; v < c->v; v++) {
+        float s = 0.0f;
+        for (int64_t j = 0; j < c->h; j++) {
+            int64_t k = back ? c->h - 1 - j : j;
+            s += tu_get(x, c->dt, (size_t)(i * c->h + k)) *
+                 tu_get(c->ws, c->dt, (size_t)(v * c->h + k));
+        }
+        z[v] = s;
+    }
+}
+
+/* max and log sum exp((z - max) scale) of a row, the log rounded to fp32. */
+static void pr_row_lse(const float *z, int64_t n, float scale, float *m, float *l) {
+    float mx = -INFINITY;
+    double s = 0.0;
+    for (int64_t v = 0; v < n; v++) {
+        mx = z[v] > mx ? z[v] : mx;
+    }
+    for (int64_t v = 0; v < n; v++) {
+        s += exp((double)((z[v] - mx) * scale));
+    }
+    *m = mx;
+    *l = (float)log(s);
+}
+
+/* The careful fp32 row pass of SPEC 2 steps 2-5 on fp32 logits (sums in double, element terms
+ * by the header in float), then grad_xs = G Ws in double, rounded to dtype. */
+static void pr_fused_careful(const pr_fused *c, bool back, float *loss, void *gxs, double *cond) {
+    distil_elem_beta kb = distil_elem_beta_make(c->beta);
+    de_coef k;
+    DE_COEF_SET(k, kb);
+    float *buf = pr_xmalloc(sizeof(float) * (size_t)c->v * 5);
+    float *zs = buf, *zt = buf + c->v, *g = zt + c->v, *q = g + c->v, *G = q + c->v;
+    float it = 1.0f / c->tau;
+    double n = (double)c->t, ce = 0.0, jsd = 0.0, jsd_abs = 0.0;
+    for (int64_t i = 0; i < c->t; i++) {
+        pr_fused_logits(c, c->xs, i, back, zs);
+        pr_fused_logits(c, c->xt, i, back, zt);
+        float m1, l1, ms, ls, mt, lt;
+        pr_row_lse(zs, c->v, 1.0f, &m1, &l1);
+        pr_row_lse(zs, c->v, it, &ms, &ls);
+        pr_row_lse(zt, c->v, it, &mt, &lt);
+        ce += (double)l1 - ((double)zs[c->labels[i]] - (double)m1);
+        double sg = 0.0;
+        for (int64_t v = 0; v < c->v; v++) {
+            float x = (zs[v] - ms) * it - ls, y = (zt[v] - mt) * it - lt;
+            float e = de_elem(k.mode, &k, x, y, &g[v], &q[v]);
+            jsd += e;
+            jsd_abs += fabs((double)e);
+            sg += g[v];
+        }
+        for (int64_t v = 0; v < c->v; v++) {
+            float s = expf((zs[v] - m1) - l1) - (v == c->labels[i] ? 1.0f : 0.0f);
+            G[v] = 0.5f / (float)n * s + 0.5f / (float)n * it * de_soft_grad(g[v], q[v], (float)sg);
+        }
+        for (int64_t h = 0; h < c->h; h++) {
+            double s = 0.0;
+            for (int64_t v = 0; v < c->v; v++) {
+                s += (double)G[v] * (double)tu_get(c->ws, c->dt, (size_t)(v * c->h + h));
+            }
+            tu_set(gxs, c->dt, (size_t)(i * c->h + h), (float)s);
+        }
+    }
+    loss[0] = (float)(0.5 * ce / n + 0.5 * jsd / n);
+    loss[1] = (float)(ce / n);
+    loss[2] = (float)(jsd / n);
+    *cond = jsd != 0.0 ? jsd_abs / fabs(jsd) : 0.0;
+    free(buf);
+}
+
+/* The soft part's error as a fraction of the loss it is part of: where the teacher is close, the
+ * JSD is small beside the rounding of the fp32 logits (SPEC 2 step 1), and its own relative error
+ * is set by those, not by the row math. */
+static double pr_part_err(double got, double ref, double loss) {
+    return isnan(got) != isnan(ref) ? NAN : fabs(got - ref) / fmax(fabs(loss), fabs(ref));
+}
+
+static void pr_fused_case(tu_rng *r, distil_dtype dt) {
+    pr_fused c = {.t = 1 + tu_rand_int(r, 3),
+                  /* V >= 16: at V = 2 G's two entries cancel in G Ws, whose error is then
+                   * the GEMM's alone (bf16 seed 54: careful 0, backends 0.64) */
+                  .v = (int64_t)pr_log_uniform(r, 16.0, 4097.0),
+                  .h = 16,
+                  .beta = pr_beta(r),
+                  .tau = (float)pr_log_uniform(r, 0.05, 20.0),
+                  .dt = dt};
+    pr_fused_inputs(r, &c);
+    size_t gb = (size_t)(c.t * c.h) * distil_dtype_size(dt);
+    float lr[3], lb[3], lc[3];
+    void *gr = pr_xmalloc(gb), *gbk = pr_xmalloc(gb), *gc = pr_xmalloc(gb);
+    pr_fused_run(g_ref, &c, lr, gr);
+    pr_fused_run(g_ctx, &c, lb, gbk);
+    /* the careful error: the larger of two GEMM orders' (the logits' rounding is not the row
+     * math's, and a backend's GEMM has an order of its own) */
+    double ec[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int back = 0; back < 2; back++) {
+        double cond;
+        pr_fused_careful(&c, back, lc, gc, &cond);
+        ec[0] = fmax(ec[0], tu_rel_err(lc[0], lr[0]));
+        ec[1] = fmax(ec[1], fmax(pr_part_err(lc[2], lr[2], lr[0]), 0x1p-23 * cond));
+        ec[3] = fmax(ec[3], tu_rel_err(lc[1], lr[1]));
+        ec[2] = fmax(ec[2], tu_norm_rel_err(gc, gr, dt, c.t, c.h, c.h));
+    }
+    char cs[96];
+    snprintf(cs, sizeof cs, "%s T=%lld V=%lld beta=%.9g tau=%.3g", distil_dtype_name(dt),
+             (long long)c.t, (long long)c.v, (double)c.beta, (double)c.tau);
+    TU_CHECK_WRITTEN("fused grad", gbk, dt, c.t, c.h, c.h, false);
+    pr_check("fused loss", cs, dt, TU_LOSS_FUSED, tu_rel_err(lb[0], lr[0]), ec[0]);
+    pr_check("fused CE", cs, dt, TU_LOSS_FUSED, tu_rel_err(lb[1], lr[1]), ec[3]);
+    pr_check("fused JSD", cs, dt, TU_LOSS_FUSED, pr_part_err(lb[2], lr[2], lr[0]), ec[1]);
+    pr_check("fused gxs", cs, dt, TU_GRAD_FUSED, tu_norm_rel_err(gbk, gr, dt, c.t, c.h, c.h),
+             ec[2]);
+    free(gr), free(gbk), free(gc), free(c.xs), free(c.xt), free(c.ws), free(c.labels);
+}
+
+static void test_fused_random(void **state) {
+    (void)state;
+    tu_rng r = tu_rng_make(g_seed ^ 0x9e3779b97f4a7c15ull);
+    for (int i = 0; i < FUSED_CASES; i++) {
+        pr_fused_case(&r, i % 4 == 3 ? DISTIL_BF16 : DISTIL_F32);
+    }
+}
+
+/* ---------------------------------------------------------------- ref against long double */
+
+/* SPEC 1's element term from its definition in long double, independently of the header's
+ * forms: e = beta p (y - log m) + (1 - beta) q (x - log m) as written, with the two differences
+ * as the identities y - log m = -log1p((1 - beta) expm1(d)), x - log m = -log1p(beta expm1(-d))
+ * (d = x - y). 64 mantissa bits leave e accurate to ~1e-15 relative for |d| >= 1e-3. */
+static long double pr_elem_ld(float beta, long double x, long double y, long double *g) {
+    long double b = beta, p = expl(y), q = expl(x), d = x - y;
+    if (beta == 0.0f) {
+        *g = -p;
+        return p * (y - x);
+    }
+    if (beta == 1.0f) {
+        *g = q * (d + 1);
+        return q * d;
+    }
+    long double lp = -log1pl((1 - b) * expm1l(d)), lq = -log1pl(b * expm1l(-d));
+    *g = (1 - b) * q * lq;
+    return b * p * lp + *g;
+}
+
+/* Rows of V = 1 on ref: each row loss is one element term, each gradient its de/dx. */
+static void test_ref_elements(void **state) {
+    (void)state;
+    tu_rng r = tu_rng_make(g_seed + 1);
+    enum { T = 512 };
+    for (int it = 0; it < 8; it++) {
+        pr_jsd c = {.t = T, .v = 1, .beta = pr_beta(&r), .dt = DISTIL_F32, .gscale = 1.0f};
+        c.x = pr_xmalloc(sizeof(float) * T);
+        c.y = pr_xmalloc(sizeof(float) * T);
+        for (int i = 0; i < T; i++) {
+            float y = (float)(-30.0 * tu_rand_uniform(&r) * tu_rand_uniform(&r));
+            double d = (tu_rand_int(&r, 2) ? 1 : -1) * pr_log_uniform(&r, 1e-3, 20.0);
+            ((float *)c.y)[i] = y;
+            ((float *)c.x)[i] = (float)(y + d);
+        }
+        float loss[T], grad[T];
+        pr_jsd_run(g_ref, &c, loss, grad);
+        double we = 0.0, wg = 0.0;
+        for (int i = 0; i < T; i++) {
+            long double g;
+            long double e = pr_elem_ld(c.beta, ((float *)c.x)[i], ((float *)c.y)[i], &g);
+            we = fmax(we, tu_rel_err(loss[i], (double)e));
+            wg = fmax(wg, tu_rel_err(grad[i], (double)g));
+        }
+        /* ref stores fp32: its error is the rounding of the output, 2^-24 relative */
+        char cs[64];
+        snprintf(cs, sizeof cs, "beta=%.9g", (double)c.beta);
+        pr_check("ref e", cs, DISTIL_F32, TU_LOSS, we, 0.0);
+        pr_check("ref de/dx", cs, DISTIL_F32, TU_GRAD, wg, 0.0);
+        free(c.x), free(c.y);
+    }
+}
+
+/* ---------------------------------------------------------------- special values */
+
+/* (x, y) pairs of SPEC 1's special values; p = e^-95 is subnormal in fp32. */
+static const float g_special[][2] = {
+    {NAN, -INFINITY},  {-INFINITY, NAN},  {NAN, 0.0f},         {-INFINITY, -INFINITY},
+    {0.0f, -INFINITY}, {-INFINITY, 0.0f}, {-95.0f, -INFINITY}, {-INFINITY, -95.0f},
+    {-95.0f, -96.0f},  {INFINITY, 0.0f},  {0.0f, INFINITY},    {-1.0f, -1.0f},
+};
+
+/* What SPEC 1 says of pair k at beta == 0, 0 < beta < 1, beta == 1: 'n' NaN, 'i' +inf, '0'
+ * exactly 0, 'f' finite and not 0 (a subnormal probability is not flushed), '?' any (but the same
+ * on every backend as on ref). The mixture of a subnormal probability may underflow: '?'. */
+static char pr_special_class(int k, float beta) {
+    int m = beta == 0.0f ? 0 : (beta == 1.0f ? 2 : 1);
+    static const char *const want[] = {"nnn", "nnn", "nnn", "000", "0fi", "if0",
+                                       "0?i", "i?0", "f?f", "???", "???", "000"};
+    return want[k][m];
+}
+
+static char pr_class_of(float v) {
+    return isnan(v) ? 'n' : (isinf(v) ? (v > 0 ? 'i' : '-') : (v == 0.0f ? '0' : 'f'));
+}
+
+/* Each pair as a row of V = 1 and inside a row of 300 ordinary elements (the vector paths). */
+static void test_special_values(void **state) {
+    (void)state;
+    const float betas[] = {0.0f, 0.5f, 1.0f, 1e-9f};
+    enum { K = TU_LEN(g_special), W = 300 };
+    for (size_t b = 0; b < TU_LEN(betas); b++) {
+        for (int wide = 0; wide < 2; wide++) {
+            int64_t v = wide ? W : 1;
+            pr_jsd c = {.t = K, .v = v, .beta = betas[b], .dt = DISTIL_F32, .gscale = 1.0f};
+            c.x = pr_xmalloc(sizeof(float) * (size_t)(K * v));
+            c.y = pr_xmalloc(sizeof(float) * (size_t)(K * v));
+            for (int k = 0; k < K; k++) {
+                for (int64_t j = 0; j < v; j++) {
+                    bool at = j == v / 2;
+                    ((float *)c.x)[k * v + j] = at ? g_special[k][0] : -6.0f - 0.001f * (float)j;
+                    ((float *)c.y)[k * v + j] = at ? g_special[k][1] : -6.0f + 0.001f * (float)j;
+                }
+            }
+            float lr[K], lb[K];
+            float *gr = pr_xmalloc(sizeof(float) * (size_t)(K * v));
+            float *gb = pr_xmalloc(sizeof(float) * (size_t)(K * v));
+            pr_jsd_run(g_ref, &c, lr, gr);
+            pr_jsd_run(g_ctx, &c, lb, gb);
+            for (int k = 0; k < K; k++) {
+                char want = pr_special_class(k, c.beta), got = pr_class_of(lb[k]);
+                char ref = pr_class_of(lr[k]);
+                bool spec_ok = want == '?' || want == ref || (wide && want == '0' && ref == 'f');
+                if (g_verbose) {
+                    print_message(
+                        "  special (%g, %g) beta=%g V=%lld: ref %c, backend %c, SPEC %c\n",
+                        (double)g_special[k][0], (double)g_special[k][1], (double)c.beta,
+                        (long long)v, ref, got, want);
+                }
+                if (got != ref || !spec_ok) {
+                    print_error("special (%g, %g) beta=%g V=%lld: ref %c, backend %c, SPEC %c\n",
+                                (double)g_special[k][0], (double)g_special[k][1], (double)c.beta,
+                                (long long)v, ref, got, want);
+                    fail();
+                }
+            }
+            free(c.x), free(c.y), free(gr), free(gb);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- main */
+
+static int pr_group(const char *backend) {
+    g_ctx = tu_ctx(backend);
+    g_ref = tu_ctx("ref");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ref_elements),
+        cmocka_unit_test(test_special_values),
+        cmocka_unit_test(test_jsd_random),
+        cmocka_unit_test(test_fused_random),
+    };
+    int failed = _cmocka_run_group_tests(tu_group_name("precision", backend), tests, TU_LEN(tests),
+                                         NULL, NULL);
+    distil_ctx_destroy(g_ctx);
+    distil_ctx_destroy(g_ref);
+    return failed;
+}
+
+int main(void) {
+    const char *s = getenv("DISTIL_TEST_SEED");
+    const char *v = getenv("DISTIL_TEST_VERBOSE");
+    g_seed = s && *s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+    g_verbose = v && *v && strcmp(v, "0") != 0;
+    print_message("precision: seed %llu (DISTIL_TEST_SEED=%llu replays it)\n",
+                  (unsigned long long)g_seed, (unsigned long long)g_seed);
+    return tu_run_per_backend(pr_group, false);
+}
