@@ -51,7 +51,7 @@ static inline void *distil_dptr_addr(distil_dptr p) {
  *   op(A) is (m, k): A is (m, k) with row stride lda, or (k, m) when trans_a.
  *   op(B) is (k, n): B is (k, n) with row stride ldb, or (n, k) when trans_b.
  *   A has dtype a_dtype and B b_dtype (equal unless the backend's fp32_gemm is set); C has
- *   c_dtype (F32, or equal to b_dtype); accumulation is fp32.
+ *   c_dtype (F32, or equal to b_dtype; any dtype when fp32_gemm is set); accumulation is fp32.
  *   bias (n) has b_dtype, optional; it is added once to each row of C after the product.
  * beta == 0 means C is not read (it may hold NaN).
  */
@@ -181,7 +181,8 @@ typedef struct distil_jsd_args {
     distil_reduction reduction;
 } distil_jsd_args;
 
-/* The whole of distil_fused_linear_jsd in one backend call (optional op `fused_linear_jsd`).
+/* The whole of distil_fused_linear_jsd in one backend call (optional op `fused_linear_jsd`: the
+ * float64 reference computes the loss whole; every other backend runs the core's chunk loop).
  * rows >= 1; absent gradients have a NULL base; workspace is what the core planned for
  * chunk_rows (the backend may use less). */
 typedef struct distil_fused_args {
@@ -206,6 +207,14 @@ typedef struct distil_mem_extent {
     size_t size;
 } distil_mem_extent;
 
+/* How a backend likes the fused loss's chunks; the core picks the rows (distil_chunk_rows in
+ * core/chunk.h): the largest power of two C in [min_rows, max_rows] whose fp32 logit blocks zs
+ * and zt (8 C V bytes) fit logit_bytes. max_rows == 0: the core's default policy. */
+typedef struct distil_chunk_policy {
+    double logit_bytes;
+    int64_t min_rows, max_rows;
+} distil_chunk_policy;
+
 /* Core-side sink for backend error messages; see core/error.h. */
 typedef struct distil_ctx distil_ctx;
 
@@ -224,6 +233,7 @@ typedef struct distil_backend {
      * fp32 (in place of zs), since rounding it to a half dtype would only lose digits. Else G is
      * stored in the input dtype, the one its GEMMs run in. */
     bool fp32_gemm;
+    distil_chunk_policy chunk; /* all zero: the core's default */
 
     /* Count devices; cheap, no allocation, safe with missing drivers. 0 = unavailable. */
     distil_status (*probe)(int *n_devices);
@@ -270,8 +280,15 @@ typedef struct distil_backend {
      * kernels above (the ref backend computes each loss whole, in float64). */
     distil_status (*jsd)(void *b, const distil_jsd_args *a);
     distil_status (*fused_linear_jsd)(void *b, const distil_fused_args *a);
-    /* Optional: most rows per chunk the backend prefers for (V, Hs, Ht); NULL = core default. */
-    int64_t (*preferred_chunk_rows)(void *b, int64_t vocab, int64_t hs, int64_t ht);
+    /* Optional second lane, so that the fused loss's next-chunk logits GEMMs overlap this
+     * chunk's gradient GEMMs (cuda, hip). side_begin: what follows runs on the side lane, after
+     * everything queued so far; *opened false: the backend runs no side lane (nothing changed,
+     * everything stays on the stream). Once *opened (even with a failure status) the core calls
+     * side_end, which returns to the stream, and later side_join, after which the stream's work
+     * follows all of the side's. NULL: no side lane. */
+    distil_status (*side_begin)(void *b, bool *opened);
+    distil_status (*side_end)(void *b);
+    distil_status (*side_join)(void *b);
 } distil_backend;
 
 #ifdef __cplusplus

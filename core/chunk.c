@@ -9,11 +9,15 @@ static int64_t distil_clamp_rows(int64_t c, int64_t rows) {
     return c < 1 ? 1 : c;
 }
 
-int64_t distil_chunk_default_rows(int64_t rows, int64_t vocab) {
-    const double budget = 256.0 * 1024 * 1024;
-    double fit = budget / (8.0 * (double)vocab);
-    int64_t c = 1;
-    while ((double)(c * 2) <= fit && c < (int64_t)1 << 20) {
+/* zs + zt near 256 MiB, up to 2^20 rows: for backends that state no policy. */
+static const distil_chunk_policy distil_chunk_default = {
+    .logit_bytes = 256.0 * 1024 * 1024, .min_rows = 1, .max_rows = (int64_t)1 << 20};
+
+int64_t distil_chunk_rows(const distil_chunk_policy *policy, int64_t rows, int64_t vocab) {
+    const distil_chunk_policy *pol = policy->max_rows > 0 ? policy : &distil_chunk_default;
+    const double per_row = 8.0 * (double)vocab; /* zs and zt, fp32 */
+    int64_t c = pol->min_rows < 1 ? 1 : pol->min_rows;
+    while (c * 2 <= pol->max_rows && (double)(c * 2) * per_row <= pol->logit_bytes) {
         c *= 2;
     }
     return distil_clamp_rows(c, rows);
@@ -33,12 +37,13 @@ void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_f
     size_t v = (size_t)s->vocab;
     bool f32 = s->dtype == DISTIL_F32;
     bool grads = s->want_gx || s->want_gw || s->want_gb;
+    bool chunks = (int64_t)c < s->rows; /* several: grad_Ws / grad_bs accumulate over them */
     size_t cur = 0;
     p->chunk_rows = (int64_t)c;
     p->g_dtype = s->g_dtype;
     p->g_in_place = s->g_dtype == DISTIL_F32;
-    p->gw_acc = s->want_gw && !f32;
-    p->gb_acc = s->want_gb && !f32;
+    p->gw_acc = s->want_gw && !f32 && chunks;
+    p->gb_acc = s->want_gb && !f32 && chunks;
     p->off_n = distil_take(&cur, sizeof(float));
     p->off_ce = distil_take(&cur, (size_t)s->rows * sizeof(float));
     p->off_jsd = distil_take(&cur, (size_t)s->rows * sizeof(float));
@@ -57,15 +62,19 @@ bool distil_chunk_plan_fit(const distil_fused_shape *s, int64_t preferred, size_
     if (p->bytes <= available) {
         return true;
     }
-    /* bytes grow linearly with the chunk: solve for the largest chunk that fits. */
+    /* Below one chunk (which needs no accumulator) the bytes grow linearly with the chunk: solve
+     * for the largest chunk that fits between one row and hi. */
+    int64_t hi = p->chunk_rows < s->rows ? p->chunk_rows : s->rows - 1;
     distil_fused_plan one;
     distil_chunk_plan(s, 1, &one);
-    if (one.bytes > available) {
+    if (hi <= 1 || one.bytes > available) {
         *p = one;
-        return false;
+        return one.bytes <= available;
     }
-    size_t per_row = (p->bytes - one.bytes) / (size_t)(p->chunk_rows - 1);
+    distil_chunk_plan(s, hi, p);
+    size_t per_row = (p->bytes - one.bytes) / (size_t)(hi - 1);
     int64_t c = 1 + (int64_t)((available - one.bytes) / (per_row + 1));
+    c = c < hi ? c : hi - 1; /* plan(hi) does not fit */
     for (; c > 1; c--) {
         distil_chunk_plan(s, c, p);
         if (p->bytes <= available) {

@@ -4,14 +4,16 @@
  * Workspace layout, every region aligned to DISTIL_WS_ALIGN bytes:
  *   fixed    n (1 fp32) | ce (T) fp32 | jsd (T) fp32 | gw (V, Hs) fp32 | gb (V) fp32
  *   chunk    zs (C, V) fp32 | zt (C, V) fp32 | g (C, V) g_dtype | ones (C) dtype
- * gw / gb exist only when that gradient is wanted and the dtype is not F32 (an F32 output is
- * accumulated in place); g exists only when gradients are wanted and g_dtype is not F32 (an F32
- * logit gradient overwrites zs); ones only when grad_bs is wanted.
+ * gw / gb exist only when that gradient is wanted, the dtype is not F32 (an F32 output is
+ * accumulated in place) and there is more than one chunk (one chunk writes grad_Ws / grad_bs in
+ * the output dtype directly, rounded once, beta = 0: no accumulator); g exists only when gradients
+ * are wanted and g_dtype is not F32 (an F32 logit gradient overwrites zs); ones only when grad_bs
+ * is wanted.
  */
 #ifndef DISTIL_CORE_CHUNK_H
 #define DISTIL_CORE_CHUNK_H
 
-#include "distil.h"
+#include "backend.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -28,14 +30,15 @@ typedef struct distil_fused_plan {
     int64_t chunk_rows;
     distil_dtype g_dtype; /* the shape's */
     bool g_in_place;      /* G (F32) overwrites zs */
-    bool gw_acc, gb_acc;  /* fp32 accumulators in the workspace */
+    bool gw_acc, gb_acc;  /* fp32 accumulators in the workspace (several chunks, half dtype) */
     size_t off_n, off_ce, off_jsd, off_gw, off_gb, off_zs, off_zt, off_g, off_ones;
     size_t bytes;
 } distil_fused_plan;
 
-/* Rows per chunk the core prefers when the backend states none: zs + zt near 256 MiB, a power of
- * two in [1, rows]. */
-int64_t distil_chunk_default_rows(int64_t rows, int64_t vocab);
+/* The one chunk-size policy: the largest power of two C in [min_rows, max_rows] of the backend's
+ * policy (the core's default when it states none: max_rows == 0) whose fp32 logit blocks zs and
+ * zt (8 C V bytes) fit its logit_bytes, then clamped to [1, rows]. */
+int64_t distil_chunk_rows(const distil_chunk_policy *policy, int64_t rows, int64_t vocab);
 
 /* Lay out the workspace for chunk_rows (clamped to [1, rows]). */
 void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_fused_plan *p);

@@ -1,17 +1,12 @@
 /*
- * fused_linear_jsd.c - the public entry point distil_fused_linear_jsd (SPEC section 2):
- * validate, plan chunks and workspace, then the backend's whole op or the chunk loop below,
- * which lives here once for every backend:
- *   n = max(1, valid rows)
- *   per chunk of C rows:  zs = xs_c Ws^T + bs;  zt = xt_c Wt^T + bt     (C, V) fp32
- *                         distill_rows -> ce, jsd (C) and G (C, V)
- *                         grad_xs_c = G Ws;  gw (+)= G^T xs_c;  gb (+)= 1^T G
- *   cast the fp32 accumulators to the output dtype; loss = reduce(ce, jsd)
- * The accumulation order over chunks is fixed, so results are bitwise reproducible.
+ * fused_linear_jsd.c - the public entry points of the fused loss (SPEC section 2): validate,
+ * plan chunks and workspace once, then the backend's whole op (the float64 reference) or the
+ * core's chunk loop (fused_loop.c), which every other backend runs.
  */
 #include "chunk.h"
 #include "ctx.h"
 #include "error.h"
+#include "fused_loop.h"
 #include "overlap.h"
 #include "validate.h"
 #include "workspace.h"
@@ -147,14 +142,12 @@ static void distil_fused_fill_args(const distil_fused_linear_jsd_desc *d, distil
     a->return_parts = d->return_parts != 0;
 }
 
-/* The plan of this call: the asked or preferred chunk, fitted to a lent workspace. */
+/* The plan of this call: the asked chunk, or the chunk policy's fitted to a lent workspace. */
 static distil_status distil_fused_make_plan(distil_ctx *ctx, const distil_fused_linear_jsd_desc *d,
                                             const distil_fused_shape *s, distil_fused_plan *p) {
     int64_t chunk = d->chunk_rows;
     if (chunk == 0) {
-        chunk = ctx->be->preferred_chunk_rows
-                    ? ctx->be->preferred_chunk_rows(ctx->b, s->vocab, s->hs, s->ht)
-                    : distil_chunk_default_rows(s->rows, s->vocab);
+        chunk = distil_chunk_rows(&ctx->be->chunk, s->rows, s->vocab);
         size_t avail = distil_ws_available(ctx);
         if (!distil_chunk_plan_fit(s, chunk, avail, p)) {
             return distil_error_set(ctx, DISTIL_ERR_WORKSPACE,
@@ -211,211 +204,6 @@ distil_status distil_fused_linear_jsd_workspace_size(distil_ctx *ctx,
                    distil_fused_linear_jsd_workspace_size_run(ctx, desc, want_grads, bytes));
 }
 
-/* Everything one chunk step needs, resolved once per call. */
-typedef struct distil_fused_loop {
-    distil_ctx *ctx;
-    const distil_fused_args *a;
-    const distil_fused_plan *p;
-    distil_dptr ws;
-    distil_dptr gw, gb; /* fp32 accumulators: the workspace, or the F32 outputs themselves */
-    size_t es;
-} distil_fused_loop;
-
-static distil_dptr distil_ws_at(const distil_fused_loop *L, size_t off) {
-    return distil_dptr_add(L->ws, off);
-}
-
-/* zs = xs_c Ws^T + bs and zt = xt_c Wt^T + bt for rows [r0, r0 + c). */
-static distil_status distil_fused_logits(const distil_fused_loop *L, int64_t r0, int64_t c) {
-    const distil_fused_args *a = L->a;
-    distil_gemm_args g = {.trans_b = true,
-                          .m = c,
-                          .n = a->vocab,
-                          .k = a->hs,
-                          .alpha = 1.0f,
-                          .a_dtype = a->dtype,
-                          .b_dtype = a->dtype,
-                          .c_dtype = DISTIL_F32,
-                          .a = distil_dptr_add(a->xs, (size_t)(r0 * a->hs) * L->es),
-                          .lda = a->hs,
-                          .b = a->ws,
-                          .ldb = a->hs,
-                          .c = distil_ws_at(L, L->p->off_zs),
-                          .ldc = a->vocab,
-                          .bias = a->bs};
-    DISTIL_TRY(L->ctx->be->gemm(L->ctx->b, &g));
-    g.k = a->ht;
-    g.a = distil_dptr_add(a->xt, (size_t)(r0 * a->ht) * L->es);
-    g.lda = a->ht;
-    g.b = a->wt;
-    g.ldb = a->ht;
-    g.c = distil_ws_at(L, L->p->off_zt);
-    g.bias = a->bt;
-    return L->ctx->be->gemm(L->ctx->b, &g);
-}
-
-/* Per-row CE / JSD of the chunk, and G when gradients are wanted. */
-static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, int64_t c,
-                                       bool grads) {
-    const distil_fused_args *a = L->a;
-    distil_distill_rows_args r = {
-        .zs = distil_ws_at(L, L->p->off_zs),
-        .zt = distil_ws_at(L, L->p->off_zt),
-        .rows = c,
-        .vocab = a->vocab,
-        .row_offset = r0,
-        .labels = distil_dptr_add(a->labels, (size_t)r0 * sizeof(int64_t)),
-        .ignore_index = a->ignore_index,
-        .beta = a->beta,
-        .inv_temperature = a->inv_temperature,
-        .weight_hard = a->weight_hard,
-        .weight_soft = a->weight_soft,
-        .ce_rows = distil_ws_at(L, L->p->off_ce + (size_t)r0 * sizeof(float)),
-        .jsd_rows = distil_ws_at(L, L->p->off_jsd + (size_t)r0 * sizeof(float)),
-        .g = grads ? distil_ws_at(L, L->p->off_g) : distil_dptr_make(NULL, 0),
-        .g_dtype = L->p->g_dtype,
-        .n_valid = distil_ws_at(L, L->p->off_n)};
-    return L->ctx->be->distill_rows(L->ctx->b, &r);
-}
-
-/* grad_xs_c = G Ws;  gw (+)= G^T xs_c;  gb (+)= 1^T G. `first` overwrites the accumulators. */
-static distil_status distil_fused_backward(const distil_fused_loop *L, int64_t r0, int64_t c,
-                                           bool first) {
-    const distil_fused_args *a = L->a;
-    const distil_backend *be = L->ctx->be;
-    distil_dptr g = distil_ws_at(L, L->p->off_g);
-    if (distil_dptr_present(a->grad_xs)) {
-        distil_gemm_args m = {.m = c,
-                              .n = a->hs,
-                              .k = a->vocab,
-                              .alpha = 1.0f,
-                              .a_dtype = L->p->g_dtype,
-                              .b_dtype = a->dtype,
-                              .c_dtype = a->dtype,
-                              .a = g,
-                              .lda = a->vocab,
-                              .b = a->ws,
-                              .ldb = a->hs,
-                              .c = distil_dptr_add(a->grad_xs, (size_t)(r0 * a->hs) * L->es),
-                              .ldc = a->hs};
-        DISTIL_TRY(be->gemm(L->ctx->b, &m));
-    }
-    if (distil_dptr_present(L->gw)) {
-        distil_gemm_args m = {.trans_a = true,
-                              .m = a->vocab,
-                              .n = a->hs,
-                              .k = c,
-                              .alpha = 1.0f,
-                              .beta = first ? 0.0f : 1.0f,
-                              .a_dtype = L->p->g_dtype,
-                              .b_dtype = a->dtype,
-                              .c_dtype = DISTIL_F32,
-                              .a = g,
-                              .lda = a->vocab,
-                              .b = distil_dptr_add(a->xs, (size_t)(r0 * a->hs) * L->es),
-                              .ldb = a->hs,
-                              .c = L->gw,
-                              .ldc = a->hs};
-        DISTIL_TRY(be->gemm(L->ctx->b, &m));
-    }
-    if (distil_dptr_present(L->gb)) {
-        distil_gemm_args m = {.m = 1,
-                              .n = a->vocab,
-                              .k = c,
-                              .alpha = 1.0f,
-                              .beta = first ? 0.0f : 1.0f,
-                              .a_dtype = a->dtype,
-                              .b_dtype = L->p->g_dtype,
-                              .c_dtype = DISTIL_F32,
-                              .a = distil_ws_at(L, L->p->off_ones),
-                              .lda = c,
-                              .b = g,
-                              .ldb = a->vocab,
-                              .c = L->gb,
-                              .ldc = a->vocab};
-        DISTIL_TRY(be->gemm(L->ctx->b, &m));
-    }
-    return DISTIL_OK;
-}
-
-/* Before the loop: n on the device, and the ones vector of the bias gradient. */
-static distil_status distil_fused_prologue(const distil_fused_loop *L) {
-    const distil_fused_args *a = L->a;
-    const distil_backend *be = L->ctx->be;
-    distil_count_args c = {.labels = a->labels,
-                           .rows = a->rows,
-                           .ignore_index = a->ignore_index,
-                           .vocab = a->vocab,
-                           .min_one = true,
-                           .n_out = distil_ws_at(L, L->p->off_n)};
-    DISTIL_TRY(be->count_valid(L->ctx->b, &c));
-    if (distil_dptr_present(L->gb)) {
-        distil_fill_args f = {.dst = distil_ws_at(L, L->p->off_ones),
-                              .dtype = a->dtype,
-                              .count = L->p->chunk_rows,
-                              .value = 1.0f};
-        DISTIL_TRY(be->fill(L->ctx->b, &f));
-    }
-    return DISTIL_OK;
-}
-
-/* After the loop: accumulators to the output dtype, then the scalar loss. */
-static distil_status distil_fused_epilogue(const distil_fused_loop *L) {
-    const distil_fused_args *a = L->a;
-    const distil_backend *be = L->ctx->be;
-    if (L->p->gw_acc) {
-        distil_cast_args c = {.src = L->gw,
-                              .dst = a->grad_ws,
-                              .src_dtype = DISTIL_F32,
-                              .dst_dtype = a->dtype,
-                              .count = a->vocab * a->hs};
-        DISTIL_TRY(be->cast(L->ctx->b, &c));
-    }
-    if (L->p->gb_acc) {
-        distil_cast_args c = {.src = L->gb,
-                              .dst = a->grad_bs,
-                              .src_dtype = DISTIL_F32,
-                              .dst_dtype = a->dtype,
-                              .count = a->vocab};
-        DISTIL_TRY(be->cast(L->ctx->b, &c));
-    }
-    distil_reduce_args r = {.a = distil_ws_at(L, L->p->off_ce),
-                            .b = distil_ws_at(L, L->p->off_jsd),
-                            .count = a->rows,
-                            .wa = a->weight_hard,
-                            .wb = a->weight_soft,
-                            .n_valid = distil_ws_at(L, L->p->off_n),
-                            .parts = a->return_parts,
-                            .out = a->loss};
-    return be->reduce(L->ctx->b, &r);
-}
-
-static distil_status distil_fused_compose(distil_ctx *ctx, const distil_fused_args *a,
-                                          const distil_fused_plan *p) {
-    const distil_backend *be = ctx->be;
-    if (!be->gemm || !be->count_valid || !be->distill_rows || !be->reduce || !be->cast ||
-        !be->fill) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "%s: backend '%s' lacks the fused-loss kernels", fn, be->name);
-    }
-    distil_fused_loop L = {
-        .ctx = ctx, .a = a, .p = p, .ws = a->workspace, .es = distil_dtype_size(a->dtype)};
-    L.gw = p->gw_acc ? distil_ws_at(&L, p->off_gw) : a->grad_ws;
-    L.gb = p->gb_acc ? distil_ws_at(&L, p->off_gb) : a->grad_bs;
-    bool grads =
-        distil_dptr_present(a->grad_xs) || distil_dptr_present(L.gw) || distil_dptr_present(L.gb);
-    DISTIL_TRY(distil_fused_prologue(&L));
-    for (int64_t r0 = 0; r0 < a->rows; r0 += p->chunk_rows) {
-        int64_t c = a->rows - r0 < p->chunk_rows ? a->rows - r0 : p->chunk_rows;
-        DISTIL_TRY(distil_fused_logits(&L, r0, c));
-        DISTIL_TRY(distil_fused_rows(&L, r0, c, grads));
-        if (grads) {
-            DISTIL_TRY(distil_fused_backward(&L, r0, c, r0 == 0));
-        }
-    }
-    return distil_fused_epilogue(&L);
-}
-
 /* rows == 0: loss (and parts) 0, nothing else written. */
 static distil_status distil_fused_empty(distil_ctx *ctx, const distil_fused_args *a) {
     distil_fill_args f = {
@@ -457,7 +245,7 @@ static distil_status distil_fused_linear_jsd_run(
     a.workspace_bytes = p.bytes;
     a.chunk_rows = p.chunk_rows;
     distil_status st = ctx->be->fused_linear_jsd != NULL ? ctx->be->fused_linear_jsd(ctx->b, &a)
-                                                         : distil_fused_compose(ctx, &a, &p);
+                                                         : distil_fused_loop_run(ctx, &a, &p);
     if (st == DISTIL_OK && ctx->be->host_memory) {
         st = ctx->be->synchronize(ctx->b); /* reports an invalid label from this call */
     }

@@ -2,7 +2,9 @@
  * test_chunking.c - the fused loss does not depend on how rows are chunked: chunk_rows of 1, a
  * prime, T, more than T and 0 (auto) give the loss and gradients of chunk_rows = T on the same
  * backend, within a tight tolerance (the fp32 accumulation order of grad_Ws over chunks may
- * differ, so not necessarily bitwise).
+ * differ, so not necessarily bitwise). chunk_rows = T is one chunk (grad_Ws written directly in
+ * the output dtype), 1 and 7 are many (7 with a partial last chunk): the core's one chunk loop,
+ * which every backend but ref runs, in both of its modes.
  */
 #include "test_problems.h"
 
@@ -113,7 +115,30 @@ static void test_chunk_sizes(void **state) {
     tp_fused_free(&p);
 }
 
-enum { N_TESTS = TU_LEN(shapes) * TU_LEN(dtypes) };
+/*
+ * The workspace of one chunk holds no fp32 grad_Ws accumulator (grad_Ws is written in the output
+ * dtype directly, SPEC section 2), while several chunks of a half dtype need one: at V = 4096,
+ * Hs = 1024 the accumulator (16 MiB) dwarfs the chunk buffers of T = 4 rows (about 200 kB).
+ */
+static void test_workspace_one_chunk(void **state) {
+    (void)state;
+    distil_fused_linear_jsd_desc d;
+    distil_fused_linear_jsd_desc_init(&d);
+    d.rows = 4, d.vocab = 4096, d.student_hidden = 1024, d.teacher_hidden = 8;
+    d.dtype = DISTIL_BF16;
+    const size_t acc = (size_t)d.vocab * (size_t)d.student_hidden * sizeof(float);
+    size_t one = 0, several = 0;
+    d.chunk_rows = d.rows;
+    TU_OK(g_ctx, distil_fused_linear_jsd_workspace_size(g_ctx, &d, 1, &one));
+    d.chunk_rows = 3; /* a full chunk and a partial one */
+    TU_OK(g_ctx, distil_fused_linear_jsd_workspace_size(g_ctx, &d, 1, &several));
+    if (one >= acc || several < acc) {
+        fail_msg("workspace bytes: one chunk %zu (want < %zu), two chunks %zu (want >= %zu)", one,
+                 acc, several, acc);
+    }
+}
+
+enum { N_TESTS = TU_LEN(shapes) * TU_LEN(dtypes) + 1 };
 static struct CMUnitTest g_tests[N_TESTS];
 static param g_params[N_TESTS];
 static char g_names[N_TESTS][160];
@@ -127,6 +152,8 @@ static void build_tests(void) {
                 .name = g_names[k], .test_func = test_chunk_sizes, .initial_state = &g_params[k]};
         }
     }
+    g_tests[N_TESTS - 1] = (struct CMUnitTest){.name = "workspace: one chunk, no accumulator",
+                                               .test_func = test_workspace_one_chunk};
 }
 
 static int group_setup(void **state) {

@@ -181,28 +181,17 @@ distil_status distil_cpu_grow(cpu_state *st, void **buf, size_t *cap, size_t byt
     return DISTIL_OK;
 }
 
-/*
- * Rows per chunk of the fused loss: the two fp32 logit blocks (2 C V floats) near 128 MiB, as a
- * power of two in [32, 512]. Larger chunks keep OpenBLAS efficient (the G^T xs product has k = C,
- * and each chunk rereads the V x Hs accumulator): at V = 32000, Hs = 512, Ht = 1024 the four GEMMs
- * took about 30% longer per row with C = 64 than with C = 256 (2 threads, measured).
- */
-static int64_t cpu_preferred_chunk_rows(void *b, int64_t vocab, int64_t hs, int64_t ht) {
-    const double budget = 128.0 * 1024 * 1024;
-    double fit = budget / (8.0 * (double)vocab);
-    int64_t c = 32;
-    while (c < 512 && (double)(c * 2) <= fit) {
-        c *= 2;
-    }
-    return c;
-}
-
 const distil_backend distil_backend_cpu = {
     .api_version = DISTIL_BACKEND_API_VERSION,
     .name = "cpu",
     .priority = 100,
     .host_memory = true,
     .fp32_gemm = true,
+    /* Chunks of the fused loss: the two fp32 logit blocks near 128 MiB, a power of two in
+     * [32, 512]. Larger chunks keep OpenBLAS efficient (the G^T xs product has k = C, and each
+     * chunk rereads the V x Hs accumulator): at V = 32000, Hs = 512, Ht = 1024 the four GEMMs
+     * took about 30% longer per row with C = 64 than with C = 256 (2 threads, measured). */
+    .chunk = {.logit_bytes = 128.0 * 1024 * 1024, .min_rows = 32, .max_rows = 512},
     .probe = cpu_probe,
     .create = cpu_create,
     .destroy = cpu_destroy,
@@ -220,5 +209,4 @@ const distil_backend distil_backend_cpu = {
     .cast = distil_cpu_cast,
     .fill = distil_cpu_fill,
     .scale = distil_cpu_scale,
-    .preferred_chunk_rows = cpu_preferred_chunk_rows,
 };

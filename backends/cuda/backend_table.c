@@ -20,6 +20,10 @@ const distil_backend DISTIL_GPU_TABLE = {
     .name = DISTIL_GPU_TABLE_NAME,
     .priority = DISTIL_GPU_TABLE_PRIORITY,
     .host_memory = false,
+    /* zs + zt in fp32 plus G in the input dtype: about 10 bytes per logit. 1.5 GB of them (1.2 GB
+     * of zs + zt) keeps the chunks large enough for the weight-gradient GEMM to run near peak:
+     * the seed workload (V = 128256) gets 1024 rows. */
+    .chunk = {.logit_bytes = 1.2e9, .min_rows = 64, .max_rows = 65536},
     .probe = DISTIL_GPU_FN(probe),
     .create = DISTIL_GPU_FN(create),
     .destroy = DISTIL_GPU_FN(destroy),
@@ -40,6 +44,7 @@ const distil_backend DISTIL_GPU_TABLE = {
     .fill = DISTIL_GPU_FN(fill),
     .scale = DISTIL_GPU_FN(scale),
     .jsd = NULL, /* the core's count_valid -> jsd_rows -> reduce measured best */
-    .fused_linear_jsd = DISTIL_GPU_FN(fused_linear_jsd),
-    .preferred_chunk_rows = DISTIL_GPU_FN(preferred_chunk_rows),
+    .side_begin = DISTIL_GPU_FN(side_begin),
+    .side_end = DISTIL_GPU_FN(side_end),
+    .side_join = DISTIL_GPU_FN(side_join),
 };

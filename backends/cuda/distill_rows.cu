@@ -116,19 +116,3 @@ extern "C" distil_status DISTIL_GPU_FN(distill_rows)(void *vb, const distil_dist
     }
     return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "distill_rows");
 }
-
-extern "C" int64_t DISTIL_GPU_FN(preferred_chunk_rows)(void *vb, int64_t vocab, int64_t hs,
-                                                       int64_t ht) {
-    (void)vb;
-    (void)hs;
-    (void)ht;
-    /* zs + zt in fp32 plus G: about 10 bytes per logit. 1.5 GB of them keeps the extra memory of
-     * the seed workload (V = 128256, 1024 rows) under 2.5 GB with the fp32 grad_Ws accumulator,
-     * and the chunks large enough for the weight-gradient GEMM to run near peak. */
-    const double budget = 1.5e9 / 10.0;
-    int64_t c = 64;
-    while (static_cast<double>(c) * 2 * static_cast<double>(vocab) <= budget && c < (1 << 16)) {
-        c *= 2;
-    }
-    return c;
-}

@@ -39,8 +39,9 @@ distil_status DISTIL_GPU_FN(reduce)(void *b, const distil_reduce_args *a);
 distil_status DISTIL_GPU_FN(cast)(void *b, const distil_cast_args *a);
 distil_status DISTIL_GPU_FN(fill)(void *b, const distil_fill_args *a);
 distil_status DISTIL_GPU_FN(scale)(void *b, const distil_scale_args *a);
-distil_status DISTIL_GPU_FN(fused_linear_jsd)(void *b, const distil_fused_args *a);
-int64_t DISTIL_GPU_FN(preferred_chunk_rows)(void *b, int64_t vocab, int64_t hs, int64_t ht);
+distil_status DISTIL_GPU_FN(side_begin)(void *b, bool *opened);
+distil_status DISTIL_GPU_FN(side_end)(void *b);
+distil_status DISTIL_GPU_FN(side_join)(void *b);
 
 #ifdef __cplusplus
 }

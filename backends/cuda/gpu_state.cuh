@@ -1,7 +1,7 @@
 /*
  * gpu_state.cuh - the per-context state of the cuda / hip backend and the helpers every .cu file
  * shares: vendor errors to distil statuses (with the vendor's message), the device guard, the
- * scope that sends work to the second lane (gpu_side_scope), and dptr -> typed pointer. Backend
+ * swap that sends work to the second lane (gpu_lanes_swap), and dptr -> typed pointer. Backend
  * layer; C++17, included after vendor.h.
  */
 #ifndef DISTIL_GPU_STATE_CUH
@@ -68,6 +68,7 @@ struct gpu_state {
     bool overlap;           /* the fused loss runs a second lane (DISTIL_CUDA_OVERLAP=off: not) */
     gpu_lane side;          /* the second lane: an internal stream, handle and workspace */
     cudaEvent_t fork, join; /* side waits on fork (recorded on stream), stream on join */
+    bool side_joinable;     /* join was recorded by side_end and not yet waited for */
     long long side_delay;   /* test knob: clock cycles the side lane spins after each fork */
     resident_plan resident;
 };
@@ -117,27 +118,13 @@ class gpu_device_guard {
     int prev_;
 };
 
-/* Everything enqueued in this scope goes to the side lane: the context's lane and the side's
- * trade places for the scope. */
-class gpu_side_scope {
-  public:
-    explicit gpu_side_scope(gpu_state *b) : b_(b) {
-        swap();
-    }
-    ~gpu_side_scope() {
-        swap();
-    }
-    gpu_side_scope(const gpu_side_scope &) = delete;
-    gpu_side_scope &operator=(const gpu_side_scope &) = delete;
-
-  private:
-    void swap() {
-        const gpu_lane t = b_->lane;
-        b_->lane = b_->side;
-        b_->side = t;
-    }
-    gpu_state *b_;
-};
+/* The context's lane and the side's trade places: what is enqueued next goes to the other one
+ * (side_begin and side_end, gpu_side.cu). */
+static inline void gpu_lanes_swap(gpu_state *b) {
+    const gpu_lane t = b->lane;
+    b->lane = b->side;
+    b->side = t;
+}
 
 template <typename T> static inline T *gpu_ptr(distil_dptr p) {
     return static_cast<T *>(distil_dptr_addr(p));

@@ -98,16 +98,13 @@ static distil_status distil_ref_cast(void *b, const distil_cast_args *a) {
     return DISTIL_OK;
 }
 
-/* The whole ops ignore the core's chunk workspace: keep it one row small. */
-static int64_t distil_ref_chunk_rows(void *b, int64_t vocab, int64_t hs, int64_t ht) {
-    return 1;
-}
-
 const distil_backend distil_backend_ref = {
     .api_version = DISTIL_BACKEND_API_VERSION,
     .name = "ref",
     .priority = 0,
     .host_memory = true,
+    /* The whole ops ignore the core's chunk workspace: keep it one row small. */
+    .chunk = {.min_rows = 1, .max_rows = 1},
     .probe = distil_ref_probe,
     .create = distil_ref_create,
     .destroy = distil_ref_destroy,
@@ -122,5 +119,4 @@ const distil_backend distil_backend_ref = {
     .scale = distil_ref_scale,
     .jsd = distil_ref_jsd,
     .fused_linear_jsd = distil_ref_fused,
-    .preferred_chunk_rows = distil_ref_chunk_rows,
 };

@@ -1,0 +1,289 @@
+/*
+ * fused_loop.c - the chunk loop of the fused loss, see fused_loop.h. With C = the plan's chunk:
+ *   n = max(1, valid rows)                                   count_valid
+ *   zs, zt of chunk 0                                        two GEMMs, (C, V) fp32
+ *   per chunk k:  distill_rows -> ce, jsd (C) and G (C, V)
+ *                 grad_xs_k = G Ws;  gw (+)= G^T xs_k;  gb (+)= 1^T G
+ *                 zs, zt of chunk k + 1
+ *   cast the fp32 accumulators (several chunks only) to the output dtype; loss = reduce(ce, jsd)
+ * gw / gb are the workspace's fp32 accumulators, or the outputs themselves when there is one
+ * chunk (written in the output dtype, rounded once, beta = 0) or the dtype is F32. A backend with
+ * a second lane (side_begin) computes chunk k + 1's logits there while the stream runs chunk k's
+ * gradient GEMMs. The accumulation order over chunks is fixed, so results are reproducible.
+ */
+#include "fused_loop.h"
+
+#include "error.h"
+
+/* Everything one chunk step needs, resolved once per call. */
+typedef struct distil_fused_loop {
+    const distil_backend *be;
+    void *b;
+    const distil_fused_args *a;
+    const distil_fused_plan *p;
+    distil_dptr gw, gb;    /* where grad_Ws / grad_bs go (absent: not wanted) */
+    distil_dtype gw_dtype; /* of gw and gb: F32 (accumulators), or the output dtype */
+    size_t es;             /* bytes of an input element */
+    bool grads;            /* any gradient wanted */
+} distil_fused_loop;
+
+static distil_dptr distil_fused_ws(const distil_fused_loop *L, size_t off) {
+    return distil_dptr_add(L->a->workspace, off);
+}
+
+/* Rows of the chunk that starts at r0 (0 past the end). */
+static int64_t distil_fused_chunk_len(const distil_fused_loop *L, int64_t r0) {
+    const int64_t left = L->a->rows - r0;
+    return left <= 0 ? 0 : (left < L->p->chunk_rows ? left : L->p->chunk_rows);
+}
+
+/* The first failure: s, else t. */
+static distil_status distil_fused_first(distil_status s, distil_status t) {
+    return s != DISTIL_OK ? s : t;
+}
+
+/* zs = xs_c Ws^T + bs (student) or zt = xt_c Wt^T + bt (teacher), rows [r0, r0 + c). */
+static distil_status distil_fused_logits_of(const distil_fused_loop *L, int64_t r0, int64_t c,
+                                            bool teacher) {
+    const distil_fused_args *a = L->a;
+    const int64_t h = teacher ? a->ht : a->hs;
+    distil_gemm_args g = {.trans_b = true,
+                          .m = c,
+                          .n = a->vocab,
+                          .k = h,
+                          .alpha = 1.0f,
+                          .a_dtype = a->dtype,
+                          .b_dtype = a->dtype,
+                          .c_dtype = DISTIL_F32,
+                          .a = distil_dptr_add(teacher ? a->xt : a->xs, (size_t)(r0 * h) * L->es),
+                          .lda = h,
+                          .b = teacher ? a->wt : a->ws,
+                          .ldb = h,
+                          .c = distil_fused_ws(L, teacher ? L->p->off_zt : L->p->off_zs),
+                          .ldc = a->vocab,
+                          .bias = teacher ? a->bt : a->bs};
+    return L->be->gemm(L->b, &g);
+}
+
+static distil_status distil_fused_logits(const distil_fused_loop *L, int64_t r0, int64_t c) {
+    DISTIL_TRY(distil_fused_logits_of(L, r0, c, false));
+    return distil_fused_logits_of(L, r0, c, true);
+}
+
+/* Per-row CE / JSD of the chunk, and G when gradients are wanted. */
+static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, int64_t c) {
+    const distil_fused_args *a = L->a;
+    const distil_fused_plan *p = L->p;
+    distil_distill_rows_args r = {
+        .zs = distil_fused_ws(L, p->off_zs),
+        .zt = distil_fused_ws(L, p->off_zt),
+        .rows = c,
+        .vocab = a->vocab,
+        .row_offset = r0,
+        .labels = distil_dptr_add(a->labels, (size_t)r0 * sizeof(int64_t)),
+        .ignore_index = a->ignore_index,
+        .beta = a->beta,
+        .inv_temperature = a->inv_temperature,
+        .weight_hard = a->weight_hard,
+        .weight_soft = a->weight_soft,
+        .ce_rows = distil_fused_ws(L, p->off_ce + (size_t)r0 * sizeof(float)),
+        .jsd_rows = distil_fused_ws(L, p->off_jsd + (size_t)r0 * sizeof(float)),
+        .g = L->grads ? distil_fused_ws(L, p->off_g) : distil_dptr_make(NULL, 0),
+        .g_dtype = p->g_dtype,
+        .n_valid = distil_fused_ws(L, p->off_n)};
+    return L->be->distill_rows(L->b, &r);
+}
+
+/* grad_xs_c = G Ws (c, Hs), in the output dtype. */
+static distil_status distil_fused_grad_x(const distil_fused_loop *L, int64_t r0, int64_t c) {
+    const distil_fused_args *a = L->a;
+    distil_gemm_args m = {.m = c,
+                          .n = a->hs,
+                          .k = a->vocab,
+                          .alpha = 1.0f,
+                          .a_dtype = L->p->g_dtype,
+                          .b_dtype = a->dtype,
+                          .c_dtype = a->dtype,
+                          .a = distil_fused_ws(L, L->p->off_g),
+                          .lda = a->vocab,
+                          .b = a->ws,
+                          .ldb = a->hs,
+                          .c = distil_dptr_add(a->grad_xs, (size_t)(r0 * a->hs) * L->es),
+                          .ldc = a->hs};
+    return L->be->gemm(L->b, &m);
+}
+
+/* gw (V, Hs) (+)= G^T xs_c; the first chunk overwrites. */
+static distil_status distil_fused_grad_w(const distil_fused_loop *L, int64_t r0, int64_t c) {
+    const distil_fused_args *a = L->a;
+    distil_gemm_args m = {.trans_a = true,
+                          .m = a->vocab,
+                          .n = a->hs,
+                          .k = c,
+                          .alpha = 1.0f,
+                          .beta = r0 == 0 ? 0.0f : 1.0f,
+                          .a_dtype = L->p->g_dtype,
+                          .b_dtype = a->dtype,
+                          .c_dtype = L->gw_dtype,
+                          .a = distil_fused_ws(L, L->p->off_g),
+                          .lda = a->vocab,
+                          .b = distil_dptr_add(a->xs, (size_t)(r0 * a->hs) * L->es),
+                          .ldb = a->hs,
+                          .c = L->gw,
+                          .ldc = a->hs};
+    return L->be->gemm(L->b, &m);
+}
+
+/* gb (1, V) (+)= 1^T G; the first chunk overwrites. */
+static distil_status distil_fused_grad_b(const distil_fused_loop *L, int64_t r0, int64_t c) {
+    const distil_fused_args *a = L->a;
+    distil_gemm_args m = {.m = 1,
+                          .n = a->vocab,
+                          .k = c,
+                          .alpha = 1.0f,
+                          .beta = r0 == 0 ? 0.0f : 1.0f,
+                          .a_dtype = a->dtype,
+                          .b_dtype = L->p->g_dtype,
+                          .c_dtype = L->gw_dtype,
+                          .a = distil_fused_ws(L, L->p->off_ones),
+                          .lda = c,
+                          .b = distil_fused_ws(L, L->p->off_g),
+                          .ldb = a->vocab,
+                          .c = L->gb,
+                          .ldc = a->vocab};
+    return L->be->gemm(L->b, &m);
+}
+
+/* The gradient GEMMs of chunk [r0, r0 + c). */
+static distil_status distil_fused_backward(const distil_fused_loop *L, int64_t r0, int64_t c) {
+    if (distil_dptr_present(L->a->grad_xs)) {
+        DISTIL_TRY(distil_fused_grad_x(L, r0, c));
+    }
+    if (distil_dptr_present(L->gw)) {
+        DISTIL_TRY(distil_fused_grad_w(L, r0, c));
+    }
+    if (distil_dptr_present(L->gb)) {
+        DISTIL_TRY(distil_fused_grad_b(L, r0, c));
+    }
+    return DISTIL_OK;
+}
+
+/*
+ * The next chunk's logits on the side lane, when the backend has one (*opened). Safe beside this
+ * chunk's gradient GEMMs: the logits GEMMs write only zs and zt (which the row pass has finished
+ * reading) and read only the call's inputs, none of which the gradient GEMMs write; those read G,
+ * xs, Ws and the ones vector, none of which the logits GEMMs write. With G in place in zs only
+ * the teacher's GEMM moves; the student's runs on the stream after the gradients.
+ */
+static distil_status distil_fused_side_logits(const distil_fused_loop *L, int64_t r1, int64_t c1,
+                                              bool *opened) {
+    *opened = false;
+    if (L->be->side_begin == NULL) {
+        return DISTIL_OK;
+    }
+    distil_status s = L->be->side_begin(L->b, opened);
+    if (!*opened) {
+        return s;
+    }
+    if (s == DISTIL_OK) {
+        s = L->p->g_in_place ? distil_fused_logits_of(L, r1, c1, true)
+                             : distil_fused_logits(L, r1, c1);
+    }
+    return distil_fused_first(s, L->be->side_end(L->b));
+}
+
+/* Chunk [r0, r0 + c): its row pass and gradient GEMMs, then the next chunk's logits (beside the
+ * gradients on the side lane, where there is one). An opened side lane is joined before this
+ * returns, failure or not (a captured stream must end joined). */
+static distil_status distil_fused_step(const distil_fused_loop *L, int64_t r0) {
+    const int64_t c = distil_fused_chunk_len(L, r0);
+    const int64_t c1 = distil_fused_chunk_len(L, r0 + c);
+    DISTIL_TRY(distil_fused_rows(L, r0, c));
+    bool side = false;
+    distil_status s = DISTIL_OK;
+    if (c1 > 0 && L->grads) {
+        s = distil_fused_side_logits(L, r0 + c, c1, &side);
+    }
+    if (s == DISTIL_OK && L->grads) {
+        s = distil_fused_backward(L, r0, c);
+    }
+    if (s == DISTIL_OK && c1 > 0 && !(side && !L->p->g_in_place)) {
+        s = distil_fused_logits_of(L, r0 + c, c1, false);
+    }
+    if (s == DISTIL_OK && c1 > 0 && !side) {
+        s = distil_fused_logits_of(L, r0 + c, c1, true);
+    }
+    return side ? distil_fused_first(s, L->be->side_join(L->b)) : s;
+}
+
+/* Before the loop: n on the device, and the ones vector of the bias gradient. */
+static distil_status distil_fused_prologue(const distil_fused_loop *L) {
+    const distil_fused_args *a = L->a;
+    distil_count_args c = {.labels = a->labels,
+                           .rows = a->rows,
+                           .ignore_index = a->ignore_index,
+                           .vocab = a->vocab,
+                           .min_one = true,
+                           .n_out = distil_fused_ws(L, L->p->off_n)};
+    DISTIL_TRY(L->be->count_valid(L->b, &c));
+    if (distil_dptr_present(L->gb)) {
+        distil_fill_args f = {.dst = distil_fused_ws(L, L->p->off_ones),
+                              .dtype = a->dtype,
+                              .count = L->p->chunk_rows,
+                              .value = 1.0f};
+        DISTIL_TRY(L->be->fill(L->b, &f));
+    }
+    return DISTIL_OK;
+}
+
+/* After the loop: the accumulators to the output dtype, then the scalar loss. */
+static distil_status distil_fused_epilogue(const distil_fused_loop *L) {
+    const distil_fused_args *a = L->a;
+    const distil_fused_plan *p = L->p;
+    distil_cast_args c = {.src_dtype = DISTIL_F32, .dst_dtype = a->dtype};
+    if (p->gw_acc) {
+        c.src = L->gw;
+        c.dst = a->grad_ws;
+        c.count = a->vocab * a->hs;
+        DISTIL_TRY(L->be->cast(L->b, &c));
+    }
+    if (p->gb_acc) {
+        c.src = L->gb;
+        c.dst = a->grad_bs;
+        c.count = a->vocab;
+        DISTIL_TRY(L->be->cast(L->b, &c));
+    }
+    distil_reduce_args r = {.a = distil_fused_ws(L, p->off_ce),
+                            .b = distil_fused_ws(L, p->off_jsd),
+                            .count = a->rows,
+                            .wa = a->weight_hard,
+                            .wb = a->weight_soft,
+                            .n_valid = distil_fused_ws(L, p->off_n),
+                            .parts = a->return_parts,
+                            .out = a->loss};
+    return L->be->reduce(L->b, &r);
+}
+
+distil_status distil_fused_loop_run(distil_ctx *ctx, const distil_fused_args *a,
+                                    const distil_fused_plan *p) {
+    const distil_backend *be = ctx->be;
+    if (!be->gemm || !be->count_valid || !be->distill_rows || !be->reduce || !be->cast ||
+        !be->fill) {
+        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
+                                "fused_linear_jsd: backend '%s' lacks the fused-loss kernels",
+                                be->name);
+    }
+    distil_fused_loop L = {.be = be, .b = ctx->b, .a = a, .p = p};
+    L.es = distil_dtype_size(a->dtype);
+    L.gw = p->gw_acc ? distil_fused_ws(&L, p->off_gw) : a->grad_ws;
+    L.gb = p->gb_acc ? distil_fused_ws(&L, p->off_gb) : a->grad_bs;
+    L.gw_dtype = p->gw_acc || p->gb_acc ? DISTIL_F32 : a->dtype;
+    L.grads =
+        distil_dptr_present(a->grad_xs) || distil_dptr_present(L.gw) || distil_dptr_present(L.gb);
+    DISTIL_TRY(distil_fused_prologue(&L));
+    DISTIL_TRY(distil_fused_logits(&L, 0, distil_fused_chunk_len(&L, 0)));
+    for (int64_t r0 = 0; r0 < a->rows; r0 += p->chunk_rows) {
+        DISTIL_TRY(distil_fused_step(&L, r0));
+    }
+    return distil_fused_epilogue(&L);
+}

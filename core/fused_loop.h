@@ -1,0 +1,15 @@
+/*
+ * fused_loop.h - the chunk loop of the fused loss (SPEC section 2), once for every backend that
+ * has no whole fused op: the backends compute the GEMMs and the row pass, the core drives them.
+ */
+#ifndef DISTIL_CORE_FUSED_LOOP_H
+#define DISTIL_CORE_FUSED_LOOP_H
+
+#include "chunk.h"
+#include "ctx.h"
+
+/* Run the loss of a (validated, rows >= 1, workspace acquired) on ctx's backend by plan p. */
+distil_status distil_fused_loop_run(distil_ctx *ctx, const distil_fused_args *a,
+                                    const distil_fused_plan *p);
+
+#endif /* DISTIL_CORE_FUSED_LOOP_H */
