@@ -73,6 +73,9 @@ typedef struct distil_gemm_args {
  * Count the rows that take part in a mean: label != ignore_index and, when vocab > 0, label in
  * [0, vocab). Writes max(count, min_one ? 1 : 0) as one fp32 value to n_out. With labels absent
  * it writes rows (or 1 when rows == 0 and min_one). Rows only within [0, rows).
+ * When vocab > 0 this is also the one label check (SPEC section 5): the first row whose label is
+ * neither ignore_index nor in [0, vocab) is recorded with its label, unless a row is recorded
+ * already, and the backend's synchronize returns DISTIL_ERR_INVALID_LABEL for it once.
  */
 typedef struct distil_count_args {
     distil_dptr labels; /* (rows) int64, optional */
@@ -110,9 +113,8 @@ typedef struct distil_jsd_rows_args {
 /*
  * SPEC section 2 steps 2-5 on one chunk of fp32 logits.
  *   zs, zt (rows, vocab) fp32 dense (row stride vocab): student / teacher logits of the chunk
- *   labels (rows) int64: the chunk's labels. A label outside [0, vocab) that is not
- *     ignore_index marks the row ignored and records row_offset + i as an invalid label
- *     (backends keep the first such row for their synchronize / return value).
+ *   labels (rows) int64: the chunk's labels. A row whose label is ignore_index or outside
+ *     [0, vocab) is ignored (count_valid has recorded the invalid ones).
  *   ce_rows, jsd_rows (rows) fp32: per-row CE and JSD (0 for ignored rows), always written
  *   g (rows, vocab) dtype g_dtype, row stride vocab, optional: the logit gradient
  *     G = (weight_hard / n) (s - onehot) + (weight_soft / n) (1/tau) (g - q sum g)
@@ -122,7 +124,6 @@ typedef struct distil_jsd_rows_args {
 typedef struct distil_distill_rows_args {
     distil_dptr zs, zt;
     int64_t rows, vocab;
-    int64_t row_offset;
     distil_dptr labels;
     int64_t ignore_index;
     float beta, inv_temperature, weight_hard, weight_soft;

@@ -79,7 +79,6 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         .zt = distil_fused_ws(L, p->off_zt),
         .rows = c,
         .vocab = a->vocab,
-        .row_offset = r0,
         .labels = distil_dptr_add(a->labels, (size_t)r0 * sizeof(int64_t)),
         .ignore_index = a->ignore_index,
         .beta = a->beta,

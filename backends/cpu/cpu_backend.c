@@ -123,7 +123,7 @@ static void cpu_describe(void *b, char *buf, size_t n) {
     snprintf(buf, n, "%s", st->name);
 }
 
-/* Work is synchronous; only an invalid label found by distill_rows is deferred, reported once. */
+/* Work is synchronous; only an invalid label found by count_valid is deferred, reported once. */
 static distil_status cpu_synchronize(void *b) {
     cpu_state *st = b;
     if (!st->bad_label) {

@@ -1,7 +1,7 @@
 /*
  * cpu_distill.c - distill_rows of the cpu backend (SPEC section 2 steps 2-5 on one chunk of
- * fp32 logits): labels are checked serially first (so the first invalid row is well defined),
- * then OpenMP runs the rows, each whole on one thread with its own scratch row.
+ * fp32 logits): OpenMP runs the rows, each whole on one thread with its own scratch row. Labels
+ * were checked by count_valid; an invalid one's row is ignored here.
  */
 #include "cpu_internal.h"
 #include "error.h"
@@ -15,21 +15,6 @@
 int64_t distil_cpu_distill_scratch_floats(int64_t vocab) {
     /* dq and q rows, each rounded up to a whole widest vector, plus a cache line of slack */
     return 2 * ((vocab + 15) / 16 * 16) + 16;
-}
-
-/* Remember the first label outside [0, vocab) that is not ignore_index (reported by
- * synchronize). */
-static void cpu_check_labels(cpu_state *st, const distil_distill_rows_args *a) {
-    const int64_t *labels = distil_dptr_addr(a->labels);
-    for (int64_t i = 0; i < a->rows && !st->bad_label; i++) {
-        int64_t l = labels[i];
-        if (l != a->ignore_index && (l < 0 || l >= a->vocab)) {
-            st->bad_label = true;
-            st->bad_row = a->row_offset + i;
-            st->bad_value = l;
-            st->bad_vocab = a->vocab;
-        }
-    }
 }
 
 static void cpu_distill_one(const cpu_state *st, const distil_distill_rows_args *a, int64_t i,
@@ -59,7 +44,6 @@ static void cpu_distill_one(const cpu_state *st, const distil_distill_rows_args 
 
 distil_status distil_cpu_distill_rows(void *b, const distil_distill_rows_args *a) {
     cpu_state *st = b;
-    cpu_check_labels(st, a);
     const float *nv = distil_dptr_addr(a->n_valid);
     float n = nv ? *nv : 1.0f;
     int64_t per = distil_cpu_distill_scratch_floats(a->vocab);

@@ -68,7 +68,7 @@ typedef struct cpu_state {
     size_t scratch_bytes;
     void *rows; /* per-thread distill rows */
     size_t rows_bytes;
-    bool bad_label; /* first invalid label since the last synchronize */
+    bool bad_label; /* first invalid label since the last synchronize (count_valid) */
     int64_t bad_row, bad_value, bad_vocab;
     char name[96];
 } cpu_state;

@@ -1,11 +1,23 @@
 /*
- * cpu_reduce.c - the small operations of the cpu backend: count_valid, reduce (sequential double
- * sums, so the loss is bitwise the same for any thread count), cast and fill.
+ * cpu_reduce.c - the small operations of the cpu backend: count_valid (also the label check),
+ * reduce (sequential double sums, so the loss is bitwise the same for any thread count), cast and
+ * fill.
  */
 #include "cpu_internal.h"
 #include "half.h"
 
 #include <string.h>
+
+/* The first invalid label of the call (a label outside [0, vocab) that is not ignore_index),
+ * kept for synchronize unless one is kept already. */
+static void cpu_record_bad_label(cpu_state *st, int64_t row, int64_t label, int64_t vocab) {
+    if (!st->bad_label) {
+        st->bad_label = true;
+        st->bad_row = row;
+        st->bad_value = label;
+        st->bad_vocab = vocab;
+    }
+}
 
 distil_status distil_cpu_count_valid(void *b, const distil_count_args *a) {
     const int64_t *labels = distil_dptr_addr(a->labels);
@@ -16,6 +28,9 @@ distil_status distil_cpu_count_valid(void *b, const distil_count_args *a) {
             int64_t l = labels[i];
             bool in_range = a->vocab <= 0 || (l >= 0 && l < a->vocab);
             count += l != a->ignore_index && in_range;
+            if (!in_range && l != a->ignore_index) {
+                cpu_record_bad_label(b, i, l, a->vocab);
+            }
         }
     }
     if (a->min_one && count < 1) {

@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(DISTILL_THREADS) distil_distill_rows_kernel(di
     void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab : nullptr;
     const int64_t n = p.vocab;
     const int64_t label = p.labels[row];
-    if (!distill_label_valid(p, row, label, threadIdx.x == 0)) {
+    if (!distill_label_valid(p, label)) {
         distill_ignored_row<GDT, HAS_G, VW>(p, row, g, 0, n, threadIdx.x == 0);
         return;
     }
@@ -57,7 +57,7 @@ static cudaError_t distill_launch_vw(const distill_params &p, distil_dtype gdt, 
     }
 }
 
-static distill_params distill_params_of(gpu_state *b, const distil_distill_rows_args *a) {
+static distill_params distill_params_of(const distil_distill_rows_args *a) {
     distill_params p;
     p.zs = gpu_ptr<const float>(a->zs);
     p.zt = gpu_ptr<const float>(a->zt);
@@ -66,11 +66,8 @@ static distill_params distill_params_of(gpu_state *b, const distil_distill_rows_
     p.jsd = gpu_ptr<float>(a->jsd_rows);
     p.g = distil_dptr_addr(a->g);
     p.n_valid = gpu_ptr<const float>(a->n_valid);
-    p.err = b->label_err;
-    p.launch = ++b->label_launch;
     p.rows = a->rows;
     p.vocab = a->vocab;
-    p.row_offset = a->row_offset;
     p.ignore_index = a->ignore_index;
     p.inv_t = a->inv_temperature;
     p.weight_hard = a->weight_hard;
@@ -103,7 +100,7 @@ extern "C" distil_status DISTIL_GPU_FN(distill_rows)(void *vb, const distil_dist
                                 "distill_rows: %lld rows in one chunk (at most 2^31 - 1)",
                                 (long long)a->rows);
     }
-    const distill_params p = distill_params_of(b, a);
+    const distill_params p = distill_params_of(a);
     gpu_device_guard guard(b);
     bool done = false;
     cudaError_t e = cudaSuccess;

@@ -33,9 +33,7 @@ struct distill_params {
     float *jsd;            /* (rows) */
     void *g;               /* (rows, V) of the G dtype, optional, may be zs */
     const float *n_valid;
-    gpu_label_error *err;
-    unsigned long long launch; /* this launch's number, >= 1 (gpu_label_error) */
-    int64_t rows, vocab, row_offset, ignore_index;
+    int64_t rows, vocab, ignore_index;
     float inv_t, weight_hard, weight_soft;
     bool unit_temp; /* inv_t == 1: zs / tau is zs, one LSE serves CE and JSD */
     jsd_coef coef;
@@ -93,36 +91,10 @@ struct distill_row_stats {
     int64_t label;
 };
 
-/* Record an invalid label of global row `row`: the first launch that records claims the word,
- * and within it the smallest (row, label) key wins (chunks of one call run in row order, so that
- * is the call's first bad row). Labels are coded in 32 bits, saturated at the ends (code 0:
- * <= INT32_MIN, code 0xffffffff: >= INT32_MAX). */
-__device__ inline void distill_record_bad_label(gpu_label_error *err, unsigned long long launch,
-                                                int64_t vocab, int64_t row, int64_t label) {
-    const unsigned long long owner = atomicCAS(&err->launch, 0ull, launch);
-    if (owner != 0ull && owner != launch) {
-        return; /* an earlier launch's error stands */
-    }
-    const long long lo = -2147483648LL;
-    const long long hi = 2147483647LL;
-    const long long l = label < lo ? lo : (label > hi ? hi : label);
-    const unsigned long long code = static_cast<unsigned long long>(l - lo);
-    unsigned long long r = static_cast<unsigned long long>(row);
-    r = r > 0xffffffffull ? 0xffffffffull : r;
-    atomicMin(&err->key, (r << 32) | code);
-    err->vocab = vocab;
-}
-
-/* Whether label l of the row is valid (in [0, V) and not ignore_index); `lead` (one thread per
- * row) records an invalid one. Both row kernels use it. */
-__device__ inline bool distill_label_valid(const distill_params &p, int64_t row, int64_t l,
-                                           bool lead) {
-    const bool ignored = l == p.ignore_index;
-    const bool valid = !ignored && l >= 0 && l < p.vocab;
-    if (!valid && !ignored && lead) {
-        distill_record_bad_label(p.err, p.launch, p.vocab, p.row_offset + row, l);
-    }
-    return valid;
+/* Whether the row's label l takes part (in [0, V) and not ignore_index). Both row kernels use it;
+ * invalid labels were recorded by count_valid (the one label check), their rows are ignored. */
+__device__ inline bool distill_label_valid(const distill_params &p, int64_t l) {
+    return l != p.ignore_index && l >= 0 && l < p.vocab;
 }
 
 /* The loss weights over n: hw = weight_hard / n, sw = weight_soft / (n tau) (0 when n is 0). */

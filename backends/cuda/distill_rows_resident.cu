@@ -302,7 +302,7 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
     const float *zs = p.zs + row * p.vocab;
     void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab : nullptr;
     const bool lead = rank == 0 && threadIdx.x == 0; /* writes the row's results */
-    if (!distill_label_valid(p, row, label, lead)) { /* no copy: nothing to read */
+    if (!distill_label_valid(p, label)) {            /* no copy: nothing to read */
         distill_ignored_row<GDT, HAS_G, VW>(p, row, g, c0, n, lead);
         return;
     }

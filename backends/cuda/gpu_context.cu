@@ -32,8 +32,6 @@ distil_status gpu_check_launch(gpu_state *b, const char *what) {
     return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, what);
 }
 
-static const unsigned long long GPU_NO_LABEL_ERROR = ~0ull;
-
 /* Environment knobs read once per context, so that the test suite can cover the paths other
  * devices take: DISTIL_CUDA_GEMM=portable (the GEMM of HIP without hipBLAS) and
  * DISTIL_CUDA_DISTILL=stream (the row kernel of HIP and of rows too long for shared memory);
@@ -137,7 +135,7 @@ static distil_status gpu_init(gpu_state *b) {
     GPU_TRY(b, cudaMalloc(&b->label_err, sizeof(gpu_label_error)), "label error word");
     /* On the context's own stream, and waited for: a plain cudaMemcpy from pageable memory may
      * return before the write lands, and it is not ordered with a non-blocking stream. */
-    const gpu_label_error none = {GPU_NO_LABEL_ERROR, 0, 0};
+    const gpu_label_error none = {-1, 0, 0};
     GPU_TRY(
         b,
         cudaMemcpyAsync(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice, b->lane.stream),
@@ -187,22 +185,18 @@ static distil_status gpu_take_label_error(gpu_state *b) {
     GPU_TRY(b, cudaMemcpyAsync(&e, b->label_err, sizeof e, cudaMemcpyDeviceToHost, b->lane.stream),
             "synchronize");
     GPU_TRY(b, cudaStreamSynchronize(b->lane.stream), "synchronize");
-    if (e.key == GPU_NO_LABEL_ERROR) {
+    if (e.row < 0) {
         return DISTIL_OK;
     }
-    const gpu_label_error none = {GPU_NO_LABEL_ERROR, 0, 0};
+    const gpu_label_error none = {-1, 0, 0};
     GPU_TRY(
         b,
         cudaMemcpyAsync(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice, b->lane.stream),
         "synchronize");
     GPU_TRY(b, cudaStreamSynchronize(b->lane.stream), "synchronize");
-    const unsigned long long row = e.key >> 32;
-    const unsigned code = static_cast<unsigned>(e.key & 0xffffffffu);
-    const long long label = static_cast<long long>(code) - 2147483648LL;
-    const char *bound = code == 0 ? "<= " : (code == 0xffffffffu ? ">= " : "");
     return distil_error_set(b->ctx, DISTIL_ERR_INVALID_LABEL,
-                            "labels: row %llu has label %s%lld outside [0, %lld)", row, bound,
-                            label, e.vocab);
+                            "labels: row %lld has label %lld outside [0, %lld)", e.row, e.label,
+                            e.vocab);
 }
 
 } // namespace DISTIL_GPU_NS

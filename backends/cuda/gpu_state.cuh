@@ -17,14 +17,10 @@
 
 namespace DISTIL_GPU_NS {
 
-/* The first invalid label seen by distill_rows, in device memory. key = row << 32 | label code,
- * so the smallest key is the smallest row (atomicMin on an integer: deterministic). launch: the
- * host's number of the distill_rows launch that recorded it (0: none); a later launch leaves
- * the record alone, so the first call's first bad row stands until synchronize (SPEC section 5). */
+/* The first invalid label found by count_valid (the one label check), in device memory. */
 struct gpu_label_error {
-    unsigned long long key; /* ~0ull: none */
-    long long vocab;
-    unsigned long long launch;
+    long long row; /* -1: none */
+    long long label, vocab;
 };
 
 /* The last plan of the resident distill kernel (distill_rows_resident.cu), per (kernel, V). */
@@ -61,10 +57,9 @@ struct gpu_state {
 #if DISTIL_GPU_HAVE_BLASLT
     cublasLtHandle_t lt;
 #endif
-    gpu_label_error *label_err;      /* device */
-    unsigned long long label_launch; /* distill_rows launches so far (gpu_label_error.launch) */
-    bool portable_gemm;              /* DISTIL_CUDA_GEMM=portable, or no vendor BLAS */
-    bool distill_stream;             /* DISTIL_CUDA_DISTILL=stream: the streaming row kernel only */
+    gpu_label_error *label_err; /* device */
+    bool portable_gemm;         /* DISTIL_CUDA_GEMM=portable, or no vendor BLAS */
+    bool distill_stream;        /* DISTIL_CUDA_DISTILL=stream: the streaming row kernel only */
     bool overlap;           /* the fused loss runs a second lane (DISTIL_CUDA_OVERLAP=off: not) */
     gpu_lane side;          /* the second lane: an internal stream, handle and workspace */
     cudaEvent_t fork, join; /* side waits on fork (recorded on stream), stream on join */

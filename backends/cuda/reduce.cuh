@@ -38,6 +38,28 @@ template <typename T> __device__ __forceinline__ T block_sum(T v, T *scratch) {
     return r;
 }
 
+/* Minimum over the block, the same contract as block_sum. */
+template <typename T> __device__ __forceinline__ T block_min(T v, T *scratch) {
+#pragma unroll
+    for (int o = DISTIL_GPU_WARP / 2; o > 0; o >>= 1) {
+        const T u = distil_warp_xor(v, o);
+        v = u < v ? u : v;
+    }
+    const int lane = threadIdx.x % DISTIL_GPU_WARP;
+    const int warp = threadIdx.x / DISTIL_GPU_WARP;
+    const int n_warps = blockDim.x / DISTIL_GPU_WARP;
+    __syncthreads();
+    if (lane == 0) {
+        scratch[warp] = v;
+    }
+    __syncthreads();
+    T r = scratch[0];
+    for (int w = 1; w < n_warps; w++) {
+        r = scratch[w] < r ? scratch[w] : r;
+    }
+    return r;
+}
+
 } // namespace DISTIL_GPU_NS
 
 #endif /* DISTIL_GPU_REDUCE_CUH */

@@ -1,5 +1,6 @@
 /*
- * small_ops.cu - the small kernels of the backend: count_valid (N on the device), reduce (the
+ * small_ops.cu - the small kernels of the backend: count_valid (N on the device and the label
+ * check), reduce (the
  * deterministic scalar loss), cast and fill; and the test knob's spin on the second lane.
  * count_valid and reduce run as one block with a fixed summation order (integer counts, double
  * sums), so their results are bitwise reproducible.
@@ -13,23 +14,34 @@ namespace DISTIL_GPU_NS {
 constexpr int SMALL_THREADS = 512;
 
 /* n_out = max(count, min_one), count = rows with label != ignore (and in [0, vocab) if vocab > 0),
- * or rows when labels is NULL. One block. */
+ * or rows when labels is NULL. One block. Also the label check (vocab > 0): the first row whose
+ * label is neither ignore nor in [0, vocab) goes to *err unless a row is recorded there already. */
 __global__ void __launch_bounds__(SMALL_THREADS)
     distil_count_valid_kernel(const int64_t *labels, int64_t rows, int64_t ignore, int64_t vocab,
-                              bool min_one, float *n_out) {
+                              bool min_one, float *n_out, gpu_label_error *err) {
     __shared__ long long scratch[DISTIL_GPU_MAX_WARPS];
+    const long long none = 0x7fffffffffffffffLL;
     long long c = 0;
+    long long bad = none; /* this thread's first invalid row (its rows ascend) */
     if (labels != nullptr) {
         for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
             const int64_t l = labels[i];
-            c += l != ignore && (vocab <= 0 || (l >= 0 && l < vocab)) ? 1 : 0;
+            const bool in_range = vocab <= 0 || (l >= 0 && l < vocab);
+            c += l != ignore && in_range ? 1 : 0;
+            bad = l != ignore && !in_range && bad == none ? i : bad;
         }
     } else if (threadIdx.x == 0) {
         c = rows;
     }
     c = block_sum(c, scratch);
+    bad = block_min(bad, scratch);
     if (threadIdx.x == 0) {
         *n_out = static_cast<float>(c < 1 && min_one ? 1 : c);
+        if (bad != none && err->row < 0) {
+            err->row = bad;
+            err->label = labels[bad];
+            err->vocab = vocab;
+        }
     }
 }
 
@@ -174,7 +186,7 @@ extern "C" distil_status DISTIL_GPU_FN(count_valid)(void *vb, const distil_count
     gpu_device_guard guard(b);
     distil_count_valid_kernel<<<1, SMALL_THREADS, 0, b->lane.stream>>>(
         gpu_ptr<const int64_t>(a->labels), a->rows, a->ignore_index, a->vocab, a->min_one,
-        gpu_ptr<float>(a->n_out));
+        gpu_ptr<float>(a->n_out), b->label_err);
     return gpu_check_launch(b, "count_valid");
 }
 

@@ -9,7 +9,6 @@
 
 #include "error.h"
 
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,9 +39,9 @@ static int ocl_auto_priority(void) {
     return 50;
 }
 
-/* The label state's "nothing recorded" value, see distill.cl. */
+/* The label state's "nothing recorded" value, see count_valid in reduce.cl. */
 static distil_status ocl_label_state_reset(distil_ocl *b) {
-    const cl_int init[DISTIL_OCL_LABEL_WORDS] = {INT_MAX, 0, 0, -1, 0, 0};
+    const cl_long init[DISTIL_OCL_LABEL_LONGS] = {-1, 0, 0};
     cl_int err = clEnqueueWriteBuffer(b->queue, b->label_state, CL_TRUE, 0, sizeof init, init, 0,
                                       NULL, NULL);
     return err == CL_SUCCESS ? DISTIL_OK : distil_ocl_fail(b, err, "resetting the label state");
@@ -132,7 +131,7 @@ static distil_status ocl_open(distil_ocl *b) {
     }
     b->queue = b->own_queue;
     DISTIL_TRY(ocl_describe_device(b));
-    DISTIL_TRY(distil_ocl_buffer_new(b, DISTIL_OCL_LABEL_WORDS * sizeof(cl_int), &b->label_state));
+    DISTIL_TRY(distil_ocl_buffer_new(b, DISTIL_OCL_LABEL_LONGS * sizeof(cl_long), &b->label_state));
     DISTIL_TRY(ocl_label_state_reset(b));
     /* Every cl_mem of this platform starts with the same dispatch pointer (check_pointer). */
     memcpy(&b->mem_dispatch, (const void *)b->label_state, sizeof b->mem_dispatch);
@@ -230,28 +229,22 @@ static distil_status ocl_set_stream(void *vb, void *stream) {
     return DISTIL_OK;
 }
 
-/* Report the first invalid label recorded by distill_rows, once. */
+/* Report the first invalid label recorded by count_valid, once. */
 static distil_status ocl_label_report(distil_ocl *b) {
-    cl_int st[DISTIL_OCL_LABEL_WORDS];
+    cl_long st[DISTIL_OCL_LABEL_LONGS];
     cl_int err =
         clEnqueueReadBuffer(b->queue, b->label_state, CL_TRUE, 0, sizeof st, st, 0, NULL, NULL);
     if (err != CL_SUCCESS) {
         return distil_ocl_fail(b, err, "reading the label state");
     }
     b->label_pending = false;
-    if (st[0] == INT_MAX) {
+    if (st[0] < 0) {
         return DISTIL_OK;
     }
     DISTIL_TRY(ocl_label_state_reset(b));
-    const long long vocab = (long long)(((uint64_t)(uint32_t)st[5] << 32) | (uint32_t)st[4]);
-    if (st[3] != st[0]) {
-        return distil_error_set(b->ctx, DISTIL_ERR_INVALID_LABEL,
-                                "labels: row %d has a label outside the vocabulary", (int)st[0]);
-    }
-    const long long label = (long long)(((uint64_t)(uint32_t)st[2] << 32) | (uint32_t)st[1]);
     return distil_error_set(b->ctx, DISTIL_ERR_INVALID_LABEL,
-                            "labels: row %d has label %lld outside [0, %lld)", (int)st[0], label,
-                            vocab);
+                            "labels: row %lld has label %lld outside [0, %lld)", (long long)st[0],
+                            (long long)st[1], (long long)st[2]);
 }
 
 static distil_status ocl_synchronize(void *vb) {

@@ -103,7 +103,7 @@ typedef struct distil_ocl_alloc {
     size_t bytes;
 } distil_ocl_alloc;
 
-#define DISTIL_OCL_LABEL_WORDS 6
+#define DISTIL_OCL_LABEL_LONGS 3
 
 typedef struct distil_ocl {
     distil_ctx *ctx; /* where messages go */
@@ -125,8 +125,8 @@ typedef struct distil_ocl {
     char *sources[DISTIL_OCL_SRC_COUNT]; /* texts read from disk (runtime loading only) */
 
     distil_ocl_scratch scratch[DISTIL_OCL_SCRATCH_N];
-    /* Deferred invalid label: int[6] {first bad row or INT_MAX, label lo, label hi, captured
-     * row or -1, V lo, V hi}, see distill.cl. label_pending: distill_rows ran since the last
+    /* Deferred invalid label: long[DISTIL_OCL_LABEL_LONGS] {first bad row or -1, its label, V},
+     * written by count_valid (reduce.cl). label_pending: the label check ran since the last
      * synchronize. */
     cl_mem label_state;
     bool label_pending;

@@ -1,5 +1,6 @@
 /*
- * opencl_ops.c - launchers of the small kernels of the opencl backend: count_valid and reduce
+ * opencl_ops.c - launchers of the small kernels of the opencl backend: count_valid (also the
+ * label check) and reduce
  * (reduce.cl, one work-group each, fixed order), cast, fill and the GEMM helpers cast_rows and
  * bias_add (elementwise.cl, grid-stride loops).
  */
@@ -23,11 +24,16 @@ distil_status distil_ocl_count_valid(void *vb, const distil_count_args *a) {
     cl_mem n_out = distil_ocl_mem(a->n_out);
     cl_ulong n_off = distil_ocl_elems(a->n_out, sizeof(float));
     const distil_ocl_arg args[] = {
-        DISTIL_OCL_ARG(labels),  DISTIL_OCL_ARG(lab_off), DISTIL_OCL_ARG(has_labels),
-        DISTIL_OCL_ARG(rows),    DISTIL_OCL_ARG(ignore),  DISTIL_OCL_ARG(vocab),
-        DISTIL_OCL_ARG(min_one), DISTIL_OCL_ARG(n_out),   DISTIL_OCL_ARG(n_off),
+        DISTIL_OCL_ARG(labels),         DISTIL_OCL_ARG(lab_off), DISTIL_OCL_ARG(has_labels),
+        DISTIL_OCL_ARG(rows),           DISTIL_OCL_ARG(ignore),  DISTIL_OCL_ARG(vocab),
+        DISTIL_OCL_ARG(min_one),        DISTIL_OCL_ARG(n_out),   DISTIL_OCL_ARG(n_off),
+        DISTIL_OCL_ARG(b->label_state),
     };
-    return distil_ocl_launch(b, &k, args, OCL_NARGS(args), 1, 0);
+    DISTIL_TRY(distil_ocl_launch(b, &k, args, OCL_NARGS(args), 1, 0));
+    if (present && a->vocab > 0) { /* the label check ran: synchronize reads its state */
+        b->label_pending = true;
+    }
+    return DISTIL_OK;
 }
 
 distil_status distil_ocl_reduce(void *vb, const distil_reduce_args *a) {

@@ -60,21 +60,6 @@ distil_status distil_ocl_jsd_rows(void *vb, const distil_jsd_rows_args *a) {
     return distil_ocl_launch(b, &k, args, (int)(sizeof args / sizeof args[0]), (size_t)a->rows, 0);
 }
 
-/* After a chunk: remember the label of the first invalid row while the labels still exist. */
-static distil_status ocl_label_capture(distil_ocl *b, const distil_distill_rows_args *a,
-                                       const char *defs) {
-    distil_ocl_kernel k;
-    DISTIL_TRY(distil_ocl_kernel_get(b, DISTIL_OCL_PROG_ROWS, defs, "distil_label_capture", &k));
-    cl_mem labels = distil_ocl_mem(a->labels);
-    cl_ulong lab_off = distil_ocl_elems(a->labels, sizeof(int64_t));
-    cl_long rows = a->rows, row_offset = a->row_offset, vocab = a->vocab;
-    const distil_ocl_arg args[] = {
-        DISTIL_OCL_ARG(labels),     DISTIL_OCL_ARG(lab_off), DISTIL_OCL_ARG(rows),
-        DISTIL_OCL_ARG(row_offset), DISTIL_OCL_ARG(vocab),   DISTIL_OCL_ARG(b->label_state),
-    };
-    return distil_ocl_launch(b, &k, args, (int)(sizeof args / sizeof args[0]), 1, 0);
-}
-
 distil_status distil_ocl_distill_rows(void *vb, const distil_distill_rows_args *a) {
     distil_ocl *b = vb;
     char defs[64];
@@ -89,7 +74,7 @@ distil_status distil_ocl_distill_rows(void *vb, const distil_distill_rows_args *
     cl_ulong lab_off = distil_ocl_elems(a->labels, sizeof(int64_t));
     cl_ulong ce_off = distil_ocl_elems(a->ce_rows, sizeof(float));
     cl_ulong jsd_off = distil_ocl_elems(a->jsd_rows, sizeof(float));
-    cl_long vocab = a->vocab, row_offset = a->row_offset, ignore = a->ignore_index;
+    cl_long vocab = a->vocab, ignore = a->ignore_index;
     cl_float8 coef = ocl_coef(a->beta);
     cl_float inv_t = a->inv_temperature;
     cl_float wh = a->weight_hard, ws = a->weight_soft;
@@ -98,17 +83,14 @@ distil_status distil_ocl_distill_rows(void *vb, const distil_distill_rows_args *
     cl_int has_g = ocl_optional(b, a->g, distil_dtype_size(a->g_dtype), &g, &g_off);
     cl_int has_n = ocl_optional(b, a->n_valid, sizeof(float), &n_valid, &n_off);
     const distil_ocl_arg args[] = {
-        DISTIL_OCL_ARG(zs),     DISTIL_OCL_ARG(zs_off),  DISTIL_OCL_ARG(zt),
-        DISTIL_OCL_ARG(zt_off), DISTIL_OCL_ARG(vocab),   DISTIL_OCL_ARG(row_offset),
-        DISTIL_OCL_ARG(labels), DISTIL_OCL_ARG(lab_off), DISTIL_OCL_ARG(ignore),
-        DISTIL_OCL_ARG(coef),   DISTIL_OCL_ARG(inv_t),   DISTIL_OCL_ARG(wh),
-        DISTIL_OCL_ARG(ws),     DISTIL_OCL_ARG(ce),      DISTIL_OCL_ARG(ce_off),
-        DISTIL_OCL_ARG(jsd),    DISTIL_OCL_ARG(jsd_off), DISTIL_OCL_ARG(g),
-        DISTIL_OCL_ARG(g_off),  DISTIL_OCL_ARG(has_g),   DISTIL_OCL_ARG(n_valid),
-        DISTIL_OCL_ARG(n_off),  DISTIL_OCL_ARG(has_n),   DISTIL_OCL_ARG(b->label_state),
+        DISTIL_OCL_ARG(zs),      DISTIL_OCL_ARG(zs_off),  DISTIL_OCL_ARG(zt),
+        DISTIL_OCL_ARG(zt_off),  DISTIL_OCL_ARG(vocab),   DISTIL_OCL_ARG(labels),
+        DISTIL_OCL_ARG(lab_off), DISTIL_OCL_ARG(ignore),  DISTIL_OCL_ARG(coef),
+        DISTIL_OCL_ARG(inv_t),   DISTIL_OCL_ARG(wh),      DISTIL_OCL_ARG(ws),
+        DISTIL_OCL_ARG(ce),      DISTIL_OCL_ARG(ce_off),  DISTIL_OCL_ARG(jsd),
+        DISTIL_OCL_ARG(jsd_off), DISTIL_OCL_ARG(g),       DISTIL_OCL_ARG(g_off),
+        DISTIL_OCL_ARG(has_g),   DISTIL_OCL_ARG(n_valid), DISTIL_OCL_ARG(n_off),
+        DISTIL_OCL_ARG(has_n),
     };
-    DISTIL_TRY(
-        distil_ocl_launch(b, &k, args, (int)(sizeof args / sizeof args[0]), (size_t)a->rows, 0));
-    b->label_pending = true;
-    return ocl_label_capture(b, a, defs);
+    return distil_ocl_launch(b, &k, args, (int)(sizeof args / sizeof args[0]), (size_t)a->rows, 0);
 }

@@ -509,9 +509,9 @@ static void test_ignore_index_in_vocab(void **state) {
 /* ---------------------------------------------------------------- invalid labels */
 
 /* The call with labels that include out-of-range values; returns the status of the call and
- * the first synchronize after it, and the outputs. */
+ * the first synchronize after it, and the outputs. The error's message must hold `want`. */
 static void he_fused_bad_labels_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o,
-                                    distil_status st[2]) {
+                                    distil_status st[2], const char *want) {
     size_t es = distil_dtype_size(p->d.dtype), vb = (size_t)p->s.v * es;
     void *in[7] = {tu_upload(ctx, p->xs, p->n_xs * es),
                    tu_upload(ctx, p->ws, p->n_ws * es),
@@ -528,7 +528,7 @@ static void he_fused_bad_labels_run(distil_ctx *ctx, const tp_fused *p, tp_fused
                                     loss, g[0], g[1], g[2]);
     st[1] = distil_ctx_synchronize(ctx);
     if (st[0] == DISTIL_ERR_INVALID_LABEL || st[1] == DISTIL_ERR_INVALID_LABEL) {
-        TU_CHECK_MESSAGE(ctx, "row 3");
+        TU_CHECK_MESSAGE(ctx, want);
     }
     TU_OK(ctx, distil_ctx_synchronize(ctx)); /* reported once */
     tu_download(ctx, o->loss, loss, sizeof o->loss);
@@ -555,6 +555,41 @@ static void he_check_deferred(const distil_status st[2]) {
     }
 }
 
+/* The bad labels' rows are ignored (outputs as the reference's) and the first is reported. */
+static void he_fused_bad_labels_check(tp_fused *p, const char *want) {
+    const tp_fused_spec s = p->s;
+    const distil_dtype dt = p->d.dtype;
+    tp_fused_out got = {0}, ref = {0};
+    distil_status sg[2], sr[2];
+    he_fused_bad_labels_run(g_ctx, p, &got, sg, want);
+    he_fused_bad_labels_run(g_ref, p, &ref, sr, want);
+    he_check_deferred(sg);
+    he_check_deferred(sr);
+    double tol = tu_tolerance(dt, TU_GRAD_FUSED);
+    for (int k = 0; k < 3; k++) {
+        he_check_scalar("bad labels: loss", got.loss[k], ref.loss[k], tu_tolerance(dt, TU_LOSS));
+    }
+    he_check_rows("bad labels: gxs", got.gxs, ref.gxs, dt, s.t, s.hs, s.hs, tol, NULL);
+    he_check_rows("bad labels: gws", got.gws, ref.gws, dt, s.v, s.hs, s.hs, tol, NULL);
+    he_check_rows("bad labels: gbs", got.gbs, ref.gbs, dt, 1, s.v, s.v, tol, NULL);
+    tp_fused_out_free(&got), tp_fused_out_free(&ref);
+}
+
+/* The first bad row among many, where the one label check (count_valid) runs the rows strided
+ * over threads (any power-of-two work-group of 16 to 256 threads): row 261 is met by a thread
+ * with a lower index, in a later stride, than row 140, and row 396 by row 140's thread in a later
+ * stride; across 64-row chunks. */
+static void test_fused_labels_first_bad_row(void **state) {
+    (void)state;
+    tp_fused_spec s = he_fused_spec(420, 40, 8);
+    s.chunk = 64;
+    tp_fused p;
+    tp_fused_make(&p, &s, DISTIL_F32, 1301);
+    p.labels[396] = 5000, p.labels[261] = 40, p.labels[140] = -7, p.labels[290] = INT64_MIN;
+    he_fused_bad_labels_check(&p, "row 140 has label -7");
+    tp_fused_free(&p);
+}
+
 static void test_fused_labels_out_of_range(void **state) {
     (void)state;
     for (size_t d = 0; d < TU_LEN(g_dtypes); d++) {
@@ -563,21 +598,7 @@ static void test_fused_labels_out_of_range(void **state) {
         tp_fused p;
         tp_fused_make(&p, &s, g_dtypes[d], 1300);
         p.labels[3] = 40, p.labels[6] = -1, p.labels[8] = INT64_MAX, p.labels[11] = INT64_MIN;
-        tp_fused_out got = {0}, ref = {0};
-        distil_status sg[2], sr[2];
-        he_fused_bad_labels_run(g_ctx, &p, &got, sg);
-        he_fused_bad_labels_run(g_ref, &p, &ref, sr);
-        he_check_deferred(sg);
-        he_check_deferred(sr);
-        double tol = tu_tolerance(g_dtypes[d], TU_GRAD_FUSED);
-        for (int k = 0; k < 3; k++) {
-            he_check_scalar("bad labels: loss", got.loss[k], ref.loss[k],
-                            tu_tolerance(g_dtypes[d], TU_LOSS));
-        }
-        he_check_rows("bad labels: gxs", got.gxs, ref.gxs, g_dtypes[d], s.t, s.hs, s.hs, tol, NULL);
-        he_check_rows("bad labels: gws", got.gws, ref.gws, g_dtypes[d], s.v, s.hs, s.hs, tol, NULL);
-        he_check_rows("bad labels: gbs", got.gbs, ref.gbs, g_dtypes[d], 1, s.v, s.v, tol, NULL);
-        tp_fused_out_free(&got), tp_fused_out_free(&ref);
+        he_fused_bad_labels_check(&p, "row 3");
         tp_fused_free(&p);
     }
 }
@@ -668,6 +689,7 @@ static int run_group(const char *backend) {
         cmocka_unit_test(test_fused_shapes),
         cmocka_unit_test(test_ignore_index_in_vocab),
         cmocka_unit_test(test_fused_labels_out_of_range),
+        cmocka_unit_test(test_fused_labels_first_bad_row),
         cmocka_unit_test(test_deferred_label_next_call),
     };
     return cmocka_run_group_tests_name(tu_group_name("edges", backend), tests, group_setup,

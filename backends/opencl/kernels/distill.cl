@@ -98,8 +98,8 @@ void distil_row_write_g(__global const float *zsr, __global const float *ztr, __
 /*
  * zs, zt    (rows, vocab) float, dense, at element offsets zs_off / zt_off: student and teacher
  *           logits. g may be zs itself (in place, DTYPE f32).
- * labels    (rows) long at lab_off. A label outside [0, vocab) that is not ignore_index ignores
- *           the row and lowers state[0] to the global row (row_offset + i) with atomic_min.
+ * labels    (rows) long at lab_off. A label that is ignore_index or outside [0, vocab) ignores
+ *           the row (count_valid, reduce.cl, has recorded the invalid ones).
  * ce, jsd   (rows) float at ce_off / jsd_off: CE_i and JSD_i, 0 for ignored rows
  * g         (rows, vocab) DTYPE at g_off, written when has_g:
  *           G = wh / n (s - onehot(label)) + ws / n * inv_t (dx - q sum_u dx_u)
@@ -111,11 +111,10 @@ void distil_row_write_g(__global const float *zsr, __global const float *ztr, __
  */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, ulong zt_off,
-                    long vocab, long row_offset, __global const long *labels, ulong lab_off,
-                    long ignore_index, float8 coef, float inv_t, float wh, float ws,
-                    __global float *ce, ulong ce_off, __global float *jsd, ulong jsd_off,
-                    __global T *g, ulong g_off, int has_g, __global const float *n_valid,
-                    ulong n_off, int has_n, __global int *state) {
+                    long vocab, __global const long *labels, ulong lab_off, long ignore_index,
+                    float8 coef, float inv_t, float wh, float ws, __global float *ce, ulong ce_off,
+                    __global float *jsd, ulong jsd_off, __global T *g, ulong g_off, int has_g,
+                    __global const float *n_valid, ulong n_off, int has_n) {
     __local float red_m[WG_SIZE];
     __local distil_acc red_s[WG_SIZE];
     const ulong row = get_group_id(0);
@@ -129,11 +128,6 @@ distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, 
         if (lid == 0) {
             ce[ce_off + row] = 0.0f;
             jsd[jsd_off + row] = 0.0f;
-            /* state[3] >= 0: an earlier launch (call or chunk) captured its first bad row, and
-             * the first error stands (SPEC section 5). Launches on the queue run in order. */
-            if (label != ignore_index && state[3] < 0) {
-                atomic_min(state, (int)min(row_offset + (long)row, (long)INT_MAX - 1));
-            }
         }
         for (long j = lid; has_g && j < vocab; j += WG_SIZE) {
             STORE(DTYPE, gr, j, 0.0f);
@@ -154,28 +148,5 @@ distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, 
         const float hard = n == 0.0f ? 0.0f : wh / n;
         const float soft = n == 0.0f ? 0.0f : ws / n * inv_t;
         distil_row_write_g(zsr, ztr, gr, vocab, label, &st, hard, soft, sum_dx);
-    }
-}
-
-/*
- * Runs (one work-item) after distil_distill_rows on the same in-order queue: when state[0], the
- * first invalid row so far, lies in this chunk and no label was captured yet, store the label in
- * state[1] (low 32 bits) and state[2] (high), V in state[4..5], and mark the row in state[3], which
- * seals the state: later launches record nothing until synchronize resets it. The labels buffer may
- * be gone by the time the host reads the state in synchronize.
- */
-__kernel void distil_label_capture(__global const long *labels, ulong lab_off, long rows,
-                                   long row_offset, long vocab, __global int *state) {
-    if (get_global_id(0) != 0) {
-        return;
-    }
-    const int r = state[0];
-    if (r != INT_MAX && state[3] < 0 && r >= row_offset && r < row_offset + rows) {
-        const long label = labels[lab_off + (ulong)(r - row_offset)];
-        state[1] = (int)(label & 0xffffffffL);
-        state[2] = (int)(label >> 32);
-        state[3] = r;
-        state[4] = (int)(vocab & 0xffffffffL);
-        state[5] = (int)(vocab >> 32);
     }
 }

@@ -4,30 +4,61 @@
  * fixed: work-item i sums elements i, i + WG_SIZE, ... in order, then a tree.
  */
 
+/* The smallest v over the work-group (every work-item gets it). */
+long distil_group_min_long(long v, __local long *scratch) {
+    const uint lid = get_local_id(0);
+    scratch[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint s = WG_SIZE / 2; s > 0; s >>= 1) {
+        if (lid < s) {
+            scratch[lid] = min(scratch[lid], scratch[lid + s]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const long m = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return m;
+}
+
 /*
  * n_out[n_off] = max(count, min_one ? 1 : 0) as a float, where count is the number of rows in
  * [0, rows) with labels[lab_off + i] != ignore_index and, when vocab > 0, within [0, vocab).
  * Without labels (has_labels == 0) every row counts.
+ * The label check (SPEC section 5): the first row whose label is neither ignore_index nor in
+ * [0, vocab) (vocab > 0) goes to state {row, label, vocab} when state[0] < 0 (nothing recorded
+ * since the last synchronize: an earlier call's first error stands, SPEC section 5).
  */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 distil_count_valid(__global const long *labels, ulong lab_off, int has_labels, long rows,
-                   long ignore_index, long vocab, int min_one, __global float *n_out, ulong n_off) {
+                   long ignore_index, long vocab, int min_one, __global float *n_out, ulong n_off,
+                   __global long *state) {
     __local uint red[WG_SIZE];
+    __local long first[WG_SIZE];
     const int lid = (int)get_local_id(0);
     uint count = 0;
+    long bad = LONG_MAX; /* this work-item's first invalid row (its rows ascend) */
     if (has_labels) {
         for (long i = lid; i < rows; i += WG_SIZE) {
             const long l = labels[lab_off + i];
-            if (l != ignore_index && (vocab <= 0 || (l >= 0 && l < vocab))) {
+            const bool in_range = vocab <= 0 || (l >= 0 && l < vocab);
+            if (l != ignore_index && in_range) {
                 count++;
+            } else if (l != ignore_index && bad == LONG_MAX) {
+                bad = i;
             }
         }
     } else if (lid == 0) {
         count = (uint)rows;
     }
     const uint total = distil_group_sum_uint(count, red);
+    const long first_bad = distil_group_min_long(bad, first);
     if (lid == 0) {
         n_out[n_off] = (float)(min_one && total == 0 ? 1u : total);
+        if (first_bad != LONG_MAX && state[0] < 0) {
+            state[0] = first_bad;
+            state[1] = labels[lab_off + (ulong)first_bad];
+            state[2] = vocab;
+        }
     }
 }
 
