@@ -13,8 +13,11 @@ endmacro()
 # Common settings of a backend object library.
 function(distil_backend_library name)
     add_library(distil_backend_${name} OBJECT ${ARGN})
+    # The public header and the backend-facing part of the core (the vtable, errors, the fault
+    # hook, half conversions), and nothing else of core/: a backend that includes another core
+    # header does not build.
     target_include_directories(distil_backend_${name} PRIVATE
-        ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/core)
+        ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/core/backend_api)
     target_compile_definitions(distil_backend_${name} PRIVATE DISTIL_BUILDING=1)
     distil_target_warnings(distil_backend_${name})
 endfunction()

@@ -1,7 +1,8 @@
 /*
  * test_precision.c - SPEC section 3's precision in every regime it lists, on every backend with
  * a device, against the float64 "ref" and against a careful fp32 evaluation of the same formula
- * (core/math/distil_elem.h instantiated in float on the host, as the backends instantiate it).
+ * (core/backend_api/math/distil_elem.h instantiated in float on the host, as the backends
+ * instantiate it).
  *
  * Cases are drawn at random over SPEC 3's ranges: beta log-uniform in [1e-9, 1e-2] and
  * 1 - [1e-9, 1e-2] (rounded to the API's float), exact 0 and 1, and uniform; student close to the

@@ -124,7 +124,7 @@ static inline const float *k_tile_in(distil_dtype dt, const void *row, int64_t o
 
 /* ------------------------------------------------------------------ JSD element terms */
 
-/* The element terms of SPEC 1 (core/math/distil_elem.h) on vectors of CPU_VW floats. */
+/* The element terms of SPEC 1 (core/backend_api/math/distil_elem.h) on vectors of CPU_VW floats. */
 #define DE_T            vf
 #define DE_S            float
 #define DE_M            vi

@@ -6,7 +6,7 @@
  *      thread, sums in double, exp2 of (z - m) cx, cx = log2(e) / tau), giving the LSEs of zs / tau
  *      and zt / tau (natural log) and the base-2 LSE of zs (CE);
  *   2. sums (double) of the JSD element terms e and of their x-derivatives g (jsd_math.cuh, the
- *      shared core/math/distil_elem.h);
+ *      shared core/backend_api/math/distil_elem.h);
  *   3. G = wh/n (s - onehot) + ws/(n tau) (g - q sum g).
  * As the resident kernel: x = log q = (zs - ms) / tau - lx, the difference taken before the
  * scaling.

@@ -1,9 +1,9 @@
 /*
  * gpu_side.cu - the second lane of the cuda / hip backend: the vtable's side_begin, side_end
- * and side_join (core/backend.h), which the core's fused loop drives so that the next chunk's
- * logits GEMMs run beside this chunk's gradient GEMMs. The side lane (gpu_state.side: an internal
- * stream, its own BLAS handle and workspace) is made at create, never inside a call (a call may
- * be being captured); two events fork it from the stream and join it back.
+ * and side_join (core/backend_api/backend.h), which the core's fused loop drives so that the next
+ * chunk's logits GEMMs run beside this chunk's gradient GEMMs. The side lane (gpu_state.side: an
+ * internal stream, its own BLAS handle and workspace) is made at create, never inside a call (a
+ * call may be being captured); two events fork it from the stream and join it back.
  */
 #include "gpu_state.cuh"
 

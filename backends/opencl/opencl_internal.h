@@ -75,7 +75,7 @@ typedef struct distil_ocl_kernel {
 } distil_ocl_kernel;
 
 /* Kernel source text of one .cl file: embedded, or read from DISTIL_OPENCL_KERNEL_DIR. ELEM is
- * core/math/distil_elem.h, the element terms every backend shares. */
+ * core/backend_api/math/distil_elem.h, the element terms every backend shares. */
 typedef enum distil_ocl_src {
     DISTIL_OCL_SRC_COMMON,
     DISTIL_OCL_SRC_ELEM,

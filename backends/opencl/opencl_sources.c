@@ -12,9 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* distil_elem.h is read from the source tree's core/math, relative to the kernels folder. */
+/* distil_elem.h is read from the source tree's core/backend_api/math, relative to the kernels
+ * folder. */
 static const char *const ocl_source_files[DISTIL_OCL_SRC_COUNT] = {
-    "common.cl", "../../../core/math/distil_elem.h",
+    "common.cl", "../../../core/backend_api/math/distil_elem.h",
     "jsd.cl",    "distill.cl",
     "reduce.cl", "elementwise.cl",
     "gemm.cl",

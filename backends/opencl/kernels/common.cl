@@ -58,7 +58,7 @@ void distil_store_f32(__global float *p, ulong i, float v) {
     p[i] = v;
 }
 
-/* Round to nearest even, NaN stays a (quiet) NaN; the same as core/half.h. */
+/* Round to nearest even, NaN stays a (quiet) NaN; the same as core/backend_api/half.h. */
 void distil_store_bf16(__global ushort *p, ulong i, float v) {
     uint u = as_uint(v);
     if ((u & 0x7fffffffu) > 0x7f800000u) {
@@ -161,8 +161,8 @@ float2 distil_group_lse(float m, distil_acc s, __local float *lm, __local distil
     return r;
 }
 
-/* The element terms of SPEC 1 come next, from core/math/distil_elem.h (the host puts it after
- * this file), in float with these definitions. exp is the accurate one: native_exp may flush
+/* The element terms of SPEC 1 come next, from core/backend_api/math/distil_elem.h (the host puts it
+ * after this file), in float with these definitions. exp is the accurate one: native_exp may flush
  * subnormal probabilities (SPEC 1) and its error is the implementation's. */
 #define DE_T float
 #define DE_S float

@@ -216,7 +216,7 @@ typedef struct distil_chunk_policy {
     int64_t min_rows, max_rows;
 } distil_chunk_policy;
 
-/* Core-side sink for backend error messages; see core/error.h. */
+/* Core-side sink for backend error messages; see error.h beside this file. */
 typedef struct distil_ctx distil_ctx;
 
 /*
