@@ -47,14 +47,8 @@ static cudaError_t distill_launch_vw(const distill_params &p, distil_dtype gdt, 
     if (p.g == nullptr) {
         return distill_launch<DISTIL_F32, false, VW>(p, s);
     }
-    switch (gdt) {
-    case DISTIL_F32:
-        return distill_launch<DISTIL_F32, true, VW>(p, s);
-    case DISTIL_BF16:
-        return distill_launch<DISTIL_BF16, true, VW>(p, s);
-    default:
-        return distill_launch<DISTIL_F16, true, VW>(p, s);
-    }
+    return dt_dispatch(gdt,
+                       [&](auto g) { return distill_launch<decltype(g)::value, true, VW>(p, s); });
 }
 
 static distill_params distill_params_of(const distil_distill_rows_args *a) {

@@ -12,6 +12,7 @@
 #include "distil.h"
 
 #include <stdint.h>
+#include <type_traits>
 
 namespace DISTIL_GPU_NS {
 
@@ -21,6 +22,25 @@ __device__ __forceinline__ float bf16_bits_to_float(unsigned short h) {
 
 __device__ __forceinline__ unsigned short float_to_bf16_bits(float f) {
     return distil_float_to_bf16_bits(f);
+}
+
+/* A dtype as a compile-time constant: what dt_dispatch hands its function. */
+template <int DT> using dt_const = std::integral_constant<int, DT>;
+
+/* The one dtype switch of the .cu files (host code): calls f(dt_const<DT>{}) for the run-time
+ * dtype dt, F32, BF16 or F16 (the core validated it), so that a launcher names its templated
+ * kernel once: dt_dispatch(dt, [&](auto d) { kernel<decltype(d)::value><<<...>>>(...); }).
+ * Returns what f returns. */
+template <typename F>
+static inline auto dt_dispatch(distil_dtype dt, F &&f) -> decltype(f(dt_const<DISTIL_F32>{})) {
+    switch (dt) {
+    case DISTIL_F32:
+        return f(dt_const<DISTIL_F32>{});
+    case DISTIL_BF16:
+        return f(dt_const<DISTIL_BF16>{});
+    default:
+        return f(dt_const<DISTIL_F16>{});
+    }
 }
 
 template <int DT> struct dt_traits;

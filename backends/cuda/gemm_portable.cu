@@ -159,15 +159,9 @@ cudaError_t gemm_portable_launch(const distil_gemm_args *a, cudaStream_t s) {
         return cudaErrorInvalidValue;
     }
     const pg_params p = pg_params_of(a);
-    const bool c_f32 = a->c_dtype == DISTIL_F32;
-    switch (a->b_dtype) {
-    case DISTIL_F32:
-        return pg_launch<DISTIL_F32>(p, true, s);
-    case DISTIL_BF16:
-        return pg_launch<DISTIL_BF16>(p, c_f32, s);
-    default:
-        return pg_launch<DISTIL_F16>(p, c_f32, s);
-    }
+    const bool c_f32 = a->c_dtype == DISTIL_F32; /* (F32 inputs: C is F32 either way) */
+    return dt_dispatch(a->b_dtype,
+                       [&](auto d) { return pg_launch<decltype(d)::value>(p, c_f32, s); });
 }
 
 template <int BDT> static cudaError_t bias_launch(const distil_gemm_args *a, cudaStream_t s) {
@@ -186,14 +180,7 @@ template <int BDT> static cudaError_t bias_launch(const distil_gemm_args *a, cud
 }
 
 cudaError_t gemm_bias_add_launch(const distil_gemm_args *a, cudaStream_t s) {
-    switch (a->b_dtype) {
-    case DISTIL_F32:
-        return bias_launch<DISTIL_F32>(a, s);
-    case DISTIL_BF16:
-        return bias_launch<DISTIL_BF16>(a, s);
-    default:
-        return bias_launch<DISTIL_F16>(a, s);
-    }
+    return dt_dispatch(a->b_dtype, [&](auto d) { return bias_launch<decltype(d)::value>(a, s); });
 }
 
 } // namespace DISTIL_GPU_NS

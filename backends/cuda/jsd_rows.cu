@@ -86,16 +86,7 @@ extern "C" distil_status DISTIL_GPU_FN(jsd_rows)(void *vb, const distil_jsd_rows
     p.coef = jsd_coef_make(a->beta);
     gpu_device_guard guard(b);
     const bool vec = jsd_can_vectorise(p, distil_dtype_size(a->dtype));
-    switch (a->dtype) {
-    case DISTIL_F32:
-        jsd_launch_dt<DISTIL_F32>(p, vec, b->lane.stream);
-        break;
-    case DISTIL_BF16:
-        jsd_launch_dt<DISTIL_BF16>(p, vec, b->lane.stream);
-        break;
-    default:
-        jsd_launch_dt<DISTIL_F16>(p, vec, b->lane.stream);
-        break;
-    }
+    dt_dispatch(a->dtype,
+                [&](auto d) { jsd_launch_dt<decltype(d)::value>(p, vec, b->lane.stream); });
     return gpu_check_launch(b, "jsd_rows");
 }

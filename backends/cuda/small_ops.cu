@@ -161,22 +161,6 @@ static void scale_launch(void *x, int64_t count, const float *scale, cudaStream_
     }
 }
 
-template <int SDT>
-static void cast_launch_dst(distil_dtype ddt, const void *src, void *dst, int64_t count,
-                            cudaStream_t s) {
-    switch (ddt) {
-    case DISTIL_F32:
-        cast_launch<SDT, DISTIL_F32>(src, dst, count, s);
-        break;
-    case DISTIL_BF16:
-        cast_launch<SDT, DISTIL_BF16>(src, dst, count, s);
-        break;
-    default:
-        cast_launch<SDT, DISTIL_F16>(src, dst, count, s);
-        break;
-    }
-}
-
 } // namespace DISTIL_GPU_NS
 
 using namespace DISTIL_GPU_NS;
@@ -207,17 +191,11 @@ extern "C" distil_status DISTIL_GPU_FN(cast)(void *vb, const distil_cast_args *a
     gpu_device_guard guard(b);
     const void *src = distil_dptr_addr(a->src);
     void *dst = distil_dptr_addr(a->dst);
-    switch (a->src_dtype) {
-    case DISTIL_F32:
-        cast_launch_dst<DISTIL_F32>(a->dst_dtype, src, dst, a->count, b->lane.stream);
-        break;
-    case DISTIL_BF16:
-        cast_launch_dst<DISTIL_BF16>(a->dst_dtype, src, dst, a->count, b->lane.stream);
-        break;
-    default:
-        cast_launch_dst<DISTIL_F16>(a->dst_dtype, src, dst, a->count, b->lane.stream);
-        break;
-    }
+    dt_dispatch(a->src_dtype, [&](auto s) {
+        dt_dispatch(a->dst_dtype, [&](auto d) {
+            cast_launch<decltype(s)::value, decltype(d)::value>(src, dst, a->count, b->lane.stream);
+        });
+    });
     return gpu_check_launch(b, "cast");
 }
 
@@ -229,17 +207,10 @@ extern "C" distil_status DISTIL_GPU_FN(fill)(void *vb, const distil_fill_args *a
     gpu_device_guard guard(b);
     void *dst = distil_dptr_addr(a->dst);
     const unsigned grid = gpu_grid_for(a->count, 256, 65536);
-    switch (a->dtype) {
-    case DISTIL_F32:
-        distil_fill_kernel<DISTIL_F32><<<grid, 256, 0, b->lane.stream>>>(dst, a->count, a->value);
-        break;
-    case DISTIL_BF16:
-        distil_fill_kernel<DISTIL_BF16><<<grid, 256, 0, b->lane.stream>>>(dst, a->count, a->value);
-        break;
-    default:
-        distil_fill_kernel<DISTIL_F16><<<grid, 256, 0, b->lane.stream>>>(dst, a->count, a->value);
-        break;
-    }
+    dt_dispatch(a->dtype, [&](auto d) {
+        distil_fill_kernel<decltype(d)::value>
+            <<<grid, 256, 0, b->lane.stream>>>(dst, a->count, a->value);
+    });
     return gpu_check_launch(b, "fill");
 }
 
@@ -251,16 +222,8 @@ extern "C" distil_status DISTIL_GPU_FN(scale)(void *vb, const distil_scale_args 
     gpu_device_guard guard(b);
     void *x = distil_dptr_addr(a->x);
     const float *scale = static_cast<const float *>(distil_dptr_addr(a->scale));
-    switch (a->dtype) {
-    case DISTIL_F32:
-        scale_launch<DISTIL_F32>(x, a->count, scale, b->lane.stream);
-        break;
-    case DISTIL_BF16:
-        scale_launch<DISTIL_BF16>(x, a->count, scale, b->lane.stream);
-        break;
-    default:
-        scale_launch<DISTIL_F16>(x, a->count, scale, b->lane.stream);
-        break;
-    }
+    dt_dispatch(a->dtype, [&](auto d) {
+        scale_launch<decltype(d)::value>(x, a->count, scale, b->lane.stream);
+    });
     return gpu_check_launch(b, "scale");
 }
