@@ -135,13 +135,13 @@ static distil_status bench_time_mode(const bench_options *opt, distil_ctx *ctx,
 /* Time one mode on buffers already made, then its loss, workspace and memory. */
 static void bench_measure(const bench_options *opt, distil_ctx *ctx, const bench_shape *s,
                           const bench_buffers *b, double rss_before, bench_result *r) {
-    size_t ws = 0;
-    distil_status st = bench_workspace_bytes(ctx, s, r->mode, &ws);
+    size_t work = 0;
+    distil_status st = bench_workspace_bytes(ctx, s, r->mode, &work);
     if (st != DISTIL_OK) {
         bench_fail(r, ctx, st, "workspace size");
         return;
     }
-    r->workspace_bytes = (double)ws;
+    r->workspace_bytes = (double)work;
     st = bench_time_mode(opt, ctx, s, r->mode, b, r);
     if (st == DISTIL_OK) {
         st = bench_read_loss(ctx, b, &r->loss);

@@ -26,7 +26,7 @@ int64_t distil_chunk_rows(const distil_chunk_policy *policy, int64_t rows, int64
 /* Append a region of `bytes` at *cursor and return its offset. */
 static size_t distil_take(size_t *cursor, size_t bytes) {
     size_t off = *cursor;
-    *cursor += distil_ws_round(bytes);
+    *cursor += distil_workspace_round(bytes);
     return off;
 }
 

@@ -1,7 +1,7 @@
 /*
  * chunk.h - the chunk planner of the fused loss (pure: no context, no allocation).
  *
- * Workspace layout, every region aligned to DISTIL_WS_ALIGN bytes:
+ * Workspace layout, every region aligned to DISTIL_WORKSPACE_ALIGN bytes:
  *   fixed    n (1 fp32) | ce (T) fp32 | jsd (T) fp32 | gw (V, Hs) fp32 | gb (V) fp32
  *   chunk    zs (C, V) fp32 | zt (C, V) fp32 | g (C, V) g_dtype | ones (C) dtype
  * gw / gb exist only when that gradient is wanted, the dtype is not F32 (an F32 output is

@@ -85,8 +85,8 @@ void distil_ctx_destroy(distil_ctx *ctx) {
     if (ctx == NULL || distil_ctx_enter(ctx, "ctx_destroy") != DISTIL_OK) {
         return;
     }
-    if (ctx->ws_own != NULL) {
-        ctx->be->mem_free(ctx->b, ctx->ws_own);
+    if (ctx->work_own != NULL) {
+        ctx->be->mem_free(ctx->b, ctx->work_own);
     }
     ctx->be->destroy(ctx->b);
     free(ctx);
@@ -169,8 +169,8 @@ static distil_status distil_ctx_set_workspace_run(distil_ctx *ctx, void *ptr, si
                                     e.size, bytes);
         }
     }
-    ctx->ws_lent = ptr;
-    ctx->ws_lent_bytes = bytes;
+    ctx->work_lent = ptr;
+    ctx->work_lent_bytes = bytes;
     return DISTIL_OK;
 }
 

@@ -17,10 +17,10 @@ struct distil_ctx {
     void *b; /* backend state */
     char device_name[128];
     char msg[DISTIL_MSG_BYTES];
-    void *ws_own; /* the context's own workspace, allocated by the backend */
-    size_t ws_own_bytes;
-    void *ws_lent; /* workspace lent by the caller, or NULL */
-    size_t ws_lent_bytes;
+    void *work_own; /* the context's own workspace, allocated by the backend */
+    size_t work_own_bytes;
+    void *work_lent; /* workspace lent by the caller, or NULL */
+    size_t work_lent_bytes;
     /* A deferred error (invalid label) that an internal wait collected before the caller's
      * distil_ctx_synchronize did: kept here so that the caller still gets it, once. */
     distil_status deferred;

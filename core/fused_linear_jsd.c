@@ -124,7 +124,7 @@ static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused
     for (size_t i = 0; i < N; i++) {
         s[i] = (distil_span){ptrs[i].name, ptrs[i].p.base, ptrs[i].bytes, ptrs[i].out};
     }
-    s[N] = (distil_span){"workspace", ctx->ws_lent, ctx->ws_lent_bytes, true};
+    s[N] = (distil_span){"workspace", ctx->work_lent, ctx->work_lent_bytes, true};
     return distil_spans_check(ctx, fn, s, N + 1, -1, -1);
 }
 
@@ -148,7 +148,7 @@ static distil_status distil_fused_make_plan(distil_ctx *ctx, const distil_fused_
     int64_t chunk = d->chunk_rows;
     if (chunk == 0) {
         chunk = distil_chunk_rows(&ctx->be->chunk, s->rows, s->vocab);
-        size_t avail = distil_ws_available(ctx);
+        size_t avail = distil_workspace_available(ctx);
         if (!distil_chunk_plan_fit(s, chunk, avail, p)) {
             return distil_error_set(ctx, DISTIL_ERR_WORKSPACE,
                                     "%s: lent workspace holds %zu bytes, one row needs %zu", fn,
@@ -241,7 +241,7 @@ static distil_status distil_fused_linear_jsd_run(
                               distil_dptr_present(a.grad_ws), distil_dptr_present(a.grad_bs));
     distil_fused_plan p;
     DISTIL_TRY(distil_fused_make_plan(ctx, desc, &s, &p));
-    DISTIL_TRY(distil_ws_acquire(ctx, p.bytes, fn, &a.workspace));
+    DISTIL_TRY(distil_workspace_acquire(ctx, p.bytes, fn, &a.workspace));
     a.workspace_bytes = p.bytes;
     a.chunk_rows = p.chunk_rows;
     distil_status st = ctx->be->fused_linear_jsd != NULL ? ctx->be->fused_linear_jsd(ctx->b, &a)

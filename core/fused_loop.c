@@ -2,7 +2,7 @@
  * fused_loop.c - the chunk loop of the fused loss, see fused_loop.h. With C = the plan's chunk:
  *   n = max(1, valid rows)                                   count_valid
  *   zs, zt of chunk 0                                        two GEMMs, (C, V) fp32
- *   per chunk k:  distill_rows -> ce, jsd (C) and G (C, V)
+ *   per chunk k:  fused_rows -> ce, jsd (C) and G (C, V)
  *                 grad_xs_k = G Ws;  gw (+)= G^T xs_k;  gb (+)= 1^T G
  *                 zs, zt of chunk k + 1
  *   cast the fp32 accumulators (several chunks only) to the output dtype; loss = reduce(ce, jsd)
@@ -74,7 +74,7 @@ static distil_status distil_fused_logits(const distil_fused_loop *L, int64_t r0,
 static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, int64_t c) {
     const distil_fused_args *a = L->a;
     const distil_fused_plan *p = L->p;
-    distil_distill_rows_args r = {
+    distil_fused_rows_args r = {
         .zs = distil_fused_ws(L, p->off_zs),
         .zt = distil_fused_ws(L, p->off_zt),
         .rows = c,
@@ -90,7 +90,7 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         .g = L->grads ? distil_fused_ws(L, p->off_g) : distil_dptr_make(NULL, 0),
         .g_dtype = p->g_dtype,
         .n_valid = distil_fused_ws(L, p->off_n)};
-    return L->be->distill_rows(L->b, &r);
+    return L->be->fused_rows(L->b, &r);
 }
 
 /* grad_xs_c = G Ws (c, Hs), in the output dtype. */
@@ -266,8 +266,7 @@ static distil_status distil_fused_epilogue(const distil_fused_loop *L) {
 distil_status distil_fused_loop_run(distil_ctx *ctx, const distil_fused_args *a,
                                     const distil_fused_plan *p) {
     const distil_backend *be = ctx->be;
-    if (!be->gemm || !be->count_valid || !be->distill_rows || !be->reduce || !be->cast ||
-        !be->fill) {
+    if (!be->gemm || !be->count_valid || !be->fused_rows || !be->reduce || !be->cast || !be->fill) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
                                 "fused_linear_jsd: backend '%s' lacks the fused-loss kernels",
                                 be->name);

@@ -65,7 +65,7 @@ static distil_status distil_jsd_check_desc(distil_ctx *ctx, const distil_jsd_des
 }
 
 /* What the call touches, in bytes from each pointer (core/overlap.h). */
-enum { JSD_X, JSD_Y, JSD_LABELS, JSD_LOSS, JSD_GRAD, JSD_WS, JSD_SPANS };
+enum { JSD_X, JSD_Y, JSD_LABELS, JSD_LOSS, JSD_GRAD, JSD_WORK, JSD_SPANS };
 
 static void distil_jsd_spans(const distil_ctx *ctx, const distil_jsd_args *a, const void *x,
                              const void *y, const int64_t *labels, const float *loss,
@@ -80,7 +80,7 @@ static void distil_jsd_spans(const distil_ctx *ctx, const distil_jsd_args *a, co
     s[JSD_LOSS] = (distil_span){"loss", loss, (none ? (size_t)a->rows : 1) * sizeof(float), true};
     s[JSD_GRAD] = (distil_span){"grad_student", grad,
                                 distil_span_bytes(a->rows, a->vocab, a->grad_stride, es), true};
-    s[JSD_WS] = (distil_span){"workspace", ctx->ws_lent, ctx->ws_lent_bytes, true};
+    s[JSD_WORK] = (distil_span){"workspace", ctx->work_lent, ctx->work_lent_bytes, true};
 }
 
 /* Pointer checks, in the fixed order NULL -> backend ownership -> in-place stride -> sizes and
@@ -114,13 +114,13 @@ static distil_status distil_jsd_check_ptrs(distil_ctx *ctx, const distil_jsd_arg
 }
 
 /* Workspace layout of the composed path: [n (one fp32, padded)] [row_loss (rows) fp32]. */
-static size_t distil_jsd_ws_bytes(const distil_ctx *ctx, const distil_jsd_args *a) {
+static size_t distil_jsd_work_bytes(const distil_ctx *ctx, const distil_jsd_args *a) {
     if (ctx->be->jsd != NULL || a->rows == 0) {
         return 0;
     }
-    size_t bytes = DISTIL_WS_ALIGN;
+    size_t bytes = DISTIL_WORKSPACE_ALIGN;
     if (a->reduction != DISTIL_REDUCTION_NONE) {
-        bytes += distil_ws_round((size_t)a->rows * sizeof(float));
+        bytes += distil_workspace_round((size_t)a->rows * sizeof(float));
     }
     return bytes;
 }
@@ -133,7 +133,7 @@ static distil_status distil_jsd_workspace_size_run(distil_ctx *ctx, const distil
     DISTIL_TRY(distil_check_not_null(ctx, "jsd_workspace_size", "bytes", bytes));
     distil_jsd_args a = {0};
     DISTIL_TRY(distil_jsd_check_desc(ctx, desc, &a));
-    *bytes = distil_jsd_ws_bytes(ctx, &a);
+    *bytes = distil_jsd_work_bytes(ctx, &a);
     return DISTIL_OK;
 }
 
@@ -149,12 +149,12 @@ static distil_status distil_jsd_compose(distil_ctx *ctx, const distil_jsd_args *
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED, "%s: backend '%s' lacks JSD kernels",
                                 fn, be->name);
     }
-    distil_dptr ws;
-    DISTIL_TRY(distil_ws_acquire(ctx, distil_jsd_ws_bytes(ctx, a), fn, &ws));
+    distil_dptr work;
+    DISTIL_TRY(distil_workspace_acquire(ctx, distil_jsd_work_bytes(ctx, a), fn, &work));
     bool mean = a->reduction == DISTIL_REDUCTION_BATCHMEAN;
     bool none = a->reduction == DISTIL_REDUCTION_NONE;
-    distil_dptr n = mean ? ws : distil_dptr_make(NULL, 0);
-    distil_dptr row_loss = none ? a->loss : distil_dptr_add(ws, DISTIL_WS_ALIGN);
+    distil_dptr n = mean ? work : distil_dptr_make(NULL, 0);
+    distil_dptr row_loss = none ? a->loss : distil_dptr_add(work, DISTIL_WORKSPACE_ALIGN);
     if (mean) {
         distil_count_args c = {.labels = a->labels,
                                .rows = a->rows,

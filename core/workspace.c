@@ -6,27 +6,28 @@
 #include <stdint.h>
 #include <stdio.h>
 
-size_t distil_ws_available(const distil_ctx *ctx) {
-    return ctx->ws_lent != NULL ? ctx->ws_lent_bytes : SIZE_MAX;
+size_t distil_workspace_available(const distil_ctx *ctx) {
+    return ctx->work_lent != NULL ? ctx->work_lent_bytes : SIZE_MAX;
 }
 
-distil_status distil_ws_acquire(distil_ctx *ctx, size_t bytes, const char *what, distil_dptr *out) {
-    if (ctx->ws_lent != NULL) {
-        if (bytes > ctx->ws_lent_bytes) {
+distil_status distil_workspace_acquire(distil_ctx *ctx, size_t bytes, const char *what,
+                                       distil_dptr *out) {
+    if (ctx->work_lent != NULL) {
+        if (bytes > ctx->work_lent_bytes) {
             return distil_error_set(ctx, DISTIL_ERR_WORKSPACE,
                                     "%s: lent workspace holds %zu bytes, the call needs %zu", what,
-                                    ctx->ws_lent_bytes, bytes);
+                                    ctx->work_lent_bytes, bytes);
         }
-        *out = distil_dptr_make(ctx->ws_lent, 0);
+        *out = distil_dptr_make(ctx->work_lent, 0);
         return DISTIL_OK;
     }
-    if (bytes > ctx->ws_own_bytes) {
+    if (bytes > ctx->work_own_bytes) {
         /* Work queued on the stream may still use the old buffer. */
         DISTIL_TRY(distil_ctx_wait(ctx));
-        if (ctx->ws_own != NULL) {
-            ctx->be->mem_free(ctx->b, ctx->ws_own);
-            ctx->ws_own = NULL;
-            ctx->ws_own_bytes = 0;
+        if (ctx->work_own != NULL) {
+            ctx->be->mem_free(ctx->b, ctx->work_own);
+            ctx->work_own = NULL;
+            ctx->work_own_bytes = 0;
         }
         void *p = NULL;
         distil_status s = ctx->be->mem_alloc(ctx->b, bytes, &p);
@@ -36,9 +37,9 @@ distil_status distil_ws_acquire(distil_ctx *ctx, size_t bytes, const char *what,
             return distil_error_set(ctx, s, "%s: cannot allocate a workspace of %zu bytes: %s",
                                     what, bytes, why);
         }
-        ctx->ws_own = p;
-        ctx->ws_own_bytes = bytes;
+        ctx->work_own = p;
+        ctx->work_own_bytes = bytes;
     }
-    *out = distil_dptr_make(ctx->ws_own, 0);
+    *out = distil_dptr_make(ctx->work_own, 0);
     return DISTIL_OK;
 }

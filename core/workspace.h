@@ -7,17 +7,18 @@
 
 #include "backend.h"
 
-#define DISTIL_WS_ALIGN 256
+#define DISTIL_WORKSPACE_ALIGN 256
 
-/* Bytes rounded up to DISTIL_WS_ALIGN, so that every carved region stays aligned. */
-static inline size_t distil_ws_round(size_t bytes) {
-    return (bytes + DISTIL_WS_ALIGN - 1) / DISTIL_WS_ALIGN * DISTIL_WS_ALIGN;
+/* Bytes rounded up to DISTIL_WORKSPACE_ALIGN, so that every carved region stays aligned. */
+static inline size_t distil_workspace_round(size_t bytes) {
+    return (bytes + DISTIL_WORKSPACE_ALIGN - 1) / DISTIL_WORKSPACE_ALIGN * DISTIL_WORKSPACE_ALIGN;
 }
 
 /* Bytes the context can offer without allocating: the lent size, or SIZE_MAX when it may grow. */
-size_t distil_ws_available(const distil_ctx *ctx);
+size_t distil_workspace_available(const distil_ctx *ctx);
 
 /* A workspace of at least `bytes` (`what` names the call for messages). */
-distil_status distil_ws_acquire(distil_ctx *ctx, size_t bytes, const char *what, distil_dptr *out);
+distil_status distil_workspace_acquire(distil_ctx *ctx, size_t bytes, const char *what,
+                                       distil_dptr *out);
 
 #endif /* DISTIL_CORE_WORKSPACE_H */

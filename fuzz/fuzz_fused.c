@@ -27,7 +27,7 @@ typedef struct fz_fused {
     int alias_out, alias_in; /* an output passed as this other buffer (SPEC section 5), or -1 */
     size_t es;
     int64_t rows, vocab, hs, ht; /* the descriptor's, clamped to what buffers hold */
-    fz_buf b[B_COUNT], ws;
+    fz_buf b[B_COUNT], work;
 } fz_fused;
 
 static int64_t fz_clamp(int64_t v, int64_t lo, int64_t hi) {
@@ -163,7 +163,7 @@ static bool fz_fused_alloc(distil_ctx *ctx, fz_fused *c) {
             return false;
         }
     }
-    return fz_buf_alloc(ctx, &c->ws, c->lend);
+    return fz_buf_alloc(ctx, &c->work, c->lend);
 }
 
 static void fz_fused_labels(fz_in *in, fz_fused *c) {
@@ -206,7 +206,7 @@ static void *fz_fused_ptr(const fz_fused *c, int i) {
 
 static distil_status fz_fused_call(distil_ctx *ctx, fz_fused *c) {
     if (c->lend > 0) {
-        distil_status s = distil_ctx_set_workspace(ctx, c->ws.dev, c->ws.bytes);
+        distil_status s = distil_ctx_set_workspace(ctx, c->work.dev, c->work.bytes);
         fz_check_status(ctx, "ctx_set_workspace", s, FZ_S(DISTIL_OK));
     }
     fz_mark_message(ctx);
@@ -326,7 +326,7 @@ static void fz_fused_free(distil_ctx *ctx, fz_fused *c) {
     for (int i = 0; i < B_COUNT; i++) {
         fz_buf_free(ctx, &c->b[i]);
     }
-    fz_buf_free(ctx, &c->ws);
+    fz_buf_free(ctx, &c->work);
 }
 
 /* ---------------------------------------------------------------- numeric oracles */
@@ -366,7 +366,7 @@ static unsigned char *fz_fused_on_ref(const fz_fused *c, size_t *n) {
     distil_ctx *ref = fz_ref_context();
     fz_fused r = *c;
     r.lend = 0;
-    r.ws = (fz_buf){0};
+    r.work = (fz_buf){0};
     for (int i = 0; i < B_COUNT; i++) {
         r.b[i] = (fz_buf){0};
     }

@@ -21,7 +21,7 @@ typedef struct fz_jsd {
     bool backed, huge, special; /* huge: a field past the caps (may be "too large") */
     int64_t xs, ys, gs;         /* strides as buffers are laid out: max(stride, vocab) */
     size_t es;
-    fz_buf x, y, labels, loss, grad, ws;
+    fz_buf x, y, labels, loss, grad, work;
 } fz_jsd;
 
 static int64_t fz_max64(int64_t a, int64_t b) {
@@ -119,7 +119,7 @@ static bool fz_jsd_alloc(distil_ctx *ctx, fz_jsd *c) {
               fz_buf_alloc(ctx, &c->loss, (loss_n ? loss_n : 1) * sizeof(float)) &&
               fz_buf_alloc(ctx, &c->grad,
                            c->grad_mode == FZ_GRAD_OWN ? rows * (size_t)c->gs * c->es : 0) &&
-              fz_buf_alloc(ctx, &c->ws, c->lend);
+              fz_buf_alloc(ctx, &c->work, c->lend);
     return ok;
 }
 
@@ -147,7 +147,7 @@ static distil_status fz_jsd_call(distil_ctx *ctx, fz_jsd *c) {
                  : c->grad_mode == FZ_GRAD_LOSS     ? (c->loss_null ? NULL : c->loss.dev)
                                                     : NULL;
     if (c->lend > 0) {
-        distil_status s = distil_ctx_set_workspace(ctx, c->ws.dev, c->ws.bytes);
+        distil_status s = distil_ctx_set_workspace(ctx, c->work.dev, c->work.bytes);
         fz_check_status(ctx, "ctx_set_workspace", s, FZ_S(DISTIL_OK));
     }
     fz_mark_message(ctx);
@@ -238,7 +238,7 @@ static void fz_jsd_check_after(distil_ctx *ctx, fz_jsd *c, distil_status s) {
 }
 
 static void fz_jsd_free(distil_ctx *ctx, fz_jsd *c) {
-    fz_buf *bufs[] = {&c->x, &c->y, &c->labels, &c->loss, &c->grad, &c->ws};
+    fz_buf *bufs[] = {&c->x, &c->y, &c->labels, &c->loss, &c->grad, &c->work};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         fz_buf_free(ctx, bufs[i]);
     }
@@ -277,7 +277,7 @@ static unsigned char *fz_jsd_on_ref(const fz_jsd *c, size_t *n) {
     r.fault = -1;
     r.lend = 0;
     const fz_buf *src[] = {&c->x, &c->y, &c->labels, &c->loss, &c->grad};
-    fz_buf *dst[] = {&r.x, &r.y, &r.labels, &r.loss, &r.grad, &r.ws};
+    fz_buf *dst[] = {&r.x, &r.y, &r.labels, &r.loss, &r.grad, &r.work};
     for (size_t i = 0; i < sizeof dst / sizeof dst[0]; i++) {
         *dst[i] = (fz_buf){0};
     }

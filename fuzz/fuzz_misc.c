@@ -147,10 +147,10 @@ static void fz_misc_context_calls(fz_in *in, distil_ctx *ctx) {
                         stream ? FZ_S(DISTIL_ERR_UNSUPPORTED) : FZ_S(DISTIL_OK));
     }
     unsigned m = fz_pick(in, 3);
-    void *ws = m == 1 ? dummy : NULL;
+    void *work = m == 1 ? dummy : NULL;
     size_t bytes = m == 2 ? 1 + fz_pick(in, 200) : 0;
     fz_mark_message(ctx);
-    fz_check_status(ctx, "ctx_set_workspace", distil_ctx_set_workspace(ctx, ws, bytes),
+    fz_check_status(ctx, "ctx_set_workspace", distil_ctx_set_workspace(ctx, work, bytes),
                     m == 0 ? FZ_S(DISTIL_OK) : FZ_S(DISTIL_ERR_INVALID_ARG));
     size_t out = 0;
     distil_jsd_desc jd;

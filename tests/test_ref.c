@@ -92,12 +92,12 @@ static void fused_in_free(fused_in *p) {
     free(p->labels);
 }
 
-static distil_fused_linear_jsd_desc fused_desc(const fused_in *p, float wh, float ws, float beta,
-                                               float tau) {
+static distil_fused_linear_jsd_desc fused_desc(const fused_in *p, float w_hard, float w_soft,
+                                               float beta, float tau) {
     distil_fused_linear_jsd_desc d;
     distil_fused_linear_jsd_desc_init(&d);
     d.rows = p->t, d.vocab = p->v, d.student_hidden = p->hs, d.teacher_hidden = p->ht;
-    d.dtype = DISTIL_F32, d.weight_hard = wh, d.weight_soft = ws, d.beta = beta;
+    d.dtype = DISTIL_F32, d.weight_hard = w_hard, d.weight_soft = w_soft, d.beta = beta;
     d.temperature = tau, d.return_parts = 1;
     return d;
 }
@@ -494,7 +494,7 @@ static void test_tiny_probabilities(void **state) {
 enum { FT = 3, FV = 7, FHS = 4, FHT = 5 };
 
 typedef struct fused_cfg {
-    float wh, ws, beta, tau;
+    float w_hard, w_soft, beta, tau;
     bool bias;
     int64_t ignored_row; /* -1: none */
 } fused_cfg;
@@ -514,7 +514,7 @@ static void test_fused_forward(void **state) {
         if (k->ignored_row >= 0) {
             p.labels[k->ignored_row] = -100;
         }
-        distil_fused_linear_jsd_desc d = fused_desc(&p, k->wh, k->ws, k->beta, k->tau);
+        distil_fused_linear_jsd_desc d = fused_desc(&p, k->w_hard, k->w_soft, k->beta, k->tau);
         float loss[3];
         double want[3];
         ref_fused(&d, &p, loss, (fused_grads){NULL, NULL, NULL});
@@ -685,7 +685,7 @@ static void test_fd_fused(void **state) {
         if (k->ignored_row >= 0) {
             p.labels[k->ignored_row] = -100;
         }
-        distil_fused_linear_jsd_desc d = fused_desc(&p, k->wh, k->ws, k->beta, k->tau);
+        distil_fused_linear_jsd_desc d = fused_desc(&p, k->w_hard, k->w_soft, k->beta, k->tau);
         float loss[3], gxs[FT * FHS], gws[FV * FHS], gbs[FV];
         ref_fused(&d, &p, loss, (fused_grads){gxs, gws, gbs});
         fused_fd_arg arg = {&d, &p};

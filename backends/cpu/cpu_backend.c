@@ -1,7 +1,7 @@
 /*
  * cpu_backend.c - the "cpu" backend's vtable: life cycle, threads, host memory, deferred label
  * errors and the chunk-size preference. The kernels live in cpu_gemm.c, cpu_jsd.c,
- * cpu_distill.c and cpu_reduce.c; the row kernels in cpu_kern_*.c, one table per ISA.
+ * cpu_fused_rows.c and cpu_reduce.c; the row kernels in cpu_kern_*.c, one table per ISA.
  */
 #include "cpu_internal.h"
 #include "error.h"
@@ -204,7 +204,7 @@ const distil_backend distil_backend_cpu = {
     .gemm = distil_cpu_gemm,
     .count_valid = distil_cpu_count_valid,
     .jsd_rows = distil_cpu_jsd_rows,
-    .distill_rows = distil_cpu_distill_rows,
+    .fused_rows = distil_cpu_fused_rows,
     .reduce = distil_cpu_reduce,
     .cast = distil_cpu_cast,
     .fill = distil_cpu_fill,

@@ -27,8 +27,8 @@ typedef struct cpu_jsd_row {
 /* One valid row of SPEC section 2 steps 2-5 on fp32 logits zs, zt (vocab); label in [0, vocab).
  * g (vocab) of g_dtype or NULL; it may equal zs when g_dtype is F32.
  * G = gh (s - onehot) + gs inv_t (g - q sum g), with gh = weight_hard / n, gs = weight_soft / n.
- * scratch holds cpu_distill_scratch_floats(vocab) floats of the calling thread. */
-typedef struct cpu_distill_row {
+ * scratch holds cpu_fused_scratch_floats(vocab) floats of the calling thread. */
+typedef struct cpu_fused_row {
     const float *zs, *zt;
     void *g;
     distil_dtype g_dtype;
@@ -36,7 +36,7 @@ typedef struct cpu_distill_row {
     float beta, inv_t, gh, gs;
     float *scratch;
     float ce, jsd; /* out */
-} cpu_distill_row;
+} cpu_fused_row;
 
 /* A table of row kernels built for one instruction set. */
 typedef struct cpu_kernels {
@@ -47,7 +47,7 @@ typedef struct cpu_kernels {
     /* Returns the row loss; writes the whole grad row when grad is not NULL. */
     double (*jsd_row)(const cpu_jsd_row *r);
     /* Writes ce, jsd and, when g is not NULL, the whole G row. */
-    void (*distill_row)(cpu_distill_row *r);
+    void (*fused_row)(cpu_fused_row *r);
 } cpu_kernels;
 
 extern const cpu_kernels distil_cpu_kernels_generic;
@@ -73,8 +73,8 @@ typedef struct cpu_state {
     char name[96];
 } cpu_state;
 
-/* Floats of per-thread scratch that distill_row needs for a vocabulary. */
-int64_t distil_cpu_distill_scratch_floats(int64_t vocab);
+/* Floats of per-thread scratch that fused_row needs for a vocabulary. */
+int64_t distil_cpu_fused_scratch_floats(int64_t vocab);
 
 /* Make *buf hold at least bytes (64-byte aligned, contents not kept); OOM reported on ctx. */
 distil_status distil_cpu_grow(cpu_state *st, void **buf, size_t *cap, size_t bytes,
@@ -84,7 +84,7 @@ distil_status distil_cpu_grow(cpu_state *st, void **buf, size_t *cap, size_t byt
 distil_status distil_cpu_gemm(void *b, const distil_gemm_args *a);
 distil_status distil_cpu_count_valid(void *b, const distil_count_args *a);
 distil_status distil_cpu_jsd_rows(void *b, const distil_jsd_rows_args *a);
-distil_status distil_cpu_distill_rows(void *b, const distil_distill_rows_args *a);
+distil_status distil_cpu_fused_rows(void *b, const distil_fused_rows_args *a);
 distil_status distil_cpu_reduce(void *b, const distil_reduce_args *a);
 distil_status distil_cpu_cast(void *b, const distil_cast_args *a);
 distil_status distil_cpu_fill(void *b, const distil_fill_args *a);

@@ -206,7 +206,7 @@ static double k_jsd_row(const cpu_jsd_row *r) {
     return sum;
 }
 
-/* ------------------------------------------------------------------ distill_row */
+/* ------------------------------------------------------------------ fused_row */
 
 /* Row maxima of zs and zt (vocab fp32 each). */
 static void k_max2(const float *zs, const float *zt, int64_t vocab, float *ms, float *mt) {
@@ -249,10 +249,9 @@ typedef struct k_lsm {
 } k_lsm;
 
 /* Pass 3: x, y from the logits, e and dq, q into scratch. Returns sum e; *sg = sum dq. */
-static inline __attribute__((always_inline)) double k_distill_jsd(int mode,
-                                                                  const cpu_distill_row *r,
-                                                                  const k_lsm *ls, const k_lsm *lt,
-                                                                  const de_coef *k, double *sg) {
+static inline __attribute__((always_inline)) double k_fused_jsd(int mode, const cpu_fused_row *r,
+                                                                const k_lsm *ls, const k_lsm *lt,
+                                                                const de_coef *k, double *sg) {
     alignas(64) float sb[CPU_TILE];
     alignas(64) float tb[CPU_TILE];
     float *dqs = r->scratch;
@@ -284,7 +283,7 @@ static inline __attribute__((always_inline)) double k_distill_jsd(int mode,
 
 /* Pass 4: G = gh (s - onehot) + gs inv_t (dq - q sum_dq), s = softmax(zs) (= q when inv_t is 1).
  * zs is read before g is written at the same place, so g may be zs. */
-static void k_distill_grad(const cpu_distill_row *r, const k_lsm *l1, double sg) {
+static void k_fused_grad(const cpu_fused_row *r, const k_lsm *l1, double sg) {
     alignas(64) float sb[CPU_TILE];
     alignas(64) float gb[CPU_TILE];
     const float *dqs = r->scratch;
@@ -314,7 +313,7 @@ static void k_distill_grad(const cpu_distill_row *r, const k_lsm *l1, double sg)
 
 /* SPEC 2 steps 2-5 on one valid row, in four passes over the row (kept in cache between them):
  * maxima, exp sums, the JSD terms, the gradient. */
-static void k_distill_row(cpu_distill_row *r) {
+static void k_fused_row(cpu_fused_row *r) {
     float ms;
     float mt;
     k_max2(r->zs, r->zt, r->vocab, &ms, &mt);
@@ -332,17 +331,17 @@ static void k_distill_row(cpu_distill_row *r) {
     double sg = 0.0;
     switch (k.mode) {
     case DE_FWD:
-        r->jsd = (float)k_distill_jsd(DE_FWD, r, &ls, &lt, &k, &sg);
+        r->jsd = (float)k_fused_jsd(DE_FWD, r, &ls, &lt, &k, &sg);
         break;
     case DE_MIX:
-        r->jsd = (float)k_distill_jsd(DE_MIX, r, &ls, &lt, &k, &sg);
+        r->jsd = (float)k_fused_jsd(DE_MIX, r, &ls, &lt, &k, &sg);
         break;
     default:
-        r->jsd = (float)k_distill_jsd(DE_REV, r, &ls, &lt, &k, &sg);
+        r->jsd = (float)k_fused_jsd(DE_REV, r, &ls, &lt, &k, &sg);
         break;
     }
     if (r->g) {
-        k_distill_grad(r, &l1, sg);
+        k_fused_grad(r, &l1, sg);
     }
 }
 
@@ -351,5 +350,5 @@ const cpu_kernels CPU_KTABLE = {
     .to_f32 = k_to_f32,
     .from_f32 = k_from_f32,
     .jsd_row = k_jsd_row,
-    .distill_row = k_distill_row,
+    .fused_row = k_fused_row,
 };

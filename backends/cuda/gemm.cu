@@ -80,7 +80,7 @@ static cublasStatus_t lt_describe(const gpu_state *b, const distil_gemm_args *a,
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     const void *bias = distil_dptr_addr(a->bias);
     const int32_t bias_type = ab;
-    const uint64_t ws = b->lane.blas_ws_bytes;
+    const uint64_t ws = b->lane.blas_work_bytes;
     cublasStatus_t st = cublasLtMatmulDescCreate(&pl.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     st =
         st ? st
@@ -128,7 +128,7 @@ static bool gemm_lt_bias(gpu_state *b, const distil_gemm_args *a) {
     void *c = distil_dptr_addr(a->c);
     return cublasLtMatmul(b->lt, pl.op, &a->alpha, distil_dptr_addr(a->b), pl.la,
                           distil_dptr_addr(a->a), pl.lb, &a->beta, c, pl.lc, c, pl.lc, &h.algo,
-                          b->lane.blas_ws, b->lane.blas_ws_bytes,
+                          b->lane.blas_work, b->lane.blas_work_bytes,
                           b->lane.stream) == CUBLAS_STATUS_SUCCESS;
 }
 #endif

@@ -5,7 +5,7 @@
  * set_stream and synchronize (which reports a recorded invalid label once). Also the mapping of
  * runtime errors to statuses shared by every file.
  */
-#include "distill_rows.cuh"
+#include "fused_rows.cuh"
 #include "gpu_state.cuh"
 
 #include <stdio.h>
@@ -41,7 +41,7 @@ static void gpu_read_env(gpu_state *b) {
     const char *g = getenv("DISTIL_CUDA_GEMM");
     b->portable_gemm = !DISTIL_GPU_HAVE_BLAS || (g != nullptr && strcmp(g, "portable") == 0);
     const char *r = getenv("DISTIL_CUDA_DISTILL");
-    b->distill_stream = r != nullptr && strcmp(r, "stream") == 0;
+    b->fused_stream = r != nullptr && strcmp(r, "stream") == 0;
     const char *o = getenv("DISTIL_CUDA_OVERLAP");
     b->overlap = o == nullptr || strcmp(o, "off") != 0;
     const char *d = getenv("DISTIL_CUDA_SIDE_DELAY_US"); /* tests: see gpu_side_delay */
@@ -77,10 +77,10 @@ static distil_status gpu_lane_blas(gpu_state *b, gpu_lane *lane, const char *whi
                                 "%s: allocating the BLAS workspace%s failed (injected)",
                                 DISTIL_GPU_NAME, which);
     }
-    GPU_TRY(b, cudaMalloc(&lane->blas_ws, GPU_BLAS_WS_BYTES), "BLAS workspace");
-    lane->blas_ws_bytes = GPU_BLAS_WS_BYTES;
+    GPU_TRY(b, cudaMalloc(&lane->blas_work, GPU_BLAS_WS_BYTES), "BLAS workspace");
+    lane->blas_work_bytes = GPU_BLAS_WS_BYTES;
     if (cublasSetStream(lane->blas, lane->stream) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetWorkspace(lane->blas, lane->blas_ws, lane->blas_ws_bytes) !=
+        cublasSetWorkspace(lane->blas, lane->blas_work, lane->blas_work_bytes) !=
             CUBLAS_STATUS_SUCCESS) {
         return distil_error_set(b->ctx, DISTIL_ERR_BACKEND, "%s: cuBLAS stream/workspace setup%s",
                                 DISTIL_GPU_NAME, which);
@@ -120,7 +120,7 @@ static distil_status gpu_init_side(gpu_state *b) {
 
 static distil_status gpu_init(gpu_state *b) {
     DISTIL_TRY(gpu_query_device(b));
-    DISTIL_TRY(distill_resident_setup(b));
+    DISTIL_TRY(fused_resident_setup(b));
     GPU_TRY(b, cudaStreamCreateWithFlags(&b->own_stream, cudaStreamNonBlocking), "stream create");
     b->lane.stream = b->own_stream;
     DISTIL_TRY(gpu_init_blas(b));
@@ -172,8 +172,8 @@ static void gpu_release(gpu_state *b) {
     if (b->join) {
         (void)cudaEventDestroy(b->join);
     }
-    (void)cudaFree(b->lane.blas_ws);
-    (void)cudaFree(b->side.blas_ws);
+    (void)cudaFree(b->lane.blas_work);
+    (void)cudaFree(b->side.blas_work);
     (void)cudaFree(b->label_err);
     (void)cudaGetLastError();
     free(b);
@@ -260,7 +260,7 @@ extern "C" distil_status DISTIL_GPU_FN(set_stream)(void *vb, void *stream) {
 #if DISTIL_GPU_HAVE_BLAS
     /* cublasSetStream resets the workspace to cuBLAS's own pool: set ours again. */
     if (cublasSetStream(b->lane.blas, b->lane.stream) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetWorkspace(b->lane.blas, b->lane.blas_ws, b->lane.blas_ws_bytes) !=
+        cublasSetWorkspace(b->lane.blas, b->lane.blas_work, b->lane.blas_work_bytes) !=
             CUBLAS_STATUS_SUCCESS) {
         return distil_error_set(b->ctx, DISTIL_ERR_BACKEND, "%s: set_stream: cuBLAS rebinding",
                                 DISTIL_GPU_NAME);

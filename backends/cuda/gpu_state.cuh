@@ -23,7 +23,7 @@ struct gpu_label_error {
     long long label, vocab;
 };
 
-/* The last plan of the resident distill kernel (distill_rows_resident.cu), per (kernel, V). */
+/* The last plan of the resident distill kernel (fused_rows_resident.cu), per (kernel, V). */
 struct resident_plan {
     const void *kernel;
     int64_t vocab;
@@ -39,8 +39,8 @@ struct gpu_lane {
 #if DISTIL_GPU_HAVE_BLAS
     cublasHandle_t blas;
 #endif
-    void *blas_ws;
-    size_t blas_ws_bytes;
+    void *blas_work;
+    size_t blas_work_bytes;
 };
 
 struct gpu_state {
@@ -59,7 +59,7 @@ struct gpu_state {
 #endif
     gpu_label_error *label_err; /* device */
     bool portable_gemm;         /* DISTIL_CUDA_GEMM=portable, or no vendor BLAS */
-    bool distill_stream;        /* DISTIL_CUDA_DISTILL=stream: the streaming row kernel only */
+    bool fused_stream;          /* DISTIL_CUDA_DISTILL=stream: the streaming row kernel only */
     bool overlap;           /* the fused loss runs a second lane (DISTIL_CUDA_OVERLAP=off: not) */
     gpu_lane side;          /* the second lane: an internal stream, handle and workspace */
     cudaEvent_t fork, join; /* side waits on fork (recorded on stream), stream on join */

@@ -76,9 +76,9 @@ extern "C" distil_status DISTIL_GPU_FN(jsd_rows)(void *vb, const distil_jsd_rows
     p.labels = gpu_ptr<const int64_t>(a->labels);
     p.row_loss = gpu_ptr<float>(a->row_loss);
     p.n_valid = gpu_ptr<const float>(a->n_valid);
-    p.xs = a->x_stride;
-    p.ys = a->y_stride;
-    p.gs = a->grad_stride;
+    p.x_stride = a->x_stride;
+    p.y_stride = a->y_stride;
+    p.g_stride = a->grad_stride;
     p.rows = a->rows;
     p.vocab = a->vocab;
     p.ignore_index = a->ignore_index;

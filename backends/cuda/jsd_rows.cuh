@@ -1,8 +1,8 @@
 /*
  * jsd_rows.cuh - the JSD element loop of jsd_rows.cu (one block per row), over any span of a
- * row's vectors. x (rows, V) row stride xs, y likewise
- * (ys), dtype DT; grad (rows, V) row stride gs, optional, may be x itself: each thread reads an
- * element before it writes the same element.
+ * row's vectors. x (rows, V) row stride x_stride, y likewise
+ * (y_stride), dtype DT; grad (rows, V) row stride g_stride, optional, may be x itself: each thread
+ * reads an element before it writes the same element.
  */
 #ifndef DISTIL_GPU_JSD_ROWS_CUH
 #define DISTIL_GPU_JSD_ROWS_CUH
@@ -21,7 +21,7 @@ struct jsd_rows_params {
     const int64_t *labels;
     float *row_loss;
     const float *n_valid;
-    int64_t xs, ys, gs;
+    int64_t x_stride, y_stride, g_stride;
     int64_t rows, vocab;
     int64_t ignore_index;
     float grad_scale;
@@ -41,7 +41,7 @@ __device__ __forceinline__ float jsd_grad_factor(const jsd_rows_params &p) {
 template <int DT>
 __device__ inline void jsd_zero_span(const jsd_rows_params &p, int64_t row, int64_t e0,
                                      int64_t e1) {
-    void *g = static_cast<typename dt_traits<DT>::T *>(p.grad) + row * p.gs;
+    void *g = static_cast<typename dt_traits<DT>::T *>(p.grad) + row * p.g_stride;
     for (int64_t i = e0 + threadIdx.x; i < e1; i += blockDim.x) {
         store1<DT>(g, i, 0.0f);
     }
@@ -56,9 +56,9 @@ __device__ inline void jsd_zero_span(const jsd_rows_params &p, int64_t row, int6
 template <int DT, bool GRAD, int VW>
 __device__ inline double jsd_span(const jsd_rows_params &p, int64_t row, int64_t v_begin,
                                   int64_t v_end, bool tail, float gf) {
-    const void *x = static_cast<const typename dt_traits<DT>::T *>(p.x) + row * p.xs;
-    const void *y = static_cast<const typename dt_traits<DT>::T *>(p.y) + row * p.ys;
-    void *g = GRAD ? static_cast<typename dt_traits<DT>::T *>(p.grad) + row * p.gs : nullptr;
+    const void *x = static_cast<const typename dt_traits<DT>::T *>(p.x) + row * p.x_stride;
+    const void *y = static_cast<const typename dt_traits<DT>::T *>(p.y) + row * p.y_stride;
+    void *g = GRAD ? static_cast<typename dt_traits<DT>::T *>(p.grad) + row * p.g_stride : nullptr;
     const int64_t n_vec = v_end;
     const int64_t step = static_cast<int64_t>(blockDim.x) * JSD_UNROLL;
     double acc = 0.0;
@@ -104,9 +104,10 @@ __device__ inline double jsd_span(const jsd_rows_params &p, int64_t row, int64_t
 /* 16-byte vectors need every row start aligned: aligned bases and strides of whole vectors. */
 static inline bool jsd_can_vectorise(const jsd_rows_params &p, size_t es) {
     const int64_t w = static_cast<int64_t>(16 / es);
-    bool ok = gpu_aligned(p.x, 16) && gpu_aligned(p.y, 16) && p.xs % w == 0 && p.ys % w == 0;
+    bool ok =
+        gpu_aligned(p.x, 16) && gpu_aligned(p.y, 16) && p.x_stride % w == 0 && p.y_stride % w == 0;
     if (p.grad != nullptr) {
-        ok = ok && gpu_aligned(p.grad, 16) && p.gs % w == 0;
+        ok = ok && gpu_aligned(p.grad, 16) && p.g_stride % w == 0;
     }
     return ok;
 }

@@ -213,7 +213,7 @@ distil_status distil_ocl_gemm(void *vb, const distil_gemm_args *a);
 void distil_ocl_gemm_detach(void);
 distil_status distil_ocl_count_valid(void *vb, const distil_count_args *a);
 distil_status distil_ocl_jsd_rows(void *vb, const distil_jsd_rows_args *a);
-distil_status distil_ocl_distill_rows(void *vb, const distil_distill_rows_args *a);
+distil_status distil_ocl_fused_rows(void *vb, const distil_fused_rows_args *a);
 distil_status distil_ocl_reduce(void *vb, const distil_reduce_args *a);
 distil_status distil_ocl_cast(void *vb, const distil_cast_args *a);
 distil_status distil_ocl_fill(void *vb, const distil_fill_args *a);

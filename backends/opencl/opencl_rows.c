@@ -1,5 +1,5 @@
 /*
- * opencl_rows.c - launchers of the row kernels jsd_rows (jsd.cl) and distill_rows (distill.cl)
+ * opencl_rows.c - launchers of the row kernels jsd_rows (jsd.cl) and fused_rows (distill.cl)
  * of the opencl backend: one work-group per row. Absent optional buffers are passed as the
  * backend's label-state buffer with a has_* flag of 0, so kernels never see a NULL cl_mem.
  */
@@ -60,12 +60,12 @@ distil_status distil_ocl_jsd_rows(void *vb, const distil_jsd_rows_args *a) {
     return distil_ocl_launch(b, &k, args, (int)(sizeof args / sizeof args[0]), (size_t)a->rows, 0);
 }
 
-distil_status distil_ocl_distill_rows(void *vb, const distil_distill_rows_args *a) {
+distil_status distil_ocl_fused_rows(void *vb, const distil_fused_rows_args *a) {
     distil_ocl *b = vb;
     char defs[64];
     snprintf(defs, sizeof defs, "-DDTYPE=%s", distil_ocl_dtype_token(a->g_dtype));
     distil_ocl_kernel k;
-    DISTIL_TRY(distil_ocl_kernel_get(b, DISTIL_OCL_PROG_ROWS, defs, "distil_distill_rows", &k));
+    DISTIL_TRY(distil_ocl_kernel_get(b, DISTIL_OCL_PROG_ROWS, defs, "distil_fused_rows", &k));
     cl_mem zs = distil_ocl_mem(a->zs), zt = distil_ocl_mem(a->zt);
     cl_mem labels = distil_ocl_mem(a->labels);
     cl_mem ce = distil_ocl_mem(a->ce_rows), jsd = distil_ocl_mem(a->jsd_rows);
@@ -77,7 +77,7 @@ distil_status distil_ocl_distill_rows(void *vb, const distil_distill_rows_args *
     cl_long vocab = a->vocab, ignore = a->ignore_index;
     cl_float8 coef = ocl_coef(a->beta);
     cl_float inv_t = a->inv_temperature;
-    cl_float wh = a->weight_hard, ws = a->weight_soft;
+    cl_float w_hard = a->weight_hard, w_soft = a->weight_soft;
     cl_mem g, n_valid;
     cl_ulong g_off, n_off;
     cl_int has_g = ocl_optional(b, a->g, distil_dtype_size(a->g_dtype), &g, &g_off);
@@ -86,7 +86,7 @@ distil_status distil_ocl_distill_rows(void *vb, const distil_distill_rows_args *
         DISTIL_OCL_ARG(zs),      DISTIL_OCL_ARG(zs_off),  DISTIL_OCL_ARG(zt),
         DISTIL_OCL_ARG(zt_off),  DISTIL_OCL_ARG(vocab),   DISTIL_OCL_ARG(labels),
         DISTIL_OCL_ARG(lab_off), DISTIL_OCL_ARG(ignore),  DISTIL_OCL_ARG(coef),
-        DISTIL_OCL_ARG(inv_t),   DISTIL_OCL_ARG(wh),      DISTIL_OCL_ARG(ws),
+        DISTIL_OCL_ARG(inv_t),   DISTIL_OCL_ARG(w_hard),  DISTIL_OCL_ARG(w_soft),
         DISTIL_OCL_ARG(ce),      DISTIL_OCL_ARG(ce_off),  DISTIL_OCL_ARG(jsd),
         DISTIL_OCL_ARG(jsd_off), DISTIL_OCL_ARG(g),       DISTIL_OCL_ARG(g_off),
         DISTIL_OCL_ARG(has_g),   DISTIL_OCL_ARG(n_valid), DISTIL_OCL_ARG(n_off),

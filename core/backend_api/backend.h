@@ -121,7 +121,7 @@ typedef struct distil_jsd_rows_args {
  *     with n the fp32 at n_valid. Ignored rows get 0. When g_dtype is F32 the core may pass
  *     g == zs (in place): each element of zs must be read before the same element of g is written.
  */
-typedef struct distil_distill_rows_args {
+typedef struct distil_fused_rows_args {
     distil_dptr zs, zt;
     int64_t rows, vocab;
     distil_dptr labels;
@@ -131,7 +131,7 @@ typedef struct distil_distill_rows_args {
     distil_dptr g;
     distil_dtype g_dtype;
     distil_dptr n_valid;
-} distil_distill_rows_args;
+} distil_fused_rows_args;
 
 /*
  * out[0] = wa * sum(a) / n + wb * sum(b) / n, n = fp32 at n_valid (1 if absent; n == 0 gives 0).
@@ -272,7 +272,7 @@ typedef struct distil_backend {
     distil_status (*gemm)(void *b, const distil_gemm_args *a);
     distil_status (*count_valid)(void *b, const distil_count_args *a);
     distil_status (*jsd_rows)(void *b, const distil_jsd_rows_args *a);
-    distil_status (*distill_rows)(void *b, const distil_distill_rows_args *a);
+    distil_status (*fused_rows)(void *b, const distil_fused_rows_args *a);
     distil_status (*reduce)(void *b, const distil_reduce_args *a);
     distil_status (*cast)(void *b, const distil_cast_args *a);
     distil_status (*fill)(void *b, const distil_fill_args *a);

@@ -152,8 +152,8 @@ void tp_fused_make(tp_fused *p, const tp_fused_spec *s, distil_dtype dt, uint64_
     p->s = *s;
     distil_fused_linear_jsd_desc_init(&p->d);
     p->d.rows = s->t, p->d.vocab = s->v, p->d.student_hidden = s->hs;
-    p->d.teacher_hidden = s->ht, p->d.dtype = dt, p->d.weight_hard = s->wh;
-    p->d.weight_soft = s->ws, p->d.beta = s->beta, p->d.temperature = s->tau;
+    p->d.teacher_hidden = s->ht, p->d.dtype = dt, p->d.weight_hard = s->w_hard;
+    p->d.weight_soft = s->w_soft, p->d.beta = s->beta, p->d.temperature = s->tau;
     p->d.return_parts = s->parts, p->d.chunk_rows = s->chunk;
     double std = s->logit_std > 0 ? s->logit_std : 3.0; /* logits ~ N(0, std^2) */
     p->n_xs = (size_t)(s->t * s->hs), p->n_ws = (size_t)(s->v * s->hs);
@@ -210,8 +210,8 @@ void tp_fused_name(char *buf, size_t n, const tp_fused_spec *s, distil_dtype dt)
              "fused %s T=%lld V=%lld Hs=%lld Ht=%lld w=%g/%g beta=%g tau=%g bias=%s%s "
              "grads=%s%s%s%s labels=%s chunk=%lld%s%s",
              distil_dtype_name(dt), (long long)s->t, (long long)s->v, (long long)s->hs,
-             (long long)s->ht, (double)s->wh, (double)s->ws, (double)s->beta, (double)s->tau,
-             s->bias_s ? "s" : "-", s->bias_t ? "t" : "-", g ? "" : "none",
+             (long long)s->ht, (double)s->w_hard, (double)s->w_soft, (double)s->beta,
+             (double)s->tau, s->bias_s ? "s" : "-", s->bias_t ? "t" : "-", g ? "" : "none",
              (g & TP_WANT_XS) ? "xs" : "", (g & TP_WANT_WS) ? "Ws" : "",
              (g & TP_WANT_BS) ? "bs" : "", tp_labels_names[s->labels], (long long)s->chunk,
              s->parts ? " parts" : "", s->logit_std > 0 ? " extreme" : "");

@@ -65,7 +65,7 @@ enum { TP_WANT_XS = 1, TP_WANT_WS = 2, TP_WANT_BS = 4, TP_WANT_ALL = 7 };
 
 typedef struct tp_fused_spec {
     int64_t t, v, hs, ht;
-    float wh, ws, beta, tau;
+    float w_hard, w_soft, beta, tau;
     bool bias_s, bias_t;
     bool parts;
     unsigned grads; /* TP_WANT_*; TP_WANT_BS counts only with bias_s */

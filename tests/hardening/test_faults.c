@@ -43,7 +43,7 @@ typedef struct hf_dev {
     void *in[7];
     void *out[4];
     size_t out_bytes[4];
-    void *ws;
+    void *work;
 } hf_dev;
 
 static void hf_make(const hf_case *c, hf_problem *p, int64_t rows) {
@@ -116,10 +116,10 @@ static void hf_lend(distil_ctx *ctx, const hf_case *c, const hf_problem *p, hf_d
     } else {
         TU_OK(ctx, distil_jsd_workspace_size(ctx, &p->j.d, &bytes));
     }
-    d->ws = NULL;
+    d->work = NULL;
     if (bytes > 0) {
-        TU_OK(ctx, distil_malloc(ctx, bytes, &d->ws));
-        TU_OK(ctx, distil_ctx_set_workspace(ctx, d->ws, bytes));
+        TU_OK(ctx, distil_malloc(ctx, bytes, &d->work));
+        TU_OK(ctx, distil_ctx_set_workspace(ctx, d->work, bytes));
     }
 }
 
@@ -169,7 +169,7 @@ static void hf_release(distil_ctx *ctx, hf_dev *d) {
     for (int i = 0; i < 4; i++) {
         distil_free(ctx, d->out[i]);
     }
-    distil_free(ctx, d->ws);
+    distil_free(ctx, d->work);
 }
 
 /* ---------------------------------------------------------------- the injection loop */
@@ -358,8 +358,8 @@ static const hf_case g_cases[] = {
            .v = 200,
            .hs = 16,
            .ht = 24,
-           .wh = 0.5f,
-           .ws = 0.5f,
+           .w_hard = 0.5f,
+           .w_soft = 0.5f,
            .beta = 0.5f,
            .tau = 2.0f,
            .bias_s = true,
@@ -375,15 +375,22 @@ static const hf_case g_cases[] = {
            .v = 150,
            .hs = 8,
            .ht = 12,
-           .wh = 1.0f,
-           .ws = 0.3f,
+           .w_hard = 1.0f,
+           .w_soft = 0.3f,
            .beta = 0.0f,
            .tau = 1.0f,
            .grads = TP_WANT_XS | TP_WANT_WS},
      .dt = DISTIL_F32},
     {.name = "fused f16 loss only",
      .fused = true,
-     .f = {.t = 12, .v = 64, .hs = 8, .ht = 8, .wh = 0.5f, .ws = 0.5f, .beta = 1.0f, .tau = 1.0f},
+     .f = {.t = 12,
+           .v = 64,
+           .hs = 8,
+           .ht = 8,
+           .w_hard = 0.5f,
+           .w_soft = 0.5f,
+           .beta = 1.0f,
+           .tau = 1.0f},
      .dt = DISTIL_F16},
     {.name = "fused bf16 all grads, lent workspace",
      .fused = true,
@@ -391,8 +398,8 @@ static const hf_case g_cases[] = {
            .v = 96,
            .hs = 8,
            .ht = 16,
-           .wh = 0.5f,
-           .ws = 0.5f,
+           .w_hard = 0.5f,
+           .w_soft = 0.5f,
            .beta = 0.5f,
            .tau = 1.0f,
            .bias_s = true,

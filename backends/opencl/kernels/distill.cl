@@ -102,7 +102,7 @@ void distil_row_write_g(__global const float *zsr, __global const float *ztr, __
  *           the row (count_valid, reduce.cl, has recorded the invalid ones).
  * ce, jsd   (rows) float at ce_off / jsd_off: CE_i and JSD_i, 0 for ignored rows
  * g         (rows, vocab) DTYPE at g_off, written when has_g:
- *           G = wh / n (s - onehot(label)) + ws / n * inv_t (dx - q sum_u dx_u)
+ *           G = w_hard / n (s - onehot(label)) + w_soft / n * inv_t (dx - q sum_u dx_u)
  *           with s = softmax(zs), q = softmax(zs inv_t), dx = de/dx of SPEC section 1 at
  *           x = log q, y = log softmax(zt inv_t); n = n_valid[n_off] (1 when !has_n).
  * Passes over a row: (1) online max / sum-exp of zs, zs inv_t and zt inv_t; (2) the JSD terms
@@ -110,11 +110,11 @@ void distil_row_write_g(__global const float *zsr, __global const float *ztr, __
  * by everyone before the first barrier, long before any write to g.
  */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
-distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, ulong zt_off,
-                    long vocab, __global const long *labels, ulong lab_off, long ignore_index,
-                    float8 coef, float inv_t, float wh, float ws, __global float *ce, ulong ce_off,
-                    __global float *jsd, ulong jsd_off, __global T *g, ulong g_off, int has_g,
-                    __global const float *n_valid, ulong n_off, int has_n) {
+distil_fused_rows(__global float *zs, ulong zs_off, __global const float *zt, ulong zt_off,
+                  long vocab, __global const long *labels, ulong lab_off, long ignore_index,
+                  float8 coef, float inv_t, float w_hard, float w_soft, __global float *ce,
+                  ulong ce_off, __global float *jsd, ulong jsd_off, __global T *g, ulong g_off,
+                  int has_g, __global const float *n_valid, ulong n_off, int has_n) {
     __local float red_m[WG_SIZE];
     __local distil_acc red_s[WG_SIZE];
     const ulong row = get_group_id(0);
@@ -145,8 +145,8 @@ distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, 
     }
     if (has_g) {
         const float n = has_n ? n_valid[n_off] : 1.0f;
-        const float hard = n == 0.0f ? 0.0f : wh / n;
-        const float soft = n == 0.0f ? 0.0f : ws / n * inv_t;
+        const float hard = n == 0.0f ? 0.0f : w_hard / n;
+        const float soft = n == 0.0f ? 0.0f : w_soft / n * inv_t;
         distil_row_write_g(zsr, ztr, gr, vocab, label, &st, hard, soft, sum_dx);
     }
 }

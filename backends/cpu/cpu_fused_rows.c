@@ -1,5 +1,5 @@
 /*
- * cpu_distill.c - distill_rows of the cpu backend (SPEC section 2 steps 2-5 on one chunk of
+ * cpu_fused_rows.c - fused_rows of the cpu backend (SPEC section 2 steps 2-5 on one chunk of
  * fp32 logits): OpenMP runs the rows, each whole on one thread with its own scratch row. Labels
  * were checked by count_valid; an invalid one's row is ignored here.
  */
@@ -12,19 +12,19 @@
 #include <omp.h>
 #endif
 
-int64_t distil_cpu_distill_scratch_floats(int64_t vocab) {
+int64_t distil_cpu_fused_scratch_floats(int64_t vocab) {
     /* dq and q rows, each rounded up to a whole widest vector, plus a cache line of slack */
     return 2 * ((vocab + 15) / 16 * 16) + 16;
 }
 
-static void cpu_distill_one(const cpu_state *st, const distil_distill_rows_args *a, int64_t i,
-                            const cpu_distill_row *proto) {
+static void cpu_fused_one(const cpu_state *st, const distil_fused_rows_args *a, int64_t i,
+                          const cpu_fused_row *proto) {
     size_t es = distil_dtype_size(a->g_dtype);
     int64_t label = ((const int64_t *)distil_dptr_addr(a->labels))[i];
     float *ce = distil_dptr_addr(a->ce_rows);
     float *jsd = distil_dptr_addr(a->jsd_rows);
     char *g = distil_dptr_addr(a->g);
-    cpu_distill_row r = *proto;
+    cpu_fused_row r = *proto;
     r.g = g ? g + (size_t)(i * a->vocab) * es : NULL;
     if (label == a->ignore_index || label < 0 || label >= a->vocab) { /* invalid: ignored too */
         ce[i] = 0.0f;
@@ -37,28 +37,28 @@ static void cpu_distill_one(const cpu_state *st, const distil_distill_rows_args 
     r.zs = (const float *)distil_dptr_addr(a->zs) + i * a->vocab;
     r.zt = (const float *)distil_dptr_addr(a->zt) + i * a->vocab;
     r.label = label;
-    st->k->distill_row(&r);
+    st->k->fused_row(&r);
     ce[i] = r.ce;
     jsd[i] = r.jsd;
 }
 
-distil_status distil_cpu_distill_rows(void *b, const distil_distill_rows_args *a) {
+distil_status distil_cpu_fused_rows(void *b, const distil_fused_rows_args *a) {
     cpu_state *st = b;
     const float *nv = distil_dptr_addr(a->n_valid);
     float n = nv ? *nv : 1.0f;
-    int64_t per = distil_cpu_distill_scratch_floats(a->vocab);
+    int64_t per = distil_cpu_fused_scratch_floats(a->vocab);
     int threads = st->threads;
     DISTIL_TRY(distil_cpu_grow(st, &st->rows, &st->rows_bytes,
                                (size_t)threads * (size_t)per * sizeof(float), "distill row"));
-    cpu_distill_row proto = {.g_dtype = a->g_dtype,
-                             .vocab = a->vocab,
-                             .beta = a->beta,
-                             .inv_t = a->inv_temperature,
-                             .gh = n != 0.0f ? a->weight_hard / n : 0.0f,
-                             .gs = n != 0.0f ? a->weight_soft / n : 0.0f};
+    cpu_fused_row proto = {.g_dtype = a->g_dtype,
+                           .vocab = a->vocab,
+                           .beta = a->beta,
+                           .inv_t = a->inv_temperature,
+                           .gh = n != 0.0f ? a->weight_hard / n : 0.0f,
+                           .gs = n != 0.0f ? a->weight_soft / n : 0.0f};
 #pragma omp parallel num_threads(threads) if (a->rows > 1)
     {
-        cpu_distill_row mine = proto;
+        cpu_fused_row mine = proto;
 #ifdef _OPENMP
         mine.scratch = (float *)st->rows + (size_t)omp_get_thread_num() * (size_t)per;
 #else
@@ -68,7 +68,7 @@ distil_status distil_cpu_distill_rows(void *b, const distil_distill_rows_args *a
          * whose cheap ignored rows cluster, as padding does. */
 #pragma omp for schedule(dynamic)
         for (int64_t i = 0; i < a->rows; i++) {
-            cpu_distill_one(st, a, i, &mine);
+            cpu_fused_one(st, a, i, &mine);
         }
     }
     return DISTIL_OK;

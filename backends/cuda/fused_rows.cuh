@@ -1,20 +1,20 @@
 /*
- * distill_rows.cuh - the streaming distill_rows kernel's device pieces (distill_rows.cu), and the
- * entry points of the resident kernel (distill_rows_resident.cu), which runs instead where a row
+ * fused_rows.cuh - the streaming fused_rows kernel's device pieces (fused_rows.cu), and the
+ * entry points of the resident kernel (fused_rows_resident.cu), which runs instead where a row
  * fits on chip. The streaming kernel gives a row one block, in three passes over global memory:
  *   1. row maxima of zs and zt and sums of exponentials relative to them (a running maximum per
  *      thread, sums in double, exp2 of (z - m) cx, cx = log2(e) / tau), giving the LSEs of zs / tau
  *      and zt / tau (natural log) and the base-2 LSE of zs (CE);
  *   2. sums (double) of the JSD element terms e and of their x-derivatives g (jsd_math.cuh, the
  *      shared core/backend_api/math/distil_elem.h);
- *   3. G = wh/n (s - onehot) + ws/(n tau) (g - q sum g).
+ *   3. G = w_hard/n (s - onehot) + w_soft/(n tau) (g - q sum g).
  * As the resident kernel: x = log q = (zs - ms) / tau - lx, the difference taken before the
  * scaling.
  * Partials are combined in a fixed order (a warp butterfly, then warps 0, 1, ...), so reruns are
  * bitwise identical.
  */
-#ifndef DISTIL_GPU_DISTILL_ROWS_CUH
-#define DISTIL_GPU_DISTILL_ROWS_CUH
+#ifndef DISTIL_GPU_FUSED_ROWS_CUH
+#define DISTIL_GPU_FUSED_ROWS_CUH
 
 #include "gpu_state.cuh"
 #include "dtype.cuh"
@@ -25,7 +25,7 @@
 
 namespace DISTIL_GPU_NS {
 
-struct distill_params {
+struct fused_params {
     const float *zs; /* (rows, V) fp32 dense */
     const float *zt;
     const int64_t *labels; /* (rows) */
@@ -40,13 +40,13 @@ struct distill_params {
     float cx; /* log2(e) * inv_t */
 };
 
-constexpr float DISTILL_LOG2E = 1.4426950408889634f;
-constexpr float DISTILL_LN2 = 0.6931471805599453f;
+constexpr float FUSED_LOG2E = 1.4426950408889634f;
+constexpr float FUSED_LN2 = 0.6931471805599453f;
 
 /* Calls f(MODE) with the row's jsd mode as a compile-time constant (std::integral_constant), so
  * that the element loops hold no branch on it: the branch is taken once per row. */
 template <typename F>
-__device__ __forceinline__ void distill_with_mode(const distill_params &p, F &&f) {
+__device__ __forceinline__ void fused_with_mode(const fused_params &p, F &&f) {
     if (p.coef.mode == JSD_MIXED) {
         f(std::integral_constant<int, JSD_MIXED>{});
     } else if (p.coef.mode == JSD_FORWARD_KL) {
@@ -58,8 +58,8 @@ __device__ __forceinline__ void distill_with_mode(const distill_params &p, F &&f
 
 /* The same with (tau == 1) as a second constant: f(MODE, UNIT). */
 template <typename F>
-__device__ __forceinline__ void distill_with_mode_unit(const distill_params &p, F &&f) {
-    distill_with_mode(p, [&](auto mode) {
+__device__ __forceinline__ void fused_with_mode_unit(const fused_params &p, F &&f) {
+    fused_with_mode(p, [&](auto mode) {
         if (p.unit_temp) {
             f(mode, std::true_type{});
         } else {
@@ -68,17 +68,17 @@ __device__ __forceinline__ void distill_with_mode_unit(const distill_params &p, 
     });
 }
 
-constexpr int DISTILL_UNROLL = 2;
+constexpr int FUSED_UNROLL = 2;
 
 /* Shared memory of one block: the per-warp partials of its reductions. */
-struct distill_smem {
+struct fused_smem {
     float wmax[2][DISTIL_GPU_MAX_WARPS];
     double wsum[3][DISTIL_GPU_MAX_WARPS];
 };
 
 /* A thread's pass-1 state: running maxima of its zs and zt, and the sums relative to them of
  * 2^((zs - ms) cx), 2^((zt - mt) cx) and (tau != 1) 2^((zs - ms) log2 e). */
-struct distill_exp_acc {
+struct fused_exp_acc {
     float ms, mt;
     double sx, sy, sc;
 };
@@ -86,19 +86,19 @@ struct distill_exp_acc {
 /* The row's statistics, the same in every thread: maxima, LSEs relative to them
  * (x = (zs - ms) / tau - lx, y = (zt - mt) / tau - ly, log2 s = (zs - ms) log2 e - lce), the
  * weights hw = weight_hard / n, sw = weight_soft / (n tau), and (pass 3) sum of g. */
-struct distill_row_stats {
+struct fused_row_stats {
     float ms, mt, lx, ly, lce, hw, sw, sum_g;
     int64_t label;
 };
 
 /* Whether the row's label l takes part (in [0, V) and not ignore_index). Both row kernels use it;
  * invalid labels were recorded by count_valid (the one label check), their rows are ignored. */
-__device__ inline bool distill_label_valid(const distill_params &p, int64_t l) {
+__device__ inline bool fused_label_valid(const fused_params &p, int64_t l) {
     return l != p.ignore_index && l >= 0 && l < p.vocab;
 }
 
 /* The loss weights over n: hw = weight_hard / n, sw = weight_soft / (n tau) (0 when n is 0). */
-__device__ inline void distill_weights(const distill_params &p, float *hw, float *sw) {
+__device__ inline void fused_weights(const fused_params &p, float *hw, float *sw) {
     const float nv = p.n_valid ? *p.n_valid : 1.0f;
     *hw = nv > 0.0f ? p.weight_hard / nv : 0.0f;
     *sw = nv > 0.0f ? p.weight_soft * p.inv_t / nv : 0.0f;
@@ -110,7 +110,7 @@ __device__ inline void distill_weights(const distill_params &p, float *hw, float
  * wmax is scratch in shared memory. fmaxf skips NaN: a NaN logit propagates through the sums
  * instead. Both row kernels use it. */
 template <int CAP>
-__device__ inline void distill_block_max(float (&wmax)[2][CAP], int warps, float &a, float &b) {
+__device__ inline void fused_block_max(float (&wmax)[2][CAP], int warps, float &a, float &b) {
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
     const int warp = threadIdx.x / DISTIL_GPU_WARP;
 #pragma unroll
@@ -134,7 +134,7 @@ __device__ inline void distill_block_max(float (&wmax)[2][CAP], int warps, float
 /* Each warp's sums of v[0..N) (a fixed butterfly) into wsum[k][warp], then a barrier: the caller
  * adds the warps' entries in order. Both row kernels use it; wsum is scratch in shared memory. */
 template <int N, int K, int CAP>
-__device__ inline void distill_warp_sums_to(double (&wsum)[K][CAP], double (&v)[N]) {
+__device__ inline void fused_warp_sums_to(double (&wsum)[K][CAP], double (&v)[N]) {
     static_assert(N <= K, "a row of wsum per sum");
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
     const int warp = threadIdx.x / DISTIL_GPU_WARP;
@@ -150,9 +150,9 @@ __device__ inline void distill_warp_sums_to(double (&wsum)[K][CAP], double (&v)[
 
 /* The block's sums of v[0..N) in double, fixed order, the same bits in every thread. Begins with
  * a barrier: the previous call's readers are done with sm.wsum. */
-template <int N> __device__ inline void distill_block_sums(distill_smem &sm, double (&v)[N]) {
+template <int N> __device__ inline void fused_block_sums(fused_smem &sm, double (&v)[N]) {
     __syncthreads();
-    distill_warp_sums_to(sm.wsum, v);
+    fused_warp_sums_to(sm.wsum, v);
 #pragma unroll
     for (int k = 0; k < N; k++) {
         v[k] = sm.wsum[k][0];
@@ -165,24 +165,24 @@ template <int N> __device__ inline void distill_block_sums(distill_smem &sm, dou
 /* ------------------------------------------------------------------------ the passes */
 
 /* Calls f(a, b, j) on each vector of VW columns [j, j + VW) of the row that this thread owns
- * (j = VW t, VW (t + T), ...; the same columns in every pass), DISTILL_UNROLL vectors loaded
+ * (j = VW t, VW (t + T), ...; the same columns in every pass), FUSED_UNROLL vectors loaded
  * before the first is used. zs, zt aligned to VW floats. */
 template <int VW, typename F>
-__device__ __forceinline__ void distill_for_vectors(const float *zs, const float *zt, int64_t n,
-                                                    F f) {
+__device__ __forceinline__ void fused_for_vectors(const float *zs, const float *zt, int64_t n,
+                                                  F f) {
     const int64_t step = static_cast<int64_t>(blockDim.x) * VW;
-    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * VW; j0 < n; j0 += step * DISTILL_UNROLL) {
-        float a[DISTILL_UNROLL][VW];
-        float b[DISTILL_UNROLL][VW];
+    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * VW; j0 < n; j0 += step * FUSED_UNROLL) {
+        float a[FUSED_UNROLL][VW];
+        float b[FUSED_UNROLL][VW];
 #pragma unroll
-        for (int u = 0; u < DISTILL_UNROLL; u++) {
+        for (int u = 0; u < FUSED_UNROLL; u++) {
             if (j0 + u * step < n) {
                 vload<DISTIL_F32, VW>(zs, j0 + u * step, a[u]);
                 vload<DISTIL_F32, VW>(zt, j0 + u * step, b[u]);
             }
         }
 #pragma unroll
-        for (int u = 0; u < DISTILL_UNROLL; u++) {
+        for (int u = 0; u < FUSED_UNROLL; u++) {
             if (j0 + u * step < n) {
                 f(a[u], b[u], j0 + u * step);
             }
@@ -191,7 +191,7 @@ __device__ __forceinline__ void distill_for_vectors(const float *zs, const float
 }
 
 /* s *= 2^((m - m_new) c): the sum relative to m moved to the larger m_new. */
-__device__ __forceinline__ void distill_rescale(double &s, float m, float m_new, float c) {
+__device__ __forceinline__ void fused_rescale(double &s, float m, float m_new, float c) {
     s *= static_cast<double>(exp2f((m - m_new) * c));
 }
 
@@ -200,8 +200,8 @@ __device__ __forceinline__ void distill_rescale(double &s, float m, float m_new,
  * the double sums. While a maximum is -inf (its columns all -inf so far) the terms are taken
  * relative to 0: they are 0, or NaN from a NaN logit, which must propagate. */
 template <int VW, bool UNIT>
-__device__ __forceinline__ void distill_exp_add(const distill_params &p, distill_exp_acc &t,
-                                                const float (&a)[VW], const float (&b)[VW]) {
+__device__ __forceinline__ void fused_exp_add(const fused_params &p, fused_exp_acc &t,
+                                              const float (&a)[VW], const float (&b)[VW]) {
     float va = a[0];
     float vb = b[0];
 #pragma unroll
@@ -210,14 +210,14 @@ __device__ __forceinline__ void distill_exp_add(const distill_params &p, distill
         vb = fmaxf(vb, b[k]);
     }
     if (va > t.ms) {
-        distill_rescale(t.sx, t.ms, va, p.cx);
+        fused_rescale(t.sx, t.ms, va, p.cx);
         if (!UNIT) {
-            distill_rescale(t.sc, t.ms, va, DISTILL_LOG2E);
+            fused_rescale(t.sc, t.ms, va, FUSED_LOG2E);
         }
         t.ms = va;
     }
     if (vb > t.mt) {
-        distill_rescale(t.sy, t.mt, vb, p.cx);
+        fused_rescale(t.sy, t.mt, vb, p.cx);
         t.mt = vb;
     }
     const float ra = t.ms == -INFINITY ? 0.0f : t.ms;
@@ -228,7 +228,7 @@ __device__ __forceinline__ void distill_exp_add(const distill_params &p, distill
         sx += exp2f((a[k] - ra) * p.cx);
         sy += exp2f((b[k] - rb) * p.cx);
         if (!UNIT) {
-            sc += exp2f((a[k] - ra) * DISTILL_LOG2E);
+            sc += exp2f((a[k] - ra) * FUSED_LOG2E);
         }
     }
     t.sx += sx;
@@ -237,49 +237,48 @@ __device__ __forceinline__ void distill_exp_add(const distill_params &p, distill
 }
 
 template <int VW, bool UNIT>
-__device__ inline distill_exp_acc distill_pass_exp(const distill_params &p, const float *zs,
-                                                   const float *zt, int64_t n) {
-    distill_exp_acc t = {-INFINITY, -INFINITY, 0.0, 0.0, 0.0};
-    distill_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t) {
-        distill_exp_add<VW, UNIT>(p, t, a, b);
+__device__ inline fused_exp_acc fused_pass_exp(const fused_params &p, const float *zs,
+                                               const float *zt, int64_t n) {
+    fused_exp_acc t = {-INFINITY, -INFINITY, 0.0, 0.0, 0.0};
+    fused_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t) {
+        fused_exp_add<VW, UNIT>(p, t, a, b);
     });
     return t;
 }
 
 /* A thread's sum moved to the row maximum. A sum of 0 (no columns, or all -inf) adds nothing:
  * skip its factor, NaN when both maxima are -inf. A NaN sum stays NaN. */
-__device__ __forceinline__ double distill_to_row(double s, float m, float row_m, float c) {
+__device__ __forceinline__ double fused_to_row(double s, float m, float row_m, float c) {
     if (s != 0.0) {
-        distill_rescale(s, m, row_m, c);
+        fused_rescale(s, m, row_m, c);
     }
     return s;
 }
 
 /* Pass 1 and its reductions: the row's maxima and LSEs, and the weights, into st. */
 template <int VW>
-__device__ inline void distill_row_stats_of(const distill_params &p, distill_smem &sm,
-                                            const float *zs, const float *zt, int64_t n,
-                                            distill_row_stats &st) {
-    const distill_exp_acc t = p.unit_temp ? distill_pass_exp<VW, true>(p, zs, zt, n)
-                                          : distill_pass_exp<VW, false>(p, zs, zt, n);
+__device__ inline void fused_row_stats_of(const fused_params &p, fused_smem &sm, const float *zs,
+                                          const float *zt, int64_t n, fused_row_stats &st) {
+    const fused_exp_acc t = p.unit_temp ? fused_pass_exp<VW, true>(p, zs, zt, n)
+                                        : fused_pass_exp<VW, false>(p, zs, zt, n);
     st.ms = t.ms;
     st.mt = t.mt;
-    distill_block_max(sm.wmax, static_cast<int>(blockDim.x / DISTIL_GPU_WARP), st.ms, st.mt);
-    double v[3] = {distill_to_row(t.sx, t.ms, st.ms, p.cx), distill_to_row(t.sy, t.mt, st.mt, p.cx),
-                   distill_to_row(t.sc, t.ms, st.ms, DISTILL_LOG2E)};
-    distill_block_sums<3>(sm, v);
+    fused_block_max(sm.wmax, static_cast<int>(blockDim.x / DISTIL_GPU_WARP), st.ms, st.mt);
+    double v[3] = {fused_to_row(t.sx, t.ms, st.ms, p.cx), fused_to_row(t.sy, t.mt, st.mt, p.cx),
+                   fused_to_row(t.sc, t.ms, st.ms, FUSED_LOG2E)};
+    fused_block_sums<3>(sm, v);
     st.lx = static_cast<float>(log(v[0]));
     st.ly = static_cast<float>(log(v[1]));
     st.lce = static_cast<float>(log2(p.unit_temp ? v[0] : v[2]));
-    distill_weights(p, &st.hw, &st.sw);
+    fused_weights(p, &st.hw, &st.sw);
 }
 
 /* Pass 2: the thread's sums of e (acc[0]) and g (acc[1]), in double. */
 template <int VW, int MODE>
-__device__ inline void distill_pass_jsd(const distill_params &p, const distill_row_stats &st,
-                                        const float *zs, const float *zt, int64_t n,
-                                        double (&acc)[2]) {
-    distill_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t) {
+__device__ inline void fused_pass_jsd(const fused_params &p, const fused_row_stats &st,
+                                      const float *zs, const float *zt, int64_t n,
+                                      double (&acc)[2]) {
+    fused_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t) {
 #pragma unroll
         for (int k = 0; k < VW; k++) {
             const float x = (a[k] - st.ms) * p.inv_t - st.lx;
@@ -293,14 +292,13 @@ __device__ inline void distill_pass_jsd(const distill_params &p, const distill_r
 
 /* One element of G: hw (s - onehot) + sw (g - q sum g), s = softmax(zs) (q when tau == 1). */
 template <int MODE, bool UNIT>
-__device__ __forceinline__ float distill_grad_elem(const distill_params &p,
-                                                   const distill_row_stats &st, float zs, float zt,
-                                                   bool is_label) {
+__device__ __forceinline__ float fused_grad_elem(const fused_params &p, const fused_row_stats &st,
+                                                 float zs, float zt, bool is_label) {
     const float x = (zs - st.ms) * p.inv_t - st.lx;
     const float y = (zt - st.mt) * p.inv_t - st.ly;
     float g, q;
     (void)jsd_elem_q<MODE>(p.coef, x, y, &g, &q);
-    const float s = UNIT ? q : exp2f((zs - st.ms) * DISTILL_LOG2E - st.lce);
+    const float s = UNIT ? q : exp2f((zs - st.ms) * FUSED_LOG2E - st.lce);
     return st.hw * (s - (is_label ? 1.0f : 0.0f)) + st.sw * de_soft_grad(g, q, st.sum_g);
 }
 
@@ -308,13 +306,13 @@ __device__ __forceinline__ float distill_grad_elem(const distill_params &p,
  * columns before it writes them, no other thread reads them in this pass, and the label's logit
  * was read before pass 2's barriers. */
 template <int GDT, int VW, int MODE, bool UNIT>
-__device__ inline void distill_pass_grad(const distill_params &p, const distill_row_stats &st,
-                                         const float *zs, const float *zt, int64_t n, void *g) {
-    distill_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t j) {
+__device__ inline void fused_pass_grad(const fused_params &p, const fused_row_stats &st,
+                                       const float *zs, const float *zt, int64_t n, void *g) {
+    fused_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t j) {
         float o[VW];
 #pragma unroll
         for (int k = 0; k < VW; k++) {
-            o[k] = distill_grad_elem<MODE, UNIT>(p, st, a[k], b[k], j + k == st.label);
+            o[k] = fused_grad_elem<MODE, UNIT>(p, st, a[k], b[k], j + k == st.label);
         }
         vstore<GDT, VW>(g, j, o);
     });
@@ -322,7 +320,7 @@ __device__ inline void distill_pass_grad(const distill_params &p, const distill_
 
 /* ----------------------------------------------------------------------------- one row */
 
-template <int GDT, int VW> __device__ inline void distill_zero(void *g, int64_t c0, int64_t n) {
+template <int GDT, int VW> __device__ inline void fused_zero(void *g, int64_t c0, int64_t n) {
     float z[VW];
 #pragma unroll
     for (int k = 0; k < VW; k++) {
@@ -337,19 +335,19 @@ template <int GDT, int VW> __device__ inline void distill_zero(void *g, int64_t 
 /* The row's CE and JSD from its statistics: CE = LSE(zs) - zs[label] with LSE = ms + lce ln 2,
  * summed as (ms - zs[label]) + lce ln 2 (exact difference first: a CE far below an ulp of the
  * logits survives), JSD = the sum of the element terms. Both row kernels use it (one thread). */
-__device__ inline void distill_row_results(const distill_params &p, int64_t row, float ms,
-                                           float lce, float z_label, double sum_e) {
-    p.ce[row] = (ms - z_label) + lce * DISTILL_LN2;
+__device__ inline void fused_row_results(const fused_params &p, int64_t row, float ms, float lce,
+                                         float z_label, double sum_e) {
+    p.ce[row] = (ms - z_label) + lce * FUSED_LN2;
     p.jsd[row] = static_cast<float>(sum_e);
 }
 
 /* An ignored row: `lead` writes its ce and jsd (0), and every thread zeroes its columns of
  * [c0, c0 + n) of the row g of G. Both row kernels use it. */
 template <int GDT, bool HAS_G, int VW>
-__device__ inline void distill_ignored_row(const distill_params &p, int64_t row, void *g,
-                                           int64_t c0, int64_t n, bool lead) {
+__device__ inline void fused_ignored_row(const fused_params &p, int64_t row, void *g, int64_t c0,
+                                         int64_t n, bool lead) {
     if (HAS_G) {
-        distill_zero<GDT, VW>(g, c0, n);
+        fused_zero<GDT, VW>(g, c0, n);
     }
     if (lead) {
         p.ce[row] = 0.0f;
@@ -360,34 +358,34 @@ __device__ inline void distill_ignored_row(const distill_params &p, int64_t row,
 /* The three passes of a row with a valid label: its CE, JSD and G (n columns). z_label: zs at the
  * label (thread 0), read before any thread may write G over zs. */
 template <int GDT, bool HAS_G, int VW>
-__device__ inline void distill_stream_row(const distill_params &p, distill_smem &sm,
-                                          const float *zs, const float *zt, int64_t n, void *g,
-                                          int64_t row, int64_t label, float z_label) {
-    distill_row_stats st;
-    distill_row_stats_of<VW>(p, sm, zs, zt, n, st);
+__device__ inline void fused_stream_row(const fused_params &p, fused_smem &sm, const float *zs,
+                                        const float *zt, int64_t n, void *g, int64_t row,
+                                        int64_t label, float z_label) {
+    fused_row_stats st;
+    fused_row_stats_of<VW>(p, sm, zs, zt, n, st);
     double acc[2] = {0.0, 0.0};
-    distill_with_mode(
-        p, [&](auto mode) { distill_pass_jsd<VW, decltype(mode)::value>(p, st, zs, zt, n, acc); });
-    distill_block_sums<2>(sm, acc); /* its barriers order pass 3's writes after every read */
+    fused_with_mode(
+        p, [&](auto mode) { fused_pass_jsd<VW, decltype(mode)::value>(p, st, zs, zt, n, acc); });
+    fused_block_sums<2>(sm, acc); /* its barriers order pass 3's writes after every read */
     if (threadIdx.x == 0) {
-        distill_row_results(p, row, st.ms, st.lce, z_label, acc[0]);
+        fused_row_results(p, row, st.ms, st.lce, z_label, acc[0]);
     }
     if (HAS_G) {
         st.sum_g = static_cast<float>(acc[1]);
         st.label = label;
-        distill_with_mode_unit(p, [&](auto mode, auto unit) {
-            distill_pass_grad<GDT, VW, decltype(mode)::value, decltype(unit)::value>(p, st, zs, zt,
-                                                                                     n, g);
+        fused_with_mode_unit(p, [&](auto mode, auto unit) {
+            fused_pass_grad<GDT, VW, decltype(mode)::value, decltype(unit)::value>(p, st, zs, zt, n,
+                                                                                   g);
         });
     }
 }
 
-/* distill_rows_resident.cu: allow its shared memory and cluster sizes (at create), and launch it
+/* fused_rows_resident.cu: allow its shared memory and cluster sizes (at create), and launch it
  * when it applies (*done false: the caller uses the streaming kernel). */
-distil_status distill_resident_setup(gpu_state *b);
-cudaError_t distill_resident_launch(gpu_state *b, const distill_params &p, distil_dtype gdt,
-                                    cudaStream_t s, bool *done);
+distil_status fused_resident_setup(gpu_state *b);
+cudaError_t fused_resident_launch(gpu_state *b, const fused_params &p, distil_dtype gdt,
+                                  cudaStream_t s, bool *done);
 
 } // namespace DISTIL_GPU_NS
 
-#endif /* DISTIL_GPU_DISTILL_ROWS_CUH */
+#endif /* DISTIL_GPU_FUSED_ROWS_CUH */

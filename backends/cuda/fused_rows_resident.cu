@@ -1,5 +1,5 @@
 /*
- * distill_rows_resident.cu - distill_rows with each row resident on chip: the row's logits are
+ * fused_rows_resident.cu - fused_rows with each row resident on chip: the row's logits are
  * spread over a cluster of CL blocks (CL > 1 on sm_90+, else 1), each holding its slice of zs and
  * zt in shared memory, read from HBM once (an ignored row is not read at all). Two exchanges of
  * row statistics through distributed shared memory: the blocks' maxima with their sums of
@@ -10,7 +10,7 @@
  * slice itself needs no barrier; only the statistics do.
  *   zs, zt (rows, V) fp32 dense; labels (rows); ce, jsd (rows) fp32; g (rows, V) optional.
  */
-#include "distill_rows.cuh"
+#include "fused_rows.cuh"
 
 namespace DISTIL_GPU_NS {
 
@@ -23,8 +23,8 @@ constexpr int RES_WARPS = RES_THREADS / DISTIL_GPU_WARP;
 constexpr size_t RES_MAX_SLICE = 200u << 10;
 static const size_t RES_BUDGETS[] = {72u << 10, 110u << 10, RES_MAX_SLICE};
 
-/* The kernel's arguments: the row pass's (distill_rows.cuh) and the plan's. */
-struct res_params : distill_params {
+/* The kernel's arguments: the row pass's (fused_rows.cuh) and the plan's. */
+struct res_params : fused_params {
     int64_t span; /* columns per block */
     int cl;       /* blocks per row (the cluster) */
 };
@@ -70,7 +70,7 @@ template <typename T> __device__ inline const T *res_rank_ptr(const res_params &
 
 /* The block's sums of v[0..N) in double, fixed order, into slot[] by thread 0. */
 template <int N> __device__ inline void res_block_sums(res_smem &sm, double (&v)[N], double *slot) {
-    distill_warp_sums_to(sm.wsum, v);
+    fused_warp_sums_to(sm.wsum, v);
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int k = 0; k < N; k++) {
@@ -144,7 +144,7 @@ __device__ inline void res_pass_exp(const res_params &p, const float *sa, const 
             sx += distil_exp2_ftz((x[k] - ms) * p.cx);
             sy += distil_exp2_ftz((y[k] - mt) * p.cx);
             if (!UNIT) {
-                sc += distil_exp2_ftz((x[k] - ms) * DISTILL_LOG2E);
+                sc += distil_exp2_ftz((x[k] - ms) * FUSED_LOG2E);
             }
         }
         acc[0] += sx;
@@ -174,7 +174,7 @@ __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st
             acc[0] += jsd_elem_q<MODE>(p.coef, x, y, &g, &q);
             acc[1] += g;
             if (HAS_G) {
-                const float s = UNIT ? q : distil_exp2_ftz((a[k] - st.ms) * DISTILL_LOG2E - st.lce);
+                const float s = UNIT ? q : distil_exp2_ftz((a[k] - st.ms) * FUSED_LOG2E - st.lce);
                 pv[k] = st.hw * s + st.sw * g;
                 qv[k] = q;
             }
@@ -247,7 +247,7 @@ __device__ inline void res_merge_exp(const res_params &p, res_smem &sm) {
     sum[0] = b.sum[0] != 0.0 ? b.sum[0] * static_cast<double>(exp2f((b.ms - ms) * p.cx)) : 0.0;
     sum[1] = b.sum[1] != 0.0 ? b.sum[1] * static_cast<double>(exp2f((b.mt - mt) * p.cx)) : 0.0;
     sum[2] =
-        b.sum[2] != 0.0 ? b.sum[2] * static_cast<double>(exp2f((b.ms - ms) * DISTILL_LOG2E)) : 0.0;
+        b.sum[2] != 0.0 ? b.sum[2] * static_cast<double>(exp2f((b.ms - ms) * FUSED_LOG2E)) : 0.0;
 #pragma unroll
     for (int k = 0; k < 3; k++) {
         sum[k] = warp_sum(sum[k]);
@@ -270,7 +270,7 @@ __device__ inline void res_row_stats_of(const res_params &p, res_smem &sm, const
     float ma, mb;
     res_pass_max<VW>(sa, sb, n, &ma, &mb);
     float bms = ma, bmt = mb;
-    distill_block_max(sm.wmax, RES_WARPS, bms, bmt);
+    fused_block_max(sm.wmax, RES_WARPS, bms, bmt);
     double acc[3] = {0.0, 0.0, 0.0};
     /* An all -inf block slice would give NaN terms; its sums are 0. */
     const float ems = bms == -INFINITY ? 0.0f : bms, emt = bmt == -INFINITY ? 0.0f : bmt;
@@ -302,8 +302,8 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
     const float *zs = p.zs + row * p.vocab;
     void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab : nullptr;
     const bool lead = rank == 0 && threadIdx.x == 0; /* writes the row's results */
-    if (!distill_label_valid(p, label)) {            /* no copy: nothing to read */
-        distill_ignored_row<GDT, HAS_G, VW>(p, row, g, c0, n, lead);
+    if (!fused_label_valid(p, label)) {              /* no copy: nothing to read */
+        fused_ignored_row<GDT, HAS_G, VW>(p, row, g, c0, n, lead);
         return;
     }
     res_load_issue<VW>(zs + c0, p.zt + row * p.vocab + c0, n, sa, sb);
@@ -312,7 +312,7 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
     res_load_wait<VW>();
     res_row_stats_of<VW>(p, sm, sa, sb, n, st);
     double acc[2] = {0.0, 0.0};
-    distill_with_mode_unit(p, [&](auto mode, auto unit) {
+    fused_with_mode_unit(p, [&](auto mode, auto unit) {
         res_pass_jsd<HAS_G, VW, decltype(mode)::value, decltype(unit)::value>(p, st, sa, sb, n,
                                                                               acc);
     });
@@ -325,7 +325,7 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
     if (threadIdx.x == 0) {
         sm.row[0] = static_cast<float>(tot[1]) * st.sw; /* kappa = sw sum g */
         if (lead) {
-            distill_row_results(p, row, st.ms, st.lce, z_label, tot[0]);
+            fused_row_results(p, row, st.ms, st.lce, z_label, tot[0]);
         }
     }
     __syncthreads();
@@ -337,7 +337,7 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
 /* Grid: clusters of cl blocks, a persistent loop over rows (cluster k: rows k, k + K, ...).
  * Dynamic shared memory: 2 * span floats. */
 template <int GDT, bool HAS_G, int VW>
-__global__ void __launch_bounds__(RES_THREADS) distil_distill_resident_kernel(res_params p) {
+__global__ void __launch_bounds__(RES_THREADS) distil_fused_resident_kernel(res_params p) {
     extern __shared__ float4 res_dyn[];
     __shared__ res_smem sm;
     float *sa = reinterpret_cast<float *>(res_dyn);
@@ -347,7 +347,7 @@ __global__ void __launch_bounds__(RES_THREADS) distil_distill_resident_kernel(re
     const int n = static_cast<int>(c0 + p.span < p.vocab ? p.span : p.vocab - c0);
     const int64_t clusters = gridDim.x / p.cl;
     res_row_stats w = {}; /* the weights over n, read once: n is the same for every row */
-    distill_weights(p, &w.hw, &w.sw);
+    fused_weights(p, &w.hw, &w.sw);
     int64_t row = blockIdx.x / p.cl;
     int64_t label = row < p.rows ? p.labels[row] : 0;
     for (; row < p.rows; row += clusters) {
@@ -363,7 +363,7 @@ __global__ void __launch_bounds__(RES_THREADS) distil_distill_resident_kernel(re
 /* ------------------------------------------------------------------------------- host */
 
 template <int GDT, bool HAS_G, int VW> static const void *res_kernel() {
-    return reinterpret_cast<const void *>(&distil_distill_resident_kernel<GDT, HAS_G, VW>);
+    return reinterpret_cast<const void *>(&distil_fused_resident_kernel<GDT, HAS_G, VW>);
 }
 
 template <int VW> static const void *res_kernel_vw(distil_dtype gdt, bool has_g) {
@@ -385,7 +385,7 @@ static size_t res_max_dynamic(const gpu_state *b) {
     return cap < RES_MAX_SLICE ? cap : RES_MAX_SLICE;
 }
 
-distil_status distill_resident_setup(gpu_state *b) {
+distil_status fused_resident_setup(gpu_state *b) {
     const distil_dtype dts[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
     for (int vw = 1; vw <= 4; vw += 3) {
         for (int has_g = 0; has_g < 2; has_g++) {
@@ -394,12 +394,12 @@ distil_status distill_resident_setup(gpu_state *b) {
                 GPU_TRY(b,
                         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(res_max_dynamic(b))),
-                        "distill_rows setup");
+                        "fused_rows setup");
                 if (b->cc_major >= 9) {
                     GPU_TRY(
                         b,
                         cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
-                        "distill_rows setup");
+                        "fused_rows setup");
                 }
             }
         }
@@ -479,8 +479,8 @@ static void res_plan(const gpu_state *b, const void *kernel, int64_t vocab, resi
     }
 }
 
-cudaError_t distill_resident_launch(gpu_state *b, const distill_params &d, distil_dtype gdt,
-                                    cudaStream_t s, bool *done) {
+cudaError_t fused_resident_launch(gpu_state *b, const fused_params &d, distil_dtype gdt,
+                                  cudaStream_t s, bool *done) {
     *done = false;
     const bool vec = d.vocab % 4 == 0 && gpu_aligned(d.zs, 16) && gpu_aligned(d.zt, 16) &&
                      (d.g == nullptr || gpu_aligned(d.g, 16));
@@ -495,7 +495,7 @@ cudaError_t distill_resident_launch(gpu_state *b, const distill_params &d, disti
         return cudaSuccess;
     }
     res_params p;
-    static_cast<distill_params &>(p) = d;
+    static_cast<fused_params &>(p) = d;
     p.span = pl.span;
     p.cl = pl.cl;
     const int64_t groups = d.rows < pl.groups ? d.rows : pl.groups;
@@ -511,12 +511,12 @@ cudaError_t distill_resident_launch(gpu_state *b, const distill_params &d, disti
 
 #else /* HIP: no cp.async or cluster launch here; the streaming kernel runs */
 
-distil_status distill_resident_setup(gpu_state *) {
+distil_status fused_resident_setup(gpu_state *) {
     return DISTIL_OK;
 }
 
-cudaError_t distill_resident_launch(gpu_state *, const distill_params &, distil_dtype, cudaStream_t,
-                                    bool *done) {
+cudaError_t fused_resident_launch(gpu_state *, const fused_params &, distil_dtype, cudaStream_t,
+                                  bool *done) {
     *done = false;
     return cudaSuccess;
 }

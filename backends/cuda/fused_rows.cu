@@ -1,58 +1,58 @@
 /*
- * distill_rows.cu - SPEC section 2 steps 2-5 on one chunk of fp32 logits: the resident kernel
- * (distill_rows_resident.cu: each row read from HBM once, held in the shared memory of a block
- * cluster) where it applies, else the streaming kernel here (distill_rows.cuh has its passes):
+ * fused_rows.cu - SPEC section 2 steps 2-5 on one chunk of fp32 logits: the resident kernel
+ * (fused_rows_resident.cu: each row read from HBM once, held in the shared memory of a block
+ * cluster) where it applies, else the streaming kernel here (fused_rows.cuh has its passes):
  * one block per row reading zs and zt from global memory in each of three passes. The streaming
  * kernel serves HIP and rows too long for shared memory; DISTIL_CUDA_DISTILL=stream forces it.
  *   zs, zt (rows, V) fp32 dense; labels (rows); ce, jsd (rows) fp32; g (rows, V) optional.
  */
-#include "distill_rows.cuh"
+#include "fused_rows.cuh"
 
 #include <stdlib.h>
 
 namespace DISTIL_GPU_NS {
 
-constexpr int DISTILL_THREADS = 512;
+constexpr int FUSED_THREADS = 512;
 
 /* Grid: one block per row. VW = 4 needs V % 4 == 0 and 16-byte aligned bases; VW = 1
  * otherwise. */
 template <int GDT, bool HAS_G, int VW>
-__global__ void __launch_bounds__(DISTILL_THREADS) distil_distill_rows_kernel(distill_params p) {
-    __shared__ distill_smem sm;
+__global__ void __launch_bounds__(FUSED_THREADS) distil_fused_rows_kernel(fused_params p) {
+    __shared__ fused_smem sm;
     const int64_t row = blockIdx.x;
     const float *zs = p.zs + row * p.vocab;
     const float *zt = p.zt + row * p.vocab;
     void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab : nullptr;
     const int64_t n = p.vocab;
     const int64_t label = p.labels[row];
-    if (!distill_label_valid(p, label)) {
-        distill_ignored_row<GDT, HAS_G, VW>(p, row, g, 0, n, threadIdx.x == 0);
+    if (!fused_label_valid(p, label)) {
+        fused_ignored_row<GDT, HAS_G, VW>(p, row, g, 0, n, threadIdx.x == 0);
         return;
     }
     /* Read before the block may write G over zs (in place): the barriers of pass 2's sums order
      * it before any write. */
     const float z_label = threadIdx.x == 0 ? zs[label] : 0.0f;
-    distill_stream_row<GDT, HAS_G, VW>(p, sm, zs, zt, n, g, row, label, z_label);
+    fused_stream_row<GDT, HAS_G, VW>(p, sm, zs, zt, n, g, row, label, z_label);
 }
 
 template <int GDT, bool HAS_G, int VW>
-static cudaError_t distill_launch(const distill_params &p, cudaStream_t s) {
-    distil_distill_rows_kernel<GDT, HAS_G, VW>
-        <<<static_cast<unsigned>(p.rows), DISTILL_THREADS, 0, s>>>(p);
+static cudaError_t fused_launch(const fused_params &p, cudaStream_t s) {
+    distil_fused_rows_kernel<GDT, HAS_G, VW>
+        <<<static_cast<unsigned>(p.rows), FUSED_THREADS, 0, s>>>(p);
     return cudaGetLastError();
 }
 
 template <int VW>
-static cudaError_t distill_launch_vw(const distill_params &p, distil_dtype gdt, cudaStream_t s) {
+static cudaError_t fused_launch_vw(const fused_params &p, distil_dtype gdt, cudaStream_t s) {
     if (p.g == nullptr) {
-        return distill_launch<DISTIL_F32, false, VW>(p, s);
+        return fused_launch<DISTIL_F32, false, VW>(p, s);
     }
     return dt_dispatch(gdt,
-                       [&](auto g) { return distill_launch<decltype(g)::value, true, VW>(p, s); });
+                       [&](auto g) { return fused_launch<decltype(g)::value, true, VW>(p, s); });
 }
 
-static distill_params distill_params_of(const distil_distill_rows_args *a) {
-    distill_params p;
+static fused_params fused_params_of(const distil_fused_rows_args *a) {
+    fused_params p;
     p.zs = gpu_ptr<const float>(a->zs);
     p.zt = gpu_ptr<const float>(a->zt);
     p.labels = gpu_ptr<const int64_t>(a->labels);
@@ -68,42 +68,41 @@ static distill_params distill_params_of(const distil_distill_rows_args *a) {
     p.weight_soft = a->weight_soft;
     p.unit_temp = a->inv_temperature == 1.0f;
     p.coef = jsd_coef_make(a->beta);
-    p.cx = DISTILL_LOG2E * a->inv_temperature;
+    p.cx = FUSED_LOG2E * a->inv_temperature;
     return p;
 }
 
 /* The streaming kernel, 16-byte vectors when the buffers allow. */
-static cudaError_t distill_stream_launch(const distill_params &q, distil_dtype gdt,
-                                         cudaStream_t s) {
+static cudaError_t fused_stream_launch(const fused_params &q, distil_dtype gdt, cudaStream_t s) {
     const bool vec = q.vocab % 4 == 0 && gpu_aligned(q.zs, 16) && gpu_aligned(q.zt, 16) &&
                      (q.g == nullptr || gpu_aligned(q.g, 16));
-    return vec ? distill_launch_vw<4>(q, gdt, s) : distill_launch_vw<1>(q, gdt, s);
+    return vec ? fused_launch_vw<4>(q, gdt, s) : fused_launch_vw<1>(q, gdt, s);
 }
 
 } // namespace DISTIL_GPU_NS
 
 using namespace DISTIL_GPU_NS;
 
-extern "C" distil_status DISTIL_GPU_FN(distill_rows)(void *vb, const distil_distill_rows_args *a) {
+extern "C" distil_status DISTIL_GPU_FN(fused_rows)(void *vb, const distil_fused_rows_args *a) {
     gpu_state *b = gpu_of(vb);
     if (a->rows <= 0) {
         return DISTIL_OK;
     }
     if (a->rows > 0x7fffffff) {
         return distil_error_set(b->ctx, DISTIL_ERR_UNSUPPORTED,
-                                "distill_rows: %lld rows in one chunk (at most 2^31 - 1)",
+                                "fused_rows: %lld rows in one chunk (at most 2^31 - 1)",
                                 (long long)a->rows);
     }
-    const distill_params p = distill_params_of(a);
+    const fused_params p = fused_params_of(a);
     gpu_device_guard guard(b);
     bool done = false;
     cudaError_t e = cudaSuccess;
-    if (!b->distill_stream) {
-        e = distill_resident_launch(b, p, a->g_dtype, b->lane.stream, &done);
+    if (!b->fused_stream) {
+        e = fused_resident_launch(b, p, a->g_dtype, b->lane.stream, &done);
     }
     if (!done) {
         (void)cudaGetLastError(); /* a refused cluster launch: the streaming kernel instead */
-        e = distill_stream_launch(p, a->g_dtype, b->lane.stream);
+        e = fused_stream_launch(p, a->g_dtype, b->lane.stream);
     }
-    return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "distill_rows");
+    return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "fused_rows");
 }
