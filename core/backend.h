@@ -84,7 +84,7 @@ typedef struct distil_count_args {
 } distil_count_args;
 
 /*
- * SPEC section 1 on a block of rows: per-row JSD loss and, optionally, the gradient.
+ * docs/SPEC.md §1 on a block of rows: per-row JSD loss and, optionally, the gradient.
  *   x (rows, vocab) row stride x_stride, dtype: student log-probs; y likewise: teacher
  *   labels (rows) int64, optional: rows whose label == ignore_index get loss 0 and gradient 0
  *   row_loss (rows) fp32: written for every row
@@ -108,7 +108,7 @@ typedef struct distil_jsd_rows_args {
 } distil_jsd_rows_args;
 
 /*
- * SPEC section 2 steps 2-5 on one chunk of fp32 logits.
+ * docs/SPEC.md §2 steps 2-5 on one chunk of fp32 logits.
  *   zs, zt (rows, vocab) fp32 dense (row stride vocab): student / teacher logits of the chunk
  *   labels (rows) int64: the chunk's labels. A label outside [0, vocab) that is not
  *     ignore_index marks the row ignored and records row_offset + i as an invalid label

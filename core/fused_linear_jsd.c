@@ -1,5 +1,5 @@
 /*
- * fused_linear_jsd.c - the public entry point distil_fused_linear_jsd (SPEC section 2):
+ * fused_linear_jsd.c - the public entry point distil_fused_linear_jsd (docs/SPEC.md §2):
  * validate, plan chunks and workspace, then the backend's whole op or the chunk loop below,
  * which lives here once for every backend:
  *   n = max(1, valid rows)

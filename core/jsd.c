@@ -1,6 +1,6 @@
 /*
  * jsd.c - the public entry point distil_jsd: validate, plan the workspace, then either the
- * backend's whole `jsd` op or count_valid -> jsd_rows -> reduce (SPEC section 1).
+ * backend's whole `jsd` op or count_valid -> jsd_rows -> reduce (docs/SPEC.md §1).
  */
 #include "ctx.h"
 #include "error.h"

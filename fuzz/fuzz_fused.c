@@ -1,7 +1,7 @@
 /*
  * fuzz_fused.c - distil_fused_linear_jsd and its workspace query under fuzzed descriptors,
  * NULL and optional pointers, labels (ignored, out of range), special values, chunk sizes,
- * lent workspaces and allocation faults. Expected statuses follow distil.h / SPEC section 5.
+ * lent workspaces and allocation faults. Expected statuses follow distil.h / docs/SPEC.md §5.
  */
 #include "fuzz.h"
 

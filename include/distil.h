@@ -5,7 +5,7 @@
  *   distil_jsd                generalised Jensen-Shannon divergence over log-probabilities
  *   distil_fused_linear_jsd   chunked LM-head projection + hard CE + soft JSD, never holding
  *                             the [T, V] logits
- * The math is SPEC.md; every backend must match the float64 reference ("ref") within its
+ * The math is docs/SPEC.md; every backend must match the float64 reference ("ref") within its
  * tolerances.
  *
  * Conventions
@@ -250,7 +250,7 @@ DISTIL_API void distil_jsd_desc_init(distil_jsd_desc *desc);
 
 /*
  * Generalised JSD between student and teacher log-probabilities, and its gradient with respect
- * to the student (SPEC.md section 1).
+ * to the student (docs/SPEC.md §1).
  *   student_logp  (rows, vocab), row stride student_stride, dtype       x = log q
  *   teacher_logp  (rows, vocab), row stride teacher_stride, dtype       y = log p
  *   labels        (rows) int64 or NULL (no row ignored)
@@ -302,7 +302,7 @@ typedef struct distil_fused_linear_jsd_desc {
 DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *desc);
 
 /*
- * The fused linear distillation loss of SPEC.md section 2, chunk by chunk over rows.
+ * The fused linear distillation loss of docs/SPEC.md §2, chunk by chunk over rows.
  *   student_hidden  xs (rows, Hs)   dense, dtype
  *   student_weight  Ws (V, Hs)      dense, dtype (nn.Linear layout)
  *   student_bias    bs (V) or NULL

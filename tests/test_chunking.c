@@ -56,7 +56,7 @@ static const distil_dtype dtypes[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
  *   gradients, bf16 / fp16: an ulp of difference in fp32 flips the rounding of G (stored in the
  *     input dtype) and of the outputs (2^-8 relative for bf16) on many elements at once: a few
  *     1e-3 in norm was measured on the H200. A real chunking bug (a row lost or counted twice)
- *     moves the norm by about sqrt(1 / T) >= 6e-2 for these shapes, so 1e-2 (SPEC's bf16
+ *     moves the norm by about sqrt(1 / T) >= 6e-2 for these shapes, so 1e-2 (docs/SPEC.md §3's bf16
  *     gradient bound) still catches it.
  */
 static double chunk_tolerance(distil_dtype dt, bool grad) {

@@ -1,5 +1,5 @@
 /*
- * cpu_distill.c - distill_rows of the cpu backend (SPEC section 2 steps 2-5 on one chunk of
+ * cpu_distill.c - distill_rows of the cpu backend (docs/SPEC.md §2 steps 2-5 on one chunk of
  * fp32 logits): labels are checked serially first (so the first invalid row is well defined),
  * then OpenMP runs the rows, each whole on one thread with its own scratch row.
  */

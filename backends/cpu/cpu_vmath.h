@@ -33,7 +33,7 @@ static inline void vf_store(float *p, vf v) {
 static inline vf vf_sel(vi m, vf a, vf b) {
     return (vf)(((vi)a & m) | ((vi)b & ~m));
 }
-/* m ? a : 0: one AND. Used to give 0 * inf and 0 * -inf the value 0 (SPEC 1, 0 log 0 = 0). */
+/* m ? a : 0: one AND. Gives 0 * inf and 0 * -inf the value 0 (docs/SPEC.md §1: 0 log 0 = 0). */
 static inline vf vf_and(vi m, vf a) {
     return (vf)((vi)a & m);
 }

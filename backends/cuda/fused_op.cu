@@ -2,7 +2,7 @@
  * fused_op.cu - the whole fused loss (optional op fused_linear_jsd): the core's chunk loop
  * (core/fused_linear_jsd.c) with one change that the loop cannot make for every backend: when
  * the batch is a single chunk, grad_Ws and grad_bs are written by their GEMMs directly in the
- * output dtype (accumulated in fp32 inside the GEMM, rounded once, as SPEC section 2 asks), so
+ * output dtype (accumulated in fp32 inside the GEMM, rounded once, as docs/SPEC.md §2 asks), so
  * the fp32 accumulators and their final casts (1.5 GB of traffic for the seed workload) vanish;
  * and the next chunk's logits GEMMs (for F32, whose G lives in zs: the teacher's) run on a second
  * lane (internal stream, joined by events) while this chunk's gradient GEMMs run on the

@@ -1,4 +1,4 @@
-/* ref_math.c - the float64 row math of SPEC section 1, shared by both reference losses. */
+/* ref_math.c - the float64 row math of docs/SPEC.md §1, shared by both reference losses. */
 #include "ref.h"
 #include "half.h"
 
