@@ -89,7 +89,7 @@ static distil_status distil_fused_check_desc(distil_ctx *ctx,
 }
 
 /* Pointer checks: NULL where data is required, then backend ownership, then bias rules, then
- * sizes and overlaps (SPEC section 5). */
+ * sizes and overlaps (docs/SPEC.md §5). */
 static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused_args *a) {
     const size_t es = distil_dtype_size(a->dtype);
     const size_t t = (size_t)a->rows, v = (size_t)a->vocab, hs = (size_t)a->hs;

@@ -84,7 +84,7 @@ static void distil_jsd_spans(const distil_ctx *ctx, const distil_jsd_args *a, co
 }
 
 /* Pointer checks, in the fixed order NULL -> backend ownership -> in-place stride -> sizes and
- * overlaps (SPEC section 5). */
+ * overlaps (docs/SPEC.md §5). */
 static distil_status distil_jsd_check_ptrs(distil_ctx *ctx, const distil_jsd_args *a, const void *x,
                                            const void *y, const int64_t *labels, const float *loss,
                                            const void *grad) {

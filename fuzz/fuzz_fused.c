@@ -24,7 +24,7 @@ typedef struct fz_fused {
     size_t lend;
     long fault;
     bool backed, special, bad_label, tame;
-    int alias_out, alias_in; /* an output passed as this other buffer (SPEC section 5), or -1 */
+    int alias_out, alias_in; /* an output passed as this other buffer (docs/SPEC.md §5), or -1 */
     size_t es;
     int64_t rows, vocab, hs, ht; /* the descriptor's, clamped to what buffers hold */
     fz_buf b[B_COUNT], ws;

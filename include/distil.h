@@ -21,7 +21,7 @@
  *   - A context serves one thread at a time; separate contexts are independent. A call that
  *     enters a context while another thread is inside a call on it returns DISTIL_ERR_BUSY
  *     (message in distil_ctx_last_error(NULL)) and does nothing.
- *   - Refused with DISTIL_ERR_INVALID_ARG (SPEC section 5): an output that overlaps an input or
+ *   - Refused with DISTIL_ERR_INVALID_ARG (docs/SPEC.md §5): an output that overlaps an input or
  *     another output, or a lent workspace (byte ranges the descriptor gives; on "opencl" the
  *     same cl_mem or overlapping sub-buffers), except grad_student == student_logp with equal
  *     strides; on "opencl" a pointer that is not a cl_mem of the context at any entry point

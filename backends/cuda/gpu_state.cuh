@@ -20,7 +20,8 @@ namespace DISTIL_GPU_NS {
 /* The first invalid label seen by distill_rows, in device memory. key = row << 32 | label code,
  * so the smallest key is the smallest row (atomicMin on an integer: deterministic). launch: the
  * host's number of the distill_rows launch that recorded it (0: none); a later launch leaves
- * the record alone, so the first call's first bad row stands until synchronize (SPEC section 5). */
+ * the record alone, so the first call's first bad row stands until synchronize (docs/SPEC.md §5).
+ */
 struct gpu_label_error {
     unsigned long long key; /* ~0ull: none */
     long long vocab;

@@ -130,7 +130,7 @@ distil_distill_rows(__global float *zs, ulong zs_off, __global const float *zt, 
             ce[ce_off + row] = 0.0f;
             jsd[jsd_off + row] = 0.0f;
             /* state[3] >= 0: an earlier launch (call or chunk) captured its first bad row, and
-             * the first error stands (SPEC section 5). Launches on the queue run in order. */
+             * the first error stands (docs/SPEC.md §5). Launches on the queue run in order. */
             if (label != ignore_index && state[3] < 0) {
                 atomic_min(state, (int)min(row_offset + (long)row, (long)INT_MAX - 1));
             }
