@@ -60,7 +60,7 @@ double distil_ref_logsumexp(const double *z, int64_t n, double scale) {
     return m + log(s);
 }
 
-/* The element terms of SPEC 1 (core/math/distil_elem.h) instantiated in float64. */
+/* The element terms of docs/SPEC.md §1 (core/math/distil_elem.h) instantiated in float64. */
 #define DE_T            double
 #define DE_S            double
 #define DE_M            int
