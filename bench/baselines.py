@@ -2,14 +2,14 @@
 """baselines.py - time the PyTorch baselines of distil-bench on the same shapes.
 
 Implementations (--impl):
-  eager    PyTorch eager code of exactly SPEC.md's math (JSD element formula with log m through
+  eager    PyTorch eager code of exactly docs/SPEC.md's math (JSD element formula with log m through
            logaddexp, batchmean; the fused loss with fp32 logits (x @ W.T).float(), CE + JSD on
            log_softmax(z / tau)); gradients by autograd.
   compile  the same functions through torch.compile.
   liger    Liger-Kernel's LigerJSD and LigerFusedLinearJSDLoss (CUDA only), when importable.
   distil   distil's Python package, called exactly as Liger is (distil.torch.JSD and
            FusedLinearJSDLoss): its time against distil-bench's C timing is the binding's cost.
-Both take (student, teacher) with beta weighting the teacher, as SPEC.md does.
+Both take (student, teacher) with beta weighting the teacher, as docs/SPEC.md does.
 
 Timing follows distil-bench: warm-up, then samples until --reps and --min-time (at most
 --max-reps), median with p20/p80; CUDA events around each call on a GPU, perf_counter on the
@@ -191,10 +191,10 @@ def work_of(s, full):
     return nbytes, flops
 
 
-# ---------------------------------------------------------------- the losses (SPEC.md)
+# ---------------------------------------------------------------- the losses (docs/SPEC.md)
 
 def jsd_rows(x, y, beta, torch):
-    """Per-row generalised JSD of SPEC.md section 1 on log-probs x (student), y (teacher)."""
+    """Per-row generalised JSD of docs/SPEC.md §1 on log-probs x (student), y (teacher)."""
     if beta == 0.0:
         e = torch.exp(y) * (y - x)
     elif beta == 1.0:
@@ -486,7 +486,7 @@ def floor_rates(args, dev, dtype):
     """(bw TB/s, GEMM TFLOP/s, source) as distil-bench's bench_floor.c."""
     bw, tf, src = 0.0, 0.0, "unknown (give --peak-bw-tbs, --peak-tflops or --floor-from)"
     if "H200" in dev:
-        bw, tf, src = 4.28, 67.0 if dtype == "f32" else 790.0, "H200 defaults (DESIGN.md; fp32 datasheet)"
+        bw, tf, src = 4.28, 67.0 if dtype == "f32" else 790.0, "H200 defaults (docs/DESIGN.md; fp32 datasheet)"
     if args.floor_from:
         with open(args.floor_from) as f:
             for r in json.load(f)["results"]:

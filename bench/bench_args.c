@@ -280,7 +280,7 @@ static void bench_defaults(bench_options *opt) {
     opt->fused.workload = BENCH_FUSED;
 }
 
-/* The seed workloads of DESIGN.md (gpu), or sweeps scaled to a few CPU cores (cpu). */
+/* The seed workloads of docs/DESIGN.md (gpu), or sweeps scaled to a few CPU cores (cpu). */
 static void bench_preset(bench_options *opt, int gpu) {
     static const int64_t gpu_t[] = {1024, 2048, 4096, 8192};
     static const int64_t cpu_jsd_t[] = {64, 128, 256, 512, 1024};

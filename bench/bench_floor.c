@@ -1,8 +1,8 @@
 /*
  * bench_floor.c - the floor a time is compared with: minimum bytes over the device's copy
  * bandwidth and GEMM flops over its GEMM rate. The rates come from --peak-bw-tbs and
- * --peak-tflops, else from defaults of known devices (H200, measured in DESIGN.md), else on the
- * host from probes: a multi-threaded memcpy, and the cpu backend's own fp32 fused forward at a
+ * --peak-tflops, else from defaults of known devices (H200, measured in docs/DESIGN.md), else on
+ * the host from probes: a multi-threaded memcpy, and the cpu backend's own fp32 fused forward at a
  * GEMM-bound shape (T 1024, Hs = Ht 2048, V 8192: its row pass is < 1% of the work there).
  */
 #include <stdio.h>
@@ -52,7 +52,7 @@ static void bench_known_device(const char *device, distil_dtype dtype, bench_flo
     if (strstr(device, "H200") != NULL) {
         f->bw_tbs = 4.28;
         f->tflops = dtype == DISTIL_F32 ? 67.0 : 790.0; /* fp32: datasheet, non-tensor */
-        snprintf(f->source, sizeof f->source, "H200 defaults (DESIGN.md; fp32 datasheet)");
+        snprintf(f->source, sizeof f->source, "H200 defaults (docs/DESIGN.md; fp32 datasheet)");
     }
 }
 

@@ -10,7 +10,9 @@
 # before and the load average after every point. distil and PyTorch alternate point by point.
 set -u
 cd "$(dirname "$0")/.." || exit 1
-OUT=${OUT:-$PWD/cpu-run-out}
+# Raw output goes to $OUT, never into the source tree (default: a fresh folder under /tmp).
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/distil-cpu-run.XXXXXX")}
+echo "cpu_run.sh: output in $OUT"
 BUILD=${BUILD:-build}
 PY=${PYTHON:-python3}
 WAIT_IDLE=${WAIT_IDLE:-}

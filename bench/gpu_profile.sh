@@ -6,7 +6,9 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build-gpu}
-OUT=${OUT:-$PWD/gpu-profile-out}
+# Raw output goes to $OUT, never into the source tree (default: a fresh folder under /tmp).
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/distil-gpu-profile.XXXXXX")}
+echo "gpu_profile.sh: output in $OUT"
 mkdir -p "$OUT"
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 [ -z "$ncu" ] && { echo "gpu_profile: ncu not found"; exit 2; }

@@ -9,7 +9,9 @@
 # step loses only its own numbers. Steps run in order of importance.
 set -u
 cd "$(dirname "$0")/.." || exit 1
-OUT=${OUT:-$PWD/gpu-run-out}
+# Raw output goes to $OUT, never into the source tree (default: a fresh folder under /tmp).
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/distil-gpu-run.XXXXXX")}
+echo "gpu_run.sh: output in $OUT"
 BUDGET_S=${BUDGET_S:-470}
 BUILD=${BUILD:-build-gpu}
 PY=${PYTHON:-python3}

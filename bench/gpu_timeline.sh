@@ -7,7 +7,9 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build-gpu}
-OUT=${OUT:-$PWD/gpu-timeline-out}
+# Raw output goes to $OUT, never into the source tree (default: a fresh folder under /tmp).
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/distil-gpu-timeline.XXXXXX")}
+echo "gpu_timeline.sh: output in $OUT"
 mkdir -p "$OUT"
 for v in ${VARIANTS:-default}; do
     env=() # "A=1,B=2" is two assignments

@@ -1,5 +1,5 @@
 /*
- * fused_linear_jsd.c - the public entry points of the fused loss (SPEC section 2): validate,
+ * fused_linear_jsd.c - the public entry points of the fused loss (docs/SPEC.md §2): validate,
  * plan chunks and workspace once, then the backend's whole op (the float64 reference) or the
  * core's chunk loop (fused_loop.c), which every other backend runs.
  */
@@ -84,7 +84,7 @@ static distil_status distil_fused_check_desc(distil_ctx *ctx,
 }
 
 /* Pointer checks: NULL where data is required, then backend ownership, then bias rules, then
- * sizes and overlaps (SPEC section 5). */
+ * sizes and overlaps (docs/SPEC.md §5). */
 static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused_args *a) {
     const size_t es = distil_dtype_size(a->dtype);
     const size_t t = (size_t)a->rows, v = (size_t)a->vocab, hs = (size_t)a->hs;

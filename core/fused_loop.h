@@ -1,5 +1,5 @@
 /*
- * fused_loop.h - the chunk loop of the fused loss (SPEC section 2), once for every backend that
+ * fused_loop.h - the chunk loop of the fused loss (docs/SPEC.md §2), once for every backend that
  * has no whole fused op: the backends compute the GEMMs and the row pass, the core drives them.
  */
 #ifndef DISTIL_CORE_FUSED_LOOP_H

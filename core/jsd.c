@@ -1,6 +1,6 @@
 /*
  * jsd.c - the public entry point distil_jsd: validate, plan the workspace, then either the
- * backend's whole `jsd` op or count_valid -> jsd_rows -> reduce (SPEC section 1).
+ * backend's whole `jsd` op or count_valid -> jsd_rows -> reduce (docs/SPEC.md §1).
  */
 #include "ctx.h"
 #include "error.h"
@@ -84,7 +84,7 @@ static void distil_jsd_spans(const distil_ctx *ctx, const distil_jsd_args *a, co
 }
 
 /* Pointer checks, in the fixed order NULL -> backend ownership -> in-place stride -> sizes and
- * overlaps (SPEC section 5). */
+ * overlaps (docs/SPEC.md §5). */
 static distil_status distil_jsd_check_ptrs(distil_ctx *ctx, const distil_jsd_args *a, const void *x,
                                            const void *y, const int64_t *labels, const float *loss,
                                            const void *grad) {

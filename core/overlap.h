@@ -1,6 +1,6 @@
 /*
  * overlap.h - what one call reads and writes, as byte spans of the backend's memory, and the
- * checks on them (SPEC section 5): each buffer holds what the descriptor needs, and no output
+ * checks on them (docs/SPEC.md §5): each buffer holds what the descriptor needs, and no output
  * overlaps an input or another output, except one declared in-place pair.
  *
  * A span starts at byte 0 of the pointer the caller gave. Pointer backends (cpu, ref, cuda, hip)

@@ -1,7 +1,7 @@
 /*
  * demo.c - distil's main job in one program: the JSD and the fused linear distillation loss,
  * forward and backward, on the best backend available (or the one named by DISTIL_BACKEND /
- * argv[1]), on the seed workloads of DESIGN.md; scaled down on host backends.
+ * argv[1]), on the seed workloads of docs/DESIGN.md; scaled down on host backends.
  *   usage: distil-demo [backend] [--small]     (--small: the host sizes on any backend)
  */
 #define _POSIX_C_SOURCE 200809L

@@ -73,7 +73,7 @@ def torch_loss(sh, ws, th, wt, labels, weight_hard=0.5, weight_soft=0.5, beta=0.
                temperature=1.0):
     """The same loss in plain PyTorch (docs/SPEC.md §2), with the [tokens, vocab] logits."""
     sh, th, labels = sh.reshape(-1, sh.shape[-1]), th.reshape(-1, th.shape[-1]), labels.reshape(-1)
-    # Logits in fp32 at least (float64 stays float64), as SPEC §2 and distil keep them.
+    # Logits in fp32 at least (float64 stays float64), as docs/SPEC.md §2 and distil keep them.
     wide = torch.promote_types(sh.dtype, torch.float32)
     zs, zt = (sh @ ws.T).to(wide), (th @ wt.T).to(wide)
     valid = labels != -100

@@ -1,5 +1,5 @@
 /*
- * fuzz.h - the libFuzzer target over the public API (issue 7): shared declarations.
+ * fuzz.h - the libFuzzer target over the public API (docs/RELIABILITY.md): shared declarations.
  * An input is read as a stream of decisions (which call, which backend, every descriptor field,
  * which pointers are NULL, labels, special float values, an allocation fault); a short input
  * reads as zeros, i.e. the defaults. Every call is checked against what the contract says it
@@ -106,10 +106,10 @@ float fz_get_value(const void *host, distil_dtype dtype, size_t i);
 
 /* A rerun of a successful call gave the same bytes. */
 void fz_same_bits(const char *what, const void *first, const void *second, size_t bytes);
-/* n fp32 loss values agree with ref's within a loose multiple of SPEC section 3. */
+/* n fp32 loss values agree with ref's within a loose multiple of docs/SPEC.md §3. */
 void fz_parity_loss(const char *what, const float *got, const float *ref, size_t n,
                     distil_dtype dt);
-/* (rows, width) row stride ld of dtype agrees with ref's in the SPEC norm, loosely. */
+/* (rows, width) row stride ld of dtype agrees with ref's in the docs/SPEC.md §3 norm, loosely. */
 void fz_parity_tensor(const char *what, const void *got, const void *ref, distil_dtype dt,
                       int64_t rows, int64_t width, int64_t ld, bool fused);
 

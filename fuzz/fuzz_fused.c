@@ -1,7 +1,7 @@
 /*
  * fuzz_fused.c - distil_fused_linear_jsd and its workspace query under fuzzed descriptors,
  * NULL and optional pointers, labels (ignored, out of range), special values, chunk sizes,
- * lent workspaces and allocation faults. Expected statuses follow distil.h / SPEC section 5.
+ * lent workspaces and allocation faults. Expected statuses follow distil.h / docs/SPEC.md §5.
  */
 #include "fuzz.h"
 
@@ -24,7 +24,7 @@ typedef struct fz_fused {
     size_t lend;
     long fault;
     bool backed, special, bad_label, tame;
-    int alias_out, alias_in; /* an output passed as this other buffer (SPEC section 5), or -1 */
+    int alias_out, alias_in; /* an output passed as this other buffer (docs/SPEC.md §5), or -1 */
     size_t es;
     int64_t rows, vocab, hs, ht; /* the descriptor's, clamped to what buffers hold */
     fz_buf b[B_COUNT], work;

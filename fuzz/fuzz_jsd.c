@@ -1,7 +1,7 @@
 /*
  * fuzz_jsd.c - distil_jsd and distil_jsd_workspace_size under fuzzed descriptors, pointers,
  * aliasing, labels, special values, lent workspaces and allocation faults. The expected status
- * is derived from the rules of distil.h / SPEC section 5 independently of the library.
+ * is derived from the rules of distil.h / docs/SPEC.md §5 independently of the library.
  */
 #include "fuzz.h"
 

@@ -1,7 +1,7 @@
 /*
  * fuzz_parity.c - the numeric oracles of a successful call on tame inputs (no special values):
- * a rerun gives the same bits (SPEC section 4), and a backend other than ref agrees with the
- * float64 ref within a loose multiple of the SPEC section 3 tolerances. Loose, because fuzzed
+ * a rerun gives the same bits (docs/SPEC.md §4), and a backend other than ref agrees with the
+ * float64 ref within a loose multiple of the docs/SPEC.md §3 tolerances. Loose, because fuzzed
  * shapes are odd (V = 1, one row, tiny losses): these oracles look for logic errors, not ulps.
  */
 #include "fuzz.h"

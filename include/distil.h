@@ -5,7 +5,7 @@
  *   distil_jsd                generalised Jensen-Shannon divergence over log-probabilities
  *   distil_fused_linear_jsd   chunked LM-head projection + hard CE + soft JSD, never holding
  *                             the [T, V] logits
- * The math is SPEC.md; every backend must match the float64 reference ("ref") within its
+ * The math is docs/SPEC.md; every backend must match the float64 reference ("ref") within its
  * tolerances.
  *
  * Conventions
@@ -21,7 +21,7 @@
  *   - A context serves one thread at a time; separate contexts are independent. A call that
  *     enters a context while another thread is inside a call on it returns DISTIL_ERR_BUSY
  *     (message in distil_ctx_last_error(NULL)) and does nothing.
- *   - Refused with DISTIL_ERR_INVALID_ARG (SPEC section 5): an output that overlaps an input or
+ *   - Refused with DISTIL_ERR_INVALID_ARG (docs/SPEC.md §5): an output that overlaps an input or
  *     another output, or a lent workspace (byte ranges the descriptor gives; on "opencl" the
  *     same cl_mem or overlapping sub-buffers), except grad_student == student_logp with equal
  *     strides; on "opencl" a pointer that is not a cl_mem of the context at any entry point
@@ -250,7 +250,7 @@ DISTIL_API void distil_jsd_desc_init(distil_jsd_desc *desc);
 
 /*
  * Generalised JSD between student and teacher log-probabilities, and its gradient with respect
- * to the student (SPEC.md section 1).
+ * to the student (docs/SPEC.md §1).
  *   student_logp  (rows, vocab), row stride student_stride, dtype       x = log q
  *   teacher_logp  (rows, vocab), row stride teacher_stride, dtype       y = log p
  *   labels        (rows) int64 or NULL (no row ignored)
@@ -302,7 +302,7 @@ typedef struct distil_fused_linear_jsd_desc {
 DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *desc);
 
 /*
- * The fused linear distillation loss of SPEC.md section 2, chunk by chunk over rows.
+ * The fused linear distillation loss of docs/SPEC.md §2, chunk by chunk over rows.
  *   student_hidden  xs (rows, Hs)   dense, dtype
  *   student_weight  Ws (V, Hs)      dense, dtype (nn.Linear layout)
  *   student_bias    bs (V) or NULL

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hardening checks of issue 7, run by .ci/run after the normal and ASan+UBSan suites:
+# Hardening checks (docs/RELIABILITY.md), run by .ci/run after the normal and ASan+UBSan suites:
 #   1. a short libFuzzer run over the public API (clang, ASan+UBSan), from fuzz/corpus
 #   2. the thread test under ThreadSanitizer (ref, cpu with one OpenMP thread, opencl)
 #   3. valgrind memcheck over a subset of the suite (host backends)

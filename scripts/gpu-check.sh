@@ -12,7 +12,9 @@
 #   usage: OUT=/some/dir bash scripts/gpu-check.sh      (from the repository root; ~3 min)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-OUT=${OUT:-$PWD/gpu-check-out}
+# Raw output goes to $OUT, never into the source tree (default: a fresh folder under /tmp).
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/distil-gpu-check.XXXXXX")}
+echo "gpu-check.sh: output in $OUT"
 BUILD=${BUILD:-build-gpu}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/check.log") 2>&1
@@ -31,7 +33,7 @@ export PATH="/usr/local/cuda/bin:$PATH"
 echo "OpenCL ICDs: $(cat "$OCL_ICD_VENDORS"/*.icd | tr '\n' ' ')"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 [ -x "$deps/usr/bin/clinfo" ] && "$deps/usr/bin/clinfo" -l 2>&1 | head -20
-# Ask each NVIDIA OpenCL driver library directly, past the loader (issue 5: no NVIDIA platform).
+# Ask each NVIDIA OpenCL driver library directly, past the loader (for when it lists no NVIDIA platform).
 cc -O1 -o /tmp/icd_probe backends/opencl/tools/icd_probe.c -ldl &&
     /tmp/icd_probe libnvidia-opencl.so.1 $(find / -xdev -name 'libnvidia-opencl.so*' 2>/dev/null |
         head -n 4) 2>&1 | tee "$OUT/icd-probe.log"
@@ -63,7 +65,7 @@ DISTIL_CUDA_SIDE_DELAY_US=300 timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' 
     > "$OUT/ctest-cuda-side-delay.log" 2>&1
 grep -E "tests passed|Test +#" "$OUT/ctest-cuda-side-delay.log"
 
-log "ctest -L cuda -R parity with the portable GEMM (the one HIP uses without hipBLAS; issue 6)"
+log "ctest -L cuda -R parity with the portable GEMM (the one HIP uses without hipBLAS)"
 DISTIL_CUDA_GEMM=portable timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -R parity -j8 \
     --timeout 180 --output-on-failure > "$OUT/ctest-cuda-portable.log" 2>&1
 grep -E "tests passed|Test +#" "$OUT/ctest-cuda-portable.log"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # compute-sanitizer (memcheck with leak check, racecheck, synccheck) over every ctest entry
 # labelled "cuda" of a configured and built build folder, one process per test and tool
-# (issue 7). Exit status 1 when any run reports an error or fails.
+# (docs/RELIABILITY.md). Exit status 1 when any run reports an error or fails.
 #   scripts/gpu-sanitize.sh [BUILD_DIR]        default build
 # Environment:
 #   DISTIL_SANITIZE_TOOLS    tools to run (default "memcheck racecheck synccheck")

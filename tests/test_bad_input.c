@@ -1,5 +1,5 @@
 /*
- * test_bad_input.c - SPEC section 5 for both losses: every invalid argument is refused with
+ * test_bad_input.c - docs/SPEC.md §5 for both losses: every invalid argument is refused with
  * DISTIL_ERR_INVALID_ARG (or the documented code) and a message naming it, and no output is
  * touched (outputs are poisoned before and compared bitwise after). T == 0 writes only the loss.
  * An out-of-range label in the fused loss is reported (call or next synchronize) with its row,
@@ -413,7 +413,7 @@ static void test_fused_invalid_label(void **state) {
     TU_OK(g_ctx, distil_memcpy_to_device(g_ctx, g.flabels, ok, sizeof ok));
 }
 
-/* Host memory given to a backend whose memory is not the host's (SPEC section 5: "a device
+/* Host memory given to a backend whose memory is not the host's (docs/SPEC.md §5: "a device
  * pointer of the wrong backend where the backend can tell"); cpu and ref cannot tell. */
 static void test_foreign_memory(void **state) {
     (void)state;

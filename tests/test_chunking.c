@@ -58,7 +58,7 @@ static const distil_dtype dtypes[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
  *   gradients, bf16 / fp16: an ulp of difference in fp32 flips the rounding of G (stored in the
  *     input dtype) and of the outputs (2^-8 relative for bf16) on many elements at once: a few
  *     1e-3 in norm was measured on the H200. A real chunking bug (a row lost or counted twice)
- *     moves the norm by about sqrt(1 / T) >= 6e-2 for these shapes, so 1e-2 (SPEC's bf16
+ *     moves the norm by about sqrt(1 / T) >= 6e-2 for these shapes, so 1e-2 (docs/SPEC.md §3's bf16
  *     gradient bound) still catches it.
  */
 static double chunk_tolerance(distil_dtype dt, bool grad) {
@@ -117,7 +117,7 @@ static void test_chunk_sizes(void **state) {
 
 /*
  * The workspace of one chunk holds no fp32 grad_Ws accumulator (grad_Ws is written in the output
- * dtype directly, SPEC section 2), while several chunks of a half dtype need one: at V = 4096,
+ * dtype directly, docs/SPEC.md §2), while several chunks of a half dtype need one: at V = 4096,
  * Hs = 1024 the accumulator (16 MiB) dwarfs the chunk buffers of T = 4 rows (about 200 kB).
  */
 static void test_workspace_one_chunk(void **state) {

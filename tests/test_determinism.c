@@ -1,5 +1,5 @@
 /*
- * test_determinism.c - SPEC section 4: the same inputs on the same device give bitwise-identical
+ * test_determinism.c - docs/SPEC.md §4: the same inputs on the same device give bitwise-identical
  * loss and gradients, run after run and on a fresh context (no floating-point atomics, fixed
  * reduction order). Shapes are large enough to use every thread / block of a backend.
  */

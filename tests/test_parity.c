@@ -1,5 +1,5 @@
 /*
- * test_parity.c - every backend with a device against the float64 "ref", within the SPEC
+ * test_parity.c - every backend with a device against the float64 "ref", within the docs/SPEC.md
  * section 3 tolerances, on seeded random non-zero inputs with poisoned outputs. The grid is two
  * tables of cases (distil_jsd, distil_fused_linear_jsd), each run in every dtype through one
  * compare function; every (case, dtype) is one named cmocka test.
@@ -56,6 +56,8 @@ static const tp_jsd_spec jsd_cases[] = {
     /* many rows, narrow and wide, for backends that split rows over threads or blocks */
     J(200, 33,     0, 0, 0,  0.5f, BATCHMEAN, MIXED,       OUT,     0,              1.0f),
     J(40,  4099,   3, 3, 3,  0.1f, SUM,       MIXED,       OUT,     NEG_INF,        1.0f),
+    /* the seed vocabulary over many rows (every row a block of its own on a GPU) */
+    J(32,  128256, 0, 0, 0,  0.5f, BATCHMEAN, MIXED,       OUT,     0,              1.0f),
     /* V = 128257 (a Llama-3 vocabulary + 1): few rows, the reference is float64 */
     J(3,   128257, 0, 0, 0,  0.5f, BATCHMEAN, NONE,        OUT,     0,              1.0f),
     J(3,   128257, 64,0, 64, 0.0f, SUM,       MIXED,       OUT,     NEG_INF,        1.0f),
@@ -149,6 +151,8 @@ static const tp_fused_spec fused_cases[] = {
     /* V % 4 == 0, rows spread over 8 and 16 blocks of a GPU (the seed vocabulary last) */
     F(9,  65536, 16, 32, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   0),
     F(4,  128256, 8, 16, 0.2f, 0.8f, 0.7f, 2.0f, BIAS_S,  false, ALL,      MIXED,       0,   0),
+    /* hidden sizes of GEMM-tile scale (Hs = Ht / 2), chunks of 20 rows with a partial last one */
+    F(48, 2053,  256, 512, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true, ALL,      MIXED,       0,   20),
 };
 // clang-format on
 

@@ -1,10 +1,10 @@
 /*
- * test_precision.c - SPEC section 3's precision in every regime it lists, on every backend with
+ * test_precision.c - docs/SPEC.md §3's precision in every regime it lists, on every backend with
  * a device, against the float64 "ref" and against a careful fp32 evaluation of the same formula
  * (core/backend_api/math/distil_elem.h instantiated in float on the host, as the backends
  * instantiate it).
  *
- * Cases are drawn at random over SPEC 3's ranges: beta log-uniform in [1e-9, 1e-2] and
+ * Cases are drawn at random over docs/SPEC.md §3's ranges: beta log-uniform in [1e-9, 1e-2] and
  * 1 - [1e-9, 1e-2] (rounded to the API's float), exact 0 and 1, and uniform; student close to the
  * teacher (x = log_softmax(z + delta noise), delta log-uniform in [1e-3, 0.1]) or not; peaky and
  * near-uniform rows; V log-uniform from 1 to 4096 plus a few rows of 16384..262144; for the fused
@@ -13,14 +13,15 @@
  * beside its bound.
  *
  * Bound of each quantity (loss of every row, ||grad - ref|| / ||ref||):
- *   err <= max(2 * err_careful, floor)   and   err <= SPEC bound wherever err_careful <= bound / 2
+ *   err <= max(2 * err_careful, floor)   and
+ *   err <= the docs/SPEC.md §3 bound wherever err_careful <= bound / 2
  * (8 * err_careful for the fused loss: see pr_bound),
  * err_careful being the careful fp32 evaluation's own error against ref. floor: a tenth of the
- * SPEC 3 bound for fp32 (room for another summation order and another exp, not for another
- * formula), and the rounding unit of the output dtype for 16-bit gradients.
+ * docs/SPEC.md §3 bound for fp32 (room for another summation order and another exp, not for
+ * another formula), and the rounding unit of the output dtype for 16-bit gradients.
  * Also: the ref's element terms against an independent long double evaluation, and the special
- * values of SPEC 1 (NaN, +-inf, -inf rows, subnormal probabilities), which must be the same on
- * every backend as on ref and as SPEC 1 says.
+ * values of docs/SPEC.md §1 (NaN, +-inf, -inf rows, subnormal probabilities), which must be the
+ * same on every backend as on ref and as docs/SPEC.md §1 says.
  */
 #include "test_util.h"
 
@@ -56,7 +57,7 @@ static double pr_log_uniform(tu_rng *r, double lo, double hi) {
     return exp(log(lo) + (log(hi) - log(lo)) * tu_rand_uniform(r));
 }
 
-/* beta over SPEC 3's regimes: near 0, near 1, exactly 0 or 1, anywhere. */
+/* beta over docs/SPEC.md §3's regimes: near 0, near 1, exactly 0 or 1, anywhere. */
 static float pr_beta(tu_rng *r) {
     switch (tu_rand_int(r, 6)) {
     case 0:
@@ -111,7 +112,7 @@ static void pr_log_softmax(const double *z, int64_t n, double *out) {
 
 /* ---------------------------------------------------------------- checking one quantity */
 
-/* The fused loss's loss values: TU_LOSS's SPEC bound, the fused factor of pr_bound. */
+/* The fused loss's loss values: TU_LOSS's docs/SPEC.md §3 bound, the fused factor of pr_bound. */
 #define TU_LOSS_FUSED ((tu_quantity)(TU_GRAD_FUSED + 1))
 
 static double pr_unit(distil_dtype dt) {
@@ -340,9 +341,9 @@ static void pr_fused_run(distil_ctx *ctx, const pr_fused *c, float *loss, void *
     }
 }
 
-/* Logits of row i (v values) from the rounded inputs, accumulated in fp32 as a GEMM does (SPEC
- * 2 step 1), forwards or backwards over the hidden index: their rounding, which depends on the
- * GEMM's order, is part of the formula every backend evaluates. */
+/* Logits of row i (v values) from the rounded inputs, accumulated in fp32 as a GEMM does
+ * (docs/SPEC.md §2 step 1), forwards or backwards over the hidden index: their rounding, which
+ * depends on the GEMM's order, is part of the formula every backend evaluates. */
 static void pr_fused_logits(const pr_fused *c, const void *x, int64_t i, bool back, float *z) {
     for (int64_t v = 0; v < c->v; v++) {
         float s = 0.0f;
@@ -369,8 +370,8 @@ static void pr_row_lse(const float *z, int64_t n, float scale, float *m, float *
     *l = (float)log(s);
 }
 
-/* The careful fp32 row pass of SPEC 2 steps 2-5 on fp32 logits (sums in double, element terms
- * by the header in float), then grad_xs = G Ws in double, rounded to dtype. */
+/* The careful fp32 row pass of docs/SPEC.md §2 steps 2-5 on fp32 logits (sums in double, element
+ * terms by the header in float), then grad_xs = G Ws in double, rounded to dtype. */
 static void pr_fused_careful(const pr_fused *c, bool back, float *loss, void *gxs, double *cond) {
     distil_elem_beta kb = distil_elem_beta_make(c->beta);
     de_coef k;
@@ -415,8 +416,8 @@ static void pr_fused_careful(const pr_fused *c, bool back, float *loss, void *gx
 }
 
 /* The soft part's error as a fraction of the loss it is part of: where the teacher is close, the
- * JSD is small beside the rounding of the fp32 logits (SPEC 2 step 1), and its own relative error
- * is set by those, not by the row math. */
+ * JSD is small beside the rounding of the fp32 logits (docs/SPEC.md §2 step 1), and its own
+ * relative error is set by those, not by the row math. */
 static double pr_part_err(double got, double ref, double loss) {
     return isnan(got) != isnan(ref) ? NAN : fabs(got - ref) / fmax(fabs(loss), fabs(ref));
 }
@@ -469,7 +470,7 @@ static void test_fused_random(void **state) {
 
 /* ---------------------------------------------------------------- ref against long double */
 
-/* SPEC 1's element term from its definition in long double, independently of the header's
+/* docs/SPEC.md §1's element term from its definition in long double, independently of the header's
  * forms: e = beta p (y - log m) + (1 - beta) q (x - log m) as written, with the two differences
  * as the identities y - log m = -log1p((1 - beta) expm1(d)), x - log m = -log1p(beta expm1(-d))
  * (d = x - y). 64 mantissa bits leave e accurate to ~1e-15 relative for |d| >= 1e-3. */
@@ -523,14 +524,14 @@ static void test_ref_elements(void **state) {
 
 /* ---------------------------------------------------------------- special values */
 
-/* (x, y) pairs of SPEC 1's special values; p = e^-95 is subnormal in fp32. */
+/* (x, y) pairs of docs/SPEC.md §1's special values; p = e^-95 is subnormal in fp32. */
 static const float g_special[][2] = {
     {NAN, -INFINITY},  {-INFINITY, NAN},  {NAN, 0.0f},         {-INFINITY, -INFINITY},
     {0.0f, -INFINITY}, {-INFINITY, 0.0f}, {-95.0f, -INFINITY}, {-INFINITY, -95.0f},
     {-95.0f, -96.0f},  {INFINITY, 0.0f},  {0.0f, INFINITY},    {-1.0f, -1.0f},
 };
 
-/* What SPEC 1 says of pair k at beta == 0, 0 < beta < 1, beta == 1: 'n' NaN, 'i' +inf, '0'
+/* What docs/SPEC.md §1 says of pair k at beta == 0, 0 < beta < 1, beta == 1: 'n' NaN, 'i' +inf, '0'
  * exactly 0, 'f' finite and not 0 (a subnormal probability is not flushed), '?' any (but the same
  * on every backend as on ref). The mixture of a subnormal probability may underflow: '?'. */
 static char pr_special_class(int k, float beta) {

@@ -3,7 +3,7 @@
  * closed forms computed here in double: zero divergence of identical inputs, the beta endpoints
  * as the two KL directions, the beta <-> 1 - beta symmetry, reductions and ignored rows, the
  * 0 log 0 rules for -inf, NaN propagation, tiny probabilities, the fused loss forward, and
- * central finite differences of every gradient (SPEC sections 1 and 2).
+ * central finite differences of every gradient (docs/SPEC.md §1 and §2).
  */
 #include "test_util.h"
 
@@ -161,7 +161,7 @@ static double logaddexp(double a, double b) {
     return mx == -INFINITY ? -INFINITY : mx + log(exp(a - mx) + exp(b - mx));
 }
 
-/* SPEC section 1: the element terms and d/dx, in log space, with the 0-probability rules. */
+/* docs/SPEC.md §1: the element terms and d/dx, in log space, with the 0-probability rules. */
 static double jsd_row_spec(const float *xr, const float *yr, int64_t n, double beta, double *grad) {
     double s = 0.0;
     for (int64_t v = 0; v < n; v++) {
@@ -210,7 +210,7 @@ static void logits_row(const float *x, const float *w, const float *b, int64_t i
     }
 }
 
-/* SPEC section 2 forward: out = {loss, sum CE / N, sum JSD / N}. */
+/* docs/SPEC.md §2 forward: out = {loss, sum CE / N, sum JSD / N}. */
 static void fused_forward(const fused_in *p, const distil_fused_linear_jsd_desc *d, double out[3]) {
     int64_t v = p->v, n = 0;
     double *buf = malloc((size_t)(5 * v) * sizeof(double));
@@ -314,7 +314,7 @@ static void test_beta_closed_forms(void **state) {
             TU_CHECK_REL("row loss vs closed form", loss[i], want, REF_RTOL);
             jsd_row_spec(xi, yi, V, bs[b], want_grad + i * V);
         }
-        CHECK_ELEMS("grad vs SPEC table", grad, want_grad, T * V, REF_RTOL, 1e-12);
+        CHECK_ELEMS("grad vs docs/SPEC.md table", grad, want_grad, T * V, REF_RTOL, 1e-12);
     }
 }
 

@@ -1,5 +1,5 @@
 /*
- * cpu_fused_rows.c - fused_rows of the cpu backend (SPEC section 2 steps 2-5 on one chunk of
+ * cpu_fused_rows.c - fused_rows of the cpu backend (docs/SPEC.md §2 steps 2-5 on one chunk of
  * fp32 logits): OpenMP runs the rows, each whole on one thread with its own scratch row. Labels
  * were checked by count_valid; an invalid one's row is ignored here.
  */

@@ -186,7 +186,7 @@ static cpu_view cpu_block_cached(const cpu_state *st, cpu_mat m, int64_t r0, int
  * against it on every multiply (about 5% of the fused loss on 2 cores). The blocks are fixed by
  * the shape alone (at most CPU_GEMM_PARTS, each a multiple of 16 and at least 64 long), never by
  * the thread count: OpenBLAS picks its kernels and k blocking by each call's m, n and k, so a
- * partition that followed the thread count changed the bits (SPEC section 4).
+ * partition that followed the thread count changed the bits (docs/SPEC.md §4).
  */
 #define CPU_GEMM_PARTS 64
 

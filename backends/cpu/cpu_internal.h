@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One row of SPEC section 1: x, y (vocab) of dtype; grad (vocab) of dtype or NULL (loss only).
+/* One row of docs/SPEC.md §1: x, y (vocab) of dtype; grad (vocab) of dtype or NULL (loss only).
  * grad = gscale * de/dx; grad may equal x. */
 typedef struct cpu_jsd_row {
     const void *x, *y;
@@ -24,7 +24,7 @@ typedef struct cpu_jsd_row {
     float beta, gscale;
 } cpu_jsd_row;
 
-/* One valid row of SPEC section 2 steps 2-5 on fp32 logits zs, zt (vocab); label in [0, vocab).
+/* One valid row of docs/SPEC.md §2 steps 2-5 on fp32 logits zs, zt (vocab); label in [0, vocab).
  * g (vocab) of g_dtype or NULL; it may equal zs when g_dtype is F32.
  * G = gh (s - onehot) + gs inv_t (g - q sum g), with gh = weight_hard / n, gs = weight_soft / n.
  * scratch holds cpu_fused_scratch_floats(vocab) floats of the calling thread. */

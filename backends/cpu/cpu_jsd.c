@@ -1,5 +1,5 @@
 /*
- * cpu_jsd.c - jsd_rows of the cpu backend (SPEC section 1 on a block of rows): OpenMP over
+ * cpu_jsd.c - jsd_rows of the cpu backend (docs/SPEC.md §1 on a block of rows): OpenMP over
  * rows, each row computed whole by one thread with the ISA kernel table, so the result does not
  * depend on the thread count.
  */

@@ -124,7 +124,8 @@ static inline const float *k_tile_in(distil_dtype dt, const void *row, int64_t o
 
 /* ------------------------------------------------------------------ JSD element terms */
 
-/* The element terms of SPEC 1 (core/backend_api/math/distil_elem.h) on vectors of CPU_VW floats. */
+/* The element terms of docs/SPEC.md §1 (core/backend_api/math/distil_elem.h) on vectors of CPU_VW
+ * floats. */
 #define DE_T            vf
 #define DE_S            float
 #define DE_M            vi
@@ -181,7 +182,7 @@ static double k_jsd_tile_any(int mode, const float *x, const float *y, float *g,
     }
 }
 
-/* SPEC 1 on one row in a single streaming pass: each x, y element is read once and each
+/* docs/SPEC.md §1 on one row in a single streaming pass: each x, y element is read once and each
  * gradient element written once (after its x was read, so grad may alias x). Ragged tails are
  * padded with -inf, whose terms are 0. */
 static double k_jsd_row(const cpu_jsd_row *r) {
@@ -311,8 +312,8 @@ static void k_fused_grad(const cpu_fused_row *r, const k_lsm *l1, double sg) {
     }
 }
 
-/* SPEC 2 steps 2-5 on one valid row, in four passes over the row (kept in cache between them):
- * maxima, exp sums, the JSD terms, the gradient. */
+/* docs/SPEC.md §2 steps 2-5 on one valid row, in four passes over the row (kept in cache between
+ * them): maxima, exp sums, the JSD terms, the gradient. */
 static void k_fused_row(cpu_fused_row *r) {
     float ms;
     float mt;

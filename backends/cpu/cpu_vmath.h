@@ -33,7 +33,7 @@ static inline void vf_store(float *p, vf v) {
 static inline vf vf_sel(vi m, vf a, vf b) {
     return (vf)(((vi)a & m) | ((vi)b & ~m));
 }
-/* m ? a : 0: one AND. Used to give 0 * inf and 0 * -inf the value 0 (SPEC 1, 0 log 0 = 0). */
+/* m ? a : 0: one AND. Gives 0 * inf and 0 * -inf the value 0 (docs/SPEC.md §1: 0 log 0 = 0). */
 static inline vf vf_and(vi m, vf a) {
     return (vf)((vi)a & m);
 }
@@ -71,9 +71,9 @@ static inline vf vf_pow2i(vi n) {
  * exp(x), about 1 ulp. x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for an exact
  * reduction), exp(r) by the Cephes degree-6 polynomial, then scaled by 2^n as 2^(n/2) 2^(n-n/2)
  * so that n = 128 (x up to ln FLT_MAX) and n down to -150 need no special case: results below
- * FLT_MIN come out subnormal, rounded once (SPEC 1: a subnormal probability is not 0). Below
- * ln(2^-150) the result is 0; above ln FLT_MAX it is +inf; exp(-inf) = 0, exp(+inf) = +inf, NaN
- * stays NaN.
+ * FLT_MIN come out subnormal, rounded once (docs/SPEC.md §1: a subnormal probability is not 0).
+ * Below ln(2^-150) the result is 0; above ln FLT_MAX it is +inf; exp(-inf) = 0, exp(+inf) = +inf,
+ * NaN stays NaN.
  */
 static inline vf vf_exp(vf x) {
     const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */

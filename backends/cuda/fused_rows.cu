@@ -1,5 +1,5 @@
 /*
- * fused_rows.cu - SPEC section 2 steps 2-5 on one chunk of fp32 logits: the resident kernel
+ * fused_rows.cu - docs/SPEC.md §2 steps 2-5 on one chunk of fp32 logits: the resident kernel
  * (fused_rows_resident.cu: each row read from HBM once, held in the shared memory of a block
  * cluster) where it applies, else the streaming kernel here (fused_rows.cuh has its passes):
  * one block per row reading zs and zt from global memory in each of three passes. The streaming

@@ -1,9 +1,9 @@
 /*
- * jsd_math.cuh - the element terms of SPEC section 1 for the CUDA/HIP kernels:
+ * jsd_math.cuh - the element terms of docs/SPEC.md §1 for the CUDA/HIP kernels:
  * core/backend_api/math/ distil_elem.h instantiated in float device code (one formulation for every
  * backend), and the constants of one beta made on the host (distil_elem_beta_make: float64, rounded
  * once). x = log q (student), y = log p (teacher). exp is the accurate expf: the fast __expf
- * flushes subnormal probabilities (SPEC 1) and loses |x| ulp.
+ * flushes subnormal probabilities (docs/SPEC.md §1) and loses |x| ulp.
  */
 #ifndef DISTIL_GPU_JSD_MATH_CUH
 #define DISTIL_GPU_JSD_MATH_CUH

@@ -1,9 +1,9 @@
 /*
- * jsd_rows.cu - SPEC section 1 on a block of rows in one pass: each element of x and y is read
+ * jsd_rows.cu - docs/SPEC.md §1 on a block of rows in one pass: each element of x and y is read
  * once (16-byte loads, several in flight per thread) and, when asked, its gradient written once.
  * One block per row; the row loss is a deterministic block sum. (A whole-op variant on a
  * persistent grid of row segments, one launch with the reduce in the last block, measured no
- * better on an H200 and 5% slower at T = 8192: see tools/results/NOTES.md.)
+ * better on an H200 and 5% slower at T = 8192: see docs/CUDA-NOTES.md.)
  */
 #include "jsd_rows.cuh"
 

@@ -1,6 +1,6 @@
 /*
  * opencl_handles.c - which cl_mem handles the opencl backend may trust, and where they lie
- * (SPEC section 5: a handle that is not a cl_mem of the context, or one smaller than the
+ * (docs/SPEC.md §5: a handle that is not a cl_mem of the context, or one smaller than the
  * descriptor needs, is refused).
  *
  * What is safe to ask about an unknown pointer p:

@@ -12,6 +12,7 @@
 #include <CL/cl.h>
 
 #include "backend.h"
+#include "opencl_kernel_files.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -74,18 +75,14 @@ typedef struct distil_ocl_kernel {
     size_t local[3];
 } distil_ocl_kernel;
 
-/* Kernel source text of one .cl file: embedded, or read from DISTIL_OPENCL_KERNEL_DIR. ELEM is
- * core/backend_api/math/distil_elem.h, the element terms every backend shares. */
+/* Kernel source text of one file: embedded, or read from DISTIL_OPENCL_KERNEL_DIR.
+ * DISTIL_OCL_SRC_<NAME> for each source of opencl_kernel_files.h (ELEM is
+ * core/backend_api/math/distil_elem.h, the element terms every backend shares). */
+#define DISTIL_OCL_SRC_ENUM(name, NAME, path) DISTIL_OCL_SRC_##NAME,
 typedef enum distil_ocl_src {
-    DISTIL_OCL_SRC_COMMON,
-    DISTIL_OCL_SRC_ELEM,
-    DISTIL_OCL_SRC_JSD,
-    DISTIL_OCL_SRC_DISTILL,
-    DISTIL_OCL_SRC_REDUCE,
-    DISTIL_OCL_SRC_ELEMENTWISE,
-    DISTIL_OCL_SRC_GEMM,
-    DISTIL_OCL_SRC_COUNT
+    DISTIL_OCL_KERNEL_FILES(DISTIL_OCL_SRC_ENUM) DISTIL_OCL_SRC_COUNT
 } distil_ocl_src;
+#undef DISTIL_OCL_SRC_ENUM
 
 /* ---------------------------------------------------------------- backend state */
 

@@ -1,6 +1,6 @@
 /*
- * opencl_options.c - validation of DISTIL_OPENCL_BUILD_OPTIONS at context creation (SPEC
- * section 5): options that would give wrong results, hang a kernel or crash the OpenCL C
+ * opencl_options.c - validation of DISTIL_OPENCL_BUILD_OPTIONS at context creation (docs/SPEC.md
+ * §5): options that would give wrong results, hang a kernel or crash the OpenCL C
  * compiler are refused with a message instead of reaching clBuildProgram.
  *
  * The kernels' tunables and what breaks without a rule:

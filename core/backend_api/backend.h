@@ -73,7 +73,7 @@ typedef struct distil_gemm_args {
  * Count the rows that take part in a mean: label != ignore_index and, when vocab > 0, label in
  * [0, vocab). Writes max(count, min_one ? 1 : 0) as one fp32 value to n_out. With labels absent
  * it writes rows (or 1 when rows == 0 and min_one). Rows only within [0, rows).
- * When vocab > 0 this is also the one label check (SPEC section 5): the first row whose label is
+ * When vocab > 0 this is also the one label check (docs/SPEC.md §5): the first row whose label is
  * neither ignore_index nor in [0, vocab) is recorded with its label, unless a row is recorded
  * already, and the backend's synchronize returns DISTIL_ERR_INVALID_LABEL for it once.
  */
@@ -87,7 +87,7 @@ typedef struct distil_count_args {
 } distil_count_args;
 
 /*
- * SPEC section 1 on a block of rows: per-row JSD loss and, optionally, the gradient.
+ * docs/SPEC.md §1 on a block of rows: per-row JSD loss and, optionally, the gradient.
  *   x (rows, vocab) row stride x_stride, dtype: student log-probs; y likewise: teacher
  *   labels (rows) int64, optional: rows whose label == ignore_index get loss 0 and gradient 0
  *   row_loss (rows) fp32: written for every row
@@ -111,7 +111,7 @@ typedef struct distil_jsd_rows_args {
 } distil_jsd_rows_args;
 
 /*
- * SPEC section 2 steps 2-5 on one chunk of fp32 logits.
+ * docs/SPEC.md §2 steps 2-5 on one chunk of fp32 logits.
  *   zs, zt (rows, vocab) fp32 dense (row stride vocab): student / teacher logits of the chunk
  *   labels (rows) int64: the chunk's labels. A row whose label is ignore_index or outside
  *     [0, vocab) is ignored (count_valid has recorded the invalid ones).

@@ -1,7 +1,7 @@
 /*
  * ref.h - the float64 reference backend "ref": the oracle of every test. Plain C, double
  * accumulators, no threads, written for clarity. It computes each loss whole (the optional
- * whole ops of the vtable) straight from SPEC.md, sharing only the row math below.
+ * whole ops of the vtable) straight from docs/SPEC.md, sharing only the row math below.
  */
 #ifndef DISTIL_REF_H
 #define DISTIL_REF_H
@@ -26,7 +26,7 @@ double distil_ref_logaddexp(double a, double b);
 double distil_ref_logsumexp(const double *z, int64_t n, double scale);
 
 /*
- * SPEC section 1 for one row: returns sum_v e_v for student x = log q and teacher y = log p
+ * docs/SPEC.md §1 for one row: returns sum_v e_v for student x = log q and teacher y = log p
  * (n values each) and, when grad != NULL, writes de/dx for each v.
  */
 double distil_ref_jsd_row(const double *x, const double *y, int64_t n, double beta, double *grad);

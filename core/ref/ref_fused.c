@@ -1,5 +1,5 @@
 /*
- * ref_fused.c - distil_fused_linear_jsd in float64 (SPEC section 2), row by row with no
+ * ref_fused.c - distil_fused_linear_jsd in float64 (docs/SPEC.md §2), row by row with no
  * chunking: logits, CE, soft JSD and the logit gradient G in double; grad_Ws and grad_bs
  * accumulated in double and rounded once.
  */

@@ -1,4 +1,4 @@
-/* ref_jsd.c - distil_jsd in float64 (SPEC section 1), the whole call at once. */
+/* ref_jsd.c - distil_jsd in float64 (docs/SPEC.md §1), the whole call at once. */
 #include "ref.h"
 
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* ref_math.c - the float64 row math of SPEC section 1, shared by both reference losses. */
+/* ref_math.c - the float64 row math of docs/SPEC.md §1, shared by both reference losses. */
 #include "ref.h"
 #include "half.h"
 
@@ -60,7 +60,8 @@ double distil_ref_logsumexp(const double *z, int64_t n, double scale) {
     return m + log(s);
 }
 
-/* The element terms of SPEC 1 (core/backend_api/math/distil_elem.h) instantiated in float64. */
+/* The element terms of docs/SPEC.md §1 (core/backend_api/math/distil_elem.h) instantiated in
+ * float64. */
 #define DE_T            double
 #define DE_S            double
 #define DE_M            int

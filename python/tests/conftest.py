@@ -1,8 +1,8 @@
-"""Shared pieces of the Python tests: devices, dtypes, the float64 reference, SPEC §3 bounds.
+"""Shared pieces of the Python tests: devices, dtypes, the float64 reference, docs/SPEC.md §3 bounds.
 
 The reference is plain PyTorch autograd in float64 on the same rounded inputs, written from
 docs/SPEC.md §1-§2 (it is not distil's "ref" backend): a test compares distil's loss and every
-gradient element with it, under the bounds of SPEC §3.
+gradient element with it, under the bounds of docs/SPEC.md §3.
 """
 
 import math
@@ -15,7 +15,7 @@ import distil.torch as dt
 from distil.torch import _ops
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-# SPEC §3: (loss, gradient) bounds by input dtype; the fused loss's fp32 gradients 1e-4.
+# docs/SPEC.md §3: (loss, gradient) bounds by input dtype; the fused loss's fp32 gradients 1e-4.
 BOUNDS = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-3, 1e-2), torch.float16: (2e-3, 1e-2)}
 FUSED_F32_GRAD = 1e-4
 
@@ -84,7 +84,7 @@ def labels_for(g, rows, vocab, ignored_every=5, ignore_index=-100):
 
 
 def ref_jsd_rows(x, y, beta):
-    """Per-row generalised JSD of log-probs x (student) and y (teacher), float64 (SPEC §1)."""
+    """Per-row generalised JSD of log-probs x (student) and y (teacher), float64 (docs/SPEC.md §1)."""
     q, p = x.exp(), y.exp()
     if beta == 0:
         e = p * (y - x)
@@ -111,7 +111,7 @@ def ref_jsd(x, y, labels=None, beta=0.5, ignore_index=-100, reduction="batchmean
 
 def ref_fused(xs, ws, xt, wt, labels, bs=None, bt=None, weight_hard=0.5, weight_soft=0.5,
               beta=0.5, temperature=1.0, ignore_index=-100):
-    """(loss, hard, soft) of SPEC §2 in float64; labels None means every row counts."""
+    """(loss, hard, soft) of docs/SPEC.md §2 in float64; labels None means every row counts."""
     zs = xs @ ws.T + (bs if bs is not None else 0)
     zt = xt @ wt.T + (bt if bt is not None else 0)
     if labels is None:

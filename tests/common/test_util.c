@@ -1,6 +1,6 @@
 /*
  * test_util.c - shared helpers of the distil CMocka suite (see test_util.h): seeded inputs,
- * poison, device copies, the SPEC section 3 tolerance table and the checks built on it, and the
+ * poison, device copies, the docs/SPEC.md §3 tolerance table and the checks built on it, and the
  * per-backend runner that skips backends without a device.
  */
 #include "test_util.h"
@@ -184,7 +184,7 @@ distil_ctx *tu_ctx(const char *backend) {
 /* ---------------------------------------------------------------- tolerances */
 
 /*
- * SPEC section 3, against the float64 "ref" on the same rounded inputs. The only place these
+ * docs/SPEC.md §3, against the float64 "ref" on the same rounded inputs. The only place these
  * numbers live.
  */
 double tu_tolerance(distil_dtype dtype, tu_quantity q) {

@@ -1,6 +1,6 @@
 /*
  * test_util.h - shared helpers of the distil CMocka suite: seeded random inputs, NaN poison,
- * device copies through the public API, the tolerance table of SPEC section 3 and the checks
+ * device copies through the public API, the tolerance table of docs/SPEC.md §3 and the checks
  * that use it, and the list of backends under test (DISTIL_TEST_BACKEND).
  * Every check reports through cmocka (print_error + _fail at the caller's line).
  */
@@ -44,7 +44,7 @@ float tu_round(distil_dtype dtype, float v);
  * log-softmax (in double) of random logits of standard deviation logit_std, rounded to dtype.
  * mask (rows * width, may be NULL): nonzero elements get a -inf logit (a masked token, log-prob
  * -inf). With width == 1, where a log-softmax is identically 0, each row gets a random
- * log-probability in [log 0.05, log 0.95] instead (SPEC section 1 does not renormalise), so that
+ * log-probability in [log 0.05, log 0.95] instead (docs/SPEC.md §1 does not renormalise), so that
  * V = 1 cases still compare non-zero losses. Padding (ld > width) is left as it was.
  */
 void tu_fill_logp(tu_rng *r, void *dst, distil_dtype dtype, int64_t rows, int64_t width, int64_t ld,
@@ -88,7 +88,7 @@ typedef enum tu_quantity {
     TU_GRAD_FUSED, /* the same for a distil_fused_linear_jsd gradient */
 } tu_quantity;
 
-/* The SPEC section 3 bound for a dtype and quantity (the one table, in test_util.c). */
+/* The docs/SPEC.md §3 bound for a dtype and quantity (the one table, in test_util.c). */
 double tu_tolerance(distil_dtype dtype, tu_quantity q);
 
 /* |got - ref| / |ref|; 0 when both are equal (including equal infinities), +inf when ref == 0

@@ -1,9 +1,10 @@
 /*
- * test_edges.c - numerical edge cases (issue 7) as parity tests against the float64 "ref" on
- * every backend with a device, in every dtype: logits of +-1e4, NaN and +-inf rows (NaN reaches
- * the loss and nothing else), -inf log-probs with finite and infinite divergences, all-ignored
- * batches, labels out of range (DISTIL_ERR_INVALID_LABEL, reported once), V = 1, V = 262144
- * and T = 1. Rows named "poisoned" may hold anything non-finite; every other row must match ref.
+ * test_edges.c - numerical edge cases (docs/RELIABILITY.md) as parity tests against the float64
+ * "ref" on every backend with a device, in every dtype: logits of +-1e4, NaN and +-inf rows (NaN
+ * reaches the loss and nothing else), -inf log-probs with finite and infinite divergences,
+ * all-ignored batches, labels out of range (DISTIL_ERR_INVALID_LABEL, reported once), V = 1,
+ * V = 262144 and T = 1. Rows named "poisoned" may hold anything non-finite; every other row must
+ * match ref.
  */
 #include "test_problems.h"
 
@@ -383,10 +384,10 @@ static void test_fused_extreme_logits(void **state) {
         }
         char what[96];
         snprintf(what, sizeof what, "fused +-1e4 logits %s", distil_dtype_name(g_dtypes[d]));
-        /* SPEC keeps logits in fp32: at |z| = 1e4 one ulp is 1e-3, and a softmax passes an
-         * absolute logit error straight on as a relative error of s, q and so of G and the
-         * loss. Measured: gradients 2.3e-4 on the H200 (cuBLAS), 8e-5 on cpu; JSD part 2.9e-5
-         * on PoCL. Bound: 4 ulps of the largest logit (2.4e-3); the half dtypes keep theirs. */
+        /* docs/SPEC.md §2 keeps logits in fp32: at |z| = 1e4 one ulp is 1e-3, and a softmax passes
+         * an absolute logit error straight on as a relative error of s, q and so of G and the loss.
+         * Measured: gradients 2.3e-4 on the H200 (cuBLAS), 8e-5 on cpu; JSD part 2.9e-5 on PoCL.
+         * Bound: 4 ulps of the largest logit (2.4e-3); the half dtypes keep theirs. */
         he_fused_expect e = {.tol = g_dtypes[d] == DISTIL_F32 ? 4.0 * 1e4 * 0x1p-24 : 0.0};
         he_fused_compare(what, &p, &e);
         tp_fused_free(&p);

@@ -1,9 +1,9 @@
 /*
- * test_faults.c - allocation-failure injection (issue 7). For both losses on every backend with
- * a device, let k = 0, 1, 2, ... allocations succeed and fail the next, until the call succeeds;
- * on a fresh context and on one that already served a smaller call. Every failing call must
- * return DISTIL_ERR_OUT_OF_MEMORY with a message, leak nothing (ASan / valgrind runs), and leave
- * the context usable: the same call with injection off then gives the bits of a clean run.
+ * test_faults.c - allocation-failure injection (docs/RELIABILITY.md). For both losses on every
+ * backend with a device, let k = 0, 1, 2, ... allocations succeed and fail the next, until the call
+ * succeeds; on a fresh context and on one that already served a smaller call. Every failing call
+ * must return DISTIL_ERR_OUT_OF_MEMORY with a message, leak nothing (ASan / valgrind runs), and
+ * leave the context usable: the same call with injection off then gives the bits of a clean run.
  * Also: context creation and distil_malloc under injection, and requests no machine can serve.
  */
 #include "test_problems.h"

@@ -1,5 +1,5 @@
 /*
- * test_misuse.c - SPEC section 5 at the edges, on every backend with a device: outputs that
+ * test_misuse.c - docs/SPEC.md §5 at the edges, on every backend with a device: outputs that
  * overlap inputs or each other (both losses), temperatures whose reciprocal overflows, the first
  * of two deferred label errors, a context entered by a second thread; on opencl also host and
  * garbage pointers at every entry point, buffers smaller than the descriptor, sub-buffers and
@@ -229,7 +229,7 @@ static void test_fused_partial(void **state) {
     fused_bufs_free(&b);
 }
 
-/* SPEC section 5: a temperature whose reciprocal is not finite (1e-39 gave NaN from finite
+/* docs/SPEC.md §5: a temperature whose reciprocal is not finite (1e-39 gave NaN from finite
  * inputs; the workspace query refuses it too). */
 static void test_tiny_temperature(void **state) {
     (void)state;

@@ -1,5 +1,5 @@
 /*
- * test_thread_count.c - SPEC section 4 on the cpu backend: results do not depend on the number
+ * test_thread_count.c - docs/SPEC.md §4 on the cpu backend: results do not depend on the number
  * of threads. Contexts made with DISTIL_NUM_THREADS (and OMP_NUM_THREADS) = 1, 2, 3 and 7 must
  * give the bits of the one-thread context for both losses, in fp32 and bf16, with several
  * chunks (the weight-gradient GEMM accumulates over them) and shapes that split every GEMM.

@@ -1,6 +1,6 @@
 /*
- * test_threads.c - thread safety (issue 7). First, before any other call into the library,
- * threads released together probe the registry and create contexts: the registry must
+ * test_threads.c - thread safety (docs/RELIABILITY.md). First, before any other call into the
+ * library, threads released together probe the registry and create contexts: the registry must
  * initialise once and give every thread the same answer. Then several threads, each with its own
  * context, run both losses concurrently and must give the bits of a single-threaded run.
  * Built under ThreadSanitizer by scripts/ci-hardening.sh. Worker threads never call cmocka:

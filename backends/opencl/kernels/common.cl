@@ -1,6 +1,6 @@
 /*
  * common.cl - helpers shared by every distil OpenCL program (opencl backend, OpenCL C 1.2):
- * dtype loads/stores, fixed-order work-group reductions and the SPEC section 1 element term.
+ * dtype loads/stores, fixed-order work-group reductions and the docs/SPEC.md §1 element term.
  * The host prepends this file to each program's own source. Every tunable has a default here
  * so that each program also builds on its own; tuning.c passes per-device values with -D.
  */
@@ -161,9 +161,10 @@ float2 distil_group_lse(float m, distil_acc s, __local float *lm, __local distil
     return r;
 }
 
-/* The element terms of SPEC 1 come next, from core/backend_api/math/distil_elem.h (the host puts it
- * after this file), in float with these definitions. exp is the accurate one: native_exp may flush
- * subnormal probabilities (SPEC 1) and its error is the implementation's. */
+/* The element terms of docs/SPEC.md §1 come next, from core/backend_api/math/distil_elem.h (the
+ * host puts it after this file), in float with these definitions. exp is the accurate one:
+ * native_exp may flush subnormal probabilities (docs/SPEC.md §1) and its error is the
+ * implementation's. */
 #define DE_T float
 #define DE_S float
 #define DE_M int

@@ -1,5 +1,5 @@
 /*
- * distill.cl - SPEC section 2 steps 2-5 on one chunk of fp32 logits (opencl backend;
+ * distill.cl - docs/SPEC.md §2 steps 2-5 on one chunk of fp32 logits (opencl backend;
  * common.cl comes first): per-row hard CE, soft JSD at temperature tau, and the logit gradient
  * G in DTYPE. One work-group per row, fixed-order reductions, no float atomics.
  */
@@ -103,7 +103,7 @@ void distil_row_write_g(__global const float *zsr, __global const float *ztr, __
  * ce, jsd   (rows) float at ce_off / jsd_off: CE_i and JSD_i, 0 for ignored rows
  * g         (rows, vocab) DTYPE at g_off, written when has_g:
  *           G = w_hard / n (s - onehot(label)) + w_soft / n * inv_t (dx - q sum_u dx_u)
- *           with s = softmax(zs), q = softmax(zs inv_t), dx = de/dx of SPEC section 1 at
+ *           with s = softmax(zs), q = softmax(zs inv_t), dx = de/dx of docs/SPEC.md §1 at
  *           x = log q, y = log softmax(zt inv_t); n = n_valid[n_off] (1 when !has_n).
  * Passes over a row: (1) online max / sum-exp of zs, zs inv_t and zt inv_t; (2) the JSD terms
  * and sum dx, which G needs before any element of it can be written; (3) G. zs[label] is read

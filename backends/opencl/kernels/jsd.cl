@@ -1,5 +1,5 @@
 /*
- * jsd.cl - SPEC section 1 on a block of rows: per-row generalised JSD and its gradient with
+ * jsd.cl - docs/SPEC.md §1 on a block of rows: per-row generalised JSD and its gradient with
  * respect to the student, in one pass over each row (opencl backend; common.cl comes first).
  * Inputs are log-probs, so no max or log-sum-exp is needed. One work-group per row; all math in
  * float whatever DTYPE is.

@@ -24,9 +24,9 @@ long distil_group_min_long(long v, __local long *scratch) {
  * n_out[n_off] = max(count, min_one ? 1 : 0) as a float, where count is the number of rows in
  * [0, rows) with labels[lab_off + i] != ignore_index and, when vocab > 0, within [0, vocab).
  * Without labels (has_labels == 0) every row counts.
- * The label check (SPEC section 5): the first row whose label is neither ignore_index nor in
+ * The label check (docs/SPEC.md §5): the first row whose label is neither ignore_index nor in
  * [0, vocab) (vocab > 0) goes to state {row, label, vocab} when state[0] < 0 (nothing recorded
- * since the last synchronize: an earlier call's first error stands, SPEC section 5).
+ * since the last synchronize: an earlier call's first error stands, docs/SPEC.md §5).
  */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 distil_count_valid(__global const long *labels, ulong lab_off, int has_labels, long rows,

@@ -1,5 +1,5 @@
 /*
- * distil_elem.h - the element terms of SPEC section 1 (generalised JSD, forward and reverse KL)
+ * distil_elem.h - the element terms of docs/SPEC.md §1 (generalised JSD, forward and reverse KL)
  * and their x-derivative, written once for every backend: the float64 reference, the cpu
  * kernels (GCC vectors of floats), CUDA/HIP device code and OpenCL C all evaluate this text.
  * x = log q (student), y = log p (teacher), d = x - y.
@@ -13,13 +13,13 @@
  *   DE_V(s)          a DE_S broadcast to a DE_T
  *   DE_SEL(m, a, b)  m ? a : b, lane by lane (a and b of type DE_T)
  *   DE_ABS(a)        |a|
- *   DE_EXP(a)        exp(a) to about 1 ulp; subnormal results are kept (SPEC 1: a subnormal
- *                    probability is not 0); exp(-inf) = 0; NaN stays NaN
+ *   DE_EXP(a)        exp(a) to about 1 ulp; subnormal results are kept (docs/SPEC.md §1:
+ *                    a subnormal probability is not 0); exp(-inf) = 0; NaN stays NaN
  *   DE_F64           (optional) DE_T is double: libm's expm1 replaces the polynomial and the
  *                    series run to double precision
  *
- * Forms (chosen for SPEC 3's regimes; each factor relatively accurate, so an element term is
- * good to a few ulp; at |d| just above 0.69 the far form's two terms cancel by a factor of ~5,
+ * Forms (chosen for docs/SPEC.md §3's regimes; each factor relatively accurate, so an element term
+ * is good to a few ulp; at |d| just above 0.69 the far form's two terms cancel by a factor of ~5,
  * about 2e-6 relative in the worst element; the endpoints' row sums cancel by their nature,
  * sum |e| / |sum e|, which no elementwise form avoids):
  *  - 0 < beta < 1, |d| <= 0.69 < ln 2 (student close to teacher): with u = expm1(d), w = expm1(-d),
@@ -42,10 +42,10 @@
  *   h(t) = t - 2s - 2s z Q = s (t - 2 z Q)   (t - 2s = t s as an identity),
  * so the polynomials are the same on every backend; only exp is each backend's own.
  *
- * Special values (SPEC 1), the same on every backend: a term whose probability is 0 is exactly 0
- * (0 log 0 = 0, 0 * -inf = 0), so x = y = -inf gives e = 0 and de/dx = 0; NaN in x or y gives a
- * NaN e also where the partner probability is 0; an infinite true divergence (beta == 0 with
- * p > 0 = q, beta == 1 with q > 0 = p) gives +inf.
+ * Special values (docs/SPEC.md §1), the same on every backend: a term whose probability is 0 is
+ * exactly 0 (0 log 0 = 0, 0 * -inf = 0), so x = y = -inf gives e = 0 and de/dx = 0; NaN in x or y
+ * gives a NaN e also where the partner probability is 0; an infinite true divergence (beta == 0
+ * with p > 0 = q, beta == 1 with q > 0 = p) gives +inf.
  */
 #ifndef DISTIL_ELEM_H
 #define DISTIL_ELEM_H
@@ -134,7 +134,7 @@ DE_FN void de_expm1_pair(DE_T d, DE_T *u, DE_T *w) {
 #endif
 }
 
-/* NaN when x or y is NaN, else e (SPEC 1: NaN propagates even where a probability is 0). */
+/* NaN when x or y is NaN, else e (docs/SPEC.md §1: NaN propagates where a probability is 0). */
 DE_FN DE_T de_nan_pass(DE_T x, DE_T y, DE_T e) {
     e = DE_SEL(x == x, e, x);
     return DE_SEL(y == y, e, y);
@@ -199,8 +199,8 @@ DE_FN DE_T de_elem(int mode, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q)
     return de_rev(x, y, g, q);
 }
 
-/* The soft part of the fused loss's logit gradient (SPEC 2 step 5) before its weight and 1/tau:
- * g - q sum_u g_u, with sum_g the row's sum of de/dx. */
+/* The soft part of the fused loss's logit gradient (docs/SPEC.md §2 step 5) before its weight and
+ * 1/tau: g - q sum_u g_u, with sum_g the row's sum of de/dx. */
 DE_FN DE_T de_soft_grad(DE_T g, DE_T q, DE_S sum_g) {
     return g - q * sum_g;
 }

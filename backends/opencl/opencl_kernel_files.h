@@ -1,0 +1,21 @@
+/*
+ * opencl_kernel_files.h - the one list of the opencl backend's kernel sources: X(name, NAME, path)
+ * for each, in the order of distil_ocl_src (opencl_internal.h), with its path relative to
+ * kernels/ (the element terms come from core/backend_api/math/distil_elem.h, shared with every
+ * backend). The C code expands it into the enum, the file names and the embedded texts
+ * (opencl_sources.c), and backends/opencl/CMakeLists.txt reads the same lines to embed the files,
+ * so a new source is named here only (one X(...) per line, as CMake reads them).
+ */
+#ifndef DISTIL_OPENCL_KERNEL_FILES_H
+#define DISTIL_OPENCL_KERNEL_FILES_H
+
+#define DISTIL_OCL_KERNEL_FILES(X)                                                                 \
+    X(common, COMMON, "common.cl")                                                                 \
+    X(elem, ELEM, "../../../core/backend_api/math/distil_elem.h")                                  \
+    X(jsd, JSD, "jsd.cl")                                                                          \
+    X(distill, DISTILL, "distill.cl")                                                              \
+    X(reduce, REDUCE, "reduce.cl")                                                                 \
+    X(elementwise, ELEMENTWISE, "elementwise.cl")                                                  \
+    X(gemm, GEMM, "gemm.cl")
+
+#endif
