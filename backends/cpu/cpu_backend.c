@@ -4,6 +4,7 @@
  * cpu_fused_rows.c and cpu_reduce.c; the row kernels in cpu_kern_*.c, one table per ISA.
  */
 #include "cpu_internal.h"
+#include "host_memory.h"
 #include "error.h"
 #include "fault.h"
 
@@ -136,32 +137,7 @@ static distil_status cpu_synchronize(void *b) {
 }
 
 static distil_status cpu_mem_alloc(void *b, size_t bytes, void **ptr) {
-    cpu_state *st = b;
-    size_t rounded = (bytes + 255) / 256 * 256;
-    *ptr = (distil_fault_alloc() || rounded < bytes) ? NULL : aligned_alloc(256, rounded);
-    if (*ptr == NULL) {
-        return distil_error_set(st->ctx, DISTIL_ERR_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes",
-                                bytes);
-    }
-    return DISTIL_OK;
-}
-
-static void cpu_mem_free(void *b, void *ptr) {
-    free(ptr);
-}
-
-static distil_status cpu_mem_upload(void *b, distil_dptr dst, const void *src, size_t bytes) {
-    if (bytes > 0) {
-        memcpy(distil_dptr_addr(dst), src, bytes);
-    }
-    return DISTIL_OK;
-}
-
-static distil_status cpu_mem_download(void *b, void *dst, distil_dptr src, size_t bytes) {
-    if (bytes > 0) {
-        memcpy(dst, distil_dptr_addr(src), bytes);
-    }
-    return DISTIL_OK;
+    return distil_host_alloc(((cpu_state *)b)->ctx, "cpu", bytes, ptr);
 }
 
 distil_status distil_cpu_grow(cpu_state *st, void **buf, size_t *cap, size_t bytes,
@@ -198,9 +174,9 @@ const distil_backend distil_backend_cpu = {
     .describe = cpu_describe,
     .synchronize = cpu_synchronize,
     .mem_alloc = cpu_mem_alloc,
-    .mem_free = cpu_mem_free,
-    .mem_upload = cpu_mem_upload,
-    .mem_download = cpu_mem_download,
+    .mem_free = distil_host_free,
+    .mem_upload = distil_host_upload,
+    .mem_download = distil_host_download,
     .gemm = distil_cpu_gemm,
     .count_valid = distil_cpu_count_valid,
     .jsd_rows = distil_cpu_jsd_rows,

@@ -3,6 +3,7 @@
  * whole-loss ops of ref_jsd.c and ref_fused.c. Always compiled in; always has one device.
  */
 #include "fault.h"
+#include "host_memory.h"
 #include "ref.h"
 
 #include <stdio.h>
@@ -46,28 +47,7 @@ static distil_status distil_ref_synchronize(void *b) {
 }
 
 static distil_status distil_ref_alloc(void *b, size_t bytes, void **ptr) {
-    distil_ref_state *st = b;
-    size_t rounded = (bytes + 255) / 256 * 256; /* 0 when bytes is within 255 of SIZE_MAX */
-    *ptr = distil_fault_alloc() || rounded < bytes ? NULL : aligned_alloc(256, rounded);
-    if (*ptr == NULL) {
-        return distil_error_set(st->ctx, DISTIL_ERR_OUT_OF_MEMORY, "ref: cannot allocate %zu bytes",
-                                bytes);
-    }
-    return DISTIL_OK;
-}
-
-static void distil_ref_free(void *b, void *ptr) {
-    free(ptr);
-}
-
-static distil_status distil_ref_upload(void *b, distil_dptr dst, const void *src, size_t bytes) {
-    memcpy(distil_dptr_addr(dst), src, bytes);
-    return DISTIL_OK;
-}
-
-static distil_status distil_ref_download(void *b, void *dst, distil_dptr src, size_t bytes) {
-    memcpy(dst, distil_dptr_addr(src), bytes);
-    return DISTIL_OK;
+    return distil_host_alloc(((distil_ref_state *)b)->ctx, "ref", bytes, ptr);
 }
 
 static distil_status distil_ref_fill(void *b, const distil_fill_args *a) {
@@ -111,9 +91,9 @@ const distil_backend distil_backend_ref = {
     .describe = distil_ref_describe,
     .synchronize = distil_ref_synchronize,
     .mem_alloc = distil_ref_alloc,
-    .mem_free = distil_ref_free,
-    .mem_upload = distil_ref_upload,
-    .mem_download = distil_ref_download,
+    .mem_free = distil_host_free,
+    .mem_upload = distil_host_upload,
+    .mem_download = distil_host_download,
     .cast = distil_ref_cast,
     .fill = distil_ref_fill,
     .scale = distil_ref_scale,
