@@ -2,13 +2,15 @@
  * chunk.h - the chunk planner of the fused loss (pure: no context, no allocation).
  *
  * Workspace layout, every region aligned to DISTIL_WORKSPACE_ALIGN bytes:
- *   fixed    n (1 fp32) | ce (T) fp32 | jsd (T) fp32 | gw (V, Hs) fp32 | gb (V) fp32
+ *   fixed    n (1 fp32) | ce (T) fp32 | jsd (T) fp32 | gw (V, Hs) fp32 | gb (V) fp32 |
+ *            labels (T) int64
  *   chunk    zs (C, V) fp32 | zt (C, V) fp32 | g (C, V) g_dtype | ones (C) dtype
  * gw / gb exist only when that gradient is wanted, the dtype is not F32 (an F32 output is
  * accumulated in place) and there is more than one chunk (one chunk writes grad_Ws / grad_bs in
  * the output dtype directly, rounded once, beta = 0: no accumulator); g exists only when gradients
  * are wanted and g_dtype is not F32 (an F32 logit gradient overwrites zs); ones only when grad_bs
- * is wanted.
+ * is wanted; labels only without a hard part (weight_hard == 0), where the caller may give no
+ * labels and the core stands in a row of zeros (every row counts).
  */
 #ifndef DISTIL_CORE_CHUNK_H
 #define DISTIL_CORE_CHUNK_H
@@ -24,6 +26,7 @@ typedef struct distil_fused_shape {
     distil_dtype dtype;   /* of the inputs and the gradient outputs */
     distil_dtype g_dtype; /* of the logit gradient G: F32, or dtype (see fp32_gemm in backend.h) */
     bool want_gx, want_gw, want_gb;
+    bool own_labels; /* weight_hard == 0: room for labels of the core's own */
 } distil_fused_shape;
 
 typedef struct distil_fused_plan {
@@ -31,7 +34,7 @@ typedef struct distil_fused_plan {
     distil_dtype g_dtype; /* the shape's */
     bool g_in_place;      /* G (F32) overwrites zs */
     bool gw_acc, gb_acc;  /* fp32 accumulators in the workspace (several chunks, half dtype) */
-    size_t off_n, off_ce, off_jsd, off_gw, off_gb, off_zs, off_zt, off_g, off_ones;
+    size_t off_n, off_ce, off_jsd, off_gw, off_gb, off_labels, off_zs, off_zt, off_g, off_ones;
     size_t bytes;
 } distil_fused_plan;
 

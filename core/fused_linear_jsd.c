@@ -101,7 +101,7 @@ static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused
         {"teacher_hidden", a->xt, a->rows > 0, t * (size_t)a->ht * es, false},
         {"teacher_weight", a->wt, true, v * (size_t)a->ht * es, false},
         {"teacher_bias", a->bt, false, v * es, false},
-        {"labels", a->labels, a->rows > 0, t * sizeof(int64_t), false},
+        {"labels", a->labels, a->rows > 0 && a->weight_hard != 0.0f, t * sizeof(int64_t), false},
         {"loss", a->loss, true, (a->return_parts ? 3u : 1u) * sizeof(float), true},
         {"grad_student_hidden", a->grad_xs, false, t * hs * es, true},
         {"grad_student_weight", a->grad_ws, false, v * hs * es, true},
@@ -173,7 +173,8 @@ static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
                             .g_dtype = ctx->be->fp32_gemm ? DISTIL_F32 : d->dtype,
                             .want_gx = gx,
                             .want_gw = gw,
-                            .want_gb = gb};
+                            .want_gb = gb,
+                            .own_labels = d->weight_hard == 0.0f};
     return s;
 }
 
@@ -202,6 +203,23 @@ distil_status distil_fused_linear_jsd_workspace_size(distil_ctx *ctx,
                                                      int want_grads, size_t *bytes) {
     DISTIL_GUARDED(ctx, "fused_linear_jsd_workspace_size",
                    distil_fused_linear_jsd_workspace_size_run(ctx, desc, want_grads, bytes));
+}
+
+/* No labels (weight_hard == 0): label 0 for every row, in the plan's region of the workspace,
+ * so that every row counts (N = rows) and the row kernels need no case of their own; the hard
+ * part of G is then weight_hard / N = 0 times a finite value. Two fp32 zeros are an int64 0. */
+static distil_status distil_fused_stand_in_labels(distil_ctx *ctx, distil_fused_args *a,
+                                                  const distil_fused_plan *p) {
+    a->labels = distil_dptr_add(a->workspace, p->off_labels);
+    distil_fill_args f = {.dst = a->labels, .dtype = DISTIL_F32, .count = 2 * a->rows};
+    return ctx->be->fill(ctx->b, &f);
+}
+
+/* Without labels the hard part (loss[1]) is 0, whatever the stand-in labels gave. */
+static distil_status distil_fused_no_hard_part(distil_ctx *ctx, const distil_fused_args *a) {
+    distil_fill_args f = {
+        .dst = distil_dptr_add(a->loss, sizeof(float)), .dtype = DISTIL_F32, .count = 1};
+    return ctx->be->fill(ctx->b, &f);
 }
 
 /* rows == 0: loss (and parts) 0, nothing else written. */
@@ -244,8 +262,15 @@ static distil_status distil_fused_linear_jsd_run(
     DISTIL_TRY(distil_workspace_acquire(ctx, p.bytes, fn, &a.workspace));
     a.workspace_bytes = p.bytes;
     a.chunk_rows = p.chunk_rows;
+    const bool own_labels = !distil_dptr_present(a.labels);
+    if (own_labels) {
+        DISTIL_TRY(distil_fused_stand_in_labels(ctx, &a, &p));
+    }
     distil_status st = ctx->be->fused_linear_jsd != NULL ? ctx->be->fused_linear_jsd(ctx->b, &a)
                                                          : distil_fused_loop_run(ctx, &a, &p);
+    if (st == DISTIL_OK && own_labels && a.return_parts) {
+        st = distil_fused_no_hard_part(ctx, &a); /* the rows' CE against the stand-in is moot */
+    }
     if (st == DISTIL_OK && ctx->be->host_memory) {
         st = ctx->be->synchronize(ctx->b); /* reports an invalid label from this call */
     }

@@ -138,7 +138,8 @@ static fz_statuses fz_fused_expect(const fz_fused *c) {
     }
     unsigned required = (1u << B_WS) | (1u << B_WT) | (1u << B_LOSS);
     if (c->d.rows > 0) {
-        required |= (1u << B_XS) | (1u << B_XT) | (1u << B_LABELS);
+        /* Labels may be NULL only without a hard part (docs/SPEC.md §2). */
+        required |= (1u << B_XS) | (1u << B_XT) | (c->d.weight_hard != 0.0f ? 1u << B_LABELS : 0);
     }
     bool gbs_without_bs = (c->present & (1u << B_GBS)) && !(c->present & (1u << B_BS));
     if (!c->backed || (c->present & required) != required || gbs_without_bs ||
@@ -176,6 +177,9 @@ static void fz_fused_labels(fz_in *in, fz_fused *c) {
                         : (int64_t)(fz_u32(in) % (uint32_t)c->vocab);
         bool valid = l[i] >= 0 && l[i] < c->d.vocab;
         c->bad_label |= !valid && l[i] != c->d.ignore_index;
+    }
+    if (!(c->present & (1u << B_LABELS))) {
+        c->bad_label = false; /* labels not passed: nothing to find */
     }
 }
 
@@ -226,6 +230,9 @@ static distil_status fz_fused_call(distil_ctx *ctx, fz_fused *c) {
 
 /* Row i of the batch takes part in the loss. */
 static bool fz_fused_valid_row(const fz_fused *c, int64_t i) {
+    if (!(c->present & (1u << B_LABELS))) {
+        return true; /* no labels: every row counts */
+    }
     int64_t l = ((const int64_t *)c->b[B_LABELS].host)[i];
     return l != c->d.ignore_index && l >= 0 && l < c->d.vocab;
 }

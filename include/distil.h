@@ -309,7 +309,8 @@ DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *
  *   teacher_hidden  xt (rows, Ht)   dense, dtype
  *   teacher_weight  Wt (V, Ht)      dense, dtype
  *   teacher_bias    bt (V) or NULL
- *   labels          (rows) int64, required; ignore_index marks ignored rows
+ *   labels          (rows) int64; ignore_index marks ignored rows. May be NULL when
+ *                   weight_hard == 0: then every row counts (N = rows) and the hard part is 0
  *   loss            fp32: 1 value, loss = wh * sum CE / N + ws * sum JSD / N, N = max(1, valid
  *                   rows); with return_parts, 3 values: loss, sum CE / N, sum JSD / N
  *   grad_student_hidden  (rows, Hs) dtype or NULL

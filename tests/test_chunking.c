@@ -138,7 +138,52 @@ static void test_workspace_one_chunk(void **state) {
     }
 }
 
-enum { N_TESTS = TU_LEN(shapes) * TU_LEN(dtypes) + 1 };
+/*
+ * Without a hard part (weight_hard == 0) the labels may be NULL (docs/SPEC.md §2): every row
+ * counts, and loss, soft part and gradients are bit for bit those of a call whose labels are
+ * all valid; the hard part is 0. One chunk and several.
+ */
+static void test_no_labels(void **state) {
+    (void)state;
+    const tp_fused_spec spec = {.t = 29,
+                                .v = 1031,
+                                .hs = 32,
+                                .ht = 48,
+                                .w_hard = 0.0f,
+                                .w_soft = 1.0f,
+                                .beta = 0.3f,
+                                .tau = 2.0f,
+                                .bias_s = true,
+                                .parts = true,
+                                .grads = TP_WANT_ALL,
+                                .labels = TP_LABELS_NONE};
+    tp_fused p;
+    tp_fused_make(&p, &spec, DISTIL_BF16, 91);
+    int64_t *labels = p.labels;
+    const int64_t chunks[] = {0, 7};
+    for (size_t i = 0; i < TU_LEN(chunks); i++) {
+        tp_fused_out want, got;
+        p.d.chunk_rows = chunks[i];
+        p.labels = labels;
+        tp_fused_run(g_ctx, &p, &want);
+        p.labels = NULL;
+        tp_fused_run(g_ctx, &p, &got);
+        TU_CHECK_BITWISE("loss", &got.loss[0], &want.loss[0], sizeof(float));
+        TU_CHECK_BITWISE("soft part", &got.loss[2], &want.loss[2], sizeof(float));
+        if (got.loss[1] != 0.0f) {
+            fail_msg("hard part without labels is %g, want 0", (double)got.loss[1]);
+        }
+        const size_t es = distil_dtype_size(p.d.dtype);
+        TU_CHECK_BITWISE("grad_student_hidden", got.gxs, want.gxs, p.n_xs * es);
+        TU_CHECK_BITWISE("grad_student_weight", got.gws, want.gws, p.n_ws * es);
+        TU_CHECK_BITWISE("grad_student_bias", got.gbs, want.gbs, (size_t)spec.v * es);
+        tp_fused_out_free(&want), tp_fused_out_free(&got);
+    }
+    p.labels = labels;
+    tp_fused_free(&p);
+}
+
+enum { N_TESTS = TU_LEN(shapes) * TU_LEN(dtypes) + 2 };
 static struct CMUnitTest g_tests[N_TESTS];
 static param g_params[N_TESTS];
 static char g_names[N_TESTS][160];
@@ -152,8 +197,10 @@ static void build_tests(void) {
                 .name = g_names[k], .test_func = test_chunk_sizes, .initial_state = &g_params[k]};
         }
     }
-    g_tests[N_TESTS - 1] = (struct CMUnitTest){.name = "workspace: one chunk, no accumulator",
+    g_tests[N_TESTS - 2] = (struct CMUnitTest){.name = "workspace: one chunk, no accumulator",
                                                .test_func = test_workspace_one_chunk};
+    g_tests[N_TESTS - 1] =
+        (struct CMUnitTest){.name = "no labels without a hard part", .test_func = test_no_labels};
 }
 
 static int group_setup(void **state) {

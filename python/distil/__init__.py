@@ -199,10 +199,6 @@ def fused_linear_jsd(student_hidden, student_weight, teacher_hidden, teacher_wei
         if labels is None and weight_hard != 0:
             _fail("fused_linear_jsd: labels are None but weight_hard is not 0")
         lab = _labels(call, labels, rows)
-        if not lab and rows:
-            zeros = call.xp.zeros((rows,), dtype=call.xp.int64,
-                                  device=getattr(student_hidden, "device", None))
-            lab = _labels(call, zeros, rows)
         parts, p_addr = call.empty((3,), _lib.F32)
         gx, gx_addr = call.empty(xs.shape, xs.dtype) if grads else (None, 0)
         gw, gw_addr = call.empty(ws.shape, xs.dtype) if grads else (None, 0)
@@ -216,8 +212,7 @@ def fused_linear_jsd(student_hidden, student_weight, teacher_hidden, teacher_wei
                          [xs.addr, ws.addr, bs.addr if bs else 0, xt.addr, wt.addr,
                           bt.addr if bt else 0, lab, p_addr, gx_addr, gw_addr, gb_addr])
         call.finish()
-        hard = parts[1] if labels is not None else parts[1] * 0
-        return FusedResult(parts[0], hard, parts[2], gx, gw, gb)
+        return FusedResult(parts[0], parts[1], parts[2], gx, gw, gb)
     finally:
         for v in call.views:
             v.release()

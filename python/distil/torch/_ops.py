@@ -162,9 +162,6 @@ def _fused_impl(student_hidden: Tensor, student_weight: Tensor, student_bias: Op
     desc, nbytes = _calls.fused_plan(ctx, rows, ws.shape[0], hs, xt.shape[1], _dtype_code(xs),
                                      (weight_hard, weight_soft), beta, temperature, ignore_index,
                                      chunk_rows, want, head)
-    if labels is None:
-        # Only without a hard part (the wrapper checks): every row takes part, N = rows.
-        labels = torch.zeros(rows, dtype=torch.int64, device=xs.device)
     work = _workspace(xs, nbytes)
     _torch_errors(_calls.run_fused, ctx, desc, _addr(work), nbytes,
                   [_addr(xs), _addr(ws), _addr(bs), _addr(xt), _addr(wt), _addr(bt),

@@ -139,8 +139,8 @@ def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, lab
                        float(beta), float(temperature), int(ignore_index), int(chunk_rows),
                        _wants_grad(student_input), _wants_grad(student_weight),
                        _wants_grad(student_bias))
-    hard = parts[1].detach() if lab is not None else torch.zeros_like(parts[1])
-    return parts[0], hard, parts[2].detach()
+    # Without labels (weight_hard == 0) every row counts and the library writes a hard part of 0.
+    return parts[0], parts[1].detach(), parts[2].detach()
 
 
 def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
