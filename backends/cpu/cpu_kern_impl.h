@@ -166,20 +166,18 @@ static inline __attribute__((always_inline)) double k_jsd_tile(int mode, bool wa
 
 static double k_jsd_tile_any(int mode, const float *x, const float *y, float *g, int64_t n,
                              const de_coef *k, float gscale) {
+    /* One case per mode of DE_MODES and gradient on / off. */
+#define K_JSD_CASES(M)                                                                             \
+    case DE_##M * 2:                                                                               \
+        return k_jsd_tile(DE_##M, false, x, y, g, n, k, gscale);                                   \
+    case DE_##M * 2 + 1:                                                                           \
+        return k_jsd_tile(DE_##M, true, x, y, g, n, k, gscale);
     switch (mode * 2 + (g != NULL)) {
-    case DE_FWD * 2:
-        return k_jsd_tile(DE_FWD, false, x, y, g, n, k, gscale);
-    case DE_FWD * 2 + 1:
-        return k_jsd_tile(DE_FWD, true, x, y, g, n, k, gscale);
-    case DE_MIX * 2:
-        return k_jsd_tile(DE_MIX, false, x, y, g, n, k, gscale);
-    case DE_MIX * 2 + 1:
-        return k_jsd_tile(DE_MIX, true, x, y, g, n, k, gscale);
-    case DE_REV * 2:
-        return k_jsd_tile(DE_REV, false, x, y, g, n, k, gscale);
+        DE_MODES(K_JSD_CASES)
     default:
-        return k_jsd_tile(DE_REV, true, x, y, g, n, k, gscale);
+        return 0.0; /* no such mode: the core never passes one */
     }
+#undef K_JSD_CASES
 }
 
 /* docs/SPEC.md §1 on one row in a single streaming pass: each x, y element is read once and each
@@ -330,17 +328,16 @@ static void k_fused_row(cpu_fused_row *r) {
     de_coef k;
     k_jsd_init(&k, r->beta);
     double sg = 0.0;
+#define K_FUSED_CASE(M)                                                                            \
+    case DE_##M:                                                                                   \
+        r->jsd = (float)k_fused_jsd(DE_##M, r, &ls, &lt, &k, &sg);                                 \
+        break;
     switch (k.mode) {
-    case DE_FWD:
-        r->jsd = (float)k_fused_jsd(DE_FWD, r, &ls, &lt, &k, &sg);
-        break;
-    case DE_MIX:
-        r->jsd = (float)k_fused_jsd(DE_MIX, r, &ls, &lt, &k, &sg);
-        break;
+        DE_MODES(K_FUSED_CASE)
     default:
-        r->jsd = (float)k_fused_jsd(DE_REV, r, &ls, &lt, &k, &sg);
         break;
     }
+#undef K_FUSED_CASE
     if (r->g) {
         k_fused_grad(r, &l1, sg);
     }

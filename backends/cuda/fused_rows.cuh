@@ -47,13 +47,14 @@ constexpr float FUSED_LN2 = 0.6931471805599453f;
  * that the element loops hold no branch on it: the branch is taken once per row. */
 template <typename F>
 __device__ __forceinline__ void fused_with_mode(const fused_params &p, F &&f) {
-    if (p.coef.mode == JSD_MIXED) {
-        f(std::integral_constant<int, JSD_MIXED>{});
-    } else if (p.coef.mode == JSD_FORWARD_KL) {
-        f(std::integral_constant<int, JSD_FORWARD_KL>{});
-    } else {
-        f(std::integral_constant<int, JSD_REVERSE_KL>{});
+    /* One branch per mode of DE_MODES (distil_elem.h). */
+#define FUSED_MODE_CASE(M)                                                                         \
+    if (p.coef.mode == DE_##M) {                                                                   \
+        f(std::integral_constant<int, DE_##M>{});                                                  \
+        return;                                                                                    \
     }
+    DE_MODES(FUSED_MODE_CASE)
+#undef FUSED_MODE_CASE
 }
 
 /* The same with (tau == 1) as a second constant: f(MODE, UNIT). */

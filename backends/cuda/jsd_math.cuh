@@ -24,8 +24,6 @@ namespace DISTIL_GPU_NS {
 #define DE_EXP(a)       expf(a)
 #include "math/distil_elem.h"
 
-enum jsd_mode { JSD_MIXED = DE_MIX, JSD_FORWARD_KL = DE_FWD, JSD_REVERSE_KL = DE_REV };
-
 /* Constants of one beta (mode, beta, 1 - beta, logs, ratios), computed on the host. */
 typedef de_coef jsd_coef;
 
@@ -36,7 +34,7 @@ static inline jsd_coef jsd_coef_make(float beta) {
     return c;
 }
 
-/* The element term e of the row's mode; *g = de/dx, *q = exp(x). MODE: a jsd_mode. */
+/* The element term e of the row's mode; *g = de/dx, *q = exp(x). MODE: a DE_ mode of DE_MODES. */
 template <int MODE>
 __device__ __forceinline__ float jsd_elem_q(const jsd_coef &c, float x, float y, float *g,
                                             float *q) {

@@ -55,6 +55,11 @@
 #define DE_FWD 1
 #define DE_REV 2
 
+/* Every mode once, X(NAME) for each DE_NAME. Kernels that make the mode a compile-time constant
+ * expand their dispatch from this list, so that a new divergence is one more line here (and its
+ * DE_ value and branch of de_elem below), not one more case in each backend. */
+#define DE_MODES(X) X(MIX) X(FWD) X(REV)
+
 /* Constants of one beta, rounded from float64 (see distil_elem_beta_make / DE_COEF_SET). */
 typedef struct de_coef {
     DE_S beta, omb; /* beta, 1 - beta */
