@@ -11,7 +11,6 @@ import pytest
 import torch
 
 import distil
-import distil.torch as dt
 from distil.torch import _ops
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]

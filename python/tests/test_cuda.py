@@ -25,6 +25,15 @@ def _delayed_copy(dst, src):
     dst.copy_(src, non_blocking=True)
 
 
+def _fused_inputs(seed, t, v, hs, ht, dtype):
+    """(xs, ws) leaves and (xt, wt, labels) on the GPU, random and non-zero."""
+    g = gen(seed)
+    xs = normal(g, (t, hs), dtype).cuda().requires_grad_(True)
+    ws = normal(g, (v, hs), dtype, 0.2).cuda().requires_grad_(True)
+    xt, wt = normal(g, (t, ht), dtype).cuda(), normal(g, (v, ht), dtype).cuda()
+    return xs, ws, xt, wt, labels_for(g, t, v).cuda()
+
+
 @pytest.mark.parametrize("stream_kind", ["default", "side"])
 def test_runs_on_the_current_stream(stream_kind):
     x, y = _jsd_inputs(1)
@@ -41,12 +50,8 @@ def test_runs_on_the_current_stream(stream_kind):
 
 
 def test_cuda_graph_capture_and_replay():
-    g = gen(2)
     t, v, hs, ht = 96, 4099, 64, 96
-    xs = normal(g, (t, hs), torch.bfloat16).cuda().requires_grad_(True)
-    ws = normal(g, (v, hs), torch.bfloat16, 0.2).cuda().requires_grad_(True)
-    xt, wt = normal(g, (t, ht), torch.bfloat16).cuda(), normal(g, (v, ht), torch.bfloat16).cuda()
-    lab = labels_for(g, t, v).cuda()
+    xs, ws, xt, wt, lab = _fused_inputs(2, t, v, hs, ht, torch.bfloat16)
     loss_fn = dt.FusedLinearJSDLoss()
     dt.prepare("cuda")
     side = torch.cuda.Stream()
@@ -76,12 +81,8 @@ def test_cuda_graph_capture_and_replay():
 
 def test_compile_reduce_overhead():
     """torch.compile's CUDA-graph mode (cudagraph trees) around the fused loss + backward."""
-    g = gen(9)
     t, v, hs, ht = 64, 2051, 32, 48
-    xs = normal(g, (t, hs), torch.float32).cuda().requires_grad_(True)
-    ws = normal(g, (v, hs), torch.float32, 0.2).cuda().requires_grad_(True)
-    xt, wt = normal(g, (t, ht), torch.float32).cuda(), normal(g, (v, ht), torch.float32).cuda()
-    lab = labels_for(g, t, v).cuda()
+    xs, ws, xt, wt, lab = _fused_inputs(9, t, v, hs, ht, torch.float32)
     loss_fn = dt.FusedLinearJSDLoss(beta=0.3)
 
     def step(a, b):
@@ -104,12 +105,8 @@ def test_compile_reduce_overhead():
 
 
 def test_workspace_from_torch_allocator():
-    g = gen(5)
     t, v, hs, ht = 512, 32000, 256, 384
-    xs = normal(g, (t, hs), torch.bfloat16).cuda().requires_grad_(True)
-    ws = normal(g, (v, hs), torch.bfloat16, 0.2).cuda().requires_grad_(True)
-    xt, wt = normal(g, (t, ht), torch.bfloat16).cuda(), normal(g, (v, ht), torch.bfloat16).cuda()
-    lab = labels_for(g, t, v).cuda()
+    xs, ws, xt, wt, lab = _fused_inputs(5, t, v, hs, ht, torch.bfloat16)
     loss_fn = dt.FusedLinearJSDLoss()
     loss_fn(xs, ws, xt, wt, lab)
     torch.cuda.synchronize()
