@@ -11,18 +11,36 @@
 
 namespace DISTIL_GPU_NS {
 
-template <typename T> __device__ __forceinline__ T warp_sum(T v) {
+/* The two combining operations of the reductions below. */
+struct reduce_add {
+    template <typename T> __device__ __forceinline__ T operator()(T a, T b) const {
+        return a + b;
+    }
+};
+struct reduce_min {
+    template <typename T> __device__ __forceinline__ T operator()(T a, T b) const {
+        return b < a ? b : a;
+    }
+};
+
+/* op over the warp by a butterfly: every lane gets the result. */
+template <typename T, typename Op> __device__ __forceinline__ T warp_reduce(T v, Op op) {
 #pragma unroll
     for (int o = DISTIL_GPU_WARP / 2; o > 0; o >>= 1) {
-        v += distil_warp_xor(v, o);
+        v = op(v, distil_warp_xor(v, o));
     }
     return v;
 }
 
-/* Sum over the block; scratch holds DISTIL_GPU_MAX_WARPS values. Ends with a barrier-free read,
+template <typename T> __device__ __forceinline__ T warp_sum(T v) {
+    return warp_reduce(v, reduce_add{});
+}
+
+/* op over the block; scratch holds DISTIL_GPU_MAX_WARPS values. Ends with a barrier-free read,
  * so the next call begins with a barrier before it reuses scratch. */
-template <typename T> __device__ __forceinline__ T block_sum(T v, T *scratch) {
-    v = warp_sum(v);
+template <typename T, typename Op>
+__device__ __forceinline__ T block_reduce(T v, T *scratch, Op op) {
+    v = warp_reduce(v, op);
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
     const int warp = threadIdx.x / DISTIL_GPU_WARP;
     const int n_warps = blockDim.x / DISTIL_GPU_WARP;
@@ -33,31 +51,17 @@ template <typename T> __device__ __forceinline__ T block_sum(T v, T *scratch) {
     __syncthreads();
     T r = scratch[0];
     for (int w = 1; w < n_warps; w++) {
-        r += scratch[w];
+        r = op(r, scratch[w]);
     }
     return r;
 }
 
-/* Minimum over the block, the same contract as block_sum. */
+template <typename T> __device__ __forceinline__ T block_sum(T v, T *scratch) {
+    return block_reduce(v, scratch, reduce_add{});
+}
+
 template <typename T> __device__ __forceinline__ T block_min(T v, T *scratch) {
-#pragma unroll
-    for (int o = DISTIL_GPU_WARP / 2; o > 0; o >>= 1) {
-        const T u = distil_warp_xor(v, o);
-        v = u < v ? u : v;
-    }
-    const int lane = threadIdx.x % DISTIL_GPU_WARP;
-    const int warp = threadIdx.x / DISTIL_GPU_WARP;
-    const int n_warps = blockDim.x / DISTIL_GPU_WARP;
-    __syncthreads();
-    if (lane == 0) {
-        scratch[warp] = v;
-    }
-    __syncthreads();
-    T r = scratch[0];
-    for (int w = 1; w < n_warps; w++) {
-        r = scratch[w] < r ? scratch[w] : r;
-    }
-    return r;
+    return block_reduce(v, scratch, reduce_min{});
 }
 
 } // namespace DISTIL_GPU_NS
