@@ -25,6 +25,10 @@ void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *desc) {
     d.beta = 0.5f;
     d.temperature = 1.0f;
     d.ignore_index = -100;
+    d.divergence = DISTIL_DIVERGENCE_JSD;
+    d.alpha = 0.1f;
+    d.student_logit_scale = 1.0f;
+    d.teacher_logit_scale = 1.0f;
     *desc = d;
 }
 
@@ -80,7 +84,19 @@ static distil_status distil_fused_check_desc(distil_ctx *ctx,
                                 "%s: weight_hard and weight_soft are both 0", fn);
     }
     DISTIL_TRY(distil_check_unit(ctx, fn, "beta", d->beta));
-    return distil_check_temperature(ctx, fn, "temperature", d->temperature);
+    DISTIL_TRY(distil_check_temperature(ctx, fn, "temperature", d->temperature));
+    /* docs/SPEC.md §6, not built yet: only the defaults are accepted. */
+    if (d->divergence != DISTIL_DIVERGENCE_JSD || d->teacher_temperature != 0.0f ||
+        d->temperature_squared != 0 || d->normaliser != 0.0f || d->normaliser_device != NULL ||
+        d->student_logit_scale != 1.0f || d->student_softcap != 0.0f ||
+        d->teacher_logit_scale != 1.0f || d->teacher_softcap != 0.0f || d->student_lse != NULL ||
+        d->teacher_lse != NULL) {
+        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
+                                "%s: divergence / temperature / normaliser / softcap / lse "
+                                "options: not implemented yet",
+                                fn);
+    }
+    return DISTIL_OK;
 }
 
 /* Pointer checks: NULL where data is required, then backend ownership, then bias rules, then

@@ -21,6 +21,8 @@ void distil_jsd_desc_init(distil_jsd_desc *desc) {
     d.ignore_index = -100;
     d.reduction = DISTIL_REDUCTION_BATCHMEAN;
     d.grad_scale = 1.0f;
+    d.divergence = DISTIL_DIVERGENCE_JSD;
+    d.alpha = 0.1f;
     *desc = d;
 }
 
@@ -54,6 +56,12 @@ static distil_status distil_jsd_check_desc(distil_ctx *ctx, const distil_jsd_des
     DISTIL_TRY(distil_check_size(ctx, fn, "grad_student", d->rows, a->grad_stride, es));
     DISTIL_TRY(distil_check_unit(ctx, fn, "beta", d->beta));
     DISTIL_TRY(distil_check_finite(ctx, fn, "grad_scale", d->grad_scale));
+    /* docs/SPEC.md §6, not built yet: only the defaults are accepted. */
+    if (d->divergence != DISTIL_DIVERGENCE_JSD || d->normaliser != 0.0f ||
+        d->normaliser_device != NULL) {
+        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
+                                "%s: divergence / normaliser: not implemented yet", fn);
+    }
     a->rows = d->rows;
     a->vocab = d->vocab;
     a->dtype = d->dtype;

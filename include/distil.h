@@ -231,19 +231,38 @@ typedef enum distil_reduction {
     DISTIL_REDUCTION_NONE = 2,      /* one loss per row, [rows] fp32; ignored rows hold 0 */
 } distil_reduction;
 
+/* Which divergence a loss's soft part computes (docs/SPEC.md §6); x = log q (student),
+ * y = log p (teacher). The numbers are pinned forever. */
+typedef enum distil_divergence {
+    DISTIL_DIVERGENCE_JSD = 0,             /* generalised JSD(beta), docs/SPEC.md §1 (default) */
+    DISTIL_DIVERGENCE_FORWARD_KL = 1,      /* KL(p || q) */
+    DISTIL_DIVERGENCE_REVERSE_KL = 2,      /* KL(q || p) */
+    DISTIL_DIVERGENCE_SKEW_KL = 3,         /* KL(p || alpha p + (1 - alpha) q) */
+    DISTIL_DIVERGENCE_SKEW_REVERSE_KL = 4, /* KL(q || (1 - alpha) p + alpha q) */
+    DISTIL_DIVERGENCE_TVD = 5,             /* total variation, 1/2 sum |p - q| */
+} distil_divergence;
+
 /* Descriptor of distil_jsd. Always fill it with distil_jsd_desc_init() first. */
 typedef struct distil_jsd_desc {
-    size_t struct_size;         /* set by _init; lets the library reject a mismatched header */
-    int64_t rows;               /* T >= 0 */
-    int64_t vocab;              /* V >= 1 */
-    int64_t student_stride;     /* row stride of student_logp, elements; 0 = vocab */
-    int64_t teacher_stride;     /* row stride of teacher_logp, elements; 0 = vocab */
-    int64_t grad_stride;        /* row stride of grad_student; 0 = vocab */
-    distil_dtype dtype;         /* of student_logp, teacher_logp and grad (default F32) */
-    float beta;                 /* in [0, 1], weight of the teacher; 0: KL(p||q), 1: KL(q||p) */
-    int64_t ignore_index;       /* rows whose label equals it are ignored (default -100) */
-    distil_reduction reduction; /* default BATCHMEAN */
-    float grad_scale;           /* the gradient written is grad_scale * dloss/dx (default 1) */
+    size_t struct_size;           /* set by _init; lets the library reject a mismatched header */
+    int64_t rows;                 /* T >= 0 */
+    int64_t vocab;                /* V >= 1 */
+    int64_t student_stride;       /* row stride of student_logp, elements; 0 = vocab */
+    int64_t teacher_stride;       /* row stride of teacher_logp, elements; 0 = vocab */
+    int64_t grad_stride;          /* row stride of grad_student; 0 = vocab */
+    distil_dtype dtype;           /* of student_logp, teacher_logp and grad (default F32) */
+    float beta;                   /* in [0, 1], weight of the teacher; 0: KL(p||q), 1: KL(q||p) */
+    int64_t ignore_index;         /* rows whose label equals it are ignored (default -100) */
+    distil_reduction reduction;   /* default BATCHMEAN */
+    float grad_scale;             /* the gradient written is grad_scale * dloss/dx (default 1) */
+    distil_divergence divergence; /* default JSD (uses beta); SKEW_* use alpha */
+    float alpha;                  /* skew in [0, 1] of the SKEW_* divergences (default 0.1) */
+    /* The batchmean normaliser N given by the caller instead of counted (gradient accumulation,
+     * tokens across data-parallel ranks): normaliser > 0 as a host value, or normaliser_device,
+     * one fp32 in the context's memory read on the device (no host synchronisation). At most one
+     * of the two; both 0 / NULL (the default): N is counted. */
+    float normaliser;
+    const float *normaliser_device;
 } distil_jsd_desc;
 
 DISTIL_API void distil_jsd_desc_init(distil_jsd_desc *desc);
@@ -294,9 +313,27 @@ typedef struct distil_fused_linear_jsd_desc {
     int return_parts;       /* nonzero: loss holds 3 values, see distil_fused_linear_jsd */
     /* Shapes of the heads as the caller holds them, so that a mismatch is caught rather than
      * read out of bounds. 0 = "as above" (the default). */
-    int64_t teacher_vocab;         /* rows of Wt; must equal vocab (unequal: UNSUPPORTED) */
+    int64_t teacher_vocab;         /* rows of Wt; 0 = vocab. Unequal: the loss runs over the common
+                                      prefix min(vocab, teacher_vocab), docs/SPEC.md §6 */
     int64_t student_weight_hidden; /* columns of Ws; must equal student_hidden */
     int64_t teacher_weight_hidden; /* columns of Wt; must equal teacher_hidden */
+    /* docs/SPEC.md §6: the soft part's divergence, as in distil_jsd_desc. */
+    distil_divergence divergence; /* default JSD (uses beta) */
+    float alpha;                  /* skew of the SKEW_* divergences (default 0.1) */
+    float teacher_temperature; /* > 0: the teacher's own temperature; 0 = temperature (default) */
+    int temperature_squared;   /* nonzero: the soft part is multiplied by tau^2 (Hinton) */
+    float normaliser;          /* > 0: N given on the host; 0 = counted (default) */
+    const float *normaliser_device; /* or N as one fp32 in the context's memory; NULL = none */
+    /* Per head, docs/SPEC.md §6: z <- cap tanh(scale z / cap); cap 0 = no cap (z <- scale z). */
+    float student_logit_scale; /* default 1 */
+    float student_softcap;     /* default 0 */
+    float teacher_logit_scale; /* default 1 */
+    float teacher_softcap;     /* default 0 */
+    /* Optional outputs, (rows) fp32 in the context's memory: each row's log-sum-exp of the
+     * student's and of the teacher's logits (after scale and cap, at temperature 1); ignored rows
+     * included. NULL (the default): not written. */
+    float *student_lse;
+    float *teacher_lse;
 } distil_fused_linear_jsd_desc;
 
 DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *desc);

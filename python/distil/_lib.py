@@ -51,6 +51,10 @@ class JsdDesc(ctypes.Structure):
         ("ignore_index", c_int64),
         ("reduction", c_int),
         ("grad_scale", c_float),
+        ("divergence", c_int),
+        ("alpha", c_float),
+        ("normaliser", c_float),
+        ("normaliser_device", c_void_p),
     ]
 
 
@@ -74,6 +78,18 @@ class FusedDesc(ctypes.Structure):
         ("teacher_vocab", c_int64),
         ("student_weight_hidden", c_int64),
         ("teacher_weight_hidden", c_int64),
+        ("divergence", c_int),
+        ("alpha", c_float),
+        ("teacher_temperature", c_float),
+        ("temperature_squared", c_int),
+        ("normaliser", c_float),
+        ("normaliser_device", c_void_p),
+        ("student_logit_scale", c_float),
+        ("student_softcap", c_float),
+        ("teacher_logit_scale", c_float),
+        ("teacher_softcap", c_float),
+        ("student_lse", c_void_p),
+        ("teacher_lse", c_void_p),
     ]
 
 
