@@ -108,6 +108,11 @@ def parse_args(argv):
     a("--max-reps", type=ranged(int, 1, 10**6), default=200)
     a("--min-time", type=ranged(float, 0.0, 1e6), default=1.0)
     a("--sets", type=ranged(int, 1, 16), default=8)
+    a("--calls-per-sample", type=ranged(int, 1, 1000), default=1,
+      help="CUDA: calls enqueued back to back between a sample's two events, the time divided "
+           "by their number (default 1: one call after a synchronisation, so that its host "
+           "time before the first launch counts; > 1: the GPU's time per call in a loop that "
+           "keeps the queue full, as a training loop does)")
     a("--cache-mb", type=ranged(float, 0.0, 1e9), default=512.0)
     a("--peak-bw-tbs", type=ranged(float, 0.0, 1e6), default=0.0)
     a("--peak-tflops", type=ranged(float, 0.0, 1e9), default=0.0)
@@ -338,13 +343,17 @@ def time_mode(call, sets, full, args, torch, cuda, warmup):
                                        time.perf_counter() - start < args.min_time):
         clear_grads(sets)
         if cuda:
+            n = args.calls_per_sample
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
             e0.record()
-            loss = once(i)
+            for j in range(n):
+                if j:
+                    clear_grads(sets)
+                loss = once(i + j)
             e1.record()
             e1.synchronize()
-            ms.append(e0.elapsed_time(e1))
+            ms.append(e0.elapsed_time(e1) / n)
         else:
             t0 = time.perf_counter()
             loss = once(i)
@@ -390,6 +399,8 @@ def new_row(impl, s, mode, dev):
         r["message"] = f"liger-kernel {liger_version()}"
     if impl == "distil":
         r["message"] = "distil.torch (Python package)"
+    if ARGS.calls_per_sample > 1:
+        r["message"] += f"; {ARGS.calls_per_sample} calls per sample"
     return r
 
 

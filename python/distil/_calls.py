@@ -46,7 +46,9 @@ def jsd_plan(ctx, rows, vocab, strides, dtype, beta, ignore_index, reduction):
         d.ignore_index = _int64("ignore_index", ignore_index)
         d.reduction = _lib.REDUCTIONS[reduction]
         n = ctypes.c_size_t()
+        _lend(ctx, 0, 0)  # the size query plans for a lent workspace: ask for the whole need
         ctx.check(_lib.lib.distil_jsd_workspace_size(ctx.handle, ctypes.byref(d), ctypes.byref(n)))
+        d.ref = ctypes.byref(d)
         plan = _remember(ctx, key, (d, n.value))
     return plan
 
@@ -74,37 +76,48 @@ def fused_plan(ctx, rows, vocab, hs, ht, dtype, weights, beta, temperature, igno
         d.return_parts = 1
         d.teacher_vocab, d.student_weight_hidden, d.teacher_weight_hidden = head_shapes
         n = ctypes.c_size_t()
+        _lend(ctx, 0, 0)  # the size query plans for a lent workspace: ask for the whole need
         ctx.check(_lib.lib.distil_fused_linear_jsd_workspace_size(
             ctx.handle, ctypes.byref(d), 1 if want_grads else 0, ctypes.byref(n)))
+        d.ref = ctypes.byref(d)  # made once: the descriptor is passed by reference every call
         plan = _remember(ctx, key, (d, n.value))
     return plan
 
 
-def _lent(ctx, workspace, nbytes, call):
-    """Run call() with `workspace` (an address of at least nbytes, or 0) lent to ctx."""
-    if nbytes == 0 or not workspace:
-        return call()
-    ctx.lend_workspace(workspace, nbytes)
-    try:
-        return call()
-    finally:
-        _lib.lib.distil_ctx_set_workspace(ctx.handle, None, 0)
+def _lend(ctx, workspace, nbytes):
+    """Lend ctx this call's workspace (an address of at least nbytes, or 0 for none).
+
+    The lend is left in place after the call: when the next call's workspace is the same block
+    (torch's caching allocator usually hands it out again) no library call is needed at all.
+    Only what the context holds matters: a lent block the library would check outputs against
+    is replaced before every call that needs one, and withdrawn before a call that needs none,
+    so a freed block is never used or compared against.
+    """
+    want = (workspace, nbytes) if nbytes and workspace else None
+    if want != ctx.lent:
+        status = (_lib.lib.distil_ctx_set_workspace(ctx.handle, workspace, nbytes) if want
+                  else _lib.lib.distil_ctx_set_workspace(ctx.handle, None, 0))
+        ctx.lent = None
+        if status:
+            ctx.check(status)
+        ctx.lent = want
 
 
 def run_jsd(ctx, desc, workspace, nbytes, x, y, labels, loss, grad):
     """distil_jsd on addresses (0 = absent); raises the status's exception."""
-    status = _lent(ctx, workspace, nbytes,
-                   lambda: _lib.lib.distil_jsd(ctx.handle, ctypes.byref(desc), x, y, labels or None,
-                                               loss or None, grad or None))
-    ctx.check(status)
+    _lend(ctx, workspace, nbytes)
+    status = _lib.lib.distil_jsd(ctx.handle, desc.ref, x, y, labels or None, loss or None,
+                                 grad or None)
+    if status:
+        ctx.check(status)
 
 
 def run_fused(ctx, desc, workspace, nbytes, ptrs):
     """distil_fused_linear_jsd; ptrs = the 11 addresses in the C argument order (0 = absent)."""
-    args = [p or None for p in ptrs]
-    status = _lent(ctx, workspace, nbytes,
-                   lambda: _lib.lib.distil_fused_linear_jsd(ctx.handle, ctypes.byref(desc), *args))
-    ctx.check(status)
+    _lend(ctx, workspace, nbytes)
+    status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *[p or None for p in ptrs])
+    if status:
+        ctx.check(status)
 
 
 def run_scale(ctx, x, dtype, count, scale):

@@ -27,6 +27,7 @@ class Context:
         self.device = device
         self._stream = _lib.STREAM_OWN.value  # a new context starts on its own stream
         self.plans = {}  # descriptor key -> (descriptor, workspace bytes)
+        self.lent = None  # (address, bytes) of the workspace lent now (_calls._lend)
         _all.add(self)
 
     def check(self, status):
@@ -38,9 +39,6 @@ class Context:
         if value != self._stream:
             self.check(_lib.lib.distil_ctx_set_stream(self.handle, ctypes.c_void_p(value)))
             self._stream = value
-
-    def lend_workspace(self, ptr, nbytes):
-        self.check(_lib.lib.distil_ctx_set_workspace(self.handle, ptr, nbytes))
 
     def synchronize(self):
         """Wait for this context's work; raise a deferred error (an invalid label) once."""

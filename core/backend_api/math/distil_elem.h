@@ -17,6 +17,9 @@
  *                    a subnormal probability is not 0); exp(-inf) = 0; NaN stays NaN
  *   DE_F64           (optional) DE_T is double: libm's expm1 replaces the polynomial and the
  *                    series run to double precision
+ *   DE_DIV(a, b)     (optional, default a / b) a / b for b in [1.5, 3] to 2 ulp: the series'
+ *                    s = t / (2 + t); a fast division is harmless there (s's error is the
+ *                    result's, relative)
  *
  * Forms (chosen for docs/SPEC.md §3's regimes; each factor relatively accurate, so an element term
  * is good to a few ulp; at |d| just above 0.69 the far form's two terms cancel by a factor of ~5,
@@ -49,6 +52,10 @@
  */
 #ifndef DISTIL_ELEM_H
 #define DISTIL_ELEM_H
+
+#ifndef DE_DIV
+#define DE_DIV(a, b) ((a) / (b))
+#endif
 
 /* The jsd mode of a beta: its two endpoints have their own formulas. */
 #define DE_MIX 0
@@ -108,7 +115,7 @@ DE_FN DE_T de_atanh_q(DE_T z) {
 
 /* log1p(t) and h(t) = t - log1p(t) for t in [-1/2, 1] (or NaN), both to a few ulp relative. */
 DE_FN void de_log1p_h(DE_T t, DE_T *l, DE_T *h) {
-    DE_T s = t / (t + DE_K(2.0));
+    DE_T s = DE_DIV(t, t + DE_K(2.0));
     DE_T z = s * s;
     DE_T zq = z * de_atanh_q(z);
     DE_T s2 = s + s;
