@@ -290,7 +290,17 @@ typedef struct pr_fused {
     distil_dtype dt;
     void *xs, *ws, *xt; /* dtype */
     int64_t *labels;
+    bool g_rounded; /* the careful evaluation rounds G to dt before G Ws (pr_g_rounded) */
 } pr_fused;
+
+/* Whether the backend under test stores the logit gradient G in the input dtype, the one its
+ * GEMMs run in (docs/DESIGN.md §2, `fp32_gemm`: cuda and hip; cpu and opencl keep G in fp32): that rounding is
+ * then part of the formula it evaluates, as it is of PyTorch's bf16 autograd and Liger's, so the
+ * careful evaluation makes it too. */
+static bool pr_g_rounded(distil_dtype dt) {
+    const char *b = distil_ctx_backend_name(g_ctx);
+    return dt != DISTIL_F32 && (strcmp(b, "cuda") == 0 || strcmp(b, "hip") == 0);
+}
 
 static void pr_fused_inputs(tu_rng *r, pr_fused *c) {
     size_t es = distil_dtype_size(c->dt);
@@ -399,6 +409,11 @@ static void pr_fused_careful(const pr_fused *c, bool back, float *loss, void *gx
         for (int64_t v = 0; v < c->v; v++) {
             float s = expf((zs[v] - m1) - l1) - (v == c->labels[i] ? 1.0f : 0.0f);
             G[v] = 0.5f / (float)n * s + 0.5f / (float)n * it * de_soft_grad(g[v], q[v], (float)sg);
+            if (c->g_rounded) {
+                uint16_t half;
+                tu_set(&half, c->dt, 0, G[v]);
+                G[v] = tu_get(&half, c->dt, 0);
+            }
         }
         for (int64_t h = 0; h < c->h; h++) {
             double s = 0.0;
@@ -430,7 +445,8 @@ static void pr_fused_case(tu_rng *r, distil_dtype dt) {
                   .h = 16,
                   .beta = pr_beta(r),
                   .tau = (float)pr_log_uniform(r, 0.05, 20.0),
-                  .dt = dt};
+                  .dt = dt,
+                  .g_rounded = pr_g_rounded(dt)};
     pr_fused_inputs(r, &c);
     size_t gb = (size_t)(c.t * c.h) * distil_dtype_size(dt);
     float lr[3], lb[3], lc[3];
