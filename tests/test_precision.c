@@ -294,9 +294,9 @@ typedef struct pr_fused {
 } pr_fused;
 
 /* Whether the backend under test stores the logit gradient G in the input dtype, the one its
- * GEMMs run in (docs/DESIGN.md §2, `fp32_gemm`: cuda and hip; cpu and opencl keep G in fp32): that rounding is
- * then part of the formula it evaluates, as it is of PyTorch's bf16 autograd and Liger's, so the
- * careful evaluation makes it too. */
+ * GEMMs run in (docs/DESIGN.md §2, `fp32_gemm`: cuda and hip; cpu and opencl keep G in fp32): that
+ * rounding is then part of the formula it evaluates, as it is of PyTorch's bf16 autograd and
+ * Liger's, so the careful evaluation makes it too. */
 static bool pr_g_rounded(distil_dtype dt) {
     const char *b = distil_ctx_backend_name(g_ctx);
     return dt != DISTIL_F32 && (strcmp(b, "cuda") == 0 || strcmp(b, "hip") == 0);
