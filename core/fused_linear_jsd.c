@@ -5,6 +5,7 @@
  */
 #include "chunk.h"
 #include "ctx.h"
+#include "divergence.h"
 #include "error.h"
 #include "fused_loop.h"
 #include "overlap.h"
@@ -85,14 +86,14 @@ static distil_status distil_fused_check_desc(distil_ctx *ctx,
     }
     DISTIL_TRY(distil_check_unit(ctx, fn, "beta", d->beta));
     DISTIL_TRY(distil_check_temperature(ctx, fn, "temperature", d->temperature));
+    DISTIL_TRY(distil_check_divergence(ctx, fn, d->divergence, d->alpha));
+    DISTIL_TRY(distil_check_normaliser(ctx, fn, d->normaliser, d->normaliser_device));
     /* docs/SPEC.md §6, not built yet: only the defaults are accepted. */
-    if (d->divergence != DISTIL_DIVERGENCE_JSD || d->teacher_temperature != 0.0f ||
-        d->temperature_squared != 0 || d->normaliser != 0.0f || d->normaliser_device != NULL ||
-        d->student_logit_scale != 1.0f || d->student_softcap != 0.0f ||
-        d->teacher_logit_scale != 1.0f || d->teacher_softcap != 0.0f || d->student_lse != NULL ||
-        d->teacher_lse != NULL) {
+    if (d->teacher_temperature != 0.0f || d->student_logit_scale != 1.0f ||
+        d->student_softcap != 0.0f || d->teacher_logit_scale != 1.0f ||
+        d->teacher_softcap != 0.0f || d->student_lse != NULL || d->teacher_lse != NULL) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "%s: divergence / temperature / normaliser / softcap / lse "
+                                "%s: teacher temperature / logit scale / softcap / lse "
                                 "options: not implemented yet",
                                 fn);
     }
@@ -118,6 +119,7 @@ static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused
         {"teacher_weight", a->wt, true, v * (size_t)a->ht * es, false},
         {"teacher_bias", a->bt, false, v * es, false},
         {"labels", a->labels, a->rows > 0 && a->weight_hard != 0.0f, t * sizeof(int64_t), false},
+        {"normaliser_device", a->normaliser_device, false, sizeof(float), false},
         {"loss", a->loss, true, (a->return_parts ? 3u : 1u) * sizeof(float), true},
         {"grad_student_hidden", a->grad_xs, false, t * hs * es, true},
         {"grad_student_weight", a->grad_ws, false, v * hs * es, true},
@@ -152,10 +154,19 @@ static void distil_fused_fill_args(const distil_fused_linear_jsd_desc *d, distil
     a->dtype = d->dtype;
     a->weight_hard = d->weight_hard;
     a->weight_soft = d->weight_soft;
+    if (d->temperature_squared) { /* docs/SPEC.md §6: the soft part, loss and gradient, times tau^2
+                                   */
+        double t = (double)d->temperature;
+        a->weight_soft = (float)((double)d->weight_soft * t * t);
+    }
     a->beta = d->beta;
     a->inv_temperature = 1.0f / d->temperature;
     a->ignore_index = d->ignore_index;
     a->return_parts = d->return_parts != 0;
+    a->divergence = d->divergence;
+    a->alpha = d->alpha;
+    a->normaliser = d->normaliser;
+    a->normaliser_device = distil_dptr_make(d->normaliser_device, 0);
 }
 
 /* The plan of this call: the asked chunk, or the chunk policy's fitted to a lent workspace. */

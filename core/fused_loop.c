@@ -1,6 +1,6 @@
 /*
  * fused_loop.c - the chunk loop of the fused loss, see fused_loop.h. With C = the plan's chunk:
- *   n = max(1, valid rows)                                   count_valid
+ *   n = max(1, valid rows), or the caller's N                count_valid (docs/SPEC.md §6)
  *   zs, zt of chunk 0                                        two GEMMs, (C, V) fp32
  *   per chunk k:  fused_rows -> ce, jsd (C) and G (C, V)
  *                 grad_xs_k = G Ws;  gw (+)= G^T xs_k;  gb (+)= 1^T G
@@ -13,10 +13,12 @@
  */
 #include "fused_loop.h"
 
+#include "divergence.h"
 #include "error.h"
 
 /* Everything one chunk step needs, resolved once per call. */
 typedef struct distil_fused_loop {
+    distil_ctx *ctx;
     const distil_backend *be;
     void *b;
     const distil_fused_args *a;
@@ -89,7 +91,9 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         .jsd_rows = distil_fused_ws(L, p->off_jsd + (size_t)r0 * sizeof(float)),
         .g = L->grads ? distil_fused_ws(L, p->off_g) : distil_dptr_make(NULL, 0),
         .g_dtype = p->g_dtype,
-        .n_valid = distil_fused_ws(L, p->off_n)};
+        .n_valid = distil_fused_ws(L, p->off_n),
+        .divergence = a->divergence,
+        .alpha = a->alpha};
     return L->be->fused_rows(L->b, &r);
 }
 
@@ -224,7 +228,7 @@ static distil_status distil_fused_prologue(const distil_fused_loop *L) {
                            .vocab = a->vocab,
                            .min_one = true,
                            .n_out = distil_fused_ws(L, L->p->off_n)};
-    DISTIL_TRY(L->be->count_valid(L->b, &c));
+    DISTIL_TRY(distil_normaliser_put(L->ctx, &c, a->normaliser, a->normaliser_device));
     if (distil_dptr_present(L->gb)) {
         distil_fill_args f = {.dst = distil_fused_ws(L, L->p->off_ones),
                               .dtype = a->dtype,
@@ -271,7 +275,7 @@ distil_status distil_fused_loop_run(distil_ctx *ctx, const distil_fused_args *a,
                                 "fused_linear_jsd: backend '%s' lacks the fused-loss kernels",
                                 be->name);
     }
-    distil_fused_loop L = {.be = be, .b = ctx->b, .a = a, .p = p};
+    distil_fused_loop L = {.ctx = ctx, .be = be, .b = ctx->b, .a = a, .p = p};
     L.es = distil_dtype_size(a->dtype);
     L.gw = p->gw_acc ? distil_fused_ws(&L, p->off_gw) : a->grad_ws;
     L.gb = p->gb_acc ? distil_fused_ws(&L, p->off_gb) : a->grad_bs;

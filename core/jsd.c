@@ -3,6 +3,7 @@
  * backend's whole `jsd` op or count_valid -> jsd_rows -> reduce (docs/SPEC.md §1).
  */
 #include "ctx.h"
+#include "divergence.h"
 #include "error.h"
 #include "overlap.h"
 #include "validate.h"
@@ -56,11 +57,14 @@ static distil_status distil_jsd_check_desc(distil_ctx *ctx, const distil_jsd_des
     DISTIL_TRY(distil_check_size(ctx, fn, "grad_student", d->rows, a->grad_stride, es));
     DISTIL_TRY(distil_check_unit(ctx, fn, "beta", d->beta));
     DISTIL_TRY(distil_check_finite(ctx, fn, "grad_scale", d->grad_scale));
-    /* docs/SPEC.md §6, not built yet: only the defaults are accepted. */
-    if (d->divergence != DISTIL_DIVERGENCE_JSD || d->normaliser != 0.0f ||
-        d->normaliser_device != NULL) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "%s: divergence / normaliser: not implemented yet", fn);
+    DISTIL_TRY(distil_check_divergence(ctx, fn, d->divergence, d->alpha));
+    DISTIL_TRY(distil_check_normaliser(ctx, fn, d->normaliser, d->normaliser_device));
+    if ((d->normaliser != 0.0f || d->normaliser_device != NULL) &&
+        d->reduction != DISTIL_REDUCTION_BATCHMEAN) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
+                                "%s: normaliser / normaliser_device is given but reduction is "
+                                "not BATCHMEAN (the only reduction that divides by N)",
+                                fn);
     }
     a->rows = d->rows;
     a->vocab = d->vocab;
@@ -69,11 +73,15 @@ static distil_status distil_jsd_check_desc(distil_ctx *ctx, const distil_jsd_des
     a->grad_scale = d->grad_scale;
     a->ignore_index = d->ignore_index;
     a->reduction = d->reduction;
+    a->divergence = d->divergence;
+    a->alpha = d->alpha;
+    a->normaliser = d->normaliser;
+    a->normaliser_device = distil_dptr_make(d->normaliser_device, 0);
     return DISTIL_OK;
 }
 
 /* What the call touches, in bytes from each pointer (core/overlap.h). */
-enum { JSD_X, JSD_Y, JSD_LABELS, JSD_LOSS, JSD_GRAD, JSD_WORK, JSD_SPANS };
+enum { JSD_X, JSD_Y, JSD_LABELS, JSD_NORM, JSD_LOSS, JSD_GRAD, JSD_WORK, JSD_SPANS };
 
 static void distil_jsd_spans(const distil_ctx *ctx, const distil_jsd_args *a, const void *x,
                              const void *y, const int64_t *labels, const float *loss,
@@ -85,6 +93,8 @@ static void distil_jsd_spans(const distil_ctx *ctx, const distil_jsd_args *a, co
     s[JSD_Y] = (distil_span){"teacher_logp", y,
                              distil_span_bytes(a->rows, a->vocab, a->y_stride, es), false};
     s[JSD_LABELS] = (distil_span){"labels", labels, (size_t)a->rows * sizeof(int64_t), false};
+    s[JSD_NORM] =
+        (distil_span){"normaliser_device", a->normaliser_device.base, sizeof(float), false};
     s[JSD_LOSS] = (distil_span){"loss", loss, (none ? (size_t)a->rows : 1) * sizeof(float), true};
     s[JSD_GRAD] = (distil_span){"grad_student", grad,
                                 distil_span_bytes(a->rows, a->vocab, a->grad_stride, es), true};
@@ -106,6 +116,7 @@ static distil_status distil_jsd_check_ptrs(distil_ctx *ctx, const distil_jsd_arg
     DISTIL_TRY(distil_check_device_ptr(ctx, fn, "student_logp", x));
     DISTIL_TRY(distil_check_device_ptr(ctx, fn, "teacher_logp", y));
     DISTIL_TRY(distil_check_device_ptr(ctx, fn, "labels", labels));
+    DISTIL_TRY(distil_check_device_ptr(ctx, fn, "normaliser_device", a->normaliser_device.base));
     DISTIL_TRY(distil_check_device_ptr(ctx, fn, "loss", loss));
     DISTIL_TRY(distil_check_device_ptr(ctx, fn, "grad_student", grad));
     if (grad != NULL && grad == x && a->grad_stride != a->x_stride) {
@@ -170,7 +181,7 @@ static distil_status distil_jsd_compose(distil_ctx *ctx, const distil_jsd_args *
                                .vocab = 0,
                                .min_one = false,
                                .n_out = n};
-        DISTIL_TRY(be->count_valid(ctx->b, &c));
+        DISTIL_TRY(distil_normaliser_put(ctx, &c, a->normaliser, a->normaliser_device));
     }
     distil_jsd_rows_args r = {.x = a->x,
                               .y = a->y,
@@ -186,7 +197,9 @@ static distil_status distil_jsd_compose(distil_ctx *ctx, const distil_jsd_args *
                               .grad = a->grad,
                               .grad_stride = a->grad_stride,
                               .grad_scale = a->grad_scale,
-                              .n_valid = n};
+                              .n_valid = n,
+                              .divergence = a->divergence,
+                              .alpha = a->alpha};
     DISTIL_TRY(be->jsd_rows(ctx->b, &r));
     if (none) {
         return DISTIL_OK;

@@ -21,6 +21,7 @@ static distil_ctx *g_ctx;
 static struct {
     void *x, *y, *labels, *loss, *grad;                            /* distil_jsd: (T, LD) f32 */
     void *xs, *ws, *bs, *xt, *wt, *bt, *flabels, *gxs, *gws, *gbs; /* fused, f32 */
+    void *nd; /* a device normaliser (docs/SPEC.md §6), one f32 */
 } g;
 
 enum { LOSS_FLOATS = T + 1, GRAD_BYTES = T * LD * 4 };
@@ -54,6 +55,8 @@ static int group_setup(void **state) {
     g.gxs = tu_alloc_poisoned(g_ctx, sizeof xs);
     g.gws = tu_alloc_poisoned(g_ctx, sizeof ws);
     g.gbs = tu_alloc_poisoned(g_ctx, sizeof bs);
+    const float n = 4.0f;
+    g.nd = tu_upload(g_ctx, &n, sizeof n);
     return 0;
 }
 
@@ -434,14 +437,77 @@ static void test_foreign_memory(void **state) {
     fused_refused(f, DISTIL_ERR_INVALID_ARG, "grad_student_hidden");
 }
 
+/* docs/SPEC.md §6: divergence, alpha and the given normaliser, on both losses. */
+static const float bad_alpha[] = {-0.01f, 1.01f, NAN, INFINITY};
+static const distil_divergence bad_div[] = {(distil_divergence)-1, (distil_divergence)6,
+                                            (distil_divergence)100};
+static const float bad_norm[] = {-1.0f, NAN, INFINITY, -INFINITY};
+
+static void test_jsd_divergence(void **state) {
+    (void)state;
+    for (size_t i = 0; i < TU_LEN(bad_alpha); i++) {
+        jsd_call c = jsd_valid();
+        c.d.divergence = DISTIL_DIVERGENCE_SKEW_KL, c.d.alpha = bad_alpha[i];
+        jsd_desc_refused(c, DISTIL_ERR_INVALID_ARG, "alpha");
+    }
+    for (size_t i = 0; i < TU_LEN(bad_div); i++) {
+        jsd_call c = jsd_valid();
+        c.d.divergence = bad_div[i];
+        jsd_desc_refused(c, DISTIL_ERR_INVALID_ARG, "divergence");
+    }
+    for (size_t i = 0; i < TU_LEN(bad_norm); i++) {
+        jsd_call c = jsd_valid();
+        c.d.normaliser = bad_norm[i];
+        jsd_desc_refused(c, DISTIL_ERR_INVALID_ARG, "normaliser");
+    }
+    jsd_call c = jsd_valid();
+    c.d.normaliser = 4.0f, c.d.normaliser_device = (const float *)g.nd;
+    jsd_desc_refused(c, DISTIL_ERR_INVALID_ARG, "normaliser");
+    TU_CHECK_MESSAGE(c.ctx, "normaliser_device");
+    c = jsd_valid(), c.d.normaliser = 4.0f, c.d.reduction = DISTIL_REDUCTION_SUM;
+    jsd_desc_refused(c, DISTIL_ERR_INVALID_ARG, "normaliser");
+    c = jsd_valid(), c.d.normaliser_device = (const float *)g.nd;
+    c.d.reduction = DISTIL_REDUCTION_NONE;
+    jsd_desc_refused(c, DISTIL_ERR_INVALID_ARG, "normaliser");
+    /* the device normaliser is an input: an output over it is refused */
+    c = jsd_valid(), c.d.normaliser_device = (const float *)g.loss;
+    jsd_refused(c, DISTIL_ERR_INVALID_ARG, "normaliser_device");
+}
+
+static void test_fused_divergence(void **state) {
+    (void)state;
+    for (size_t i = 0; i < TU_LEN(bad_alpha); i++) {
+        fused_call c = fused_valid();
+        c.d.divergence = DISTIL_DIVERGENCE_SKEW_REVERSE_KL, c.d.alpha = bad_alpha[i];
+        fused_desc_refused(c, DISTIL_ERR_INVALID_ARG, "alpha");
+    }
+    for (size_t i = 0; i < TU_LEN(bad_div); i++) {
+        fused_call c = fused_valid();
+        c.d.divergence = bad_div[i];
+        fused_desc_refused(c, DISTIL_ERR_INVALID_ARG, "divergence");
+    }
+    for (size_t i = 0; i < TU_LEN(bad_norm); i++) {
+        fused_call c = fused_valid();
+        c.d.normaliser = bad_norm[i];
+        fused_desc_refused(c, DISTIL_ERR_INVALID_ARG, "normaliser");
+    }
+    fused_call c = fused_valid();
+    c.d.normaliser = 4.0f, c.d.normaliser_device = (const float *)g.nd;
+    fused_desc_refused(c, DISTIL_ERR_INVALID_ARG, "normaliser");
+    TU_CHECK_MESSAGE(c.ctx, "normaliser_device");
+    c = fused_valid(), c.d.normaliser_device = (const float *)g.loss;
+    fused_refused(c, DISTIL_ERR_INVALID_ARG, "normaliser_device");
+}
+
 static int run_group(const char *backend) {
     static const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_jsd_null),        cmocka_unit_test(test_jsd_shapes),
-        cmocka_unit_test(test_jsd_values),      cmocka_unit_test(test_jsd_aliasing),
-        cmocka_unit_test(test_jsd_zero_rows),   cmocka_unit_test(test_fused_null),
-        cmocka_unit_test(test_fused_shapes),    cmocka_unit_test(test_fused_values),
-        cmocka_unit_test(test_fused_zero_rows), cmocka_unit_test(test_fused_invalid_label),
-        cmocka_unit_test(test_foreign_memory),
+        cmocka_unit_test(test_jsd_null),         cmocka_unit_test(test_jsd_shapes),
+        cmocka_unit_test(test_jsd_values),       cmocka_unit_test(test_jsd_aliasing),
+        cmocka_unit_test(test_jsd_zero_rows),    cmocka_unit_test(test_fused_null),
+        cmocka_unit_test(test_fused_shapes),     cmocka_unit_test(test_fused_values),
+        cmocka_unit_test(test_fused_zero_rows),  cmocka_unit_test(test_fused_invalid_label),
+        cmocka_unit_test(test_foreign_memory),   cmocka_unit_test(test_jsd_divergence),
+        cmocka_unit_test(test_fused_divergence),
     };
     g_backend = backend;
     return cmocka_run_group_tests_name(tu_group_name("bad_input", backend), tests, group_setup,

@@ -13,12 +13,38 @@ static distil_ctx *g_ctx;
 
 static const distil_dtype dtypes[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
 
-static const tp_jsd_spec jsd_spec = {.t = 64,
-                                     .v = 32003,
-                                     .beta = 0.5f,
-                                     .red = DISTIL_REDUCTION_BATCHMEAN,
-                                     .labels = TP_LABELS_MIXED,
-                                     .grad = TP_GRAD_OUT};
+static const tp_jsd_spec jsd_specs[] = {
+    {.t = 64,
+     .v = 32003,
+     .beta = 0.5f,
+     .red = DISTIL_REDUCTION_BATCHMEAN,
+     .labels = TP_LABELS_MIXED,
+     .grad = TP_GRAD_OUT},
+    /* docs/SPEC.md §6: the other divergences, a device normaliser */
+    {.t = 48,
+     .v = 4099,
+     .red = DISTIL_REDUCTION_BATCHMEAN,
+     .labels = TP_LABELS_MIXED,
+     .grad = TP_GRAD_OUT,
+     .special = TP_NEG_INF,
+     .div = DISTIL_DIVERGENCE_SKEW_KL,
+     .alpha = 0.1f,
+     .normaliser = 1000.0f,
+     .norm_device = true},
+    {.t = 48,
+     .v = 4099,
+     .red = DISTIL_REDUCTION_SUM,
+     .labels = TP_LABELS_NONE,
+     .grad = TP_GRAD_OUT,
+     .div = DISTIL_DIVERGENCE_SKEW_REVERSE_KL,
+     .alpha = 0.3f},
+    {.t = 48,
+     .v = 4099,
+     .red = DISTIL_REDUCTION_BATCHMEAN,
+     .labels = TP_LABELS_MIXED,
+     .grad = TP_GRAD_OUT,
+     .div = DISTIL_DIVERGENCE_TVD},
+};
 
 static const tp_fused_spec fused_specs[] = {
     {.t = 48,
@@ -47,6 +73,36 @@ static const tp_fused_spec fused_specs[] = {
      .grads = TP_WANT_ALL,
      .labels = TP_LABELS_MIXED,
      .chunk = 7},
+    /* docs/SPEC.md §6: other divergences, tau^2, a device normaliser */
+    {.t = 48,
+     .v = 4099,
+     .hs = 64,
+     .ht = 96,
+     .w_hard = 0.5f,
+     .w_soft = 0.5f,
+     .tau = 2.0f,
+     .bias_s = true,
+     .parts = true,
+     .grads = TP_WANT_ALL,
+     .labels = TP_LABELS_MIXED,
+     .chunk = 7,
+     .div = DISTIL_DIVERGENCE_TVD,
+     .normaliser = 300.0f,
+     .norm_device = true,
+     .tau_sq = true},
+    {.t = 48,
+     .v = 4099,
+     .hs = 64,
+     .ht = 96,
+     .w_hard = 0.5f,
+     .w_soft = 0.5f,
+     .tau = 1.0f,
+     .bias_s = true,
+     .parts = true,
+     .grads = TP_WANT_ALL,
+     .labels = TP_LABELS_NONE,
+     .div = DISTIL_DIVERGENCE_SKEW_REVERSE_KL,
+     .alpha = 0.2f},
 };
 
 static void jsd_same(const tp_jsd *p, const tp_jsd_out *a, const tp_jsd_out *b) {
@@ -57,19 +113,21 @@ static void jsd_same(const tp_jsd *p, const tp_jsd_out *a, const tp_jsd_out *b) 
 
 static void test_jsd(void **state) {
     distil_dtype dt = *(const distil_dtype *)*state;
-    tp_jsd p;
-    tp_jsd_make(&p, &jsd_spec, dt, 91);
-    tp_jsd_out first, again;
-    tp_jsd_run(g_ctx, &p, &first);
-    tp_jsd_run(g_ctx, &p, &again);
-    jsd_same(&p, &again, &first);
-    tp_jsd_out_free(&again);
-    distil_ctx *fresh = tu_ctx(g_backend);
-    tp_jsd_run(fresh, &p, &again);
-    distil_ctx_destroy(fresh);
-    jsd_same(&p, &again, &first);
-    tp_jsd_out_free(&again), tp_jsd_out_free(&first);
-    tp_jsd_free(&p);
+    for (size_t i = 0; i < TU_LEN(jsd_specs); i++) {
+        tp_jsd p;
+        tp_jsd_make(&p, &jsd_specs[i], dt, 91 + i);
+        tp_jsd_out first, again;
+        tp_jsd_run(g_ctx, &p, &first);
+        tp_jsd_run(g_ctx, &p, &again);
+        jsd_same(&p, &again, &first);
+        tp_jsd_out_free(&again);
+        distil_ctx *fresh = tu_ctx(g_backend);
+        tp_jsd_run(fresh, &p, &again);
+        distil_ctx_destroy(fresh);
+        jsd_same(&p, &again, &first);
+        tp_jsd_out_free(&again), tp_jsd_out_free(&first);
+        tp_jsd_free(&p);
+    }
 }
 
 static void fused_same(const tp_fused *p, const tp_fused_out *a, const tp_fused_out *b) {

@@ -25,7 +25,7 @@ static const distil_dtype dtypes[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
 // clang-format off
 #define J(t, v, px, py, pg, beta, red, labels, grad, special, scale) \
     {t, v, px, py, pg, beta, DISTIL_REDUCTION_##red, TP_LABELS_##labels, TP_GRAD_##grad, special, \
-     scale}
+     scale, .div = DISTIL_DIVERGENCE_JSD}
 
 static const tp_jsd_spec jsd_cases[] = {
     /* V = 1: unnormalised log-probs (see tu_fill_logp), so the loss is not identically 0 */
@@ -64,6 +64,29 @@ static const tp_jsd_spec jsd_cases[] = {
     J(2,   128257, 0, 0, 0,  1.0f, NONE,      NONE,        INPLACE, 0,              1.0f),
     J(3,   128257, 0, 0, 0,  0.9f, BATCHMEAN, MIXED,       NULL,    TINY,           1.0f),
     J(3,   128257, 0, 0, 0,  0.1f, BATCHMEAN, NONE,        OUT,     0,              1.0f),
+    /* docs/SPEC.md §6: every divergence (alpha 0 and 1: the plain KL and 0), the given N */
+#define D(t, v, red, labels, grad, special, div, alpha, norm, dev) \
+    {t, v, 0, 0, 0, 0.5f, DISTIL_REDUCTION_##red, TP_LABELS_##labels, TP_GRAD_##grad, special, \
+     1.0f, DISTIL_DIVERGENCE_##div, alpha, norm, dev}
+   /* T    V     reduction  labels  grad     special  divergence       alpha  N      device */
+    D(16,  1271, BATCHMEAN, MIXED,  OUT,     NEG_INF, FORWARD_KL,      0.0f,  0.0f,  false),
+    D(16,  1271, SUM,       NONE,   INPLACE, NEG_INF, REVERSE_KL,      0.0f,  0.0f,  false),
+    D(16,  1271, NONE,      MIXED,  OUT,     NEG_INF, SKEW_KL,         0.1f,  0.0f,  false),
+    D(16,  1271, BATCHMEAN, NONE,   OUT,     TINY,    SKEW_KL,         0.9f,  0.0f,  false),
+    D(7,   33,   SUM,       NONE,   OUT,     0,       SKEW_KL,         1.0f,  0.0f,  false),
+    D(16,  1271, BATCHMEAN, MIXED,  OUT,     NEG_INF, SKEW_REVERSE_KL, 0.1f,  0.0f,  false),
+    D(16,  1271, NONE,      NONE,   INPLACE, TINY,    SKEW_REVERSE_KL, 0.5f,  0.0f,  false),
+    D(7,   33,   SUM,       MIXED,  OUT,     NEG_INF, SKEW_REVERSE_KL, 0.0f,  0.0f,  false),
+    D(16,  1271, BATCHMEAN, MIXED,  OUT,     NEG_INF, TVD,             0.0f,  0.0f,  false),
+    D(16,  1271, NONE,      NONE,   OUT,     TINY,    TVD,             0.0f,  0.0f,  false),
+    D(40,  4099, SUM,       MIXED,  OUT,     NEG_INF, SKEW_KL,         0.3f,  0.0f,  false),
+    D(3,   128257, BATCHMEAN, NONE, OUT,     0,       SKEW_REVERSE_KL, 0.2f,  0.0f,  false),
+    D(3,   128257, SUM,     MIXED,  OUT,     NEG_INF, TVD,             0.0f,  0.0f,  false),
+    D(16,  1271, BATCHMEAN, MIXED,  OUT,     0,       JSD,             0.0f,  37.5f, false),
+    D(16,  1271, BATCHMEAN, NONE,   INPLACE, 0,       SKEW_KL,         0.1f,  1e4f,  true),
+    D(16,  1271, BATCHMEAN, MIXED,  OUT,     0,       TVD,             0.0f,  0.0f,  true),
+    D(16,  1271, BATCHMEAN, NONE,   OUT,     0,       REVERSE_KL,      0.0f,  -3.0f, true),
+#undef D
 };
 // clang-format on
 
@@ -123,7 +146,8 @@ static void jsd_compare(const tp_jsd_spec *s, distil_dtype dt, uint64_t seed) {
 #define ALL      TP_WANT_ALL
 // clang-format off
 #define F(t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, labels, std, chunk) \
-    {t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, TP_LABELS_##labels, std, chunk}
+    {t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, TP_LABELS_##labels, std, chunk, \
+     .div = DISTIL_DIVERGENCE_JSD}
 
 static const tp_fused_spec fused_cases[] = {
    /* T   V      Hs  Ht  wh    ws    beta  tau   bias     parts  grads     labels       std chunk */
@@ -153,6 +177,24 @@ static const tp_fused_spec fused_cases[] = {
     F(4,  128256, 8, 16, 0.2f, 0.8f, 0.7f, 2.0f, BIAS_S,  false, ALL,      MIXED,       0,   0),
     /* hidden sizes of GEMM-tile scale (Hs = Ht / 2), chunks of 20 rows with a partial last one */
     F(48, 2053,  256, 512, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true, ALL,      MIXED,       0,   20),
+    /* docs/SPEC.md §6: every divergence in the soft part, tau^2, the given N */
+#define D(t, v, wh, ws, tau, labels, chunk, div, alpha, norm, dev, tsq) \
+    {t, v, 24, 40, wh, ws, 0.5f, tau, BIAS_ST, true, ALL, TP_LABELS_##labels, 0, chunk, \
+     DISTIL_DIVERGENCE_##div, alpha, norm, dev, tsq}
+   /* T   V      wh    ws    tau   labels chunk divergence       alpha  N      device tau^2 */
+    D(13, 1271,  0.5f, 0.5f, 1.0f, MIXED, 0,    FORWARD_KL,      0.0f,  0.0f,  false, false),
+    D(13, 1271,  0.0f, 1.0f, 2.0f, NONE,  0,    REVERSE_KL,      0.0f,  0.0f,  false, true),
+    D(13, 1271,  0.5f, 0.5f, 0.5f, MIXED, 5,    SKEW_KL,         0.1f,  0.0f,  false, false),
+    D(13, 1271,  0.2f, 0.8f, 1.0f, NONE,  0,    SKEW_KL,         1.0f,  0.0f,  false, false),
+    D(13, 1271,  0.5f, 0.5f, 2.0f, MIXED, 0,    SKEW_REVERSE_KL, 0.1f,  0.0f,  false, true),
+    D(13, 1271,  0.5f, 0.5f, 1.0f, NONE,  4,    SKEW_REVERSE_KL, 0.7f,  0.0f,  false, false),
+    D(13, 1271,  0.5f, 0.5f, 1.0f, MIXED, 0,    TVD,             0.0f,  0.0f,  false, false),
+    D(6,  32003, 0.5f, 0.5f, 0.7f, MIXED, 2,    TVD,             0.0f,  0.0f,  false, true),
+    D(6,  32003, 0.5f, 0.5f, 1.0f, NONE,  0,    SKEW_KL,         0.5f,  0.0f,  false, false),
+    D(13, 1271,  0.5f, 0.5f, 1.0f, MIXED, 5,    JSD,             0.0f,  120.0f, false, false),
+    D(13, 1271,  0.5f, 0.5f, 2.0f, MIXED, 0,    SKEW_KL,         0.1f,  2.5f,  true,  true),
+    D(13, 1271,  0.5f, 0.5f, 1.0f, NONE,  0,    JSD,             0.0f,  0.0f,  true,  false),
+#undef D
 };
 // clang-format on
 
@@ -194,10 +236,11 @@ static void fused_compare(const tp_fused_spec *c, distil_dtype dt, uint64_t seed
     size_t nloss = c->parts ? 3 : 1;
     TU_CHECK_WRITTEN("loss", got.loss, DISTIL_F32, 1, (int64_t)nloss, (int64_t)nloss, false);
     TU_CHECK_POISONED("loss past its last value", got.loss, DISTIL_F32, nloss, 4 - nloss);
-    grad_expect e = c->t == 0                            ? EXPECT_UNTOUCHED
-                    : c->labels == TP_LABELS_ALL_IGNORED ? EXPECT_ZERO
-                    : c->v == 1                          ? EXPECT_TINY
-                                                         : EXPECT_CLOSE;
+    bool n_zero = c->norm_device && !(c->normaliser > 0.0f); /* docs/SPEC.md §6: as N == 0 */
+    grad_expect e = c->t == 0                                      ? EXPECT_UNTOUCHED
+                    : c->labels == TP_LABELS_ALL_IGNORED || n_zero ? EXPECT_ZERO
+                    : c->v == 1                                    ? EXPECT_TINY
+                                                                   : EXPECT_CLOSE;
     for (size_t i = 0; i < nloss; i++) {
         const char *what = i == 0 ? "loss" : i == 1 ? "hard part" : "soft part";
         if (e == EXPECT_TINY) { /* log(beta + (1 - beta)) is 0 only up to rounding */
@@ -239,7 +282,7 @@ static void run_case(void **state) {
 
 static struct CMUnitTest g_tests[N_TESTS];
 static param g_params[N_TESTS];
-static char g_names[N_TESTS][192];
+static char g_names[N_TESTS][256];
 
 static void build_tests(void) {
     size_t k = 0;

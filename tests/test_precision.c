@@ -8,7 +8,8 @@
  * 1 - [1e-9, 1e-2] (rounded to the API's float), exact 0 and 1, and uniform; student close to the
  * teacher (x = log_softmax(z + delta noise), delta log-uniform in [1e-3, 0.1]) or not; peaky and
  * near-uniform rows; V log-uniform from 1 to 4096 plus a few rows of 16384..262144; for the fused
- * loss tau log-uniform in [0.05, 20] with logits of scale up to 50. The seed is fresh each run and
+ * loss tau log-uniform in [0.05, 20] with logits of scale up to 50; every divergence of
+ * docs/SPEC.md §6, the skew KLs' alpha drawn like beta. The seed is fresh each run and
  * printed; DISTIL_TEST_SEED=<n> replays one. DISTIL_TEST_VERBOSE=1 prints every measured error
  * beside its bound.
  *
@@ -23,7 +24,7 @@
  * values of docs/SPEC.md §1 (NaN, +-inf, -inf rows, subnormal probabilities), which must be the
  * same on every backend as on ref and as docs/SPEC.md §1 says.
  */
-#include "test_util.h"
+#include "test_problems.h" /* tp_div_name */
 
 #include <math.h>
 #include <stdio.h>
@@ -71,6 +72,33 @@ static float pr_beta(tu_rng *r) {
     default:
         return (float)tu_rand_uniform(r);
     }
+}
+
+/* A divergence of docs/SPEC.md §6 (each as often; JSD as often as any other). */
+static distil_divergence pr_div(tu_rng *r) {
+    return (distil_divergence)tu_rand_int(r, DISTIL_DIVERGENCE_TVD + 1);
+}
+
+/* The parameter the divergence reads (beta for the JSD, alpha for the skew KLs, none else). */
+static float pr_param(distil_divergence div, float beta, float alpha) {
+    bool skew = div == DISTIL_DIVERGENCE_SKEW_KL || div == DISTIL_DIVERGENCE_SKEW_REVERSE_KL;
+    return div == DISTIL_DIVERGENCE_JSD ? beta : (skew ? alpha : 0.0f);
+}
+
+/* The 16-bit gradient's scale: the gradient is of order min(beta, 1 - beta) for the JSD and
+ * 1 - alpha for the skew KLs near alpha = 1, scaled into fp16's normal range (docs/SPEC.md §3). */
+static float pr_gscale(distil_dtype dt, distil_divergence div, float beta, float alpha) {
+    bool skew = div == DISTIL_DIVERGENCE_SKEW_KL || div == DISTIL_DIVERGENCE_SKEW_REVERSE_KL;
+    if (dt == DISTIL_F32) {
+        return 1.0f;
+    }
+    if (div == DISTIL_DIVERGENCE_JSD && beta > 0.0f && beta < 1.0f) {
+        return (float)(1.0 / fmin(beta, 1.0 - (double)beta));
+    }
+    if (skew && alpha < 1.0f) {
+        return (float)(1.0 / (1.0 - (double)alpha));
+    }
+    return 1.0f;
 }
 
 /* Logit spread of a row: near-uniform (0.01..0.5), ordinary (1..4) or peaky (5..50). */
@@ -153,6 +181,8 @@ static void pr_check(const char *what, const char *cs, distil_dtype dt, tu_quant
 typedef struct pr_jsd {
     int64_t t, v;
     float beta, gscale;
+    distil_divergence div; /* docs/SPEC.md §6 */
+    float alpha;
     distil_dtype dt;
     void *x, *y;     /* (t, v) dtype */
     float *loss_ref; /* (t) per-row losses of ref */
@@ -194,6 +224,8 @@ static void pr_jsd_run(distil_ctx *ctx, const pr_jsd *c, float *loss, void *grad
     d.vocab = c->v;
     d.dtype = c->dt;
     d.beta = c->beta;
+    d.divergence = c->div;
+    d.alpha = c->alpha;
     d.reduction = DISTIL_REDUCTION_NONE;
     d.grad_scale = c->gscale;
     void *dx = tu_upload(ctx, c->x, n * es), *dy = tu_upload(ctx, c->y, n * es);
@@ -211,7 +243,7 @@ static void pr_jsd_run(distil_ctx *ctx, const pr_jsd *c, float *loss, void *grad
  * rounding, a few ulp however careful, is magnified by that much). */
 static void pr_jsd_careful(const pr_jsd *c, float *loss, void *grad, double *cond) {
     *cond = 0.0;
-    distil_elem_beta kb = distil_elem_beta_make(c->beta);
+    distil_elem_beta kb = distil_elem_div_make(c->div, c->beta, c->alpha);
     de_coef k;
     DE_COEF_SET(k, kb);
     for (int64_t i = 0; i < c->t; i++) {
@@ -240,11 +272,9 @@ static double pr_loss_err(const float *got, const float *ref, int64_t t) {
 }
 
 static void pr_jsd_case(tu_rng *r, distil_dtype dt, int64_t v, int64_t t) {
-    pr_jsd c = {.t = t, .v = v, .beta = pr_beta(r), .dt = dt, .gscale = 1.0f};
-    if (dt != DISTIL_F32 && c.beta > 0.0f && c.beta < 1.0f) {
-        /* the gradient is of order min(beta, 1 - beta): scaled into fp16's normal range */
-        c.gscale = (float)(1.0 / fmin(c.beta, 1.0 - (double)c.beta));
-    }
+    pr_jsd c = {.t = t, .v = v, .beta = pr_beta(r), .dt = dt, .div = pr_div(r)};
+    c.alpha = pr_beta(r);
+    c.gscale = pr_gscale(dt, c.div, c.beta, c.alpha);
     pr_jsd_inputs(r, &c);
     size_t n = (size_t)(t * v), gb = n * distil_dtype_size(dt);
     float *lr = pr_xmalloc(sizeof(float) * (size_t)t * 3), *lb = lr + t, *lc = lb + t;
@@ -254,8 +284,8 @@ static void pr_jsd_case(tu_rng *r, distil_dtype dt, int64_t v, int64_t t) {
     double cond;
     pr_jsd_careful(&c, lc, gc, &cond);
     char cs[96];
-    snprintf(cs, sizeof cs, "%s T=%lld V=%lld beta=%.9g", distil_dtype_name(dt), (long long)t,
-             (long long)v, (double)c.beta);
+    snprintf(cs, sizeof cs, "%s T=%lld V=%lld %s %.9g", distil_dtype_name(dt), (long long)t,
+             (long long)v, tp_div_name(c.div), (double)pr_param(c.div, c.beta, c.alpha));
     TU_CHECK_WRITTEN("jsd loss", lb, DISTIL_F32, 1, t, t, false);
     TU_CHECK_WRITTEN("jsd grad", gbk, dt, t, v, v, false);
     /* the careful error: as measured, but at least what 2 ulp per term allow the row sum */
@@ -287,6 +317,8 @@ static void test_jsd_random(void **state) {
 typedef struct pr_fused {
     int64_t t, v, h;
     float beta, tau;
+    distil_divergence div; /* docs/SPEC.md §6 */
+    float alpha;
     distil_dtype dt;
     void *xs, *ws, *xt; /* dtype */
     int64_t *labels;
@@ -333,6 +365,8 @@ static void pr_fused_run(distil_ctx *ctx, const pr_fused *c, float *loss, void *
     d.student_hidden = d.teacher_hidden = c->h;
     d.dtype = c->dt;
     d.beta = c->beta;
+    d.divergence = c->div;
+    d.alpha = c->alpha;
     d.temperature = c->tau;
     d.return_parts = 1;
     size_t xb = (size_t)(c->t * c->h) * es, wb = (size_t)(c->v * c->h) * es;
@@ -383,7 +417,7 @@ static void pr_row_lse(const float *z, int64_t n, float scale, float *m, float *
 /* The careful fp32 row pass of docs/SPEC.md §2 steps 2-5 on fp32 logits (sums in double, element
  * terms by the header in float), then grad_xs = G Ws in double, rounded to dtype. */
 static void pr_fused_careful(const pr_fused *c, bool back, float *loss, void *gxs, double *cond) {
-    distil_elem_beta kb = distil_elem_beta_make(c->beta);
+    distil_elem_beta kb = distil_elem_div_make(c->div, c->beta, c->alpha);
     de_coef k;
     DE_COEF_SET(k, kb);
     float *buf = pr_xmalloc(sizeof(float) * (size_t)c->v * 5);
@@ -446,7 +480,9 @@ static void pr_fused_case(tu_rng *r, distil_dtype dt) {
                   .beta = pr_beta(r),
                   .tau = (float)pr_log_uniform(r, 0.05, 20.0),
                   .dt = dt,
-                  .g_rounded = pr_g_rounded(dt)};
+                  .g_rounded = pr_g_rounded(dt),
+                  .div = pr_div(r)};
+    c.alpha = pr_beta(r);
     pr_fused_inputs(r, &c);
     size_t gb = (size_t)(c.t * c.h) * distil_dtype_size(dt);
     float lr[3], lb[3], lc[3];
@@ -465,8 +501,9 @@ static void pr_fused_case(tu_rng *r, distil_dtype dt) {
         ec[2] = fmax(ec[2], tu_norm_rel_err(gc, gr, dt, c.t, c.h, c.h));
     }
     char cs[96];
-    snprintf(cs, sizeof cs, "%s T=%lld V=%lld beta=%.9g tau=%.3g", distil_dtype_name(dt),
-             (long long)c.t, (long long)c.v, (double)c.beta, (double)c.tau);
+    snprintf(cs, sizeof cs, "%s T=%lld V=%lld %s %.9g tau=%.3g", distil_dtype_name(dt),
+             (long long)c.t, (long long)c.v, tp_div_name(c.div),
+             (double)pr_param(c.div, c.beta, c.alpha), (double)c.tau);
     TU_CHECK_WRITTEN("fused grad", gbk, dt, c.t, c.h, c.h, false);
     pr_check("fused loss", cs, dt, TU_LOSS_FUSED, tu_rel_err(lb[0], lr[0]), ec[0]);
     pr_check("fused CE", cs, dt, TU_LOSS_FUSED, tu_rel_err(lb[1], lr[1]), ec[3]);
@@ -505,13 +542,48 @@ static long double pr_elem_ld(float beta, long double x, long double y, long dou
     return b * p * lp + *g;
 }
 
+/* docs/SPEC.md §6's element terms and gradients from their definitions in long double, with the
+ * same identities for y - log m and x - log m (m's teacher weight w: alpha for the skew KL,
+ * 1 - alpha for the skew reverse KL), and q - p = p expm1(d) for the total variation. */
+static long double pr_div_elem_ld(distil_divergence div, float beta, float alpha, long double x,
+                                  long double y, long double *g) {
+    long double a = alpha, p = expl(y), q = expl(x), d = x - y;
+    switch (div) {
+    case DISTIL_DIVERGENCE_FORWARD_KL:
+        return pr_elem_ld(0.0f, x, y, g);
+    case DISTIL_DIVERGENCE_REVERSE_KL:
+        return pr_elem_ld(1.0f, x, y, g);
+    case DISTIL_DIVERGENCE_SKEW_KL: {
+        long double lp = -log1pl((1 - a) * expm1l(d)); /* y - log m, m = a p + (1 - a) q */
+        *g = -p * (1 - a) * q / (a * p + (1 - a) * q);
+        return p * lp;
+    }
+    case DISTIL_DIVERGENCE_SKEW_REVERSE_KL: {
+        long double lq = -log1pl((1 - a) * expm1l(-d)); /* x - log m, m = (1 - a) p + a q */
+        *g = q * lq + q - a * q * q / ((1 - a) * p + a * q);
+        return q * lq;
+    }
+    case DISTIL_DIVERGENCE_TVD: {
+        long double diff = p * expm1l(d); /* q - p */
+        *g = diff > 0 ? 0.5L * q : (diff < 0 ? -0.5L * q : 0.0L);
+        return 0.5L * fabsl(diff);
+    }
+    default:
+        return pr_elem_ld(beta, x, y, g);
+    }
+}
+
 /* Rows of V = 1 on ref: each row loss is one element term, each gradient its de/dx. */
 static void test_ref_elements(void **state) {
     (void)state;
     tu_rng r = tu_rng_make(g_seed + 1);
     enum { T = 512 };
-    for (int it = 0; it < 8; it++) {
+    for (int it = 0; it < 16; it++) {
         pr_jsd c = {.t = T, .v = 1, .beta = pr_beta(&r), .dt = DISTIL_F32, .gscale = 1.0f};
+        c.div = pr_div(&r), c.alpha = pr_beta(&r);
+        if (c.alpha == 1.0f) { /* the skew KLs' 0 at alpha = 1 is checked by test_ref */
+            c.alpha = 0.5f;
+        }
         c.x = pr_xmalloc(sizeof(float) * T);
         c.y = pr_xmalloc(sizeof(float) * T);
         for (int i = 0; i < T; i++) {
@@ -525,13 +597,15 @@ static void test_ref_elements(void **state) {
         double we = 0.0, wg = 0.0;
         for (int i = 0; i < T; i++) {
             long double g;
-            long double e = pr_elem_ld(c.beta, ((float *)c.x)[i], ((float *)c.y)[i], &g);
+            long double e =
+                pr_div_elem_ld(c.div, c.beta, c.alpha, ((float *)c.x)[i], ((float *)c.y)[i], &g);
             we = fmax(we, tu_rel_err(loss[i], (double)e));
             wg = fmax(wg, tu_rel_err(grad[i], (double)g));
         }
         /* ref stores fp32: its error is the rounding of the output, 2^-24 relative */
         char cs[64];
-        snprintf(cs, sizeof cs, "beta=%.9g", (double)c.beta);
+        snprintf(cs, sizeof cs, "%s %.9g", tp_div_name(c.div),
+                 (double)pr_param(c.div, c.beta, c.alpha));
         pr_check("ref e", cs, DISTIL_F32, TU_LOSS, we, 0.0);
         pr_check("ref de/dx", cs, DISTIL_F32, TU_GRAD, wg, 0.0);
         free(c.x), free(c.y);
@@ -557,6 +631,18 @@ static char pr_special_class(int k, float beta) {
     return want[k][m];
 }
 
+/* The same for a divergence of docs/SPEC.md §6 with its parameter: the KLs as the JSD's endpoints;
+ * for the others what holds for every divergence (NaN in, NaN out; a divergence of equal or
+ * empty elements is exactly 0), else '?'. */
+static char pr_div_special_class(int k, distil_divergence div, float param) {
+    if (div == DISTIL_DIVERGENCE_JSD || div == DISTIL_DIVERGENCE_FORWARD_KL ||
+        div == DISTIL_DIVERGENCE_REVERSE_KL) {
+        float beta = div == DISTIL_DIVERGENCE_JSD ? param : (div == DISTIL_DIVERGENCE_REVERSE_KL);
+        return pr_special_class(k, beta);
+    }
+    return k <= 2 ? 'n' : (k == 3 || k == 11 ? '0' : '?');
+}
+
 static char pr_class_of(float v) {
     return isnan(v) ? 'n' : (isinf(v) ? (v > 0 ? 'i' : '-') : (v == 0.0f ? '0' : 'f'));
 }
@@ -564,12 +650,28 @@ static char pr_class_of(float v) {
 /* Each pair as a row of V = 1 and inside a row of 300 ordinary elements (the vector paths). */
 static void test_special_values(void **state) {
     (void)state;
-    const float betas[] = {0.0f, 0.5f, 1.0f, 1e-9f};
+    const struct {
+        distil_divergence div;
+        float param; /* beta or alpha */
+    } divs[] = {{DISTIL_DIVERGENCE_JSD, 0.0f},
+                {DISTIL_DIVERGENCE_JSD, 0.5f},
+                {DISTIL_DIVERGENCE_JSD, 1.0f},
+                {DISTIL_DIVERGENCE_JSD, 1e-9f},
+                {DISTIL_DIVERGENCE_FORWARD_KL, 0.0f},
+                {DISTIL_DIVERGENCE_REVERSE_KL, 0.0f},
+                {DISTIL_DIVERGENCE_SKEW_KL, 0.1f},
+                {DISTIL_DIVERGENCE_SKEW_KL, 1e-9f},
+                {DISTIL_DIVERGENCE_SKEW_REVERSE_KL, 0.1f},
+                {DISTIL_DIVERGENCE_SKEW_REVERSE_KL, 1.0f - 6e-8f},
+                {DISTIL_DIVERGENCE_TVD, 0.0f}};
     enum { K = TU_LEN(g_special), W = 300 };
-    for (size_t b = 0; b < TU_LEN(betas); b++) {
+    for (size_t b = 0; b < TU_LEN(divs); b++) {
         for (int wide = 0; wide < 2; wide++) {
             int64_t v = wide ? W : 1;
-            pr_jsd c = {.t = K, .v = v, .beta = betas[b], .dt = DISTIL_F32, .gscale = 1.0f};
+            pr_jsd c = {.t = K, .v = v, .beta = 0.5f, .dt = DISTIL_F32, .gscale = 1.0f};
+            c.div = divs[b].div;
+            c.beta = c.div == DISTIL_DIVERGENCE_JSD ? divs[b].param : 0.5f;
+            c.alpha = c.div == DISTIL_DIVERGENCE_JSD ? 0.1f : divs[b].param;
             c.x = pr_xmalloc(sizeof(float) * (size_t)(K * v));
             c.y = pr_xmalloc(sizeof(float) * (size_t)(K * v));
             for (int k = 0; k < K; k++) {
@@ -585,19 +687,21 @@ static void test_special_values(void **state) {
             pr_jsd_run(g_ref, &c, lr, gr);
             pr_jsd_run(g_ctx, &c, lb, gb);
             for (int k = 0; k < K; k++) {
-                char want = pr_special_class(k, c.beta), got = pr_class_of(lb[k]);
+                char want = pr_div_special_class(k, divs[b].div, divs[b].param);
+                char got = pr_class_of(lb[k]);
                 char ref = pr_class_of(lr[k]);
                 bool spec_ok = want == '?' || want == ref || (wide && want == '0' && ref == 'f');
                 if (g_verbose) {
-                    print_message(
-                        "  special (%g, %g) beta=%g V=%lld: ref %c, backend %c, SPEC %c\n",
-                        (double)g_special[k][0], (double)g_special[k][1], (double)c.beta,
-                        (long long)v, ref, got, want);
+                    print_message("  special (%g, %g) %s %g V=%lld: ref %c, backend %c, SPEC %c\n",
+                                  (double)g_special[k][0], (double)g_special[k][1],
+                                  tp_div_name(c.div), (double)divs[b].param, (long long)v, ref, got,
+                                  want);
                 }
                 if (got != ref || !spec_ok) {
-                    print_error("special (%g, %g) beta=%g V=%lld: ref %c, backend %c, SPEC %c\n",
-                                (double)g_special[k][0], (double)g_special[k][1], (double)c.beta,
-                                (long long)v, ref, got, want);
+                    print_error("special (%g, %g) %s %g V=%lld: ref %c, backend %c, SPEC %c\n",
+                                (double)g_special[k][0], (double)g_special[k][1],
+                                tp_div_name(c.div), (double)divs[b].param, (long long)v, ref, got,
+                                want);
                     fail();
                 }
             }

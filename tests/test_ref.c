@@ -3,7 +3,9 @@
  * closed forms computed here in double: zero divergence of identical inputs, the beta endpoints
  * as the two KL directions, the beta <-> 1 - beta symmetry, reductions and ignored rows, the
  * 0 log 0 rules for -inf, NaN propagation, tiny probabilities, the fused loss forward, and
- * central finite differences of every gradient (docs/SPEC.md §1 and §2).
+ * central finite differences of every gradient (docs/SPEC.md §1 and §2); the divergences of
+ * docs/SPEC.md §6 against their direct forms, their exact endpoints and central differences,
+ * tau^2 and the given normaliser.
  */
 #include "test_util.h"
 
@@ -696,6 +698,246 @@ static void test_fd_fused(void **state) {
     }
 }
 
+/* ---------------------------------------------------------------- docs/SPEC.md §6 */
+
+/* Every divergence with the parameter it reads (alpha for the skew KLs), in double, straight
+ * from docs/SPEC.md §6's row losses: m formed directly (valid for moderate log-probs). */
+static double div_direct(distil_divergence div, double alpha, const float *x, const float *y,
+                         int64_t n) {
+    double s = 0.0;
+    for (int64_t v = 0; v < n; v++) {
+        double q = exp((double)x[v]), p = exp((double)y[v]);
+        switch (div) {
+        case DISTIL_DIVERGENCE_FORWARD_KL:
+            s += p * (log(p) - log(q));
+            break;
+        case DISTIL_DIVERGENCE_REVERSE_KL:
+            s += q * (log(q) - log(p));
+            break;
+        case DISTIL_DIVERGENCE_SKEW_KL:
+            s += p * (log(p) - log(alpha * p + (1.0 - alpha) * q));
+            break;
+        case DISTIL_DIVERGENCE_SKEW_REVERSE_KL:
+            s += q * (log(q) - log((1.0 - alpha) * p + alpha * q));
+            break;
+        default: /* TVD */
+            s += 0.5 * fabs(p - q);
+            break;
+        }
+    }
+    return s;
+}
+
+typedef struct div_case {
+    distil_divergence div;
+    float alpha;
+} div_case;
+
+static const div_case div_cases[] = {
+    {DISTIL_DIVERGENCE_FORWARD_KL, 0.1f},
+    {DISTIL_DIVERGENCE_REVERSE_KL, 0.1f},
+    {DISTIL_DIVERGENCE_SKEW_KL, 0.1f},
+    {DISTIL_DIVERGENCE_SKEW_KL, 0.5f},
+    {DISTIL_DIVERGENCE_SKEW_KL, 0.9f},
+    {DISTIL_DIVERGENCE_SKEW_REVERSE_KL, 0.1f},
+    {DISTIL_DIVERGENCE_SKEW_REVERSE_KL, 0.5f},
+    {DISTIL_DIVERGENCE_SKEW_REVERSE_KL, 0.9f},
+    {DISTIL_DIVERGENCE_TVD, 0.1f},
+};
+
+static distil_jsd_desc div_desc(const div_case *c, distil_reduction red) {
+    distil_jsd_desc d = jsd_desc(T, V, 0.5f, red);
+    d.divergence = c->div, d.alpha = c->alpha;
+    return d;
+}
+
+/* Row losses against the direct forms of docs/SPEC.md §6. */
+static void test_div_closed_forms(void **state) {
+    (void)state;
+    tu_rng r = tu_rng_make(40);
+    float x[T * V], y[T * V], loss[T];
+    tu_fill_logp(&r, x, DISTIL_F32, T, V, V, 2.0, NULL);
+    tu_fill_logp(&r, y, DISTIL_F32, T, V, V, 2.0, NULL);
+    for (size_t c = 0; c < TU_LEN(div_cases); c++) {
+        distil_jsd_desc d = div_desc(&div_cases[c], DISTIL_REDUCTION_NONE);
+        ref_jsd(&d, x, y, NULL, loss, NULL);
+        for (int i = 0; i < T; i++) {
+            double want = div_direct(d.divergence, d.alpha, x + i * V, y + i * V, V);
+            TU_CHECK_REL("row loss", loss[i], want, REF_RTOL);
+        }
+    }
+}
+
+/* One call's loss and gradient, as one array of T + T V floats, to compare two calls bitwise. */
+static void div_run(const distil_jsd_desc *d, const float *x, const float *y, float *out) {
+    ref_jsd(d, x, y, NULL, out, out + T);
+}
+
+/* The exact endpoints (docs/SPEC.md §6): FORWARD_KL / REVERSE_KL are the JSD at beta 0 / 1 and
+ * the skew KLs at alpha 0, bit for bit; the skew KLs at alpha 1 are 0 with a zero gradient. */
+static void test_div_endpoints(void **state) {
+    (void)state;
+    tu_rng r = tu_rng_make(41);
+    float x[T * V], y[T * V], a[T + T * V], b[T + T * V];
+    tu_fill_logp(&r, x, DISTIL_F32, T, V, V, 2.0, NULL);
+    tu_fill_logp(&r, y, DISTIL_F32, T, V, V, 2.0, NULL);
+    const struct {
+        distil_divergence div;
+        float beta;
+        distil_divergence skew;
+    } ends[] = {{DISTIL_DIVERGENCE_FORWARD_KL, 0.0f, DISTIL_DIVERGENCE_SKEW_KL},
+                {DISTIL_DIVERGENCE_REVERSE_KL, 1.0f, DISTIL_DIVERGENCE_SKEW_REVERSE_KL}};
+    for (size_t e = 0; e < TU_LEN(ends); e++) {
+        distil_jsd_desc d = jsd_desc(T, V, ends[e].beta, DISTIL_REDUCTION_NONE);
+        div_run(&d, x, y, a);
+        d.beta = 0.5f, d.divergence = ends[e].div;
+        div_run(&d, x, y, b);
+        TU_CHECK_BITWISE("KL against the JSD endpoint", b, a, sizeof a);
+        d.divergence = ends[e].skew, d.alpha = 0.0f;
+        div_run(&d, x, y, b);
+        TU_CHECK_BITWISE("skew KL at alpha 0 against the KL", b, a, sizeof a);
+        d.alpha = 1.0f;
+        div_run(&d, x, y, b);
+        for (size_t k = 0; k < TU_LEN(b); k++) {
+            assert_true(b[k] == 0.0f);
+        }
+    }
+}
+
+/* TVD: p = q gives exactly 0 and a zero gradient; a probability of 0 on either side is finite. */
+static void test_div_tvd_special(void **state) {
+    (void)state;
+    tu_rng r = tu_rng_make(42);
+    float x[T * V], y[T * V], loss[T], grad[T * V];
+    tu_fill_logp(&r, x, DISTIL_F32, T, V, V, 2.0, NULL);
+    distil_jsd_desc d = div_desc(&div_cases[TU_LEN(div_cases) - 1], DISTIL_REDUCTION_NONE);
+    ref_jsd(&d, x, x, NULL, loss, grad);
+    for (int k = 0; k < T * V; k++) {
+        assert_true(grad[k] == 0.0f && (k >= T || loss[k] == 0.0f));
+    }
+    memcpy(y, x, sizeof y);
+    x[1] = -INFINITY, y[V + 2] = -INFINITY;
+    ref_jsd(&d, x, y, NULL, loss, grad);
+    assert_true(isfinite(loss[0]) && isfinite(loss[1]));
+    /* the inputs are not renormalised (docs/SPEC.md §1): one element differs in each row */
+    TU_CHECK_REL("TVD with q = 0", loss[0], 0.5 * exp((double)y[1]), REF_RTOL);
+    TU_CHECK_REL("TVD with p = 0", loss[1], 0.5 * exp((double)x[V + 2]), REF_RTOL);
+}
+
+/* docs/SPEC.md §6's element gradients against central differences of ref's loss, every
+ * divergence (x free, no softmax). TVD's kink at p = q is not met by random inputs. */
+static void test_div_fd_jsd(void **state) {
+    (void)state;
+    enum { N = 3, W = 7 };
+    tu_rng r = tu_rng_make(43);
+    float x[N * W], y[N * W], loss, grad[N * W];
+    tu_fill_logp(&r, x, DISTIL_F32, N, W, W, 2.0, NULL);
+    tu_fill_logp(&r, y, DISTIL_F32, N, W, W, 2.0, NULL);
+    for (size_t c = 0; c < TU_LEN(div_cases); c++) {
+        distil_jsd_desc d = jsd_desc(N, W, 0.5f, DISTIL_REDUCTION_SUM);
+        d.divergence = div_cases[c].div, d.alpha = div_cases[c].alpha;
+        ref_jsd(&d, x, y, NULL, &loss, grad);
+        jsd_fd_arg arg = {&d, x, y};
+        check_fd("d divergence / d student_logp", x, grad, N * W, loss, jsd_loss_of, &arg);
+    }
+}
+
+/* The fused loss with every divergence in its soft part (the softmax Jacobian of docs/SPEC.md §2
+ * step 5 on top of §6's element gradient), and with tau^2, against central differences. */
+static void test_div_fd_fused(void **state) {
+    (void)state;
+    tu_rng r = tu_rng_make(44);
+    for (size_t c = 0; c < TU_LEN(div_cases); c++) {
+        fused_in p = fused_in_make(&r, FT, FV, FHS, FHT, true, 3.0);
+        p.labels[1] = -100;
+        distil_fused_linear_jsd_desc d = fused_desc(&p, 0.3f, 0.7f, 0.5f, c % 2 ? 1.5f : 0.8f);
+        d.divergence = div_cases[c].div, d.alpha = div_cases[c].alpha;
+        d.temperature_squared = (int)(c % 3 == 0);
+        float loss[3], gxs[FT * FHS], gws[FV * FHS], gbs[FV];
+        ref_fused(&d, &p, loss, (fused_grads){gxs, gws, gbs});
+        fused_fd_arg arg = {&d, &p};
+        check_fd("grad_student_hidden", p.xs, gxs, FT * FHS, loss[0], fused_loss_of, &arg);
+        check_fd("grad_student_weight", p.ws, gws, FV * FHS, loss[0], fused_loss_of, &arg);
+        check_fd("grad_student_bias", p.bs, gbs, FV, loss[0], fused_loss_of, &arg);
+        fused_in_free(&p);
+    }
+}
+
+/* tau^2 (docs/SPEC.md §6): loss = wh CE + tau^2 ws D, the parts as without it; the gradient is
+ * that of weight_soft tau^2 without the option. */
+static void test_div_tau_squared(void **state) {
+    (void)state;
+    tu_rng r = tu_rng_make(45);
+    fused_in p = fused_in_make(&r, FT, FV, FHS, FHT, true, 3.0);
+    const float tau = 1.7f;
+    distil_fused_linear_jsd_desc d = fused_desc(&p, 0.4f, 0.6f, 0.5f, tau);
+    float plain[3], sq[3], scaled[3], g1[FT * FHS], g2[FT * FHS];
+    ref_fused(&d, &p, plain, (fused_grads){NULL, NULL, NULL});
+    d.temperature_squared = 1;
+    ref_fused(&d, &p, sq, (fused_grads){g1, NULL, NULL});
+    TU_CHECK_REL("loss with tau^2", sq[0], 0.4 * plain[1] + (double)tau * tau * 0.6 * plain[2],
+                 1e-6);
+    assert_true(sq[1] == plain[1] && sq[2] == plain[2]);
+    d.temperature_squared = 0;
+    d.weight_soft = (float)((double)0.6f * (double)tau * (double)tau);
+    ref_fused(&d, &p, scaled, (fused_grads){g2, NULL, NULL});
+    TU_CHECK_BITWISE("grad with tau^2", g1, g2, sizeof g1);
+    fused_in_free(&p);
+}
+
+/* A given N (docs/SPEC.md §6) replaces the count: host value and device scalar alike; labels
+ * still ignore rows; N <= 0 from the device gives loss and gradient 0. */
+static void test_div_normaliser(void **state) {
+    (void)state;
+    tu_rng r = tu_rng_make(46);
+    float x[T * V], y[T * V], sum, sum_g[T * V], loss, grad[T * V];
+    int64_t labels[T] = {1, -100, 2, 3, -100, 0};
+    tu_fill_logp(&r, x, DISTIL_F32, T, V, V, 2.0, NULL);
+    tu_fill_logp(&r, y, DISTIL_F32, T, V, V, 2.0, NULL);
+    distil_jsd_desc d = jsd_desc(T, V, 0.3f, DISTIL_REDUCTION_SUM);
+    ref_jsd(&d, x, y, labels, &sum, sum_g);
+    const float n = 11.5f;
+    double want_g[T * V];
+    for (int k = 0; k < T * V; k++) {
+        want_g[k] = sum_g[k] / (double)n;
+    }
+    d.reduction = DISTIL_REDUCTION_BATCHMEAN, d.normaliser = n;
+    ref_jsd(&d, x, y, labels, &loss, grad);
+    TU_CHECK_REL("loss / host N", loss, sum / (double)n, REF_RTOL);
+    CHECK_ELEMS("grad / host N", grad, want_g, T * V, REF_RTOL, 0.0);
+    const float dev_values[] = {n, 0.0f, -2.0f};
+    for (size_t k = 0; k < TU_LEN(dev_values); k++) {
+        float *dn = tu_upload(g_ref, &dev_values[k], sizeof(float));
+        d.normaliser = 0.0f, d.normaliser_device = dn;
+        ref_jsd(&d, x, y, labels, &loss, grad);
+        d.normaliser_device = NULL;
+        distil_free(g_ref, dn);
+        double scale = dev_values[k] > 0.0f ? 1.0 / (double)dev_values[k] : 0.0;
+        for (int e = 0; e < T * V; e++) {
+            want_g[e] = sum_g[e] * scale;
+        }
+        TU_CHECK_REL("loss / device N", loss, sum * scale, REF_RTOL);
+        CHECK_ELEMS("grad / device N", grad, want_g, T * V, REF_RTOL, 0.0);
+    }
+}
+
+/* The fused loss with a given N: loss and parts are the counted ones times count / N. */
+static void test_div_normaliser_fused(void **state) {
+    (void)state;
+    tu_rng r = tu_rng_make(47);
+    fused_in p = fused_in_make(&r, FT, FV, FHS, FHT, true, 3.0);
+    p.labels[0] = -100; /* FT - 1 rows counted */
+    distil_fused_linear_jsd_desc d = fused_desc(&p, 0.5f, 0.5f, 0.5f, 1.0f);
+    float counted[3], given[3];
+    ref_fused(&d, &p, counted, (fused_grads){NULL, NULL, NULL});
+    d.normaliser = 64.0f;
+    ref_fused(&d, &p, given, (fused_grads){NULL, NULL, NULL});
+    for (int k = 0; k < 3; k++) {
+        TU_CHECK_REL("fused loss / host N", given[k], counted[k] * (FT - 1) / 64.0, REF_RTOL);
+    }
+    fused_in_free(&p);
+}
+
 int main(void) {
     static const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identical_inputs),
@@ -712,6 +954,14 @@ int main(void) {
         cmocka_unit_test(test_fused_nan_and_ignored),
         cmocka_unit_test(test_fd_jsd),
         cmocka_unit_test(test_fd_fused),
+        cmocka_unit_test(test_div_closed_forms),
+        cmocka_unit_test(test_div_endpoints),
+        cmocka_unit_test(test_div_tvd_special),
+        cmocka_unit_test(test_div_fd_jsd),
+        cmocka_unit_test(test_div_fd_fused),
+        cmocka_unit_test(test_div_tau_squared),
+        cmocka_unit_test(test_div_normaliser),
+        cmocka_unit_test(test_div_normaliser_fused),
     };
     tu_apply_filter();
     return cmocka_run_group_tests_name("ref", tests, group_setup, group_teardown);

@@ -50,12 +50,15 @@ distil_status distil_cpu_fused_rows(void *b, const distil_fused_rows_args *a) {
     int threads = st->threads;
     DISTIL_TRY(distil_cpu_grow(st, &st->rows, &st->rows_bytes,
                                (size_t)threads * (size_t)per * sizeof(float), "distill row"));
+    /* n <= 0 or NaN (a normaliser given on the device, docs/SPEC.md §6) acts as n == 0 */
+    const bool some = n > 0.0f;
+    const distil_elem_beta coef = distil_elem_div_make(a->divergence, a->beta, a->alpha);
     cpu_fused_row proto = {.g_dtype = a->g_dtype,
                            .vocab = a->vocab,
-                           .beta = a->beta,
+                           .coef = &coef,
                            .inv_t = a->inv_temperature,
-                           .gh = n != 0.0f ? a->weight_hard / n : 0.0f,
-                           .gs = n != 0.0f ? a->weight_soft / n : 0.0f};
+                           .gh = some ? a->weight_hard / n : 0.0f,
+                           .gs = some ? a->weight_soft / n : 0.0f};
 #pragma omp parallel num_threads(threads) if (a->rows > 1)
     {
         cpu_fused_row mine = proto;

@@ -9,6 +9,7 @@
 #define DISTIL_CPU_INTERNAL_H
 
 #include "backend.h"
+#include "math/distil_elem_beta.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -21,7 +22,8 @@ typedef struct cpu_jsd_row {
     void *grad;
     int64_t vocab;
     distil_dtype dtype;
-    float beta, gscale;
+    const distil_elem_beta *coef; /* the divergence's constants (distil_elem_div_make) */
+    float gscale;
 } cpu_jsd_row;
 
 /* One valid row of docs/SPEC.md §2 steps 2-5 on fp32 logits zs, zt (vocab); label in [0, vocab).
@@ -33,7 +35,8 @@ typedef struct cpu_fused_row {
     void *g;
     distil_dtype g_dtype;
     int64_t vocab, label;
-    float beta, inv_t, gh, gs;
+    const distil_elem_beta *coef; /* the divergence's constants (distil_elem_div_make) */
+    float inv_t, gh, gs;
     float *scratch;
     float ce, jsd; /* out */
 } cpu_fused_row;

@@ -9,8 +9,8 @@
 
 /* One row: ignored rows get loss 0 and a zero gradient; n == 0 zeroes the gradient after the
  * loss is taken (grad may be x itself, so x is read first). */
-static void cpu_jsd_one(const cpu_state *st, const distil_jsd_rows_args *a, int64_t i, float gscale,
-                        bool zero_grad) {
+static void cpu_jsd_one(const cpu_state *st, const distil_jsd_rows_args *a,
+                        const distil_elem_beta *coef, int64_t i, float gscale, bool zero_grad) {
     size_t es = distil_dtype_size(a->dtype);
     const int64_t *labels = distil_dptr_addr(a->labels);
     float *row_loss = distil_dptr_addr(a->row_loss);
@@ -28,7 +28,7 @@ static void cpu_jsd_one(const cpu_state *st, const distil_jsd_rows_args *a, int6
                      .grad = zero_grad ? NULL : g,
                      .vocab = a->vocab,
                      .dtype = a->dtype,
-                     .beta = a->beta,
+                     .coef = coef,
                      .gscale = gscale};
     row_loss[i] = (float)st->k->jsd_row(&r);
     if (g && zero_grad) {
@@ -40,13 +40,15 @@ distil_status distil_cpu_jsd_rows(void *b, const distil_jsd_rows_args *a) {
     const cpu_state *st = b;
     const float *nv = distil_dptr_addr(a->n_valid);
     float n = nv ? *nv : 1.0f;
-    float gscale = n != 0.0f ? (float)((double)a->grad_scale / (double)n) : 0.0f;
-    bool zero_grad = n == 0.0f;
+    /* n <= 0 or NaN (a normaliser given on the device, docs/SPEC.md §6) acts as none counted */
+    bool zero_grad = !(n > 0.0f);
+    float gscale = zero_grad ? 0.0f : (float)((double)a->grad_scale / (double)n);
+    distil_elem_beta coef = distil_elem_div_make(a->divergence, a->beta, a->alpha);
     /* Any schedule gives the same bits (a row is one thread's work); dynamic balances batches
      * whose cheap ignored rows cluster, as padding does. */
 #pragma omp parallel for num_threads(st->threads) schedule(dynamic) if (a->rows > 1)
     for (int64_t i = 0; i < a->rows; i++) {
-        cpu_jsd_one(st, a, i, gscale, zero_grad);
+        cpu_jsd_one(st, a, &coef, i, gscale, zero_grad);
     }
     return DISTIL_OK;
 }

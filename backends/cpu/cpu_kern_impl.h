@@ -138,9 +138,8 @@ static inline const float *k_tile_in(distil_dtype dt, const void *row, int64_t o
 #include "math/distil_elem.h"
 #include "math/distil_elem_beta.h"
 
-static void k_jsd_init(de_coef *k, float beta) {
-    distil_elem_beta b = distil_elem_beta_make(beta);
-    DE_COEF_SET(*k, b);
+static void k_jsd_init(de_coef *k, const distil_elem_beta *b) {
+    DE_COEF_SET(*k, *b);
 }
 
 /* ------------------------------------------------------------------ jsd_row */
@@ -188,7 +187,7 @@ static double k_jsd_row(const cpu_jsd_row *r) {
     alignas(64) float yb[CPU_TILE];
     alignas(64) float gb[CPU_TILE];
     de_coef k;
-    k_jsd_init(&k, r->beta);
+    k_jsd_init(&k, r->coef);
     size_t es = distil_dtype_size(r->dtype);
     double sum = 0.0;
     for (int64_t off = 0; off < r->vocab; off += CPU_TILE) {
@@ -326,7 +325,7 @@ static void k_fused_row(cpu_fused_row *r) {
     /* CE = logsumexp(zs) - zs[label] = l1 - (zs[label] - max) */
     r->ce = (float)((double)l1.l - ((double)r->zs[r->label] - (double)ms));
     de_coef k;
-    k_jsd_init(&k, r->beta);
+    k_jsd_init(&k, r->coef);
     double sg = 0.0;
 #define K_FUSED_CASE(M)                                                                            \
     case DE_##M:                                                                                   \

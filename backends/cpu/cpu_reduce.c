@@ -55,7 +55,7 @@ distil_status distil_cpu_reduce(void *b, const distil_reduce_args *a) {
     const float *pb = distil_dptr_addr(a->b);
     double sa = cpu_sum(pa, a->count) / n;
     double sb = pb ? cpu_sum(pb, a->count) / n : 0.0;
-    if (n == 0.0) {
+    if (!(n > 0.0)) { /* none counted, or a given N <= 0 / NaN (docs/SPEC.md §6) */
         sa = 0.0;
         sb = 0.0;
     }

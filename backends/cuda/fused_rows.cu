@@ -67,7 +67,7 @@ static fused_params fused_params_of(const distil_fused_rows_args *a) {
     p.weight_hard = a->weight_hard;
     p.weight_soft = a->weight_soft;
     p.unit_temp = a->inv_temperature == 1.0f;
-    p.coef = jsd_coef_make(a->beta);
+    p.coef = jsd_coef_make(a->divergence, a->beta, a->alpha);
     p.cx = FUSED_LOG2E * a->inv_temperature;
     return p;
 }

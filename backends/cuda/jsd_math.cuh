@@ -1,9 +1,9 @@
 /*
  * jsd_math.cuh - the element terms of docs/SPEC.md §1 for the CUDA/HIP kernels:
  * core/backend_api/math/ distil_elem.h instantiated in float device code (one formulation for every
- * backend), and the constants of one beta made on the host (distil_elem_beta_make: float64, rounded
- * once). x = log q (student), y = log p (teacher). The probabilities' exp is the accurate expf:
- * the fast __expf flushes subnormal probabilities (docs/SPEC.md §1) and loses |x| ulp.
+ * backend), and the constants of one divergence made on the host (distil_elem_div_make: float64,
+ * rounded once). x = log q (student), y = log p (teacher). The probabilities' exp is the accurate
+ * expf: the fast __expf flushes subnormal probabilities (docs/SPEC.md §1) and loses |x| ulp.
  */
 #ifndef DISTIL_GPU_JSD_MATH_CUH
 #define DISTIL_GPU_JSD_MATH_CUH
@@ -28,11 +28,11 @@ namespace DISTIL_GPU_NS {
 #define DE_DIV(a, b) __fdividef(a, b)
 #include "math/distil_elem.h"
 
-/* Constants of one beta (mode, beta, 1 - beta, logs, ratios), computed on the host. */
+/* Constants of one divergence (mode, the weights of m, logs, ratios), computed on the host. */
 typedef de_coef jsd_coef;
 
-static inline jsd_coef jsd_coef_make(float beta) {
-    const distil_elem_beta b = distil_elem_beta_make(beta);
+static inline jsd_coef jsd_coef_make(int divergence, float beta, float alpha) {
+    const distil_elem_beta b = distil_elem_div_make(divergence, beta, alpha);
     jsd_coef c;
     DE_COEF_SET(c, b);
     return c;

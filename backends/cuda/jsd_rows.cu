@@ -83,7 +83,7 @@ extern "C" distil_status DISTIL_GPU_FN(jsd_rows)(void *vb, const distil_jsd_rows
     p.vocab = a->vocab;
     p.ignore_index = a->ignore_index;
     p.grad_scale = a->grad_scale;
-    p.coef = jsd_coef_make(a->beta);
+    p.coef = jsd_coef_make(a->divergence, a->beta, a->alpha);
     gpu_device_guard guard(b);
     const bool vec = jsd_can_vectorise(p, distil_dtype_size(a->dtype));
     dt_dispatch(a->dtype,

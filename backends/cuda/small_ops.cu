@@ -62,8 +62,9 @@ __global__ void __launch_bounds__(SMALL_THREADS)
     sb = block_sum(sb, scratch);
     if (threadIdx.x == 0) {
         const double n = n_valid != nullptr ? static_cast<double>(*n_valid) : 1.0;
-        const double pa = n != 0.0 ? sa / n : 0.0;
-        const double pb = n != 0.0 ? sb / n : 0.0;
+        /* n <= 0 or NaN (a normaliser given on the device, docs/SPEC.md §6): as none counted */
+        const double pa = n > 0.0 ? sa / n : 0.0;
+        const double pb = n > 0.0 ? sb / n : 0.0;
         out[0] = static_cast<float>(wa * pa + (b != nullptr ? wb * pb : 0.0));
         if (parts) {
             out[1] = static_cast<float>(pa);

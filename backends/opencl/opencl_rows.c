@@ -10,9 +10,10 @@
 
 #include <stdio.h>
 
-/* The constants of beta for the kernels' distil_coef_of (jsd.cl), rounded once from float64. */
-static cl_float8 ocl_coef(float beta) {
-    distil_elem_beta k = distil_elem_beta_make(beta);
+/* The constants of the divergence (beta, alpha) for the kernels' distil_coef_of (jsd.cl), rounded
+ * once from float64. */
+static cl_float8 ocl_coef(distil_divergence divergence, float beta, float alpha) {
+    distil_elem_beta k = distil_elem_div_make(divergence, beta, alpha);
     cl_float8 c = {{(cl_float)k.beta, (cl_float)k.omb, (cl_float)k.lb, (cl_float)k.l1b,
                     (cl_float)k.c, (cl_float)k.ka, (cl_float)k.kb, (cl_float)k.mode}};
     return c;
@@ -40,7 +41,7 @@ distil_status distil_ocl_jsd_rows(void *vb, const distil_jsd_rows_args *a) {
     cl_ulong x_stride = (cl_ulong)a->x_stride, y_stride = (cl_ulong)a->y_stride;
     cl_ulong grad_stride = (cl_ulong)a->grad_stride;
     cl_long vocab = a->vocab, ignore = a->ignore_index;
-    cl_float8 coef = ocl_coef(a->beta);
+    cl_float8 coef = ocl_coef(a->divergence, a->beta, a->alpha);
     cl_float grad_scale = a->grad_scale;
     cl_mem labels, grad, n_valid;
     cl_ulong lab_off, grad_off, n_off;
@@ -75,7 +76,7 @@ distil_status distil_ocl_fused_rows(void *vb, const distil_fused_rows_args *a) {
     cl_ulong ce_off = distil_ocl_elems(a->ce_rows, sizeof(float));
     cl_ulong jsd_off = distil_ocl_elems(a->jsd_rows, sizeof(float));
     cl_long vocab = a->vocab, ignore = a->ignore_index;
-    cl_float8 coef = ocl_coef(a->beta);
+    cl_float8 coef = ocl_coef(a->divergence, a->beta, a->alpha);
     cl_float inv_t = a->inv_temperature;
     cl_float w_hard = a->weight_hard, w_soft = a->weight_soft;
     cl_mem g, n_valid;

@@ -71,7 +71,9 @@ typedef struct distil_gemm_args {
 
 /*
  * Count the rows that take part in a mean: label != ignore_index and, when vocab > 0, label in
- * [0, vocab). Writes max(count, min_one ? 1 : 0) as one fp32 value to n_out. With labels absent
+ * [0, vocab). Writes max(count, min_one ? 1 : 0) as one fp32 value to n_out. Every kernel that
+ * divides by such an n treats n <= 0 (or NaN: a normaliser given on the device) as 0: loss and
+ * gradient 0. With labels absent
  * it writes rows (or 1 when rows == 0 and min_one). Rows only within [0, rows).
  * When vocab > 0 this is also the one label check (docs/SPEC.md §5): the first row whose label is
  * neither ignore_index nor in [0, vocab) is recorded with its label, unless a row is recorded
@@ -108,6 +110,9 @@ typedef struct distil_jsd_rows_args {
     int64_t grad_stride;
     float grad_scale;
     distil_dptr n_valid;
+    /* docs/SPEC.md §6: the divergence (distil_elem_div_make maps it, beta and alpha to a mode). */
+    distil_divergence divergence;
+    float alpha;
 } distil_jsd_rows_args;
 
 /*
@@ -131,6 +136,9 @@ typedef struct distil_fused_rows_args {
     distil_dptr g;
     distil_dtype g_dtype;
     distil_dptr n_valid;
+    /* docs/SPEC.md §6: the soft part's divergence, as in distil_jsd_rows_args. */
+    distil_divergence divergence;
+    float alpha;
 } distil_fused_rows_args;
 
 /*
@@ -180,6 +188,13 @@ typedef struct distil_jsd_args {
     float beta, grad_scale;
     int64_t ignore_index;
     distil_reduction reduction;
+    /* docs/SPEC.md §6: the divergence, and N given by the caller for batchmean: normaliser > 0
+     * on the host, or the fp32 at normaliser_device (N <= 0 or NaN there: loss and gradient 0);
+     * neither (0, NULL base): N counted. */
+    distil_divergence divergence;
+    float alpha;
+    float normaliser;
+    distil_dptr normaliser_device;
 } distil_jsd_args;
 
 /* The whole of distil_fused_linear_jsd in one backend call (optional op `fused_linear_jsd`: the
@@ -197,6 +212,12 @@ typedef struct distil_fused_args {
     int64_t chunk_rows;
     distil_dptr workspace;
     size_t workspace_bytes;
+    /* docs/SPEC.md §6: the soft part's divergence and N given by the caller, as in
+     * distil_jsd_args (weight_soft already carries the tau^2 factor when it is asked for). */
+    distil_divergence divergence;
+    float alpha;
+    float normaliser;
+    distil_dptr normaliser_device;
 } distil_fused_args;
 
 /* Where a buffer lies (backend mem_extent): `parent` names the allocation it is part of (NULL on

@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "error.h"
+#include "math/distil_elem_beta.h"
 
 typedef struct distil_ref_state {
     distil_ctx *ctx;
@@ -26,10 +27,17 @@ double distil_ref_logaddexp(double a, double b);
 double distil_ref_logsumexp(const double *z, int64_t n, double scale);
 
 /*
- * docs/SPEC.md §1 for one row: returns sum_v e_v for student x = log q and teacher y = log p
- * (n values each) and, when grad != NULL, writes de/dx for each v.
+ * docs/SPEC.md §1 / §6 for one row: returns sum_v e_v of the divergence of k
+ * (distil_elem_div_make) for student x = log q and teacher y = log p (n values each) and, when
+ * grad != NULL, writes de/dx for each v.
  */
-double distil_ref_jsd_row(const double *x, const double *y, int64_t n, double beta, double *grad);
+double distil_ref_jsd_row(const double *x, const double *y, int64_t n, const distil_elem_beta *k,
+                          double *grad);
+
+/* The batchmean normaliser of a call (docs/SPEC.md §6): the caller's host value or device scalar
+ * (host memory here) when given, else `counted`. Returns 0 for N <= 0 or NaN: loss and gradient
+ * 0 then. */
+double distil_ref_normaliser(float normaliser, distil_dptr normaliser_device, double counted);
 
 distil_status distil_ref_jsd(void *b, const distil_jsd_args *a);
 distil_status distil_ref_fused(void *b, const distil_fused_args *a);

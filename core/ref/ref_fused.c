@@ -32,6 +32,7 @@ static void distil_ref_logits(const distil_fused_args *a, distil_dptr xp, distil
 /* CE and JSD of one valid row; fills G = dloss/dzs (already divided by n) when wanted. */
 static void distil_ref_row(const distil_fused_args *a, distil_ref_fused_buf *B, int64_t label,
                            double n, double *ce, double *jsd) {
+    distil_elem_beta k = distil_elem_div_make(a->divergence, a->beta, a->alpha);
     int64_t V = a->vocab;
     double tau_inv = a->inv_temperature;
     double lse = distil_ref_logsumexp(B->zs, V, 1.0);
@@ -42,7 +43,7 @@ static void distil_ref_row(const distil_fused_args *a, distil_ref_fused_buf *B, 
         B->y[v] = B->zt[v] * tau_inv - lse_t;
     }
     *ce = lse - B->zs[label];
-    *jsd = distil_ref_jsd_row(B->x, B->y, V, a->beta, B->g);
+    *jsd = distil_ref_jsd_row(B->x, B->y, V, &k, B->g);
     double gsum = 0.0;
     for (int64_t v = 0; v < V; v++) {
         gsum += B->g[v];
@@ -50,7 +51,9 @@ static void distil_ref_row(const distil_fused_args *a, distil_ref_fused_buf *B, 
     for (int64_t v = 0; v < V; v++) {
         double s = exp(B->zs[v] - lse) - (v == label ? 1.0 : 0.0);
         double q = exp(B->x[v]);
-        B->G[v] = a->weight_hard / n * s + a->weight_soft / n * tau_inv * (B->g[v] - q * gsum);
+        B->G[v] = n > 0
+                      ? a->weight_hard / n * s + a->weight_soft / n * tau_inv * (B->g[v] - q * gsum)
+                      : 0.0;
     }
 }
 
@@ -128,10 +131,11 @@ static int64_t distil_ref_count_valid(distil_ref_state *st, const distil_fused_a
 static void distil_ref_fused_finish(const distil_fused_args *a, distil_ref_fused_buf *B, double ce,
                                     double jsd, double n) {
     float *loss = distil_dptr_addr(a->loss);
-    loss[0] = (float)(a->weight_hard * ce / n + a->weight_soft * jsd / n);
+    double pc = n > 0 ? ce / n : 0.0, pj = n > 0 ? jsd / n : 0.0;
+    loss[0] = (float)(a->weight_hard * pc + a->weight_soft * pj);
     if (a->return_parts) {
-        loss[1] = (float)(ce / n);
-        loss[2] = (float)(jsd / n);
+        loss[1] = (float)pc;
+        loss[2] = (float)pj;
     }
     for (int64_t k = 0; B->gw != NULL && k < a->vocab * a->hs; k++) {
         distil_ref_store(distil_dptr_addr(a->grad_ws), a->dtype, k, B->gw[k]);
@@ -147,7 +151,8 @@ distil_status distil_ref_fused(void *b, const distil_fused_args *a) {
     DISTIL_TRY(distil_ref_fused_alloc(st, a, &B));
     const int64_t *labels = distil_dptr_addr(a->labels);
     int64_t count = distil_ref_count_valid(st, a);
-    double n = count > 0 ? (double)count : 1.0;
+    double n =
+        distil_ref_normaliser(a->normaliser, a->normaliser_device, count > 0 ? (double)count : 1.0);
     double ce_sum = 0.0, jsd_sum = 0.0;
     for (int64_t i = 0; i < a->rows; i++) {
         int64_t l = labels[i];

@@ -31,7 +31,9 @@ distil_status distil_ref_jsd(void *b, const distil_jsd_args *a) {
         n_valid += distil_ref_row_valid(labels, i, a->ignore_index);
     }
     bool mean = a->reduction == DISTIL_REDUCTION_BATCHMEAN;
-    double scale = mean ? (n_valid > 0 ? a->grad_scale / (double)n_valid : 0.0) : a->grad_scale;
+    double n = distil_ref_normaliser(a->normaliser, a->normaliser_device, (double)n_valid);
+    double scale = mean ? (n > 0 ? a->grad_scale / n : 0.0) : a->grad_scale;
+    distil_elem_beta k = distil_elem_div_make(a->divergence, a->beta, a->alpha);
     double total = 0.0;
     for (int64_t i = 0; i < a->rows; i++) {
         bool valid = distil_ref_row_valid(labels, i, a->ignore_index);
@@ -39,7 +41,7 @@ distil_status distil_ref_jsd(void *b, const distil_jsd_args *a) {
         if (valid) {
             distil_ref_load_row(distil_dptr_addr(a->x), a->dtype, a->x_stride, i, V, x);
             distil_ref_load_row(distil_dptr_addr(a->y), a->dtype, a->y_stride, i, V, y);
-            row = distil_ref_jsd_row(x, y, V, a->beta, g);
+            row = distil_ref_jsd_row(x, y, V, &k, g);
         }
         total += row;
         if (a->reduction == DISTIL_REDUCTION_NONE) {
@@ -51,7 +53,7 @@ distil_status distil_ref_jsd(void *b, const distil_jsd_args *a) {
         }
     }
     if (a->reduction != DISTIL_REDUCTION_NONE) {
-        loss[0] = (float)(mean ? (n_valid > 0 ? total / (double)n_valid : 0.0) : total);
+        loss[0] = (float)(mean ? (n > 0 ? total / n : 0.0) : total);
     }
     free(buf);
     return DISTIL_OK;

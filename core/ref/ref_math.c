@@ -73,12 +73,17 @@ double distil_ref_logsumexp(const double *z, int64_t n, double scale) {
 #define DE_EXP(a)       exp(a)
 #define DE_F64          1
 #include "math/distil_elem.h"
-#include "math/distil_elem_beta.h"
 
-double distil_ref_jsd_row(const double *x, const double *y, int64_t n, double beta, double *grad) {
-    distil_elem_beta kb = distil_elem_beta_make((float)beta);
+_Static_assert(DE_MIX == DISTIL_ELEM_MIX && DE_FWD == DISTIL_ELEM_FWD &&
+                   DE_REV == DISTIL_ELEM_REV && DE_SKL == DISTIL_ELEM_SKL &&
+                   DE_SRKL == DISTIL_ELEM_SRKL && DE_TVD == DISTIL_ELEM_TVD &&
+                   DE_ZERO == DISTIL_ELEM_ZERO,
+               "distil_elem.h's modes and distil_elem_beta.h's must agree");
+
+double distil_ref_jsd_row(const double *x, const double *y, int64_t n, const distil_elem_beta *kb,
+                          double *grad) {
     de_coef k;
-    DE_COEF_SET(k, kb);
+    DE_COEF_SET(k, *kb);
     double sum = 0.0;
     for (int64_t v = 0; v < n; v++) {
         double g, q;
@@ -88,4 +93,14 @@ double distil_ref_jsd_row(const double *x, const double *y, int64_t n, double be
         }
     }
     return sum;
+}
+
+double distil_ref_normaliser(float normaliser, distil_dptr normaliser_device, double counted) {
+    double n = counted;
+    if (normaliser != 0.0f) {
+        n = normaliser;
+    } else if (distil_dptr_present(normaliser_device)) {
+        n = *(const float *)distil_dptr_addr(normaliser_device);
+    }
+    return n > 0.0 ? n : 0.0;
 }

@@ -45,10 +45,43 @@ static void *tp_download_free(distil_ctx *ctx, void *dev, size_t bytes) {
 
 /* ---------------------------------------------------------------- distil_jsd */
 
-/* Masks: tokens masked in both, in the teacher only where beta < 1, and in the student only
- * where beta > 0 (each keeps every divergence finite). Column 0 stays unmasked. */
+const char *tp_div_name(distil_divergence div) {
+    static const char *const names[] = {"jsd", "fkl", "rkl", "skl", "srkl", "tvd"};
+    return (unsigned)div < TU_LEN(names) ? names[div] : "?";
+}
+
+/* Where the spec's divergence stays finite with a probability of 0 on one side only: the
+ * teacher's (p = 0 < q) and the student's (q = 0 < p) (docs/SPEC.md §1 and §6). */
+static void tp_div_finite(const tp_jsd_spec *s, bool *teacher_zero, bool *student_zero) {
+    float alpha = s->alpha != 0.0f ? s->alpha : 0.1f;
+    switch (s->div) {
+    case DISTIL_DIVERGENCE_FORWARD_KL:
+        *teacher_zero = true, *student_zero = false;
+        return;
+    case DISTIL_DIVERGENCE_REVERSE_KL:
+        *teacher_zero = false, *student_zero = true;
+        return;
+    case DISTIL_DIVERGENCE_SKEW_KL:
+        *teacher_zero = true, *student_zero = alpha > 0.0f;
+        return;
+    case DISTIL_DIVERGENCE_SKEW_REVERSE_KL:
+        *teacher_zero = alpha > 0.0f, *student_zero = true;
+        return;
+    case DISTIL_DIVERGENCE_TVD:
+        *teacher_zero = *student_zero = true;
+        return;
+    default:
+        *teacher_zero = s->beta<1.0f, *student_zero = s->beta> 0.0f;
+        return;
+    }
+}
+
+/* Masks: tokens masked in both, in the teacher only and in the student only where the
+ * divergence stays finite then (tp_div_finite). Column 0 stays unmasked. */
 static void tp_jsd_masks(tu_rng *r, const tp_jsd_spec *s, unsigned char *ms, unsigned char *mt) {
     size_t n = (size_t)(s->t * s->v);
+    bool teacher_zero, student_zero;
+    tp_div_finite(s, &teacher_zero, &student_zero);
     memset(ms, 0, n), memset(mt, 0, n);
     for (size_t k = 0; (s->special & TP_NEG_INF) && s->v > 1 && k < n; k++) {
         if (k % (size_t)s->v == 0) {
@@ -56,8 +89,8 @@ static void tp_jsd_masks(tu_rng *r, const tp_jsd_spec *s, unsigned char *ms, uns
         }
         double u = tu_rand_uniform(r);
         ms[k] = mt[k] = u < 0.1;
-        mt[k] |= s->beta < 1.0f && u > 0.95;
-        ms[k] |= s->beta > 0.0f && u > 0.9 && u <= 0.95;
+        mt[k] |= teacher_zero && u > 0.95;
+        ms[k] |= student_zero && u > 0.9 && u <= 0.95;
     }
 }
 
@@ -71,6 +104,14 @@ static void tp_jsd_desc(tp_jsd *p, distil_dtype dt) {
     p->d.student_stride = s->pad_x ? p->xs : 0, p->d.teacher_stride = s->pad_y ? p->ys : 0;
     p->d.grad_stride = (s->grad == TP_GRAD_INPLACE ? s->pad_x : s->pad_g) ? p->gs : 0;
     p->nloss = s->red == DISTIL_REDUCTION_NONE ? (size_t)s->t : 1;
+    p->d.divergence = s->div;
+    p->d.alpha = s->alpha != 0.0f ? s->alpha : p->d.alpha;
+    p->d.normaliser = s->norm_device ? 0.0f : s->normaliser;
+}
+
+/* The spec's device normaliser (NULL when it has none). */
+static void *tp_norm_upload(distil_ctx *ctx, bool norm_device, float normaliser) {
+    return norm_device ? tu_upload(ctx, &normaliser, sizeof normaliser) : NULL;
 }
 
 void tp_jsd_make(tp_jsd *p, const tp_jsd_spec *s, distil_dtype dt, uint64_t seed) {
@@ -109,7 +150,10 @@ void tp_jsd_run(distil_ctx *ctx, const tp_jsd *p, tp_jsd_out *o) {
     void *dl = tp_upload_opt(ctx, p->labels, (size_t)s->t * sizeof(int64_t));
     void *dloss = tu_alloc_poisoned(ctx, lb);
     void *dgrad = s->grad == TP_GRAD_OUT ? tu_alloc_poisoned(ctx, gb) : NULL;
-    TU_OK(ctx, distil_jsd(ctx, &p->d, dx, dy, dl, dloss, s->grad == TP_GRAD_INPLACE ? dx : dgrad));
+    void *dn = tp_norm_upload(ctx, s->norm_device, s->normaliser);
+    distil_jsd_desc d = p->d;
+    d.normaliser_device = dn;
+    TU_OK(ctx, distil_jsd(ctx, &d, dx, dy, dl, dloss, s->grad == TP_GRAD_INPLACE ? dx : dgrad));
     TU_OK(ctx, distil_ctx_synchronize(ctx));
     o->loss = tp_download_free(ctx, dloss, lb);
     o->grad = s->grad == TP_GRAD_INPLACE ? tp_download_free(ctx, dx, gb)
@@ -119,6 +163,7 @@ void tp_jsd_run(distil_ctx *ctx, const tp_jsd *p, tp_jsd_out *o) {
     }
     distil_free(ctx, dy);
     distil_free(ctx, dl);
+    distil_free(ctx, dn);
 }
 
 void tp_jsd_out_free(tp_jsd_out *o) {
@@ -128,11 +173,16 @@ void tp_jsd_out_free(tp_jsd_out *o) {
 void tp_jsd_name(char *buf, size_t n, const tp_jsd_spec *s, distil_dtype dt) {
     static const char *const grads[] = {"out", "NULL", "in-place"};
     static const char *const reds[] = {"batchmean", "sum", "none"};
-    snprintf(buf, n, "jsd %s T=%lld V=%lld beta=%g %s pad=%lld/%lld/%lld labels=%s grad=%s%s%s",
+    char div[64] = "";
+    if (s->div != DISTIL_DIVERGENCE_JSD || s->normaliser != 0.0f) {
+        snprintf(div, sizeof div, " %s alpha=%g N=%g%s", tp_div_name(s->div), (double)s->alpha,
+                 (double)s->normaliser, s->norm_device ? " (device)" : "");
+    }
+    snprintf(buf, n, "jsd %s T=%lld V=%lld beta=%g %s pad=%lld/%lld/%lld labels=%s grad=%s%s%s%s",
              distil_dtype_name(dt), (long long)s->t, (long long)s->v, (double)s->beta, reds[s->red],
              (long long)s->pad_x, (long long)s->pad_y, (long long)s->pad_g,
              tp_labels_names[s->labels], grads[s->grad], (s->special & TP_NEG_INF) ? " -inf" : "",
-             (s->special & TP_TINY) ? " tiny" : "");
+             (s->special & TP_TINY) ? " tiny" : "", div);
 }
 
 /* ---------------------------------------------------------------- fused */
@@ -155,6 +205,9 @@ void tp_fused_make(tp_fused *p, const tp_fused_spec *s, distil_dtype dt, uint64_
     p->d.teacher_hidden = s->ht, p->d.dtype = dt, p->d.weight_hard = s->w_hard;
     p->d.weight_soft = s->w_soft, p->d.beta = s->beta, p->d.temperature = s->tau;
     p->d.return_parts = s->parts, p->d.chunk_rows = s->chunk;
+    p->d.divergence = s->div, p->d.alpha = s->alpha != 0.0f ? s->alpha : p->d.alpha;
+    p->d.normaliser = s->norm_device ? 0.0f : s->normaliser;
+    p->d.temperature_squared = s->tau_sq;
     double std = s->logit_std > 0 ? s->logit_std : 3.0; /* logits ~ N(0, std^2) */
     p->n_xs = (size_t)(s->t * s->hs), p->n_ws = (size_t)(s->v * s->hs);
     p->n_xt = (size_t)(s->t * s->ht), p->n_wt = (size_t)(s->v * s->ht);
@@ -187,7 +240,10 @@ void tp_fused_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o) {
     void *gxs = (want & TP_WANT_XS) ? tu_alloc_poisoned(ctx, p->n_xs * es) : NULL;
     void *gws = (want & TP_WANT_WS) ? tu_alloc_poisoned(ctx, p->n_ws * es) : NULL;
     void *gbs = (want & TP_WANT_BS) ? tu_alloc_poisoned(ctx, vb) : NULL;
-    TU_OK(ctx, distil_fused_linear_jsd(ctx, &p->d, in[0], in[1], in[2], in[3], in[4], in[5], in[6],
+    void *dn = tp_norm_upload(ctx, s->norm_device, s->normaliser);
+    distil_fused_linear_jsd_desc d = p->d;
+    d.normaliser_device = dn;
+    TU_OK(ctx, distil_fused_linear_jsd(ctx, &d, in[0], in[1], in[2], in[3], in[4], in[5], in[6],
                                        dloss, gxs, gws, gbs));
     TU_OK(ctx, distil_ctx_synchronize(ctx));
     tu_download(ctx, o->loss, dloss, sizeof o->loss);
@@ -198,6 +254,7 @@ void tp_fused_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o) {
     for (size_t i = 0; i < TU_LEN(in); i++) {
         distil_free(ctx, in[i]);
     }
+    distil_free(ctx, dn);
 }
 
 void tp_fused_out_free(tp_fused_out *o) {
@@ -208,11 +265,13 @@ void tp_fused_name(char *buf, size_t n, const tp_fused_spec *s, distil_dtype dt)
     unsigned g = tp_fused_grads(s);
     snprintf(buf, n,
              "fused %s T=%lld V=%lld Hs=%lld Ht=%lld w=%g/%g beta=%g tau=%g bias=%s%s "
-             "grads=%s%s%s%s labels=%s chunk=%lld%s%s",
+             "grads=%s%s%s%s labels=%s chunk=%lld%s%s %s alpha=%g N=%g%s%s",
              distil_dtype_name(dt), (long long)s->t, (long long)s->v, (long long)s->hs,
              (long long)s->ht, (double)s->w_hard, (double)s->w_soft, (double)s->beta,
              (double)s->tau, s->bias_s ? "s" : "-", s->bias_t ? "t" : "-", g ? "" : "none",
              (g & TP_WANT_XS) ? "xs" : "", (g & TP_WANT_WS) ? "Ws" : "",
              (g & TP_WANT_BS) ? "bs" : "", tp_labels_names[s->labels], (long long)s->chunk,
-             s->parts ? " parts" : "", s->logit_std > 0 ? " extreme" : "");
+             s->parts ? " parts" : "", s->logit_std > 0 ? " extreme" : "", tp_div_name(s->div),
+             (double)s->alpha, (double)s->normaliser, s->norm_device ? " (device)" : "",
+             s->tau_sq ? " tau^2" : "");
 }

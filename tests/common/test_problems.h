@@ -33,6 +33,13 @@ typedef struct tp_jsd_spec {
     tp_grad grad;
     unsigned special; /* TP_NEG_INF: masked tokens (-inf); TP_TINY: log-probs near -120 */
     float grad_scale; /* 0 means 1 */
+    /* docs/SPEC.md §6 (0 / false: the defaults): the divergence and its alpha (0 means the
+     * descriptor's default), and a given normaliser N, passed on the host or, with norm_device,
+     * as a device scalar. */
+    distil_divergence div;
+    float alpha;
+    float normaliser;
+    bool norm_device;
 } tp_jsd_spec;
 
 /* Host inputs of a spec in one dtype; padding columns hold NaN poison (must not be read). */
@@ -59,6 +66,9 @@ void tp_jsd_out_free(tp_jsd_out *o);
 /* A readable one-line description for test names. */
 void tp_jsd_name(char *buf, size_t n, const tp_jsd_spec *s, distil_dtype dtype);
 
+/* The name of a divergence ("jsd", "fkl", "rkl", "skl", "srkl", "tvd"). */
+const char *tp_div_name(distil_divergence div);
+
 /* ---------------------------------------------------------------- fused */
 
 enum { TP_WANT_XS = 1, TP_WANT_WS = 2, TP_WANT_BS = 4, TP_WANT_ALL = 7 };
@@ -72,6 +82,12 @@ typedef struct tp_fused_spec {
     tp_labels labels;
     double logit_std; /* spread of the logits; 0 means 3 */
     int64_t chunk;
+    /* docs/SPEC.md §6, as in tp_jsd_spec; tau_sq: the soft part times tau^2 */
+    distil_divergence div;
+    float alpha;
+    float normaliser;
+    bool norm_device;
+    bool tau_sq;
 } tp_fused_spec;
 
 typedef struct tp_fused {

@@ -145,8 +145,8 @@ distil_fused_rows(__global float *zs, ulong zs_off, __global const float *zt, ul
     }
     if (has_g) {
         const float n = has_n ? n_valid[n_off] : 1.0f;
-        const float hard = n == 0.0f ? 0.0f : w_hard / n;
-        const float soft = n == 0.0f ? 0.0f : w_soft / n * inv_t;
+        const float hard = n > 0.0f ? w_hard / n : 0.0f; /* n <= 0 or NaN: docs/SPEC.md §6 */
+        const float soft = n > 0.0f ? w_soft / n * inv_t : 0.0f;
         distil_row_write_g(zsr, ztr, gr, vocab, label, &st, hard, soft, sum_dx);
     }
 }

@@ -56,9 +56,10 @@ distil_jsd_rows(__global const T *x, ulong x_off, ulong x_stride, __global const
         }
         return;
     }
-    /* n == 0 only when every row is ignored; keep the gradient 0 then rather than 0 / 0. */
+    /* n == 0 when every row is ignored, n <= 0 or NaN from a normaliser given on the device
+     * (docs/SPEC.md §6): the gradient is 0 then rather than 0 / 0. */
     const float n = has_n ? n_valid[n_off] : 1.0f;
-    const float scale = n == 0.0f ? 0.0f : grad_scale / n;
+    const float scale = n > 0.0f ? grad_scale / n : 0.0f;
     const de_coef kc = distil_coef_of(coef);
 
     distil_acc acc = 0.0f;

@@ -86,8 +86,8 @@ distil_reduce(__global const float *a, ulong a_off, __global const float *b, ulo
         return;
     }
     const float n = has_n ? n_valid[n_off] : 1.0f;
-    const float ra = n == 0.0f ? 0.0f : sa / n;
-    const float rb = n == 0.0f ? 0.0f : sb / n;
+    const float ra = n > 0.0f ? sa / n : 0.0f; /* n <= 0 or NaN: docs/SPEC.md §6 */
+    const float rb = n > 0.0f ? sb / n : 0.0f;
     out[out_off] = has_b ? wa * ra + wb * rb : wa * ra;
     if (parts) {
         out[out_off + 1] = ra;

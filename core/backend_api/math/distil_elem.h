@@ -1,7 +1,8 @@
 /*
  * distil_elem.h - the element terms of docs/SPEC.md §1 (generalised JSD, forward and reverse KL)
- * and their x-derivative, written once for every backend: the float64 reference, the cpu
- * kernels (GCC vectors of floats), CUDA/HIP device code and OpenCL C all evaluate this text.
+ * and §6 (skew KL, skew reverse KL, total variation) and their x-derivative, written once for
+ * every backend: the float64 reference, the cpu kernels (GCC vectors of floats), CUDA/HIP device
+ * code and OpenCL C all evaluate this text.
  * x = log q (student), y = log p (teacher), d = x - y.
  *
  * The includer defines, before including (no other header is included here):
@@ -40,6 +41,13 @@
  *    rounded once from float64 (distil_elem_beta_make), so beta = 1e-9 or 1 - 6e-8 loses nothing
  *    (log(1 - beta) is log1p(-beta), not log of a rounded 1 - beta).
  *  - beta == 0: e = p (y - x), de/dx = -p;  beta == 1: e = q (x - y), de/dx = q (x - y + 1).
+ *  - The skew KLs (docs/SPEC.md §6) take y - log m and x - log m from the same two forms, with the
+ *    teacher's weight in m as "beta"; their gradients need the shares of m, beta p / m and
+ *    (1 - beta) q / m, taken as ratios of the form's own terms (near: (1 + w) / (1 + beta w) and
+ *    (1 + u) / (1 + (1 - beta) u); far: 1 / (1 + r) and r / (1 + r)), never as a difference.
+ *    Their row sums cancel like the plain KLs'.
+ *  - Total variation: q - p is p expm1(d) for |d| <= 0.69, so p = q gives exactly 0 and nearly
+ *    equal rows keep their digits; its sign picks the gradient's.
  * log1p and h on [-1/2, 1] come from one series in s = t / (2 + t), |s| <= 1/3:
  *   log1p(t) = 2 atanh(s) = 2s (1 + z Q(z)), z = s^2, Q(z) = 1/3 + z/5 + z^2/7 + ...,
  *   h(t) = t - 2s - 2s z Q = s (t - 2 z Q)   (t - 2s = t s as an identity),
@@ -57,23 +65,30 @@
 #define DE_DIV(a, b) ((a) / (b))
 #endif
 
-/* The jsd mode of a beta: its two endpoints have their own formulas. */
-#define DE_MIX 0
-#define DE_FWD 1
-#define DE_REV 2
+/* The mode of a divergence (docs/SPEC.md §6; distil_elem_div_make maps the public enum and its
+ * parameter to one): the JSD's two endpoints and the skew KLs' alpha = 0 are the plain KLs, the
+ * skew KLs' alpha = 1 is ZERO. The numbers are those of distil_elem_beta.h's DISTIL_ELEM_*. */
+#define DE_MIX  0 /* generalised JSD, 0 < beta < 1 */
+#define DE_FWD  1 /* KL(p || q) */
+#define DE_REV  2 /* KL(q || p) */
+#define DE_SKL  3 /* KL(p || m), m = beta p + (1 - beta) q, beta = alpha */
+#define DE_SRKL 4 /* KL(q || m), m = beta p + (1 - beta) q, beta = 1 - alpha */
+#define DE_TVD  5 /* total variation */
+#define DE_ZERO 6 /* a divergence of a distribution from itself: 0 */
 
 /* Every mode once, X(NAME) for each DE_NAME. Kernels that make the mode a compile-time constant
  * expand their dispatch from this list, so that a new divergence is one more line here (and its
  * DE_ value and branch of de_elem below), not one more case in each backend. */
-#define DE_MODES(X) X(MIX) X(FWD) X(REV)
+#define DE_MODES(X) X(MIX) X(FWD) X(REV) X(SKL) X(SRKL) X(TVD) X(ZERO)
 
-/* Constants of one beta, rounded from float64 (see distil_elem_beta_make / DE_COEF_SET). */
+/* Constants of one beta, rounded from float64 (see distil_elem_beta_make / DE_COEF_SET). For the
+ * skew KLs "beta" is the teacher's weight in m (alpha, or 1 - alpha: distil_elem_div_make). */
 typedef struct de_coef {
     DE_S beta, omb; /* beta, 1 - beta */
     DE_S lb, l1b;   /* log beta, log1p(-beta) */
     DE_S c;         /* lb - l1b: d <= c where the teacher's part beta p of m is the larger */
     DE_S ka, kb;    /* (1 - beta) / beta, beta / (1 - beta) */
-    int mode;       /* DE_MIX, DE_FWD or DE_REV */
+    int mode;       /* a DE_ mode */
 } de_coef;
 
 /* Fill a de_coef from anything with the same fields (a distil_elem_beta of float64 values). */
@@ -170,33 +185,101 @@ DE_FN DE_T de_rev(DE_T x, DE_T y, DE_T *g, DE_T *q) {
     return de_nan_pass(x, y, DE_SEL(dead, DE_V(DE_K(0.0)), qq * d));
 }
 
-/* 0 < beta < 1: returns e, *g = de/dx = (1 - beta) q (x - log m), *q = q. */
-DE_FN DE_T de_mix(const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
-    DE_T p = DE_EXP(y);
-    DE_T qq = DE_EXP(x);
+/* The parts of m = beta p + (1 - beta) q (the weights of k: beta for the JSD, alpha or 1 - alpha
+ * for the skew KLs, docs/SPEC.md §6) that the mixing modes share, in the forms of the header:
+ * p, q, near (|d| <= 0.69), the series values h1 = h((1 - beta) u) and h2 = h(beta w) (near
+ * only), y - log m (lp) and x - log m (lq) in both regimes, and the shares of m
+ * sp = beta p / m, sq = (1 - beta) q / m (sp + sq = 1; each from the ratio it is accurate in). */
+typedef struct de_mixp {
+    DE_T p, q, h1, h2, lp, lq, sp, sq;
+    DE_M near;
+} de_mixp;
+
+DE_FN de_mixp de_mix_parts(const de_coef *k, DE_T x, DE_T y) {
+    de_mixp m;
+    m.p = DE_EXP(y);
+    m.q = DE_EXP(x);
     DE_T d = x - y;
-    DE_M near = DE_ABS(d) <= DE_K(0.69); /* u, w in [-1/2, 1]: the series' range */
+    m.near = DE_ABS(d) <= DE_K(0.69); /* u, w in [-1/2, 1]: the series' range */
     DE_M teach = d <= k->c;
     DE_T u, w;
     de_expm1_pair(d, &u, &w);
     DE_T r = DE_SEL(teach, DE_V(k->ka), DE_V(k->kb)) * DE_EXP(DE_SEL(teach, d, -d));
     /* One series serves h((1 - beta) u) near and log1p(r) far; the other h and log1p of beta w. */
-    DE_T l1, h1, l2, h2;
-    de_log1p_h(DE_SEL(near, k->omb * u, r), &l1, &h1);
-    de_log1p_h(k->beta * w, &l2, &h2);
+    DE_T l1, l2;
+    DE_T tu = DE_SEL(m.near, k->omb * u, r);
+    DE_T tw = k->beta * w;
+    de_log1p_h(tu, &l1, &m.h1);
+    de_log1p_h(tw, &l2, &m.h2);
     DE_T lq_t = d - (k->lb + l1); /* x - log m, teacher part larger */
     DE_T lq_s = -(k->l1b + l1);   /* x - log m, student part larger */
-    DE_T lq = DE_SEL(near, -l2, DE_SEL(teach, lq_t, lq_s));
-    DE_T lp = DE_SEL(teach, -(k->lb + l1), lq_s - d); /* y - log m, far */
-    DE_T ep = k->beta * p * DE_SEL(near, h1, lp);
-    DE_T eq = k->omb * qq * DE_SEL(near, h2, lq);
-    DE_M p0 = p == DE_K(0.0);
-    DE_M q0 = qq == DE_K(0.0);
-    DE_T gq = DE_SEL(q0, DE_V(DE_K(0.0)), k->omb * qq * lq);
-    *g = gq;
-    *q = qq;
+    m.lq = DE_SEL(m.near, -l2, DE_SEL(teach, lq_t, lq_s));
+    DE_T lp_far = DE_SEL(teach, -(k->lb + l1), lq_s - d);
+    m.lp = DE_SEL(m.near, -l1, lp_far);
+    /* near: m = p (1 + (1 - beta) u) = q (1 + beta w); far: m = (larger part) (1 + r). */
+    DE_T one = DE_V(DE_K(1.0));
+    DE_T rr = r / (one + r);
+    DE_T ir = one / (one + r);
+    m.sq = DE_SEL(m.near, k->omb * (one + u) / (one + tu), DE_SEL(teach, rr, ir));
+    m.sp = DE_SEL(m.near, k->beta * (one + w) / (one + tw), DE_SEL(teach, ir, rr));
+    return m;
+}
+
+/* 0 < beta < 1: returns e, *g = de/dx = (1 - beta) q (x - log m), *q = q. */
+DE_FN DE_T de_mix(const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    de_mixp m = de_mix_parts(k, x, y);
+    DE_T ep = k->beta * m.p * DE_SEL(m.near, m.h1, m.lp);
+    DE_T eq = k->omb * m.q * DE_SEL(m.near, m.h2, m.lq);
+    DE_M p0 = m.p == DE_K(0.0);
+    DE_M q0 = m.q == DE_K(0.0);
+    *g = DE_SEL(q0, DE_V(DE_K(0.0)), k->omb * m.q * m.lq);
+    *q = m.q;
     DE_T e = DE_SEL(p0, DE_V(DE_K(0.0)), ep) + DE_SEL(q0, DE_V(DE_K(0.0)), eq);
     return de_nan_pass(x, y, e);
+}
+
+/* Skew KL(p || m), m = alpha p + (1 - alpha) q (k's beta = alpha, 0 < alpha < 1):
+ * e = p (y - log m), de/dx = -p (1 - alpha) q / m = -p sq. */
+DE_FN DE_T de_skl(const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    de_mixp m = de_mix_parts(k, x, y);
+    DE_M p0 = m.p == DE_K(0.0);
+    *g = DE_SEL(p0, DE_V(DE_K(0.0)), -(m.p * m.sq));
+    *q = m.q;
+    return de_nan_pass(x, y, DE_SEL(p0, DE_V(DE_K(0.0)), m.p * m.lp));
+}
+
+/* Skew reverse KL(q || m), m = (1 - alpha) p + alpha q (k's beta = 1 - alpha, 0 < alpha < 1):
+ * e = q (x - log m), de/dx = q (x - log m) + q - alpha q^2 / m = q ((x - log m) + sp). */
+DE_FN DE_T de_srkl(const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    de_mixp m = de_mix_parts(k, x, y);
+    DE_M q0 = m.q == DE_K(0.0);
+    *g = DE_SEL(q0, DE_V(DE_K(0.0)), m.q * (m.lq + m.sp));
+    *q = m.q;
+    return de_nan_pass(x, y, DE_SEL(q0, DE_V(DE_K(0.0)), m.q * m.lq));
+}
+
+/* Total variation: e = |p - q| / 2, de/dx = sign(q - p) q / 2 (0 where p = q). q - p is
+ * p expm1(d) near (no cancellation as d -> 0), the plain difference far. */
+DE_FN DE_T de_tvd(DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    DE_T p = DE_EXP(y);
+    DE_T qq = DE_EXP(x);
+    DE_T d = x - y;
+    DE_T u, w;
+    de_expm1_pair(d, &u, &w);
+    DE_T diff = DE_SEL(DE_ABS(d) <= DE_K(0.69), p * u, qq - p); /* q - p */
+    DE_T hf = DE_V(DE_K(0.5));                                  /* not "half": a type in OpenCL C */
+    DE_T zero = DE_V(DE_K(0.0));
+    DE_T sg = DE_SEL(diff > DE_K(0.0), hf, DE_SEL(diff < DE_K(0.0), -hf, zero));
+    *g = sg * qq;
+    *q = qq;
+    return de_nan_pass(x, y, hf * DE_ABS(diff));
+}
+
+/* A skew KL at alpha = 1: m is the divergence's own argument, so e = 0 and de/dx = 0. */
+DE_FN DE_T de_zero(DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    *g = DE_V(DE_K(0.0));
+    *q = DE_EXP(x);
+    return de_nan_pass(x, y, DE_V(DE_K(0.0)));
 }
 
 /* The element term of any mode: returns e, *g = de/dx, *q = exp(x). With a constant mode (a
@@ -208,7 +291,19 @@ DE_FN DE_T de_elem(int mode, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q)
     if (mode == DE_FWD) {
         return de_fwd(x, y, g, q);
     }
-    return de_rev(x, y, g, q);
+    if (mode == DE_REV) {
+        return de_rev(x, y, g, q);
+    }
+    if (mode == DE_SKL) {
+        return de_skl(k, x, y, g, q);
+    }
+    if (mode == DE_SRKL) {
+        return de_srkl(k, x, y, g, q);
+    }
+    if (mode == DE_TVD) {
+        return de_tvd(x, y, g, q);
+    }
+    return de_zero(x, y, g, q);
 }
 
 /* The soft part of the fused loss's logit gradient (docs/SPEC.md §2 step 5) before its weight and
