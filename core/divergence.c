@@ -26,7 +26,7 @@ distil_status distil_check_normaliser(distil_ctx *ctx, const char *fn, float nor
                                 fn, (double)normaliser);
     }
     if (normaliser != 0.0f) {
-        return distil_check_positive(ctx, fn, "normaliser", normaliser);
+        return distil_check_temperature(ctx, fn, "normaliser", normaliser); /* 1 / N finite too */
     }
     return DISTIL_OK;
 }

@@ -12,7 +12,8 @@
 distil_status distil_check_divergence(distil_ctx *ctx, const char *fn, distil_divergence divergence,
                                       float alpha);
 
-/* normaliser 0 (not given) or finite and > 0; not given together with normaliser_device. */
+/* normaliser 0 (not given) or finite and > 0 with 1 / normaliser finite in fp32; not given
+ * together with normaliser_device. */
 distil_status distil_check_normaliser(distil_ctx *ctx, const char *fn, float normaliser,
                                       const float *normaliser_device);
 

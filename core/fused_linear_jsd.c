@@ -12,6 +12,8 @@
 #include "validate.h"
 #include "workspace.h"
 
+#include <math.h>
+
 static const char *const fn = "fused_linear_jsd";
 
 void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *desc) {
@@ -86,6 +88,13 @@ static distil_status distil_fused_check_desc(distil_ctx *ctx,
     }
     DISTIL_TRY(distil_check_unit(ctx, fn, "beta", d->beta));
     DISTIL_TRY(distil_check_temperature(ctx, fn, "temperature", d->temperature));
+    if (d->temperature_squared &&
+        !isfinite((float)((double)d->weight_soft * d->temperature * d->temperature))) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
+                                "%s: weight_soft %g times temperature^2 (temperature_squared) is "
+                                "not finite in fp32",
+                                fn, (double)d->weight_soft);
+    }
     DISTIL_TRY(distil_check_divergence(ctx, fn, d->divergence, d->alpha));
     DISTIL_TRY(distil_check_normaliser(ctx, fn, d->normaliser, d->normaliser_device));
     /* docs/SPEC.md §6, not built yet: only the defaults are accepted. */

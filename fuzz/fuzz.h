@@ -51,6 +51,11 @@ float fz_special_value(fz_in *in);
 /* DISTIL_FUZZ_VERBOSE=1: print each decoded case (for reading a crash). */
 bool fz_verbose(void);
 
+/* docs/SPEC.md §6 in a descriptor: a divergence (mostly valid, sometimes past the enum), alpha and
+ * a host normaliser (mostly 0: counted), drawn from the input; and whether they are refused. */
+void fz_read_divergence(fz_in *in, distil_divergence *div, float *alpha, float *normaliser);
+bool fz_bad_divergence(distil_divergence div, float alpha, float normaliser);
+
 /* The input being run, saved by fz_fail as fuzz-failure-<hash> in the working directory. */
 void fz_set_current(const uint8_t *data, size_t size);
 

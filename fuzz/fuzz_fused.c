@@ -56,6 +56,8 @@ static void fz_fused_read_desc(fz_in *in, distil_fused_linear_jsd_desc *d) {
         d->student_weight_hidden = fz_bool(in) ? d->student_hidden : fz_i64_field(in, 0, 0, 16);
         d->teacher_weight_hidden = fz_bool(in) ? d->teacher_hidden : fz_i64_field(in, 0, 0, 16);
     }
+    fz_read_divergence(in, &d->divergence, &d->alpha, &d->normaliser);
+    d->temperature_squared = fz_byte(in) >= 192;
 }
 
 static void fz_fused_read(fz_in *in, fz_fused *c) {
@@ -112,7 +114,10 @@ static fz_statuses fz_fused_expect_desc(const fz_fused *c) {
                fz_bad_float(d->weight_soft, false) ||
                (d->weight_hard == 0.0f && d->weight_soft == 0.0f) ||
                !(d->beta >= 0.0f && d->beta <= 1.0f) || fz_bad_float(d->temperature, true) ||
-               !isfinite(1.0f / d->temperature);
+               !isfinite(1.0f / d->temperature) ||
+               fz_bad_divergence(d->divergence, d->alpha, d->normaliser) ||
+               (d->temperature_squared &&
+                !isfinite((float)((double)d->weight_soft * d->temperature * d->temperature)));
     bool unsupported = d->teacher_vocab != 0 && d->teacher_vocab != d->vocab;
     fz_statuses s =
         (bad ? FZ_S(DISTIL_ERR_INVALID_ARG) : 0) | (unsupported ? FZ_S(DISTIL_ERR_UNSUPPORTED) : 0);
@@ -191,8 +196,9 @@ static void fz_fused_fill(fz_in *in, distil_ctx *ctx, fz_fused *c) {
     }
     fz_fused_labels(in, c);
     const distil_fused_linear_jsd_desc *d = &c->d;
-    c->tame =
-        !c->special && d->temperature >= 0.05f && d->weight_hard <= 1e3f && d->weight_soft <= 1e3f;
+    c->tame = !c->special && d->temperature >= 0.05f && d->weight_hard <= 1e3f &&
+              d->weight_soft <= 1e3f && (d->normaliser == 0.0f || d->normaliser >= 1e-3f) &&
+              (!d->temperature_squared || d->weight_soft * d->temperature * d->temperature <= 1e3f);
     for (int i = B_LOSS; i < B_COUNT; i++) {
         fz_buf_poison(&c->b[i]);
     }
@@ -455,15 +461,17 @@ static void fz_fused_print(const fz_fused *c, const char *backend) {
     const distil_fused_linear_jsd_desc *d = &c->d;
     fprintf(stderr,
             "fused on %s: struct_size %zu rows %lld vocab %lld hidden %lld %lld dtype %d "
-            "weights %g %g beta %g tau %g ignore %lld chunk %lld parts %d heads %lld %lld %lld | "
+            "weights %g %g beta %g tau %g ignore %lld chunk %lld parts %d heads %lld %lld %lld "
+            "divergence %d alpha %g normaliser %g tau^2 %d | "
             "desc_null %d present 0x%x lend %zu fault %ld backed %d\n",
             backend, d->struct_size, (long long)d->rows, (long long)d->vocab,
             (long long)d->student_hidden, (long long)d->teacher_hidden, (int)d->dtype,
             (double)d->weight_hard, (double)d->weight_soft, (double)d->beta, (double)d->temperature,
             (long long)d->ignore_index, (long long)d->chunk_rows, d->return_parts,
             (long long)d->teacher_vocab, (long long)d->student_weight_hidden,
-            (long long)d->teacher_weight_hidden, c->desc_null, c->present, c->lend, c->fault,
-            c->backed);
+            (long long)d->teacher_weight_hidden, (int)d->divergence, (double)d->alpha,
+            (double)d->normaliser, d->temperature_squared, c->desc_null, c->present, c->lend,
+            c->fault, c->backed);
 }
 
 void fz_case_fused(fz_in *in, distil_ctx *ctx) {

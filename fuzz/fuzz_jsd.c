@@ -43,6 +43,7 @@ static void fz_jsd_read_desc(fz_in *in, distil_jsd_desc *d) {
     d->ignore_index = fz_i64_field(in, -100, -100, FZ_MAX_VOCAB);
     d->reduction = (distil_reduction)fz_i64_field(in, fz_pick(in, 3), 0, 3);
     d->grad_scale = fz_float_field(in, 1.0f, -4.0f, 4.0f);
+    fz_read_divergence(in, &d->divergence, &d->alpha, &d->normaliser);
 }
 
 static void fz_jsd_read(fz_in *in, fz_jsd *c) {
@@ -84,7 +85,9 @@ static distil_status fz_jsd_expect(const fz_jsd *c, bool with_data) {
                d->vocab < 1 || (d->student_stride != 0 && d->student_stride < d->vocab) ||
                (d->teacher_stride != 0 && d->teacher_stride < d->vocab) ||
                (d->grad_stride != 0 && d->grad_stride < d->vocab) ||
-               !(d->beta >= 0.0f && d->beta <= 1.0f) || !isfinite(d->grad_scale);
+               !(d->beta >= 0.0f && d->beta <= 1.0f) || !isfinite(d->grad_scale) ||
+               fz_bad_divergence(d->divergence, d->alpha, d->normaliser) ||
+               (d->normaliser != 0.0f && d->reduction != DISTIL_REDUCTION_BATCHMEAN);
     if (bad) {
         return DISTIL_ERR_INVALID_ARG;
     }
@@ -349,13 +352,15 @@ static void fz_jsd_print(const fz_jsd *c, const char *backend) {
     const distil_jsd_desc *d = &c->d;
     fprintf(stderr,
             "jsd on %s: struct_size %zu rows %lld vocab %lld strides %lld %lld %lld dtype %d "
-            "beta %g ignore %lld reduction %d grad_scale %g | desc_null %d x_null %d y_null %d "
+            "beta %g ignore %lld reduction %d grad_scale %g divergence %d alpha %g normaliser %g | "
+            "desc_null %d x_null %d y_null %d "
             "labels %d loss_null %d grad_mode %d lend %zu fault %ld backed %d\n",
             backend, d->struct_size, (long long)d->rows, (long long)d->vocab,
             (long long)d->student_stride, (long long)d->teacher_stride, (long long)d->grad_stride,
             (int)d->dtype, (double)d->beta, (long long)d->ignore_index, (int)d->reduction,
-            (double)d->grad_scale, c->desc_null, c->x_null, c->y_null, c->labels_on, c->loss_null,
-            c->grad_mode, c->lend, c->fault, c->backed);
+            (double)d->grad_scale, (int)d->divergence, (double)d->alpha, (double)d->normaliser,
+            c->desc_null, c->x_null, c->y_null, c->labels_on, c->loss_null, c->grad_mode, c->lend,
+            c->fault, c->backed);
 }
 
 void fz_case_jsd(fz_in *in, distil_ctx *ctx) {
