@@ -28,9 +28,25 @@ def _int64(name, v):
     return v
 
 
-def jsd_plan(ctx, rows, vocab, strides, dtype, beta, ignore_index, reduction):
-    """(descriptor, workspace bytes) of distil_jsd; `strides` = (student, teacher, grad)."""
-    key = ("jsd", rows, vocab, strides, dtype, float(beta), ignore_index, reduction)
+def divergence_code(name):
+    """The distil_divergence of a name of _lib.DIVERGENCES (docs/SPEC.md §6)."""
+    code = _lib.DIVERGENCES.get(name) if isinstance(name, str) else None
+    if code is None:
+        raise _errors.make_error(_lib.ERR_INVALID_ARG,
+                                 f"divergence {name!r} is not one of "
+                                 f"{', '.join(_lib.DIVERGENCES)}")
+    return code
+
+
+# The docs/SPEC.md §6 defaults: (divergence, alpha, host normaliser): JSD, 0.1, counted.
+DIV_DEFAULT = (0, 0.1, 0.0)
+
+
+def jsd_plan(ctx, rows, vocab, strides, dtype, beta, ignore_index, reduction, div=DIV_DEFAULT):
+    """(descriptor, workspace bytes) of distil_jsd; `strides` = (student, teacher, grad);
+    div = (divergence code, alpha, host normaliser or 0.0)."""
+    div = (int(div[0]), float(div[1]), float(div[2]))
+    key = ("jsd", rows, vocab, strides, dtype, float(beta), ignore_index, reduction, div)
     plan = ctx.plans.get(key)
     if plan is None:
         if reduction not in _lib.REDUCTIONS:
@@ -45,6 +61,7 @@ def jsd_plan(ctx, rows, vocab, strides, dtype, beta, ignore_index, reduction):
         d.beta = beta
         d.ignore_index = _int64("ignore_index", ignore_index)
         d.reduction = _lib.REDUCTIONS[reduction]
+        d.divergence, d.alpha, d.normaliser = div
         n = ctypes.c_size_t()
         _lend(ctx, 0, 0)  # the size query plans for a lent workspace: ask for the whole need
         ctx.check(_lib.lib.distil_jsd_workspace_size(ctx.handle, ctypes.byref(d), ctypes.byref(n)))
@@ -54,14 +71,16 @@ def jsd_plan(ctx, rows, vocab, strides, dtype, beta, ignore_index, reduction):
 
 
 def fused_plan(ctx, rows, vocab, hs, ht, dtype, weights, beta, temperature, ignore_index,
-               chunk_rows, want_grads, head_shapes):
+               chunk_rows, want_grads, head_shapes, div=DIV_DEFAULT, temperature_squared=False):
     """(descriptor, workspace bytes) of distil_fused_linear_jsd (always with the loss parts).
 
     weights = (weight_hard, weight_soft); head_shapes = (teacher vocab, Ws columns, Wt columns)
-    as the caller holds them, so that the library refuses a mismatch.
+    as the caller holds them, so that the library refuses a mismatch; div as in jsd_plan;
+    temperature_squared: the soft part times tau^2 (docs/SPEC.md §6).
     """
+    div = (int(div[0]), float(div[1]), float(div[2]))
     key = ("fused", rows, vocab, hs, ht, dtype, weights, float(beta), float(temperature),
-           ignore_index, chunk_rows, want_grads, head_shapes)
+           ignore_index, chunk_rows, want_grads, head_shapes, div, bool(temperature_squared))
     plan = ctx.plans.get(key)
     if plan is None:
         d = _lib.FusedDesc()
@@ -75,6 +94,8 @@ def fused_plan(ctx, rows, vocab, hs, ht, dtype, weights, beta, temperature, igno
         d.chunk_rows = _int64("chunk_rows", chunk_rows)
         d.return_parts = 1
         d.teacher_vocab, d.student_weight_hidden, d.teacher_weight_hidden = head_shapes
+        d.divergence, d.alpha, d.normaliser = div
+        d.temperature_squared = 1 if temperature_squared else 0
         n = ctypes.c_size_t()
         _lend(ctx, 0, 0)  # the size query plans for a lent workspace: ask for the whole need
         ctx.check(_lib.lib.distil_fused_linear_jsd_workspace_size(
@@ -103,18 +124,29 @@ def _lend(ctx, workspace, nbytes):
         ctx.lent = want
 
 
-def run_jsd(ctx, desc, workspace, nbytes, x, y, labels, loss, grad):
-    """distil_jsd on addresses (0 = absent); raises the status's exception."""
+def _normaliser_on(desc, normaliser_device):
+    """N as one fp32 at normaliser_device (docs/SPEC.md §6), 0 for none, on the (cached)
+    descriptor for this call only; the field is written only when it changes."""
+    if normaliser_device or desc.normaliser_device:
+        desc.normaliser_device = normaliser_device or None
+
+
+def run_jsd(ctx, desc, workspace, nbytes, x, y, labels, loss, grad, normaliser_device=0):
+    """distil_jsd on addresses (0 = absent); raises the status's exception. normaliser_device:
+    see _normaliser_on."""
     _lend(ctx, workspace, nbytes)
+    _normaliser_on(desc, normaliser_device)
     status = _lib.lib.distil_jsd(ctx.handle, desc.ref, x, y, labels or None, loss or None,
                                  grad or None)
     if status:
         ctx.check(status)
 
 
-def run_fused(ctx, desc, workspace, nbytes, ptrs):
-    """distil_fused_linear_jsd; ptrs = the 11 addresses in the C argument order (0 = absent)."""
+def run_fused(ctx, desc, workspace, nbytes, ptrs, normaliser_device=0):
+    """distil_fused_linear_jsd; ptrs = the 11 addresses in the C argument order (0 = absent);
+    normaliser_device as in run_jsd."""
     _lend(ctx, workspace, nbytes)
+    _normaliser_on(desc, normaliser_device)
     status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *[p or None for p in ptrs])
     if status:
         ctx.check(status)

@@ -30,6 +30,10 @@ ERR_BUSY = 9
 
 # distil_dtype and distil_reduction.
 F32, BF16, F16 = 0, 1, 2
+
+# distil_divergence (docs/SPEC.md §6) by the names the Python layers take.
+DIVERGENCES = {"jsd": 0, "forward_kl": 1, "reverse_kl": 2, "skew_kl": 3, "skew_reverse_kl": 4,
+               "tvd": 5}
 REDUCTIONS = {"batchmean": 0, "sum": 1, "none": 2}
 
 # DISTIL_STREAM_OWN: the context's own stream, (void *)(intptr_t)-1.

@@ -18,11 +18,16 @@ from .functional import (fused_linear_jsd, fused_linear_jsd_loss, jsd, liger_fus
                          liger_jsd)
 from .modules import (JSD, FusedLinearJSD, FusedLinearJSDLoss, LigerFusedLinearJSD,
                       LigerFusedLinearJSDLoss, LigerJSD)
+from .divergences import (KLDivLoss, LigerKLDIVLoss, LigerTVDLoss, TVDLoss, kl_div, liger_kl_div,
+                          liger_tvd, tvd)
 
 __all__ = [
     "JSD", "FusedLinearJSD", "FusedLinearJSDLoss", "LigerJSD", "LigerFusedLinearJSD",
     "LigerFusedLinearJSDLoss", "jsd", "fused_linear_jsd", "fused_linear_jsd_loss", "liger_jsd",
     "liger_fused_linear_jsd", "check", "prepare", "set_eager_errors",
+    # docs/SPEC.md §6: Liger's KL and TVD losses on distil's named divergences
+    "KLDivLoss", "TVDLoss", "LigerKLDIVLoss", "LigerTVDLoss", "kl_div", "tvd", "liger_kl_div",
+    "liger_tvd",
 ]
 
 

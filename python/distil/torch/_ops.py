@@ -2,11 +2,15 @@
 
 Ops (namespace ``distil``), on 2-D row-major tensors prepared by the public wrappers:
   jsd(student_logp [T, V], teacher_logp [T, V], labels [T]?, beta, ignore_index, reduction,
-      want_grad) -> (loss [] or [T] fp32, grad [T, V] or [0])
+      want_grad, divergence, alpha, normaliser, normaliser_device []?)
+      -> (loss [] or [T] fp32, grad [T, V] or [0])
   fused_linear_jsd(xs [T, Hs], Ws [V, Hs], bs [V]?, xt [T, Ht], Wt [V, Ht], bt [V]?,
       labels [T]?, weight_hard, weight_soft, beta, temperature, ignore_index, chunk_rows,
-      want_grad_hidden, want_grad_weight, want_grad_bias)
+      want_grad_hidden, want_grad_weight, want_grad_bias, divergence, alpha, normaliser,
+      normaliser_device []?, temperature_squared)
       -> (loss_parts [3] fp32 = (loss, hard, soft), grad_xs, grad_Ws, grad_bs; [0] if unwanted)
+  (docs/SPEC.md §6: divergence a distil_divergence code, alpha the skew KLs', normaliser N > 0
+  given on the host or 0.0, normaliser_device N as a 0-dim fp32 tensor read on the device.)
   scale_(x, s): x *= s in place, s a 0-dim fp32 tensor, nothing written when s == 1.
 The gradients are computed in the forward call (as Liger does) and saved; backward scales them
 by the upstream gradient on the device (distil_scale), so the usual `loss.backward()` reads
@@ -98,18 +102,20 @@ def _dtype_code(t: Tensor) -> int:
 
 
 def _jsd_impl(student_logp: Tensor, teacher_logp: Tensor, labels: Optional[Tensor], beta: float,
-              ignore_index: int, reduction: str, want_grad: bool) -> tuple[Tensor, Tensor]:
+              ignore_index: int, reduction: str, want_grad: bool, divergence: int = 0,
+              alpha: float = 0.1, normaliser: float = 0.0,
+              normaliser_device: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     rows, vocab = student_logp.shape
     loss = _out(student_logp, (rows,) if reduction == "none" else (), torch.float32)
     grad = _out(student_logp, (rows, vocab) if want_grad else (0,), student_logp.dtype)
     ctx = context_for(student_logp)
     strides = (student_logp.stride(0), teacher_logp.stride(0), vocab)
     desc, nbytes = _calls.jsd_plan(ctx, rows, vocab, strides, _DTYPES[student_logp.dtype], beta,
-                                   ignore_index, reduction)
+                                   ignore_index, reduction, (divergence, alpha, normaliser))
     ws = _workspace(student_logp, nbytes)
     _torch_errors(_calls.run_jsd, ctx, desc, _addr(ws), nbytes, student_logp.data_ptr(),
                   teacher_logp.data_ptr(), _addr(labels), _addr(loss), _addr(grad) if want_grad
-                  else 0)
+                  else 0, _addr(normaliser_device))
     _after_call(ctx, student_logp)
     return loss, grad
 
@@ -118,7 +124,8 @@ jsd_op = torch.library.custom_op("distil::jsd", _jsd_impl, mutates_args=())
 
 
 @jsd_op.register_fake
-def _jsd_fake(student_logp, teacher_logp, labels, beta, ignore_index, reduction, want_grad):
+def _jsd_fake(student_logp, teacher_logp, labels, beta, ignore_index, reduction, want_grad,
+              divergence=0, alpha=0.1, normaliser=0.0, normaliser_device=None):
     rows, vocab = student_logp.shape
     loss = student_logp.new_empty((rows,) if reduction == "none" else (), dtype=torch.float32)
     grad = student_logp.new_empty((rows, vocab) if want_grad else (0,))
@@ -131,13 +138,17 @@ def _jsd_setup(ctx, inputs, output):
     ctx.save_for_backward(output[1] if inputs[6] else None)
 
 
+_JSD_ARGS = 11  # inputs of jsd_op: one gradient (student_logp), None for the others
+
+
 def _jsd_backward(ctx, grad_loss, grad_grad):
     (grad,) = ctx.saved_tensors
+    rest = (None,) * (_JSD_ARGS - 1)
     if not ctx.want_grad:
-        return (None,) * 7
+        return (None,) + rest
     if ctx.reduction == "none":
-        return grad * grad_loss.unsqueeze(-1).to(grad.dtype), None, None, None, None, None, None
-    return _scaled(ctx, [grad], grad_loss)[0], None, None, None, None, None, None
+        return (grad * grad_loss.unsqueeze(-1).to(grad.dtype),) + rest
+    return (_scaled(ctx, [grad], grad_loss)[0],) + rest
 
 
 jsd_op.register_autograd(_jsd_backward, setup_context=_jsd_setup)
@@ -150,7 +161,9 @@ def _fused_impl(student_hidden: Tensor, student_weight: Tensor, student_bias: Op
              teacher_hidden: Tensor, teacher_weight: Tensor, teacher_bias: Optional[Tensor],
              labels: Optional[Tensor], weight_hard: float, weight_soft: float, beta: float,
              temperature: float, ignore_index: int, chunk_rows: int, want_grad_hidden: bool,
-             want_grad_weight: bool, want_grad_bias: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+             want_grad_weight: bool, want_grad_bias: bool, divergence: int = 0, alpha: float = 0.1,
+             normaliser: float = 0.0, normaliser_device: Optional[Tensor] = None,
+             temperature_squared: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     xs, ws, bs, xt, wt, bt = (student_hidden, student_weight, student_bias, teacher_hidden,
                               teacher_weight, teacher_bias)
     parts, gx, gw, gb = _fused_outputs(xs, ws, want_grad_hidden, want_grad_weight, want_grad_bias,
@@ -161,11 +174,13 @@ def _fused_impl(student_hidden: Tensor, student_weight: Tensor, student_bias: Op
     want = want_grad_hidden or want_grad_weight or want_grad_bias
     desc, nbytes = _calls.fused_plan(ctx, rows, ws.shape[0], hs, xt.shape[1], _dtype_code(xs),
                                      (weight_hard, weight_soft), beta, temperature, ignore_index,
-                                     chunk_rows, want, head)
+                                     chunk_rows, want, head, (divergence, alpha, normaliser),
+                                     temperature_squared)
     work = _workspace(xs, nbytes)
     _torch_errors(_calls.run_fused, ctx, desc, _addr(work), nbytes,
                   [_addr(xs), _addr(ws), _addr(bs), _addr(xt), _addr(wt), _addr(bt),
-                   _addr(labels), _addr(parts), _addr(gx), _addr(gw), _addr(gb)])
+                   _addr(labels), _addr(parts), _addr(gx), _addr(gw), _addr(gb)],
+                  _addr(normaliser_device))
     _after_call(ctx, xs)
     return parts, gx, gw, gb
 
@@ -196,9 +211,13 @@ def _fake(like: Tensor, shape, dtype) -> Tensor:
 @fused_op.register_fake
 def _fused_fake(student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight,
                 teacher_bias, labels, weight_hard, weight_soft, beta, temperature, ignore_index,
-                chunk_rows, want_grad_hidden, want_grad_weight, want_grad_bias):
+                chunk_rows, want_grad_hidden, want_grad_weight, want_grad_bias, divergence=0,
+                alpha=0.1, normaliser=0.0, normaliser_device=None, temperature_squared=False):
     return _fused_outputs(student_hidden, student_weight, want_grad_hidden, want_grad_weight,
                           want_grad_bias, _fake)
+
+
+_FUSED_ARGS = 21  # inputs of fused_op: three gradients (xs, Ws, bs), None for the others
 
 
 def _fused_setup(ctx, inputs, output):
@@ -209,7 +228,7 @@ def _fused_setup(ctx, inputs, output):
 def _fused_backward(ctx, grad_parts, grad_gx, grad_gw, grad_gb):
     # Only the combined loss is differentiable: the wrappers hand out the parts detached.
     grads = [g if want else None for g, want in zip(ctx.saved_tensors, ctx.wants)]
-    return tuple(_scaled(ctx, grads, grad_parts[0])) + (None,) * 13
+    return tuple(_scaled(ctx, grads, grad_parts[0])) + (None,) * (_FUSED_ARGS - 3)
 
 
 fused_op.register_autograd(_fused_backward, setup_context=_fused_setup)

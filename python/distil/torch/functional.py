@@ -19,6 +19,13 @@ weight gradient is accumulated in fp32 and written once; the token count stays o
 distil's kernels need no torch.compile and plan their own chunks (`chunk_rows` overrides).
 Hidden states may be 2-D [BT, H] or 3-D [B, T, H] (as TRL passes them), labels of the matching
 shape; non-contiguous tensors are made contiguous.
+
+Beyond Liger (docs/SPEC.md §6), keyword-only on every loss here: divergence= one of "jsd" (the
+default, with beta), "forward_kl", "reverse_kl", "skew_kl", "skew_reverse_kl" (with alpha=, 0.1
+by default) and "tvd"; normaliser= N of the mean instead of the counted rows: a number > 0, or
+a tensor of one element on the inputs' device, read there without a host synchronisation (TRL's
+num_items_in_batch, a token count across ranks; N <= 0 there gives loss and gradient 0); and, on
+the fused losses, temperature_squared=True for the soft part times tau^2.
 """
 
 import math
@@ -27,7 +34,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .. import _errors, _lib
+from .. import _calls, _errors, _lib
 from . import _ops
 
 
@@ -75,6 +82,24 @@ def _wants_grad(t: Optional[Tensor]) -> bool:
     return t is not None and t.requires_grad and torch.is_grad_enabled()
 
 
+def _divergence(divergence, alpha, normaliser, device, fn: str):
+    """(code, alpha, host normaliser, device normaliser tensor or None) for the ops."""
+    code = _calls.divergence_code(divergence)
+    if isinstance(normaliser, Tensor):
+        if normaliser.numel() != 1:
+            _fail(f"{fn}: normaliser: a tensor of one element is needed, got shape "
+                  f"{tuple(normaliser.shape)}")
+        if normaliser.device != device:
+            _fail(f"{fn}: normaliser is on {normaliser.device}, the inputs on {device}")
+        return code, float(alpha), 0.0, normaliser.detach().reshape(()).to(torch.float32)
+    if normaliser is None:
+        return code, float(alpha), 0.0, None
+    n = float(normaliser)
+    if not n > 0:  # 0 would mean "counted" to the library: refuse it here, with the same rule
+        _fail(f"{fn}: normaliser {n} must be > 0")
+    return code, float(alpha), n, None
+
+
 def _check_temperature(fn: str, temperature: float):
     if not (math.isfinite(temperature) and temperature > 0):
         _fail(f"{fn}: temperature {temperature} must be finite and > 0")
@@ -84,13 +109,15 @@ def _check_temperature(fn: str, temperature: float):
 
 
 def jsd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None, beta: float = 0.5,
-        ignore_index: int = -100, *, reduction: str = "batchmean") -> Tensor:
+        ignore_index: int = -100, *, reduction: str = "batchmean", divergence: str = "jsd",
+        alpha: float = 0.1, normaliser=None) -> Tensor:
     """Generalised JSD between student log-probs `input` and teacher log-probs `target`.
 
     input, target: [..., V] log-probabilities (not re-normalised); shift_labels: [...] or None.
     beta weights the teacher: 0 gives KL(p||q), 1 gives KL(q||p). reduction "batchmean"
     (Liger's, the default: sum over rows / rows whose label != ignore_index), "sum" or "none"
-    (per row, shaped like the leading dimensions). Returns an fp32 loss.
+    (per row, shaped like the leading dimensions). Returns an fp32 loss. divergence, alpha,
+    normaliser (batchmean only): see the module docstring.
     """
     fn = "jsd"
     _same(fn, ("input", "target"), (input, target))
@@ -99,8 +126,9 @@ def jsd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None, be
     lead = input.shape[:-1]
     x, y = _rows("input", input), _rows("target", target)
     labels = _labels(fn, shift_labels, x.shape[0], x.device)
+    code, alpha, n_host, n_dev = _divergence(divergence, alpha, normaliser, x.device, fn)
     loss = _ops.jsd(x, y, labels, float(beta), int(ignore_index), reduction,
-                    _wants_grad(input))
+                    _wants_grad(input), code, alpha, n_host, n_dev)
     return loss.reshape(lead) if reduction == "none" else loss
 
 
@@ -113,7 +141,7 @@ _FUSED_NAMES = ("student_input", "student_weight", "teacher_input", "teacher_wei
 
 def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, labels,
            student_bias, teacher_bias, weight_hard, weight_soft, beta, ignore_index,
-           temperature, chunk_rows):
+           temperature, chunk_rows, div=("jsd", 0.1, None, False)):
     """The fused op on 2-D views; returns (loss, hard, soft), the parts detached."""
     _same(fn, _FUSED_NAMES, (student_input, student_weight, teacher_input, teacher_weight,
                              student_bias, teacher_bias))
@@ -135,10 +163,11 @@ def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, lab
     ws, wt = student_weight.contiguous(), teacher_weight.contiguous()
     bs = student_bias.contiguous() if student_bias is not None else None
     bt = teacher_bias.contiguous() if teacher_bias is not None else None
+    code, alpha, n_host, n_dev = _divergence(div[0], div[1], div[2], xs.device, fn)
     parts = _ops.fused(xs, ws, bs, xt, wt, bt, lab, float(weight_hard), float(weight_soft),
                        float(beta), float(temperature), int(ignore_index), int(chunk_rows),
                        _wants_grad(student_input), _wants_grad(student_weight),
-                       _wants_grad(student_bias))
+                       _wants_grad(student_bias), code, alpha, n_host, n_dev, bool(div[3]))
     # Without labels (weight_hard == 0) every row counts and the library writes a hard part of 0.
     return parts[0], parts[1].detach(), parts[2].detach()
 
@@ -146,7 +175,8 @@ def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, lab
 def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
                      teacher_weight: Tensor, shift_labels: Optional[Tensor] = None,
                      jsd_beta: float = 0.5, ignore_index: int = -100, temperature: float = 1.0,
-                     *, chunk_rows: int = 0) -> Tensor:
+                     *, chunk_rows: int = 0, divergence: str = "jsd", alpha: float = 0.1,
+                     normaliser=None, temperature_squared: bool = False) -> Tensor:
     """JSD of the two heads' tempered distributions (Liger's LigerFusedLinearJSD), fp32.
 
     student_input [..., Hs], student_weight [V, Hs], teacher_input [..., Ht], teacher_weight
@@ -154,7 +184,8 @@ def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_inpu
     """
     loss, _, _ = _fused("fused_linear_jsd", student_input, student_weight, teacher_input,
                         teacher_weight, shift_labels, None, None, 0.0, 1.0, jsd_beta,
-                        ignore_index, temperature, chunk_rows)
+                        ignore_index, temperature, chunk_rows,
+                        (divergence, alpha, normaliser, temperature_squared))
     return loss
 
 
@@ -165,7 +196,9 @@ def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher
                           weight_soft_loss: float = 0.5, beta: float = 0.5,
                           ignore_index: int = -100, temperature: float = 1.0,
                           compiled: bool = True, chunk_size: int = 1024,
-                          return_soft_hard_loss: bool = False, *, chunk_rows: int = 0):
+                          return_soft_hard_loss: bool = False, *, chunk_rows: int = 0,
+                          divergence: str = "jsd", alpha: float = 0.1, normaliser=None,
+                          temperature_squared: bool = False):
     """Hard CE + soft JSD through both heads (Liger's LigerFusedLinearJSDLoss).
 
     loss = weight_hard_loss * CE / N + weight_soft_loss * JSD(beta, temperature) / N with
@@ -177,7 +210,8 @@ def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher
     loss, hard, soft = _fused("fused_linear_jsd_loss", student_input, student_weight,
                               teacher_input, teacher_weight, true_labels, student_bias,
                               teacher_bias, weight_hard_loss, weight_soft_loss, beta,
-                              ignore_index, temperature, chunk_rows)
+                              ignore_index, temperature, chunk_rows,
+                              (divergence, alpha, normaliser, temperature_squared))
     return (loss, soft, hard) if return_soft_hard_loss else loss
 
 

@@ -4,7 +4,10 @@
   FusedLinearJSD      = liger_kernel.transformers.LigerFusedLinearJSD
   FusedLinearJSDLoss  = liger_kernel.chunked_loss.LigerFusedLinearJSDLoss
 Switching is an import change (the Liger names are exported too). See distil.torch.functional
-for where distil deliberately differs (fp32 loss and logits, fp32 weight-gradient accumulation).
+for where distil deliberately differs (fp32 loss and logits, fp32 weight-gradient accumulation),
+and for the keyword-only options beyond Liger (docs/SPEC.md §6): divergence, alpha, normaliser
+(constructor; a forward `normaliser=` overrides it per call) and temperature_squared.
+KLDivLoss and TVDLoss (Liger's LigerKLDIVLoss, LigerTVDLoss) are in distil.torch.divergences.
 """
 
 import math
@@ -30,14 +33,18 @@ class JSD(torch.nn.Module):
     ignore_index (all rows without labels). Inputs [BT, V] or [B, T, V]; fp32 loss.
     """
 
-    def __init__(self, beta: float = 0.5, ignore_index: int = -100):
+    def __init__(self, beta: float = 0.5, ignore_index: int = -100, *, divergence: str = "jsd",
+                 alpha: float = 0.1, normaliser=None):
         super().__init__()
         self.beta = beta
         self.ignore_index = ignore_index
+        self.divergence, self.alpha, self.normaliser = divergence, alpha, normaliser
 
     def forward(self, log_q: Tensor, log_p: Tensor,
-                shift_labels: Optional[torch.LongTensor] = None) -> Tensor:
-        return F.jsd(log_q, log_p, shift_labels, self.beta, self.ignore_index)
+                shift_labels: Optional[torch.LongTensor] = None, *, normaliser=None) -> Tensor:
+        return F.jsd(log_q, log_p, shift_labels, self.beta, self.ignore_index,
+                     divergence=self.divergence, alpha=self.alpha,
+                     normaliser=normaliser if normaliser is not None else self.normaliser)
 
 
 class FusedLinearJSD(torch.nn.Module):
@@ -46,19 +53,26 @@ class FusedLinearJSD(torch.nn.Module):
     student_weight. No hard loss, no biases (as Liger's LigerFusedLinearJSD)."""
 
     def __init__(self, jsd_beta: float = 0.5, ignore_index: int = -100,
-                 temperature: float = 1.0):
+                 temperature: float = 1.0, *, divergence: str = "jsd", alpha: float = 0.1,
+                 normaliser=None, temperature_squared: bool = False):
         super().__init__()
         _check_temperature(temperature)
         self.jsd_beta = jsd_beta
         self.temperature = temperature
         self.ignore_index = ignore_index
+        self.divergence, self.alpha, self.normaliser = divergence, alpha, normaliser
+        self.temperature_squared = temperature_squared
 
     def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
-                teacher_weight: Tensor,
-                shift_labels: Optional[torch.LongTensor] = None) -> Tensor:
+                teacher_weight: Tensor, shift_labels: Optional[torch.LongTensor] = None, *,
+                normaliser=None) -> Tensor:
         return F.fused_linear_jsd(student_input, student_weight, teacher_input, teacher_weight,
                                   shift_labels, self.jsd_beta, self.ignore_index,
-                                  self.temperature)
+                                  self.temperature, divergence=self.divergence,
+                                  alpha=self.alpha,
+                                  normaliser=normaliser if normaliser is not None
+                                  else self.normaliser,
+                                  temperature_squared=self.temperature_squared)
 
 
 class FusedLinearJSDLoss(torch.nn.Module):
@@ -75,8 +89,12 @@ class FusedLinearJSDLoss(torch.nn.Module):
     def __init__(self, weight_hard_loss: float = 0.5, weight_soft_loss: float = 0.5,
                  beta: float = 0.5, ignore_index: int = -100, temperature: float = 1.0,
                  compiled: bool = True, chunk_size: int = 1024,
-                 return_soft_hard_loss: bool = False, *, chunk_rows: int = 0):
+                 return_soft_hard_loss: bool = False, *, chunk_rows: int = 0,
+                 divergence: str = "jsd", alpha: float = 0.1, normaliser=None,
+                 temperature_squared: bool = False):
         super().__init__()
+        self.divergence, self.alpha, self.normaliser = divergence, alpha, normaliser
+        self.temperature_squared = temperature_squared
         _check_temperature(temperature)
         self.weight_hard_loss = weight_hard_loss
         self.weight_soft_loss = weight_soft_loss
@@ -90,13 +108,18 @@ class FusedLinearJSDLoss(torch.nn.Module):
 
     def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
                 teacher_weight: Tensor, true_labels: Optional[torch.LongTensor],
-                student_bias: Optional[Tensor] = None, teacher_bias: Optional[Tensor] = None):
+                student_bias: Optional[Tensor] = None, teacher_bias: Optional[Tensor] = None, *,
+                normaliser=None):
         return F.fused_linear_jsd_loss(student_input, student_weight, teacher_input,
                                        teacher_weight, true_labels, student_bias, teacher_bias,
                                        self.weight_hard_loss, self.weight_soft_loss, self.beta,
                                        self.ignore_index, self.temperature, self.compiled,
                                        self.chunk_size, self.return_soft_hard_loss,
-                                       chunk_rows=self.chunk_rows)
+                                       chunk_rows=self.chunk_rows, divergence=self.divergence,
+                                       alpha=self.alpha,
+                                       normaliser=normaliser if normaliser is not None
+                                       else self.normaliser,
+                                       temperature_squared=self.temperature_squared)
 
 
 # Liger's names, so that switching is an import change.
