@@ -37,6 +37,9 @@ typedef struct bench_shape {
     float weight_soft;  /* fused only */
     int64_t chunk_rows; /* fused only; 0 = the library's choice */
     double ignore_frac; /* fraction of rows whose label is ignore_index */
+    /* docs/SPEC.md §6: the (soft part's) divergence and the skew KLs' alpha */
+    distil_divergence divergence;
+    float alpha;
 } bench_shape;
 
 /* The command line, after defaults and presets. */
@@ -144,6 +147,8 @@ void bench_floor_apply(bench_result *r);
 
 /* bench_output.c */
 const char *bench_workload_name(bench_workload w);
+/* "jsd", "forward_kl", "reverse_kl", "skew_kl", "skew_reverse_kl", "tvd" (--divergence). */
+const char *bench_divergence_name(distil_divergence d);
 const char *bench_mode_name(bench_mode m);
 void bench_print_header(FILE *f);
 void bench_print_row(FILE *f, const bench_result *r);

@@ -24,6 +24,7 @@ typedef enum bench_kind {
     K_WORKLOAD, /* jsd | fused | all */
     K_MODE,     /* forward | full | all */
     K_TIMING,   /* auto | sync | batch */
+    K_DIV,      /* a divergence of docs/SPEC.md §6, by bench_divergence_name */
     K_SWITCH,   /* no value: sets an int to 1 */
 } bench_kind;
 
@@ -65,6 +66,10 @@ static const bench_flag bench_flags[] = {
     {"fused-dtype", K_DTYPE, OFF(fused.dtype), NONE, 0, 0,
      "D     dtype of the fused workload (gpu default bf16, cpu f32)"},
     {"beta", K_FLT, OFF(jsd.beta), OFF(fused.beta), 0, 1, "F     JSD beta in [0, 1] (default 0.5)"},
+    {"divergence", K_DIV, OFF(jsd.divergence), OFF(fused.divergence), 0, 0,
+     "NAME  jsd | forward_kl | reverse_kl | skew_kl | skew_reverse_kl | tvd (default jsd)"},
+    {"alpha", K_FLT, OFF(jsd.alpha), OFF(fused.alpha), 0, 1,
+     "F     skew of skew_kl / skew_reverse_kl in [0, 1] (default 0.1)"},
     {"tau", K_FLT, OFF(fused.tau), NONE, 1e-30, 1e30, "F     temperature > 0 (default 1)"},
     {"weight-hard", K_FLT, OFF(fused.weight_hard), NONE, 0, 1e30, "F     CE weight (default 0.5)"},
     {"weight-soft", K_FLT, OFF(fused.weight_soft), NONE, 0, 1e30, "F     JSD weight (default 0.5)"},
@@ -252,6 +257,10 @@ static int bench_set_one(const bench_flag *fl, char *v, void *field) {
         w = bench_word(v, "auto|sync|batch");
         *(bench_timing *)field = (bench_timing)w;
         return w >= 0 ? 0 : -1;
+    case K_DIV:
+        w = bench_word(v, "jsd|forward_kl|reverse_kl|skew_kl|skew_reverse_kl|tvd");
+        *(distil_divergence *)field = (distil_divergence)(w >= 0 ? w : 0);
+        return w >= 0 ? 0 : -1;
     case K_SWITCH:
         *(int *)field = 1;
         return 0;
@@ -273,7 +282,8 @@ static void bench_defaults(bench_options *opt) {
     opt->cache_mb = 512.0;
     opt->isolate = -1;
     opt->seed = 42;
-    bench_shape base = {.beta = 0.5f, .tau = 1.0f, .weight_hard = 0.5f, .weight_soft = 0.5f};
+    bench_shape base = {
+        .beta = 0.5f, .tau = 1.0f, .weight_hard = 0.5f, .weight_soft = 0.5f, .alpha = 0.1f};
     opt->jsd = base;
     opt->jsd.workload = BENCH_JSD;
     opt->fused = base;
@@ -373,6 +383,8 @@ static const char *bench_expected(const bench_flag *fl) {
         return "expected forward, full or all";
     case K_TIMING:
         return "expected auto, sync or batch";
+    case K_DIV:
+        return "expected jsd, forward_kl, reverse_kl, skew_kl, skew_reverse_kl or tvd";
     case K_STR:
         return "expected a non-empty value";
     default:

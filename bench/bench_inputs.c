@@ -332,6 +332,8 @@ static void bench_jsd_desc_of(const bench_shape *s, distil_jsd_desc *d) {
     d->vocab = s->vocab;
     d->dtype = s->dtype;
     d->beta = s->beta;
+    d->divergence = s->divergence;
+    d->alpha = s->alpha;
 }
 
 static void bench_fused_desc_of(const bench_shape *s, distil_fused_linear_jsd_desc *d) {
@@ -346,6 +348,8 @@ static void bench_fused_desc_of(const bench_shape *s, distil_fused_linear_jsd_de
     d->beta = s->beta;
     d->temperature = s->tau;
     d->chunk_rows = s->chunk_rows;
+    d->divergence = s->divergence;
+    d->alpha = s->alpha;
 }
 
 distil_status bench_call(distil_ctx *ctx, const bench_shape *s, bench_mode mode,

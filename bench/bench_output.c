@@ -12,6 +12,12 @@
 
 #include "bench.h"
 
+const char *bench_divergence_name(distil_divergence d) {
+    static const char *const names[] = {"jsd",     "forward_kl",      "reverse_kl",
+                                        "skew_kl", "skew_reverse_kl", "tvd"};
+    return (unsigned)d < sizeof names / sizeof names[0] ? names[d] : "?";
+}
+
 const char *bench_workload_name(bench_workload w) {
     return w == BENCH_JSD ? "jsd" : "fused";
 }
@@ -37,6 +43,8 @@ static void bench_fields(const bench_result *r, bench_field_fn fn, void *u) {
     fn(u, "Hs", NULL, s->workload == BENCH_FUSED ? (double)s->hs : NAN);
     fn(u, "Ht", NULL, s->workload == BENCH_FUSED ? (double)s->ht : NAN);
     fn(u, "beta", NULL, s->beta);
+    fn(u, "divergence", bench_divergence_name(s->divergence), 0);
+    fn(u, "alpha", NULL, s->alpha);
     fn(u, "temperature", NULL, s->workload == BENCH_FUSED ? s->tau : NAN);
     fn(u, "weight_hard", NULL, s->workload == BENCH_FUSED ? s->weight_hard : NAN);
     fn(u, "weight_soft", NULL, s->workload == BENCH_FUSED ? s->weight_soft : NAN);
