@@ -259,8 +259,9 @@ typedef struct distil_jsd_desc {
     float alpha;                  /* skew in [0, 1] of the SKEW_* divergences (default 0.1) */
     /* The batchmean normaliser N given by the caller instead of counted (gradient accumulation,
      * tokens across data-parallel ranks): normaliser > 0 as a host value, or normaliser_device,
-     * one fp32 in the context's memory read on the device (no host synchronisation). At most one
-     * of the two; both 0 / NULL (the default): N is counted. */
+     * one fp32 in the context's memory read on the device (no host synchronisation; N <= 0 or
+     * NaN there: loss and gradient 0). At most one of the two, and only with BATCHMEAN; both
+     * 0 / NULL (the default): N is counted. Labels still ignore rows. docs/SPEC.md §6. */
     float normaliser;
     const float *normaliser_device;
 } distil_jsd_desc;
@@ -268,8 +269,8 @@ typedef struct distil_jsd_desc {
 DISTIL_API void distil_jsd_desc_init(distil_jsd_desc *desc);
 
 /*
- * Generalised JSD between student and teacher log-probabilities, and its gradient with respect
- * to the student (docs/SPEC.md §1).
+ * Generalised JSD between student and teacher log-probabilities, or the divergence of
+ * desc.divergence (docs/SPEC.md §6), and its gradient with respect to the student (§1).
  *   student_logp  (rows, vocab), row stride student_stride, dtype       x = log q
  *   teacher_logp  (rows, vocab), row stride teacher_stride, dtype       y = log p
  *   labels        (rows) int64 or NULL (no row ignored)
@@ -282,6 +283,7 @@ DISTIL_API void distil_jsd_desc_init(distil_jsd_desc *desc);
  * backends. Scratch memory: distil_jsd_workspace_size. Returns DISTIL_OK, DISTIL_ERR_INVALID_ARG,
  * DISTIL_ERR_VERSION, DISTIL_ERR_UNSUPPORTED, DISTIL_ERR_OUT_OF_MEMORY, DISTIL_ERR_WORKSPACE,
  * DISTIL_ERR_BACKEND.
+ * docs/SPEC.md §6: desc.normaliser / normaliser_device give batchmean's N instead of counting it.
  */
 DISTIL_API DISTIL_NODISCARD distil_status distil_jsd(distil_ctx *ctx, const distil_jsd_desc *desc,
                                                      const void *student_logp,
@@ -321,9 +323,12 @@ typedef struct distil_fused_linear_jsd_desc {
     distil_divergence divergence; /* default JSD (uses beta) */
     float alpha;                  /* skew of the SKEW_* divergences (default 0.1) */
     float teacher_temperature; /* > 0: the teacher's own temperature; 0 = temperature (default) */
-    int temperature_squared;   /* nonzero: the soft part is multiplied by tau^2 (Hinton) */
-    float normaliser;          /* > 0: N given on the host; 0 = counted (default) */
-    const float *normaliser_device; /* or N as one fp32 in the context's memory; NULL = none */
+    int temperature_squared;   /* nonzero: the soft part is multiplied by tau^2 (Hinton); the
+                                  parts of return_parts stay without it */
+    float normaliser;          /* > 0: N given on the host; 0 = counted (default); labels still
+                                  ignore rows, docs/SPEC.md §6 */
+    const float *normaliser_device; /* or N as one fp32 in the context's memory, read on the
+                                       device (N <= 0 or NaN: loss and gradients 0); NULL = none */
     /* Per head, docs/SPEC.md §6: z <- cap tanh(scale z / cap); cap 0 = no cap (z <- scale z). */
     float student_logit_scale; /* default 1 */
     float student_softcap;     /* default 0 */
@@ -349,7 +354,9 @@ DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *
  *   labels          (rows) int64; ignore_index marks ignored rows. May be NULL when
  *                   weight_hard == 0: then every row counts (N = rows) and the hard part is 0
  *   loss            fp32: 1 value, loss = wh * sum CE / N + ws * sum JSD / N, N = max(1, valid
- *                   rows); with return_parts, 3 values: loss, sum CE / N, sum JSD / N
+ *                   rows) or the given normaliser; with return_parts, 3 values: loss,
+ *                   sum CE / N, sum JSD / N (JSD: the soft part's divergence; the loss has
+ *                   tau^2 ws with temperature_squared, the part not)
  *   grad_student_hidden  (rows, Hs) dtype or NULL
  *   grad_student_weight  (V, Hs) dtype or NULL (accumulated in fp32, written once)
  *   grad_student_bias    (V) dtype or NULL; may be given only with student_bias
