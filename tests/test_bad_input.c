@@ -441,7 +441,7 @@ static void test_foreign_memory(void **state) {
 static const float bad_alpha[] = {-0.01f, 1.01f, NAN, INFINITY};
 static const distil_divergence bad_div[] = {(distil_divergence)-1, (distil_divergence)6,
                                             (distil_divergence)100};
-static const float bad_norm[] = {-1.0f, NAN, INFINITY, -INFINITY};
+static const float bad_norm[] = {-1.0f, NAN, INFINITY, -INFINITY, 1e-45f};
 
 static void test_jsd_divergence(void **state) {
     (void)state;

@@ -2,7 +2,8 @@
  * test_cuda_graph.c - both losses captured into a CUDA graph on a stream lent to the context,
  * then replayed: every replay writes the same bits as an eager call (a call enqueues work and
  * never synchronises the host, so it can be captured). Built only with the cuda
- * backend; without a device it reports "skipped".
+ * backend; without a device it reports "skipped". A normaliser given on the device
+ * (docs/SPEC.md §6) is read at replay: doubling it halves the outputs, bit for bit.
  */
 #include "test_util.h"
 
@@ -20,6 +21,8 @@ typedef struct graph_case {
     void *out[4];
     size_t out_bytes[4];
     int n_out;
+    float *norm; /* the device normaliser of jd (fp32 outputs), or NULL */
+    float norm_value;
 } graph_case;
 
 static distil_status graph_jsd_call(distil_ctx *ctx, const graph_case *c) {
@@ -100,7 +103,17 @@ static void graph_make_fused(distil_ctx *ctx, graph_case *c, distil_dtype dt) {
     c->call = graph_fused_call;
 }
 
+/* The JSD case with a skew KL and N = 8 given on the device (fp32 outputs). */
+static void graph_make_jsd_norm(distil_ctx *ctx, graph_case *c) {
+    graph_make_jsd(ctx, c);
+    c->jd.divergence = DISTIL_DIVERGENCE_SKEW_KL, c->jd.alpha = 0.2f;
+    c->norm_value = 8.0f;
+    c->norm = tu_upload(ctx, &c->norm_value, sizeof c->norm_value);
+    c->jd.normaliser_device = c->norm;
+}
+
 static void graph_free(distil_ctx *ctx, graph_case *c) {
+    distil_free(ctx, c->norm);
     for (int i = 0; i < 7; i++) {
         distil_free(ctx, c->in[i]);
     }
@@ -117,6 +130,29 @@ static void graph_poison(distil_ctx *ctx, const graph_case *c) {
         tu_poison(h, c->out_bytes[i]);
         TU_OK(ctx, distil_memcpy_to_device(ctx, c->out[i], h, c->out_bytes[i]));
         free(h);
+    }
+}
+
+/* With N doubled on the device, one more replay writes exactly half of ref (fp32 outputs:
+ * loss / 2N and grad_scale / 2N are the halves of loss / N and grad_scale / N, exactly). */
+static void graph_check_norm(distil_ctx *ctx, cudaStream_t s, cudaGraphExec_t exec,
+                             const graph_case *c, void *const *ref, void *const *got) {
+    const float twice = 2.0f * c->norm_value;
+    TU_OK(ctx, distil_memcpy_to_device(ctx, c->norm, &twice, sizeof twice));
+    graph_poison(ctx, c);
+    assert_int_equal(cudaGraphLaunch(exec, s), cudaSuccess);
+    assert_int_equal(cudaStreamSynchronize(s), cudaSuccess);
+    TU_OK(ctx, distil_ctx_synchronize(ctx));
+    for (int i = 0; i < c->n_out; i++) {
+        tu_download(ctx, got[i], c->out[i], c->out_bytes[i]);
+        const float *g = got[i], *r = ref[i];
+        for (size_t k = 0; k < c->out_bytes[i] / sizeof(float); k++) {
+            if (!(g[k] == r[k] / 2.0f)) {
+                print_error("replay with N doubled: output %d[%zu] = %g, want %g\n", i, k,
+                            (double)g[k], (double)(r[k] / 2.0f));
+                fail();
+            }
+        }
     }
 }
 
@@ -152,6 +188,9 @@ static void graph_check(distil_ctx *ctx, cudaStream_t s, graph_case *c) {
             TU_CHECK_BITWISE("graph replay", got[i], ref[i], c->out_bytes[i]);
         }
     }
+    if (c->norm != NULL) {
+        graph_check_norm(ctx, s, exec, c, ref, got);
+    }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     for (int i = 0; i < c->n_out; i++) {
@@ -177,6 +216,11 @@ static void graph_run(void (*make)(distil_ctx *, graph_case *)) {
 static void test_jsd_graph(void **state) {
     (void)state;
     graph_run(graph_make_jsd);
+}
+
+static void test_jsd_graph_normaliser(void **state) {
+    (void)state;
+    graph_run(graph_make_jsd_norm);
 }
 
 static void graph_make_fused_bf16(distil_ctx *ctx, graph_case *c) {
@@ -206,6 +250,7 @@ int main(void) {
         cmocka_unit_test(test_jsd_graph),
         cmocka_unit_test(test_fused_graph),
         cmocka_unit_test(test_fused_graph_f32),
+        cmocka_unit_test(test_jsd_graph_normaliser),
     };
     return cmocka_run_group_tests_name("cuda graph capture", tests, NULL, NULL);
 }
