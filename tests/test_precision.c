@@ -385,16 +385,34 @@ static void pr_fused_run(distil_ctx *ctx, const pr_fused *c, float *loss, void *
     }
 }
 
+/* GEMM orders of the careful evaluation's logits (pr_fused_logits). */
+enum { PR_ORDERS = 4 };
+
 /* Logits of row i (v values) from the rounded inputs, accumulated in fp32 as a GEMM does
- * (docs/SPEC.md §2 step 1), forwards or backwards over the hidden index: their rounding, which
- * depends on the GEMM's order, is part of the formula every backend evaluates. */
-static void pr_fused_logits(const pr_fused *c, const void *x, int64_t i, bool back, float *z) {
+ * (docs/SPEC.md §2 step 1), in one of PR_ORDERS orders over the hidden index: forwards and
+ * backwards with separate products and sums, in 4 lanes of fused multiply-adds (a vectorised
+ * GEMM), and forwards with fused multiply-adds (what OpenBLAS and PoCL compute at these hidden
+ * sizes, bit for bit: without this order a skew KL at tau = 0.05 and a TVD of nearly equal rows,
+ * whose gradients are that sensitive to the logits' last bits, exceed 8x the careful error).
+ * Their rounding, which depends on the GEMM's order, is part of the formula every backend
+ * evaluates. */
+static void pr_fused_logits(const pr_fused *c, const void *x, int64_t i, int order, float *z) {
     for (int64_t v = 0; v < c->v; v++) {
-        float s = 0.0f;
+        float s = 0.0f, lane[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int64_t j = 0; j < c->h; j++) {
-            int64_t k = back ? c->h - 1 - j : j;
-            s += tu_get(x, c->dt, (size_t)(i * c->h + k)) *
-                 tu_get(c->ws, c->dt, (size_t)(v * c->h + k));
+            int64_t k = order == 1 ? c->h - 1 - j : j;
+            float a = tu_get(x, c->dt, (size_t)(i * c->h + k));
+            float b = tu_get(c->ws, c->dt, (size_t)(v * c->h + k));
+            if (order < 2) {
+                s += a * b;
+            } else if (order == 3) {
+                s = fmaf(a, b, s);
+            } else {
+                lane[j % 4] = fmaf(a, b, lane[j % 4]);
+            }
+        }
+        if (order == 2) {
+            s = (lane[0] + lane[1]) + (lane[2] + lane[3]);
         }
         z[v] = s;
     }
@@ -416,7 +434,7 @@ static void pr_row_lse(const float *z, int64_t n, float scale, float *m, float *
 
 /* The careful fp32 row pass of docs/SPEC.md §2 steps 2-5 on fp32 logits (sums in double, element
  * terms by the header in float), then grad_xs = G Ws in double, rounded to dtype. */
-static void pr_fused_careful(const pr_fused *c, bool back, float *loss, void *gxs, double *cond) {
+static void pr_fused_careful(const pr_fused *c, int order, float *loss, void *gxs, double *cond) {
     distil_elem_beta kb = distil_elem_div_make(c->div, c->beta, c->alpha);
     de_coef k;
     DE_COEF_SET(k, kb);
@@ -425,8 +443,8 @@ static void pr_fused_careful(const pr_fused *c, bool back, float *loss, void *gx
     float it = 1.0f / c->tau;
     double n = (double)c->t, ce = 0.0, jsd = 0.0, jsd_abs = 0.0;
     for (int64_t i = 0; i < c->t; i++) {
-        pr_fused_logits(c, c->xs, i, back, zs);
-        pr_fused_logits(c, c->xt, i, back, zt);
+        pr_fused_logits(c, c->xs, i, order, zs);
+        pr_fused_logits(c, c->xt, i, order, zt);
         float m1, l1, ms, ls, mt, lt;
         pr_row_lse(zs, c->v, 1.0f, &m1, &l1);
         pr_row_lse(zs, c->v, it, &ms, &ls);
@@ -489,12 +507,12 @@ static void pr_fused_case(tu_rng *r, distil_dtype dt) {
     void *gr = pr_xmalloc(gb), *gbk = pr_xmalloc(gb), *gc = pr_xmalloc(gb);
     pr_fused_run(g_ref, &c, lr, gr);
     pr_fused_run(g_ctx, &c, lb, gbk);
-    /* the careful error: the larger of two GEMM orders' (the logits' rounding is not the row
-     * math's, and a backend's GEMM has an order of its own) */
+    /* the careful error: the largest of PR_ORDERS GEMM orders' (the logits' rounding is not the
+     * row math's, and a backend's GEMM has an order of its own) */
     double ec[4] = {0.0, 0.0, 0.0, 0.0};
-    for (int back = 0; back < 2; back++) {
+    for (int order = 0; order < PR_ORDERS; order++) {
         double cond;
-        pr_fused_careful(&c, back, lc, gc, &cond);
+        pr_fused_careful(&c, order, lc, gc, &cond);
         ec[0] = fmax(ec[0], tu_rel_err(lc[0], lr[0]));
         ec[1] = fmax(ec[1], fmax(pr_part_err(lc[2], lr[2], lr[0]), 0x1p-23 * cond));
         ec[3] = fmax(ec[3], tu_rel_err(lc[1], lr[1]));

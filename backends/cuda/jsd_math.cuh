@@ -23,8 +23,9 @@ namespace DISTIL_GPU_NS {
 #define DE_ABS(a)       fabsf(a)
 #define DE_EXP(a)       expf(a)
 /* The one place where a fast intrinsic is harmless (distil_elem.h says why; the precision suite
- * checks it): the series' division, by a number in [1.5, 3]. (A fast exp of the far form's ratio
- * is not: at beta near 1 its |d| ulp reach the loss, which cancels to (1 - beta).) */
+ * checks it): the divisions by a number in [1/2, 3] (the series' and the shares of m). (A fast exp
+ * of the far form's ratio is not: at beta near 1 its |d| ulp reach the loss, which cancels to
+ * (1 - beta).) */
 #define DE_DIV(a, b) __fdividef(a, b)
 #include "math/distil_elem.h"
 

@@ -18,9 +18,9 @@
  *                    a subnormal probability is not 0); exp(-inf) = 0; NaN stays NaN
  *   DE_F64           (optional) DE_T is double: libm's expm1 replaces the polynomial and the
  *                    series run to double precision
- *   DE_DIV(a, b)     (optional, default a / b) a / b for b in [1.5, 3] to 2 ulp: the series'
- *                    s = t / (2 + t); a fast division is harmless there (s's error is the
- *                    result's, relative)
+ *   DE_DIV(a, b)     (optional, default a / b) a / b for b in [1/2, 3] to 2 ulp: the series'
+ *                    s = t / (2 + t) and the shares of m (de_mix_parts); a fast division is
+ *                    harmless there (its error is the result's, relative)
  *
  * Forms (chosen for docs/SPEC.md §3's regimes; each factor relatively accurate, so an element term
  * is good to a few ulp; at |d| just above 0.69 the far form's two terms cancel by a factor of ~5,
@@ -218,10 +218,11 @@ DE_FN de_mixp de_mix_parts(const de_coef *k, DE_T x, DE_T y) {
     m.lp = DE_SEL(m.near, -l1, lp_far);
     /* near: m = p (1 + (1 - beta) u) = q (1 + beta w); far: m = (larger part) (1 + r). */
     DE_T one = DE_V(DE_K(1.0));
-    DE_T rr = r / (one + r);
-    DE_T ir = one / (one + r);
-    m.sq = DE_SEL(m.near, k->omb * (one + u) / (one + tu), DE_SEL(teach, rr, ir));
-    m.sp = DE_SEL(m.near, k->beta * (one + w) / (one + tw), DE_SEL(teach, ir, rr));
+    /* Divisors in [1/2, 2] on the lanes kept (DE_DIV's range); one reciprocal serves both. */
+    DE_T ir = DE_DIV(one, one + r);
+    DE_T rr = r * ir;
+    m.sq = DE_SEL(m.near, DE_DIV(k->omb * (one + u), one + tu), DE_SEL(teach, rr, ir));
+    m.sp = DE_SEL(m.near, DE_DIV(k->beta * (one + w), one + tw), DE_SEL(teach, ir, rr));
     return m;
 }
 
