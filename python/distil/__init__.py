@@ -137,8 +137,11 @@ def _labels(call, labels, rows):
 
 
 def jsd(student_logp, teacher_logp, labels=None, *, beta=0.5, ignore_index=-100,
-        reduction="batchmean", grad=True):
+        reduction="batchmean", grad=True, divergence="jsd", alpha=0.1, normaliser=0.0):
     """Generalised JSD (docs/SPEC.md §1) of [T, V] log-probs: returns (loss, grad or None).
+
+    divergence / alpha: a divergence of docs/SPEC.md §6 ("jsd", "forward_kl", "reverse_kl",
+    "skew_kl", "skew_reverse_kl", "tvd"); normaliser: batchmean's N (> 0) instead of the count.
 
     loss is fp32: a scalar, or [T] for reduction "none"; grad has the inputs' dtype.
     """
@@ -159,7 +162,8 @@ def jsd(student_logp, teacher_logp, labels=None, *, beta=0.5, ignore_index=-100,
         strides = (x.strides[0] if rows > 1 else vocab, y.strides[0] if rows > 1 else vocab,
                    vocab)
         desc, nbytes = _calls.jsd_plan(call.ctx, rows, vocab, strides, x.dtype, beta,
-                                       ignore_index, reduction)
+                                       ignore_index, reduction,
+                                       (_calls.divergence_code(divergence), alpha, normaliser))
         ws = call.workspace(nbytes)
         _calls.run_jsd(call.ctx, desc, ws, nbytes, x.addr, y.addr, lab, loss_addr, g_addr)
         call.finish()
@@ -172,13 +176,16 @@ def jsd(student_logp, teacher_logp, labels=None, *, beta=0.5, ignore_index=-100,
 def fused_linear_jsd(student_hidden, student_weight, teacher_hidden, teacher_weight,
                      labels=None, *, student_bias=None, teacher_bias=None, weight_hard=0.5,
                      weight_soft=0.5, beta=0.5, temperature=1.0, ignore_index=-100,
-                     chunk_rows=0, grads=True):
+                     chunk_rows=0, grads=True, divergence="jsd", alpha=0.1, normaliser=0.0,
+                     temperature_squared=False):
     """The fused linear distillation loss (docs/SPEC.md §2) on dense 2-D arrays.
 
     student_hidden [T, Hs], student_weight [V, Hs], teacher_hidden [T, Ht], teacher_weight
     [V, Ht], biases [V] or None, labels [T] int64 (None only with weight_hard == 0). Returns a
     FusedResult: fp32 scalar losses (loss, hard_loss, soft_loss) and, with grads, the
     gradients of the student's hidden states, head weight and bias (None where absent).
+    divergence, alpha, normaliser (N > 0 instead of the count) and temperature_squared as
+    docs/SPEC.md §6 defines them.
     """
     call = _Call("fused_linear_jsd", student_hidden)
     try:
@@ -206,7 +213,9 @@ def fused_linear_jsd(student_hidden, student_weight, teacher_hidden, teacher_wei
         head = (wt.shape[0], ws.shape[1], wt.shape[1])
         desc, nbytes = _calls.fused_plan(call.ctx, rows, ws.shape[0], hs, xt.shape[1], xs.dtype,
                                          (weight_hard, weight_soft), beta, temperature,
-                                         ignore_index, chunk_rows, bool(grads), head)
+                                         ignore_index, chunk_rows, bool(grads), head,
+                                         (_calls.divergence_code(divergence), alpha, normaliser),
+                                         temperature_squared)
         work = call.workspace(nbytes)
         _calls.run_fused(call.ctx, desc, work, nbytes,
                          [xs.addr, ws.addr, bs.addr if bs else 0, xt.addr, wt.addr,
