@@ -51,7 +51,7 @@ void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_f
     p->off_gb = distil_take(&cur, p->gb_acc ? v * sizeof(float) : 0);
     p->off_labels = distil_take(&cur, s->own_labels ? (size_t)s->rows * sizeof(int64_t) : 0);
     p->off_zs = distil_take(&cur, c * v * sizeof(float));
-    p->off_zt = distil_take(&cur, c * v * sizeof(float));
+    p->off_zt = distil_take(&cur, s->topk_teacher ? 0 : c * v * sizeof(float));
     p->off_g = p->g_in_place ? p->off_zs : distil_take(&cur, grads ? c * v * ges : 0);
     p->off_ones = distil_take(&cur, s->want_gb ? c * es : 0);
     p->bytes = cur;

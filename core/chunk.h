@@ -27,6 +27,8 @@ typedef struct distil_fused_shape {
     distil_dtype g_dtype; /* of the logit gradient G: F32, or dtype (see fp32_gemm in backend.h) */
     bool want_gx, want_gw, want_gb;
     bool own_labels; /* weight_hard == 0: room for labels of the core's own */
+    /* A cached top-k teacher (docs/SPEC.md §7): no teacher logits, zt takes no room. */
+    bool topk_teacher;
 } distil_fused_shape;
 
 typedef struct distil_fused_plan {

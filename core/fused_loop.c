@@ -7,7 +7,9 @@
  *                 zs, zt of chunk k + 1
  *   cast the fp32 accumulators (several chunks only) to the output dtype; loss = reduce(ce, jsd)
  * gw / gb are the workspace's fp32 accumulators, or the outputs themselves when there is one
- * chunk (written in the output dtype, rounded once, beta = 0) or the dtype is F32. A backend with
+ * chunk (written in the output dtype, rounded once, beta = 0) or the dtype is F32. With a cached
+ * top-k teacher (docs/SPEC.md §7, args.topk) the teacher side is its ids and log-probs instead of
+ * zt: no teacher GEMM, and topk_rows instead of fused_rows. A backend with
  * a second lane (side_begin) computes chunk k + 1's logits there while the stream runs chunk k's
  * gradient GEMMs. The accumulation order over chunks is fixed, so results are reproducible.
  */
@@ -67,15 +69,57 @@ static distil_status distil_fused_logits_of(const distil_fused_loop *L, int64_t 
     return L->be->gemm(L->b, &g);
 }
 
+/* The teacher's logits GEMM: only with a dense teacher head (a cached top-k teacher, docs/SPEC.md
+ * §7, has none). */
+static distil_status distil_fused_teacher_logits(const distil_fused_loop *L, int64_t r0,
+                                                 int64_t c) {
+    return L->a->topk != NULL ? DISTIL_OK : distil_fused_logits_of(L, r0, c, true);
+}
+
 static distil_status distil_fused_logits(const distil_fused_loop *L, int64_t r0, int64_t c) {
     DISTIL_TRY(distil_fused_logits_of(L, r0, c, false));
-    return distil_fused_logits_of(L, r0, c, true);
+    return distil_fused_teacher_logits(L, r0, c);
+}
+
+/* The row pass of a cached top-k teacher (docs/SPEC.md §7): the teacher's rows of the chunk. */
+static distil_status distil_fused_topk_rows(const distil_fused_loop *L, int64_t r0, int64_t c) {
+    const distil_fused_args *a = L->a;
+    const distil_fused_plan *p = L->p;
+    distil_topk_teacher t = *a->topk;
+    const size_t slots = (size_t)(r0 * t.k);
+    t.ids = distil_dptr_add(t.ids, slots * (t.ids_i64 ? 8u : 4u));
+    t.logp = distil_dptr_add(t.logp, slots * distil_dtype_size(t.logp_dtype));
+    distil_topk_rows_args r = {
+        .x = distil_fused_ws(L, p->off_zs),
+        .x_stride = a->vocab,
+        .x_dtype = DISTIL_F32,
+        .logits = true,
+        .t = t,
+        .rows = c,
+        .vocab = a->vocab,
+        .row0 = r0,
+        .labels = distil_dptr_add(a->labels, (size_t)r0 * sizeof(int64_t)),
+        .ignore_index = a->ignore_index,
+        .beta = a->beta,
+        .inv_temperature = a->inv_temperature,
+        .weight_hard = a->weight_hard,
+        .weight_soft = a->weight_soft,
+        .ce_rows = distil_fused_ws(L, p->off_ce + (size_t)r0 * sizeof(float)),
+        .soft_rows = distil_fused_ws(L, p->off_jsd + (size_t)r0 * sizeof(float)),
+        .g = L->grads ? distil_fused_ws(L, p->off_g) : distil_dptr_make(NULL, 0),
+        .g_dtype = p->g_dtype,
+        .g_stride = a->vocab,
+        .n_valid = distil_fused_ws(L, p->off_n)};
+    return L->be->topk_rows(L->b, &r);
 }
 
 /* Per-row CE / JSD of the chunk, and G when gradients are wanted. */
 static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, int64_t c) {
     const distil_fused_args *a = L->a;
     const distil_fused_plan *p = L->p;
+    if (a->topk != NULL) {
+        return distil_fused_topk_rows(L, r0, c);
+    }
     distil_fused_rows_args r = {
         .zs = distil_fused_ws(L, p->off_zs),
         .zt = distil_fused_ws(L, p->off_zt),
@@ -181,7 +225,8 @@ static distil_status distil_fused_backward(const distil_fused_loop *L, int64_t r
 static distil_status distil_fused_side_logits(const distil_fused_loop *L, int64_t r1, int64_t c1,
                                               bool *opened) {
     *opened = false;
-    if (L->be->side_begin == NULL) {
+    if (L->be->side_begin == NULL || (L->a->topk != NULL && L->p->g_in_place)) {
+        /* (a top-k teacher with G in place: nothing would move to the side lane) */
         return DISTIL_OK;
     }
     distil_status s = L->be->side_begin(L->b, opened);
@@ -189,7 +234,7 @@ static distil_status distil_fused_side_logits(const distil_fused_loop *L, int64_
         return s;
     }
     if (s == DISTIL_OK) {
-        s = L->p->g_in_place ? distil_fused_logits_of(L, r1, c1, true)
+        s = L->p->g_in_place ? distil_fused_teacher_logits(L, r1, c1)
                              : distil_fused_logits(L, r1, c1);
     }
     return distil_fused_first(s, L->be->side_end(L->b));
@@ -214,7 +259,7 @@ static distil_status distil_fused_step(const distil_fused_loop *L, int64_t r0) {
         s = distil_fused_logits_of(L, r0 + c, c1, false);
     }
     if (s == DISTIL_OK && c1 > 0 && !side) {
-        s = distil_fused_logits_of(L, r0 + c, c1, true);
+        s = distil_fused_teacher_logits(L, r0 + c, c1);
     }
     return side ? distil_fused_first(s, L->be->side_join(L->b)) : s;
 }
@@ -229,6 +274,10 @@ static distil_status distil_fused_prologue(const distil_fused_loop *L) {
                            .min_one = true,
                            .n_out = distil_fused_ws(L, L->p->off_n)};
     DISTIL_TRY(distil_normaliser_put(L->ctx, &c, a->normaliser, a->normaliser_device));
+    if (a->sum_reduction) { /* N = 1 (docs/SPEC.md §7); the labels were checked above */
+        distil_fill_args one = {.dst = c.n_out, .dtype = DISTIL_F32, .count = 1, .value = 1.0f};
+        DISTIL_TRY(L->be->fill(L->b, &one));
+    }
     if (distil_dptr_present(L->gb)) {
         distil_fill_args f = {.dst = distil_fused_ws(L, L->p->off_ones),
                               .dtype = a->dtype,
@@ -270,7 +319,8 @@ static distil_status distil_fused_epilogue(const distil_fused_loop *L) {
 distil_status distil_fused_loop_run(distil_ctx *ctx, const distil_fused_args *a,
                                     const distil_fused_plan *p) {
     const distil_backend *be = ctx->be;
-    if (!be->gemm || !be->count_valid || !be->fused_rows || !be->reduce || !be->cast || !be->fill) {
+    const bool rows_op = a->topk != NULL ? be->topk_rows != NULL : be->fused_rows != NULL;
+    if (!be->gemm || !be->count_valid || !rows_op || !be->reduce || !be->cast || !be->fill) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
                                 "fused_linear_jsd: backend '%s' lacks the fused-loss kernels",
                                 be->name);

@@ -383,6 +383,131 @@ DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd(
 DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd_workspace_size(
     distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc, int want_grads, size_t *bytes);
 
+/* ---------------------------------------------------------------- cached top-k teacher */
+
+/*
+ * Offline distillation from a cached teacher (docs/SPEC.md §7): per row, the teacher's top-k
+ * token ids (int32 or int64) and log-probabilities (fp32, bf16 or fp16), computed once and
+ * stored; the student is complete over the vocabulary. Two entry points, like the dense losses:
+ * distil_topk (student log-probs given, like distil_jsd) and distil_fused_linear_topk (student
+ * hidden states and head, chunked, like distil_fused_linear_jsd; the teacher side costs O(T k)).
+ * The teacher log-probs are used as given: a teacher temperature is applied when the cache is
+ * made. A slot whose id is pad_id is unused (rows with fewer than k entries). A duplicate id
+ * within a row, or an id outside [0, vocab) other than pad_id, makes the row ignored (loss 0,
+ * gradient 0; N is still counted from the labels) and is reported as DISTIL_ERR_INVALID_LABEL,
+ * with the row, by the next distil_ctx_synchronize (the cpu and ref backends return it from the
+ * call itself, with every output written), like an invalid label.
+ */
+
+/* What happens to the teacher's mass outside its top k (docs/SPEC.md §7). Pinned forever. */
+typedef enum distil_topk_tail {
+    DISTIL_TOPK_TAIL = 0,        /* the tail mass as one more outcome (default) */
+    DISTIL_TOPK_RENORMALISE = 1, /* both distributions restricted to the k ids, renormalised */
+    DISTIL_TOPK_ZERO = 2,        /* the teacher is p on the k ids and 0 elsewhere */
+} distil_topk_tail;
+
+/* Element type of the teacher ids. Pinned forever. */
+typedef enum distil_id_dtype {
+    DISTIL_IDS_I64 = 0,
+    DISTIL_IDS_I32 = 1,
+} distil_id_dtype;
+
+/* Descriptor of distil_topk. Always fill it with distil_topk_desc_init() first. */
+typedef struct distil_topk_desc {
+    size_t struct_size;             /* set by _init */
+    int64_t rows;                   /* T >= 0 */
+    int64_t vocab;                  /* V >= 1 */
+    int64_t k;                      /* teacher entries per row, 1 <= k <= vocab */
+    int64_t student_stride;         /* row stride of student_logp, elements; 0 = vocab */
+    int64_t grad_stride;            /* row stride of grad_student; 0 = vocab */
+    distil_dtype dtype;             /* of student_logp and grad_student (default F32) */
+    distil_dtype teacher_dtype;     /* of teacher_logp (default F32) */
+    distil_id_dtype id_dtype;       /* of teacher_ids (default I64) */
+    int64_t pad_id;                 /* marks an unused slot (default -1) */
+    distil_topk_tail tail;          /* default DISTIL_TOPK_TAIL */
+    distil_divergence divergence;   /* FORWARD_KL (default), REVERSE_KL or JSD (uses beta) */
+    float beta;                     /* JSD beta in [0, 1] (default 0.5) */
+    int64_t ignore_index;           /* default -100 */
+    distil_reduction reduction;     /* default BATCHMEAN */
+    float grad_scale;               /* default 1 */
+    float normaliser;               /* > 0: N given on the host; 0 = counted (default) */
+    const float *normaliser_device; /* or N as one fp32 in the context's memory; NULL = none */
+} distil_topk_desc;
+
+DISTIL_API void distil_topk_desc_init(distil_topk_desc *desc);
+
+/*
+ * Divergence between the student's log-probabilities and a cached top-k teacher, and its
+ * gradient with respect to the student input (docs/SPEC.md §7; x is a free variable as in
+ * distil_jsd: the student's tail is Q_t = sum of exp(x) outside the k ids).
+ *   student_logp  (rows, vocab), row stride student_stride, dtype
+ *   teacher_ids   (rows, k) dense, id_dtype
+ *   teacher_logp  (rows, k) dense, teacher_dtype
+ *   labels        (rows) int64 or NULL (no row ignored)
+ *   loss          fp32: 1 value, or (rows) values for DISTIL_REDUCTION_NONE
+ *   grad_student  (rows, vocab), row stride grad_stride, dtype, or NULL (loss only)
+ * Reductions, N, ignored rows and rows == 0 as in distil_jsd. Scratch memory:
+ * distil_topk_workspace_size. Returns DISTIL_OK, DISTIL_ERR_INVALID_ARG, DISTIL_ERR_VERSION,
+ * DISTIL_ERR_UNSUPPORTED, DISTIL_ERR_OUT_OF_MEMORY, DISTIL_ERR_WORKSPACE, DISTIL_ERR_BACKEND,
+ * DISTIL_ERR_INVALID_LABEL.
+ */
+DISTIL_API DISTIL_NODISCARD distil_status distil_topk(distil_ctx *ctx, const distil_topk_desc *desc,
+                                                      const void *student_logp,
+                                                      const void *teacher_ids,
+                                                      const void *teacher_logp,
+                                                      const int64_t *labels, float *loss,
+                                                      void *grad_student);
+
+DISTIL_API DISTIL_NODISCARD distil_status distil_topk_workspace_size(distil_ctx *ctx,
+                                                                     const distil_topk_desc *desc,
+                                                                     size_t *bytes);
+
+/* Descriptor of distil_fused_linear_topk. Always fill it with its _init first. */
+typedef struct distil_fused_linear_topk_desc {
+    size_t struct_size;             /* set by _init */
+    int64_t rows;                   /* T >= 0 */
+    int64_t vocab;                  /* V >= 1 */
+    int64_t student_hidden;         /* Hs >= 1 */
+    int64_t k;                      /* teacher entries per row, 1 <= k <= vocab */
+    distil_dtype dtype;             /* of hidden, head, bias and gradients (default BF16) */
+    distil_dtype teacher_dtype;     /* of teacher_logp (default F32) */
+    distil_id_dtype id_dtype;       /* of teacher_ids (default I64) */
+    int64_t pad_id;                 /* default -1 */
+    distil_topk_tail tail;          /* default DISTIL_TOPK_TAIL */
+    distil_divergence divergence;   /* FORWARD_KL (default), REVERSE_KL or JSD (uses beta) */
+    float beta;                     /* default 0.5 */
+    float weight_hard;              /* >= 0 (default 0.5) */
+    float weight_soft;              /* >= 0 (default 0.5); not both 0 */
+    float temperature;              /* tau of the student's soft part (default 1) */
+    int64_t ignore_index;           /* default -100 */
+    distil_reduction reduction;     /* BATCHMEAN (default) or SUM (N = 1) */
+    int64_t chunk_rows;             /* 0 = chosen by distil */
+    int return_parts;               /* nonzero: loss holds loss, sum CE / N, sum soft / N */
+    float normaliser;               /* > 0: N given on the host; 0 = counted (default) */
+    const float *normaliser_device; /* or N as one fp32 in the context's memory; NULL = none */
+    int64_t student_weight_hidden;  /* columns of Ws; 0 = student_hidden */
+} distil_fused_linear_topk_desc;
+
+DISTIL_API void distil_fused_linear_topk_desc_init(distil_fused_linear_topk_desc *desc);
+
+/*
+ * The fused loss against a cached top-k teacher (docs/SPEC.md §2 with §7's soft part): student
+ * logits zs = xs Ws^T + bs chunk by chunk (never [T, V]), hard CE on zs, soft divergence between
+ * softmax(zs / tau) and the teacher's (k + 1) or k outcomes.
+ *   student_hidden xs (rows, Hs), student_weight Ws (V, Hs), student_bias bs (V) or NULL: dtype
+ *   teacher_ids (rows, k) id_dtype; teacher_logp (rows, k) teacher_dtype
+ *   labels (rows) int64; may be NULL when weight_hard == 0
+ *   loss, grad_student_hidden / weight / bias as in distil_fused_linear_jsd
+ */
+DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_topk(
+    distil_ctx *ctx, const distil_fused_linear_topk_desc *desc, const void *student_hidden,
+    const void *student_weight, const void *student_bias, const void *teacher_ids,
+    const void *teacher_logp, const int64_t *labels, float *loss, void *grad_student_hidden,
+    void *grad_student_weight, void *grad_student_bias);
+
+DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_topk_workspace_size(
+    distil_ctx *ctx, const distil_fused_linear_topk_desc *desc, int want_grads, size_t *bytes);
+
 /* ---------------------------------------------------------------- scaling */
 
 /*

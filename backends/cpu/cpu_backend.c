@@ -131,6 +131,17 @@ static distil_status cpu_synchronize(void *b) {
         return DISTIL_OK;
     }
     st->bad_label = false;
+    if (st->bad_kind == CPU_BAD_ID_TWICE) {
+        return distil_error_set(st->ctx, DISTIL_ERR_INVALID_LABEL,
+                                "teacher_ids: row %lld has id %lld twice", (long long)st->bad_row,
+                                (long long)st->bad_value);
+    }
+    if (st->bad_kind == CPU_BAD_ID_RANGE) {
+        return distil_error_set(st->ctx, DISTIL_ERR_INVALID_LABEL,
+                                "teacher_ids: row %lld has id %lld outside [0, %lld)",
+                                (long long)st->bad_row, (long long)st->bad_value,
+                                (long long)st->bad_vocab);
+    }
     return distil_error_set(
         st->ctx, DISTIL_ERR_INVALID_LABEL, "labels: row %lld has label %lld outside [0, %lld)",
         (long long)st->bad_row, (long long)st->bad_value, (long long)st->bad_vocab);
@@ -185,4 +196,5 @@ const distil_backend distil_backend_cpu = {
     .cast = distil_cpu_cast,
     .fill = distil_cpu_fill,
     .scale = distil_cpu_scale,
+    .topk_rows = distil_cpu_topk_rows,
 };

@@ -73,6 +73,7 @@ typedef struct cpu_state {
     size_t rows_bytes;
     bool bad_label; /* first invalid label since the last synchronize (count_valid) */
     int64_t bad_row, bad_value, bad_vocab;
+    int bad_kind; /* what bad_value is: CPU_BAD_LABEL, or a teacher id (topk_rows) */
     char name[96];
 } cpu_state;
 
@@ -92,5 +93,9 @@ distil_status distil_cpu_reduce(void *b, const distil_reduce_args *a);
 distil_status distil_cpu_cast(void *b, const distil_cast_args *a);
 distil_status distil_cpu_fill(void *b, const distil_fill_args *a);
 distil_status distil_cpu_scale(void *b, const distil_scale_args *a);
+
+/* Cached top-k teacher (docs/SPEC.md §7, cpu_topk_rows.c); kinds of a recorded bad value. */
+enum { CPU_BAD_LABEL = 0, CPU_BAD_ID_RANGE = 1, CPU_BAD_ID_TWICE = 2 };
+distil_status distil_cpu_topk_rows(void *b, const distil_topk_rows_args *a);
 
 #endif /* DISTIL_CPU_INTERNAL_H */

@@ -13,6 +13,7 @@
 static void cpu_record_bad_label(cpu_state *st, int64_t row, int64_t label, int64_t vocab) {
     if (!st->bad_label) {
         st->bad_label = true;
+        st->bad_kind = CPU_BAD_LABEL;
         st->bad_row = row;
         st->bad_value = label;
         st->bad_vocab = vocab;

@@ -218,7 +218,69 @@ typedef struct distil_fused_args {
     float alpha;
     float normaliser;
     distil_dptr normaliser_device;
+    /* Cached top-k teacher (docs/SPEC.md §7): the teacher side is topk instead of xt / Wt / bt
+     * (NULL: the dense teacher head). sum_reduction: N = 1. */
+    const struct distil_topk_teacher *topk;
+    bool sum_reduction;
 } distil_fused_args;
+
+/* ---- cached top-k teacher (docs/SPEC.md §7) */
+
+/* The teacher of one call: (rows, k) ids and log-probs, dense; pad_id marks unused slots. */
+typedef struct distil_topk_teacher {
+    distil_dptr ids, logp;
+    bool ids_i64;
+    distil_dtype logp_dtype;
+    int64_t k, pad_id;
+    int tail; /* distil_topk_tail */
+} distil_topk_teacher;
+
+/*
+ * docs/SPEC.md §7 on a block of rows (the top-k row pass).
+ *   x (rows, vocab) row stride x_stride, x_dtype: fp32 student logits of a chunk (logits: the
+ *     fused loss; softmax at inv_temperature, CE at temperature 1, G with the softmax Jacobian)
+ *     or the student's log-probs as given (!logits: the distil_topk loss; x is a free variable)
+ *   t: the teacher, ids / logp already at the block's first row; row0: that row's index in the
+ *     call (for the error message)
+ *   labels (rows) int64, optional: ignore_index (and, with logits, a label outside [0, vocab))
+ *     ignores a row. A row with a duplicate id or an id outside [0, vocab) other than pad_id is
+ *     ignored and recorded like an invalid label (the first one stands; synchronize reports it)
+ *   ce_rows (rows) fp32, optional (logits only); soft_rows (rows) fp32: per-row losses, 0 for
+ *     ignored rows, always written
+ *   g (rows, vocab) g_dtype row stride g_stride, optional: G = (weight_hard / n)(s - onehot) +
+ *     (weight_soft / n) * (d soft / d x, with the Jacobian and 1/tau when logits), n the fp32 at
+ *     n_valid (1 when absent; n == 0 gives 0). With logits and g_dtype F32, g may equal x.
+ */
+typedef struct distil_topk_rows_args {
+    distil_dptr x;
+    int64_t x_stride;
+    distil_dtype x_dtype;
+    bool logits;
+    distil_topk_teacher t;
+    int64_t rows, vocab, row0;
+    distil_dptr labels;
+    int64_t ignore_index;
+    float beta, inv_temperature, weight_hard, weight_soft;
+    distil_dptr ce_rows, soft_rows;
+    distil_dptr g;
+    distil_dtype g_dtype;
+    int64_t g_stride;
+    distil_dptr n_valid;
+} distil_topk_rows_args;
+
+/* The whole of distil_topk in one backend call (optional op `topk`, the float64 reference).
+ * rows >= 1, strides resolved. */
+typedef struct distil_topk_args {
+    distil_dptr x, labels, loss, grad;
+    int64_t x_stride, grad_stride, rows, vocab;
+    distil_dtype dtype;
+    distil_topk_teacher t;
+    float beta, grad_scale;
+    int64_t ignore_index;
+    distil_reduction reduction;
+    float normaliser;
+    distil_dptr normaliser_device;
+} distil_topk_args;
 
 /* Where a buffer lies (backend mem_extent): `parent` names the allocation it is part of (NULL on
  * pointer backends: one address space), `origin` is its first byte within that allocation (the
@@ -311,6 +373,11 @@ typedef struct distil_backend {
     distil_status (*side_begin)(void *b, bool *opened);
     distil_status (*side_end)(void *b);
     distil_status (*side_join)(void *b);
+    /* Cached top-k teacher (docs/SPEC.md §7): the row pass of both top-k losses, and the optional
+     * whole distil_topk (ref). NULL topk_rows: the top-k losses are UNSUPPORTED. The fused top-k
+     * loss runs the chunk loop, or the whole fused_linear_jsd op with args.topk set. */
+    distil_status (*topk_rows)(void *b, const distil_topk_rows_args *a);
+    distil_status (*topk)(void *b, const distil_topk_args *a);
 } distil_backend;
 
 #ifdef __cplusplus

@@ -14,6 +14,7 @@ typedef struct distil_ref_state {
     distil_ctx *ctx;
     int64_t bad_label_row; /* first row with an invalid label since the last synchronize, or -1 */
     int64_t bad_label;
+    int bad_kind; /* what bad_label is: DISTIL_REF_BAD_LABEL, _ID_RANGE or _ID_TWICE */
 } distil_ref_state;
 
 /* Element i of a (dtype) array at host address p, widened to double. */
@@ -41,5 +42,35 @@ double distil_ref_normaliser(float normaliser, distil_dptr normaliser_device, do
 
 distil_status distil_ref_jsd(void *b, const distil_jsd_args *a);
 distil_status distil_ref_fused(void *b, const distil_fused_args *a);
+
+/* ---- pieces of the fused reference that its top-k form (ref_topk.c) shares */
+
+/* Row-wise scratch and double accumulators of one call. */
+typedef struct distil_ref_fused_buf {
+    double *zs, *zt, *x, *y, *g, *G; /* (V) each */
+    double *xs_row;                  /* (Hs) */
+    double *gw;                      /* (V, Hs) or NULL */
+    double *gb;                      /* (V) or NULL */
+} distil_ref_fused_buf;
+
+/* z[v] = sum_h x[h] W[v, h] + bias[v] for row i of hidden states (H wide). */
+void distil_ref_logits(const distil_fused_args *a, distil_dptr xp, distil_dptr wp, distil_dptr bp,
+                       int64_t H, int64_t i, double *z);
+/* grad_xs row i = B->G Ws, and B's double accumulators of grad_Ws and grad_bs. */
+void distil_ref_row_backward(const distil_fused_args *a, distil_ref_fused_buf *B, int64_t i);
+distil_status distil_ref_fused_alloc(distil_ref_state *st, const distil_fused_args *a,
+                                     distil_ref_fused_buf *B);
+/* Valid rows for the mean; records the first invalid label. */
+int64_t distil_ref_count_valid(distil_ref_state *st, const distil_fused_args *a);
+
+/* ---- cached top-k teacher, docs/SPEC.md §7 (ref_topk.c) */
+
+enum { DISTIL_REF_BAD_LABEL = 0, DISTIL_REF_BAD_ID_RANGE = 1, DISTIL_REF_BAD_ID_TWICE = 2 };
+
+/* One element term of docs/SPEC.md §1 in float64 (distil_elem.h): e, and *g = de/dx. */
+double distil_ref_elem(double beta, double x, double y, double *g);
+
+distil_status distil_ref_topk(void *b, const distil_topk_args *a);
+distil_status distil_ref_fused_topk(distil_ref_state *st, const distil_fused_args *a);
 
 #endif /* DISTIL_REF_H */

@@ -41,6 +41,16 @@ static distil_status distil_ref_synchronize(void *b) {
     }
     int64_t row = st->bad_label_row;
     st->bad_label_row = -1;
+    if (st->bad_kind == DISTIL_REF_BAD_ID_TWICE) {
+        return distil_error_set(st->ctx, DISTIL_ERR_INVALID_LABEL,
+                                "teacher_ids: row %lld has id %lld twice", (long long)row,
+                                (long long)st->bad_label);
+    }
+    if (st->bad_kind == DISTIL_REF_BAD_ID_RANGE) {
+        return distil_error_set(st->ctx, DISTIL_ERR_INVALID_LABEL,
+                                "teacher_ids: row %lld has id %lld outside [0, vocab)",
+                                (long long)row, (long long)st->bad_label);
+    }
     return distil_error_set(st->ctx, DISTIL_ERR_INVALID_LABEL,
                             "labels: row %lld has label %lld outside [0, vocab)", (long long)row,
                             (long long)st->bad_label);
@@ -99,4 +109,5 @@ const distil_backend distil_backend_ref = {
     .scale = distil_ref_scale,
     .jsd = distil_ref_jsd,
     .fused_linear_jsd = distil_ref_fused,
+    .topk = distil_ref_topk,
 };

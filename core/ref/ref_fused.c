@@ -8,17 +8,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* Row-wise scratch and double accumulators of one call. */
-typedef struct distil_ref_fused_buf {
-    double *zs, *zt, *x, *y, *g, *G; /* (V) each */
-    double *xs_row;                  /* (Hs) */
-    double *gw;                      /* (V, Hs) or NULL */
-    double *gb;                      /* (V) or NULL */
-} distil_ref_fused_buf;
-
 /* z[v] = sum_h x[h] W[v, h] + bias[v] for one row of hidden states. */
-static void distil_ref_logits(const distil_fused_args *a, distil_dptr xp, distil_dptr wp,
-                              distil_dptr bp, int64_t H, int64_t i, double *z) {
+void distil_ref_logits(const distil_fused_args *a, distil_dptr xp, distil_dptr wp, distil_dptr bp,
+                       int64_t H, int64_t i, double *z) {
     const void *x = distil_dptr_addr(xp), *w = distil_dptr_addr(wp), *bias = distil_dptr_addr(bp);
     for (int64_t v = 0; v < a->vocab; v++) {
         double s = bias ? distil_ref_load(bias, a->dtype, v) : 0.0;
@@ -58,8 +50,7 @@ static void distil_ref_row(const distil_fused_args *a, distil_ref_fused_buf *B, 
 }
 
 /* grad_xs row i = G Ws, and the double accumulators of grad_Ws and grad_bs. */
-static void distil_ref_row_backward(const distil_fused_args *a, distil_ref_fused_buf *B,
-                                    int64_t i) {
+void distil_ref_row_backward(const distil_fused_args *a, distil_ref_fused_buf *B, int64_t i) {
     int64_t V = a->vocab, H = a->hs;
     const void *w = distil_dptr_addr(a->ws);
     void *gx = distil_dptr_addr(a->grad_xs);
@@ -83,8 +74,8 @@ static void distil_ref_row_backward(const distil_fused_args *a, distil_ref_fused
     }
 }
 
-static distil_status distil_ref_fused_alloc(distil_ref_state *st, const distil_fused_args *a,
-                                            distil_ref_fused_buf *B) {
+distil_status distil_ref_fused_alloc(distil_ref_state *st, const distil_fused_args *a,
+                                     distil_ref_fused_buf *B) {
     size_t V = (size_t)a->vocab, H = (size_t)a->hs;
     double *row = calloc(6 * V + H, sizeof(double));
     B->gw = distil_dptr_present(a->grad_ws) ? calloc(V * H, sizeof(double)) : NULL;
@@ -108,7 +99,7 @@ static distil_status distil_ref_fused_alloc(distil_ref_state *st, const distil_f
 }
 
 /* Valid rows for the mean; records the first invalid label. */
-static int64_t distil_ref_count_valid(distil_ref_state *st, const distil_fused_args *a) {
+int64_t distil_ref_count_valid(distil_ref_state *st, const distil_fused_args *a) {
     const int64_t *labels = distil_dptr_addr(a->labels);
     int64_t n = 0;
     for (int64_t i = 0; i < a->rows; i++) {
@@ -120,6 +111,7 @@ static int64_t distil_ref_count_valid(distil_ref_state *st, const distil_fused_a
             if (st->bad_label_row < 0) {
                 st->bad_label_row = i;
                 st->bad_label = l;
+                st->bad_kind = DISTIL_REF_BAD_LABEL;
             }
             continue;
         }
@@ -147,6 +139,9 @@ static void distil_ref_fused_finish(const distil_fused_args *a, distil_ref_fused
 
 distil_status distil_ref_fused(void *b, const distil_fused_args *a) {
     distil_ref_state *st = b;
+    if (a->topk != NULL) {
+        return distil_ref_fused_topk(st, a); /* docs/SPEC.md §7 */
+    }
     distil_ref_fused_buf B = {0};
     DISTIL_TRY(distil_ref_fused_alloc(st, a, &B));
     const int64_t *labels = distil_dptr_addr(a->labels);

@@ -1,0 +1,314 @@
+/*
+ * fused_linear_topk.c - the public entry points of the fused loss against a cached top-k teacher
+ * (docs/SPEC.md §2 with §7's soft part): validate, plan chunks and workspace, then the chunk loop
+ * of fused_loop.c with args.topk set (or the reference's whole fused op, which sees it too).
+ */
+#include "chunk.h"
+#include "ctx.h"
+#include "error.h"
+#include "fused_loop.h"
+#include "overlap.h"
+#include "topk_check.h"
+#include "validate.h"
+#include "workspace.h"
+
+static const char *const fn = "fused_linear_topk";
+
+void distil_fused_linear_topk_desc_init(distil_fused_linear_topk_desc *desc) {
+    if (desc == NULL) {
+        return;
+    }
+    distil_fused_linear_topk_desc d = {0};
+    d.struct_size = sizeof d;
+    d.dtype = DISTIL_BF16;
+    d.teacher_dtype = DISTIL_F32;
+    d.id_dtype = DISTIL_IDS_I64;
+    d.pad_id = -1;
+    d.tail = DISTIL_TOPK_TAIL;
+    d.divergence = DISTIL_DIVERGENCE_FORWARD_KL;
+    d.beta = 0.5f;
+    d.weight_hard = 0.5f;
+    d.weight_soft = 0.5f;
+    d.temperature = 1.0f;
+    d.ignore_index = -100;
+    d.reduction = DISTIL_REDUCTION_BATCHMEAN;
+    *desc = d;
+}
+
+static distil_topk_fields distil_flt_fields(const distil_fused_linear_topk_desc *d) {
+    distil_topk_fields f = {.rows = d->rows,
+                            .vocab = d->vocab,
+                            .k = d->k,
+                            .pad_id = d->pad_id,
+                            .teacher_dtype = d->teacher_dtype,
+                            .id_dtype = d->id_dtype,
+                            .tail = d->tail,
+                            .divergence = d->divergence,
+                            .beta = d->beta,
+                            .normaliser = d->normaliser,
+                            .normaliser_device = d->normaliser_device};
+    return f;
+}
+
+/* Shapes of the descriptor. */
+static distil_status distil_flt_check_shapes(distil_ctx *ctx,
+                                             const distil_fused_linear_topk_desc *d) {
+    DISTIL_TRY(distil_check_min(ctx, fn, "rows", d->rows, 0));
+    DISTIL_TRY(distil_check_min(ctx, fn, "vocab", d->vocab, 1));
+    DISTIL_TRY(distil_check_min(ctx, fn, "student_hidden", d->student_hidden, 1));
+    if (d->student_weight_hidden != 0 && d->student_weight_hidden != d->student_hidden) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
+                                "%s: student_weight: hidden %lld != student_hidden %lld", fn,
+                                (long long)d->student_weight_hidden, (long long)d->student_hidden);
+    }
+    size_t es = distil_dtype_size(d->dtype);
+    DISTIL_TRY(distil_check_size(ctx, fn, "student_hidden", d->rows, d->student_hidden, es));
+    DISTIL_TRY(distil_check_size(ctx, fn, "student_weight", d->vocab, d->student_hidden, 4));
+    DISTIL_TRY(distil_check_size(ctx, fn, "logits", d->rows, d->vocab, 16));
+    return distil_check_min(ctx, fn, "chunk_rows", d->chunk_rows, 0);
+}
+
+/* Descriptor checks (shared with the workspace query): version, dtype, shapes, values. */
+static distil_status distil_flt_check_desc(distil_ctx *ctx,
+                                           const distil_fused_linear_topk_desc *d) {
+    DISTIL_TRY(distil_check_not_null(ctx, fn, "desc", d));
+    if (d->struct_size != sizeof *d) {
+        return distil_error_set(ctx, DISTIL_ERR_VERSION,
+                                "%s: desc.struct_size %zu != %zu (use "
+                                "distil_fused_linear_topk_desc_init)",
+                                fn, d->struct_size, sizeof *d);
+    }
+    DISTIL_TRY(distil_check_dtype(ctx, fn, "dtype", d->dtype));
+    DISTIL_TRY(distil_flt_check_shapes(ctx, d));
+    distil_topk_fields f = distil_flt_fields(d);
+    DISTIL_TRY(distil_topk_check_fields(ctx, fn, &f));
+    DISTIL_TRY(distil_check_nonneg(ctx, fn, "weight_hard", d->weight_hard));
+    DISTIL_TRY(distil_check_nonneg(ctx, fn, "weight_soft", d->weight_soft));
+    if (d->weight_hard == 0.0f && d->weight_soft == 0.0f) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
+                                "%s: weight_hard and weight_soft are both 0", fn);
+    }
+    DISTIL_TRY(distil_check_temperature(ctx, fn, "temperature", d->temperature));
+    if (d->reduction == DISTIL_REDUCTION_NONE) {
+        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
+                                "%s: reduction NONE: the fused loss returns BATCHMEAN or SUM", fn);
+    }
+    if (d->reduction != DISTIL_REDUCTION_BATCHMEAN && d->reduction != DISTIL_REDUCTION_SUM) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
+                                "%s: reduction %d is not one of BATCHMEAN, SUM", fn,
+                                (int)d->reduction);
+    }
+    return DISTIL_OK;
+}
+
+/* Pointer checks: NULL where data is required, backend ownership, bias rule, sizes, overlaps. */
+static distil_status distil_flt_check_ptrs(distil_ctx *ctx, const distil_fused_linear_topk_desc *d,
+                                           const distil_fused_args *a) {
+    const distil_topk_fields f = distil_flt_fields(d);
+    const size_t es = distil_dtype_size(a->dtype);
+    const size_t t = (size_t)a->rows, v = (size_t)a->vocab, hs = (size_t)a->hs;
+    const struct {
+        const char *name;
+        distil_dptr p;
+        bool required;
+        size_t bytes;
+        bool out;
+    } ptrs[] = {
+        {"student_hidden", a->xs, a->rows > 0, t * hs * es, false},
+        {"student_weight", a->ws, true, v * hs * es, false},
+        {"student_bias", a->bs, false, v * es, false},
+        {"teacher_ids", a->topk->ids, a->rows > 0, distil_topk_ids_bytes(&f), false},
+        {"teacher_logp", a->topk->logp, a->rows > 0, distil_topk_logp_bytes(&f), false},
+        {"labels", a->labels, a->rows > 0 && a->weight_hard != 0.0f, t * sizeof(int64_t), false},
+        {"normaliser_device", a->normaliser_device, false, sizeof(float), false},
+        {"loss", a->loss, true, (a->return_parts ? 3u : 1u) * sizeof(float), true},
+        {"grad_student_hidden", a->grad_xs, false, t * hs * es, true},
+        {"grad_student_weight", a->grad_ws, false, v * hs * es, true},
+        {"grad_student_bias", a->grad_bs, false, v * es, true},
+    };
+    enum { N = sizeof ptrs / sizeof ptrs[0] };
+    for (size_t i = 0; i < N; i++) {
+        if (ptrs[i].required) {
+            DISTIL_TRY(distil_check_not_null(ctx, fn, ptrs[i].name, ptrs[i].p.base));
+        }
+    }
+    for (size_t i = 0; i < N; i++) {
+        DISTIL_TRY(distil_check_device_ptr(ctx, fn, ptrs[i].name, ptrs[i].p.base));
+    }
+    if (distil_dptr_present(a->grad_bs) && !distil_dptr_present(a->bs)) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
+                                "%s: grad_student_bias is given but student_bias is NULL", fn);
+    }
+    distil_span s[N + 1];
+    for (size_t i = 0; i < N; i++) {
+        s[i] = (distil_span){ptrs[i].name, ptrs[i].p.base, ptrs[i].bytes, ptrs[i].out};
+    }
+    s[N] = (distil_span){"workspace", ctx->work_lent, ctx->work_lent_bytes, true};
+    return distil_spans_check(ctx, fn, s, N + 1, -1, -1);
+}
+
+static void distil_flt_fill_args(const distil_fused_linear_topk_desc *d, distil_fused_args *a) {
+    distil_topk_fields f = distil_flt_fields(d);
+    a->rows = d->rows;
+    a->vocab = d->vocab;
+    a->hs = d->student_hidden;
+    a->ht = 1;
+    a->dtype = d->dtype;
+    a->weight_hard = d->weight_hard;
+    a->weight_soft = d->weight_soft;
+    a->beta = distil_topk_beta(&f);
+    a->inv_temperature = 1.0f / d->temperature;
+    a->ignore_index = d->ignore_index;
+    a->return_parts = d->return_parts != 0;
+    a->normaliser = d->normaliser;
+    a->normaliser_device = distil_dptr_make(d->normaliser_device, 0);
+    a->sum_reduction = d->reduction == DISTIL_REDUCTION_SUM;
+}
+
+/* The call's shape on ctx's backend (as the dense fused loss's, with no teacher logits). */
+static distil_fused_shape distil_flt_shape_of(const distil_ctx *ctx,
+                                              const distil_fused_linear_topk_desc *d, bool gx,
+                                              bool gw, bool gb) {
+    distil_fused_shape s = {.rows = d->rows,
+                            .vocab = d->vocab,
+                            .hs = d->student_hidden,
+                            .ht = 1,
+                            .dtype = d->dtype,
+                            .g_dtype = ctx->be->fp32_gemm ? DISTIL_F32 : d->dtype,
+                            .want_gx = gx,
+                            .want_gw = gw,
+                            .want_gb = gb,
+                            .own_labels = d->weight_hard == 0.0f,
+                            .topk_teacher = true};
+    return s;
+}
+
+/* The plan: the asked chunk, or the policy's fitted to a lent workspace. The policy's budget is
+ * for zs and zt; with no zt the same budget holds twice the rows. */
+static distil_status distil_flt_make_plan(distil_ctx *ctx, const distil_fused_linear_topk_desc *d,
+                                          const distil_fused_shape *s, distil_fused_plan *p) {
+    int64_t chunk = d->chunk_rows;
+    if (chunk != 0) {
+        distil_chunk_plan(s, chunk, p);
+        return DISTIL_OK;
+    }
+    chunk = distil_chunk_rows(&ctx->be->chunk, s->rows, (s->vocab + 1) / 2);
+    size_t avail = distil_workspace_available(ctx);
+    if (!distil_chunk_plan_fit(s, chunk, avail, p)) {
+        return distil_error_set(ctx, DISTIL_ERR_WORKSPACE,
+                                "%s: lent workspace holds %zu bytes, one row needs %zu", fn, avail,
+                                p->bytes);
+    }
+    return DISTIL_OK;
+}
+
+static distil_status distil_flt_workspace_size_run(distil_ctx *ctx,
+                                                   const distil_fused_linear_topk_desc *desc,
+                                                   int want_grads, size_t *bytes) {
+    static const char *const wfn = "fused_linear_topk_workspace_size";
+    if (ctx == NULL) {
+        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "%s: ctx is NULL", wfn);
+    }
+    DISTIL_TRY(distil_check_not_null(ctx, wfn, "bytes", bytes));
+    DISTIL_TRY(distil_flt_check_desc(ctx, desc));
+    if (desc->rows == 0) {
+        *bytes = 0;
+        return DISTIL_OK;
+    }
+    bool g = want_grads != 0;
+    distil_fused_shape s = distil_flt_shape_of(ctx, desc, g, g, g);
+    distil_fused_plan p;
+    DISTIL_TRY(distil_flt_make_plan(ctx, desc, &s, &p));
+    *bytes = p.bytes;
+    return DISTIL_OK;
+}
+
+distil_status distil_fused_linear_topk_workspace_size(distil_ctx *ctx,
+                                                      const distil_fused_linear_topk_desc *desc,
+                                                      int want_grads, size_t *bytes) {
+    DISTIL_GUARDED(ctx, "fused_linear_topk_workspace_size",
+                   distil_flt_workspace_size_run(ctx, desc, want_grads, bytes));
+}
+
+/* rows == 0: loss (and parts) 0, nothing else written. No labels: the hard part is 0. */
+static distil_status distil_flt_fill_loss(distil_ctx *ctx, distil_dptr loss, int64_t count) {
+    distil_fill_args f = {.dst = loss, .dtype = DISTIL_F32, .count = count, .value = 0.0f};
+    return ctx->be->fill(ctx->b, &f);
+}
+
+/* No labels (weight_hard == 0): label 0 for every row in the plan's region, as the dense fused
+ * loss does (every row counts; the hard part of G is 0 times a finite value). */
+static distil_status distil_flt_stand_in_labels(distil_ctx *ctx, distil_fused_args *a,
+                                                const distil_fused_plan *p) {
+    a->labels = distil_dptr_add(a->workspace, p->off_labels);
+    distil_fill_args f = {.dst = a->labels, .dtype = DISTIL_F32, .count = 2 * a->rows};
+    return ctx->be->fill(ctx->b, &f);
+}
+
+static distil_status distil_flt_execute(distil_ctx *ctx, const distil_fused_linear_topk_desc *desc,
+                                        distil_fused_args *a) {
+    distil_fused_shape s =
+        distil_flt_shape_of(ctx, desc, distil_dptr_present(a->grad_xs),
+                            distil_dptr_present(a->grad_ws), distil_dptr_present(a->grad_bs));
+    distil_fused_plan p;
+    DISTIL_TRY(distil_flt_make_plan(ctx, desc, &s, &p));
+    DISTIL_TRY(distil_workspace_acquire(ctx, p.bytes, fn, &a->workspace));
+    a->workspace_bytes = p.bytes;
+    a->chunk_rows = p.chunk_rows;
+    const bool own_labels = !distil_dptr_present(a->labels);
+    if (own_labels) {
+        DISTIL_TRY(distil_flt_stand_in_labels(ctx, a, &p));
+    }
+    distil_status st = ctx->be->fused_linear_jsd != NULL ? ctx->be->fused_linear_jsd(ctx->b, a)
+                                                         : distil_fused_loop_run(ctx, a, &p);
+    if (st == DISTIL_OK && own_labels && a->return_parts) {
+        st = distil_flt_fill_loss(ctx, distil_dptr_add(a->loss, sizeof(float)), 1);
+    }
+    if (st == DISTIL_OK && ctx->be->host_memory) {
+        st = ctx->be->synchronize(ctx->b); /* reports an invalid label or id from this call */
+    }
+    return st;
+}
+
+static distil_status distil_flt_run(distil_ctx *ctx, const distil_fused_linear_topk_desc *desc,
+                                    const void *xs, const void *ws, const void *bs, const void *ids,
+                                    const void *logp, const int64_t *labels, float *loss, void *gxs,
+                                    void *gws, void *gbs) {
+    if (ctx == NULL) {
+        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "%s: ctx is NULL", fn);
+    }
+    DISTIL_TRY(distil_flt_check_desc(ctx, desc));
+    if (ctx->be->topk_rows == NULL && ctx->be->fused_linear_jsd == NULL) {
+        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
+                                "%s: backend '%s' lacks the top-k kernels", fn, ctx->be->name);
+    }
+    distil_topk_fields f = distil_flt_fields(desc);
+    distil_topk_teacher t = distil_topk_teacher_of(&f, ids, logp);
+    distil_fused_args a = {.xs = distil_dptr_make(xs, 0),
+                           .ws = distil_dptr_make(ws, 0),
+                           .bs = distil_dptr_make(bs, 0),
+                           .labels = distil_dptr_make(labels, 0),
+                           .loss = distil_dptr_make(loss, 0),
+                           .grad_xs = distil_dptr_make(gxs, 0),
+                           .grad_ws = distil_dptr_make(gws, 0),
+                           .grad_bs = distil_dptr_make(gbs, 0),
+                           .topk = &t};
+    distil_flt_fill_args(desc, &a);
+    DISTIL_TRY(distil_flt_check_ptrs(ctx, desc, &a));
+    if (a.rows == 0) {
+        return distil_flt_fill_loss(ctx, a.loss, a.return_parts ? 3 : 1);
+    }
+    return distil_flt_execute(ctx, desc, &a);
+}
+
+distil_status distil_fused_linear_topk(distil_ctx *ctx, const distil_fused_linear_topk_desc *desc,
+                                       const void *student_hidden, const void *student_weight,
+                                       const void *student_bias, const void *teacher_ids,
+                                       const void *teacher_logp, const int64_t *labels, float *loss,
+                                       void *grad_student_hidden, void *grad_student_weight,
+                                       void *grad_student_bias) {
+    DISTIL_GUARDED(ctx, fn,
+                   distil_flt_run(ctx, desc, student_hidden, student_weight, student_bias,
+                                  teacher_ids, teacher_logp, labels, loss, grad_student_hidden,
+                                  grad_student_weight, grad_student_bias));
+}

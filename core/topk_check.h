@@ -1,0 +1,39 @@
+/*
+ * topk_check.h - the argument rules of the cached top-k teacher (docs/SPEC.md §5, §7), shared by
+ * both top-k entry points (topk.c, fused_linear_topk.c).
+ */
+#ifndef DISTIL_CORE_TOPK_CHECK_H
+#define DISTIL_CORE_TOPK_CHECK_H
+
+#include "backend.h"
+
+/* The teacher fields of either descriptor, gathered for the checks. */
+typedef struct distil_topk_fields {
+    int64_t rows, vocab, k, pad_id;
+    distil_dtype teacher_dtype;
+    distil_id_dtype id_dtype;
+    distil_topk_tail tail;
+    distil_divergence divergence;
+    float beta, normaliser;
+    const float *normaliser_device;
+} distil_topk_fields;
+
+/* k in [1, vocab], the dtypes, pad_id outside [0, vocab), the tail policy, the divergence
+ * (FORWARD_KL, REVERSE_KL, JSD; others UNSUPPORTED), beta, the normaliser (finite, >= 0, not
+ * both forms), and the (rows, k) sizes. */
+distil_status distil_topk_check_fields(distil_ctx *ctx, const char *fn,
+                                       const distil_topk_fields *f);
+
+/* The beta of the element terms (distil_elem.h) that computes the divergence: 0 for forward KL,
+ * 1 for reverse KL, beta for JSD. */
+float distil_topk_beta(const distil_topk_fields *f);
+
+/* The teacher of a call (ids, logp as given). */
+distil_topk_teacher distil_topk_teacher_of(const distil_topk_fields *f, const void *ids,
+                                           const void *logp);
+
+/* Bytes of the (rows, k) ids and log-probs. */
+size_t distil_topk_ids_bytes(const distil_topk_fields *f);
+size_t distil_topk_logp_bytes(const distil_topk_fields *f);
+
+#endif /* DISTIL_CORE_TOPK_CHECK_H */

@@ -1,0 +1,65 @@
+/*
+ * topk_problem.h - the two top-k losses (docs/SPEC.md §7) as test problems: a spec, its seeded
+ * host inputs (a student head and hidden states, or student log-probs, and a cached teacher made
+ * from teacher logits of a chosen shape: normal, peaky or Zipf-like), and a run on any context
+ * with poisoned outputs, downloaded for checking. Shared by test_topk.c and test_topk_ref.c.
+ */
+#ifndef DISTIL_TOPK_PROBLEM_H
+#define DISTIL_TOPK_PROBLEM_H
+
+#include "test_util.h"
+
+typedef enum tk_teacher {
+    TK_NORMAL, /* logits of standard deviation 3 */
+    TK_PEAKY,  /* one logit 25 above normal ones: nearly all mass on one id */
+    TK_ZIPF,   /* p ~ 1 / rank^1.1 over a random order */
+} tk_teacher;
+
+typedef struct tk_spec {
+    int64_t t, v, hs, k; /* hs 0: 32 */
+    bool fused;          /* distil_fused_linear_topk, else distil_topk */
+    distil_dtype tdtype; /* of the teacher's log-probs */
+    distil_id_dtype idt; /* of the ids */
+    distil_topk_tail tail;
+    distil_divergence div;
+    float beta, w_hard, w_soft, tau; /* both weights 0: 0.5 each; tau 0: 1 */
+    tk_teacher teacher;
+    bool pad;          /* rows 2, 5, 8, ...: only k / 2 slots used, the rest pad_id */
+    bool mixed_labels; /* rows 1, 4, 7, ... ignored */
+    bool bias, parts;
+    distil_reduction red;
+    int64_t chunk;
+    int64_t dup_row; /* > 0: this row's second slot repeats its first id */
+    float normaliser;
+} tk_spec;
+
+typedef struct tk_problem {
+    tk_spec s;
+    distil_dtype dtype;
+    void *xs, *ws, *bs; /* fused: (t, hs), (v, hs), (v) or NULL */
+    void *x;            /* log-prob form: (t, v) student log-probs */
+    void *ids, *logp;   /* (t, k) */
+    int64_t *labels;    /* (t) */
+} tk_problem;
+
+/* Outputs: loss (t + 4 values; what is not written stays poisoned) and the gradients. */
+typedef struct tk_out {
+    float *loss;
+    void *gx;         /* fused: grad_student_hidden; log-prob form: grad_student (t, v) */
+    void *gw, *gb;    /* fused only */
+    distil_status st; /* of the call (cpu, ref: a bad id is returned here), else of the sync */
+    char msg[256];
+} tk_out;
+
+void tk_make(tk_problem *p, const tk_spec *s, distil_dtype dtype, uint64_t seed);
+void tk_free(tk_problem *p);
+/* Run on ctx: every output poisoned first, then downloaded; synchronizes. */
+void tk_run(distil_ctx *ctx, const tk_problem *p, tk_out *o);
+void tk_out_free(tk_out *o);
+/* Loss values the call writes (1, 3 with parts, or t for the log-prob form's NONE). */
+size_t tk_nloss(const tk_problem *p);
+/* Compare o with the reference r under docs/SPEC.md §3; every element written. */
+void tk_check(const tk_problem *p, const tk_out *o, const tk_out *r);
+void tk_name(char *buf, size_t n, const tk_spec *s, distil_dtype dtype);
+
+#endif /* DISTIL_TOPK_PROBLEM_H */
