@@ -41,7 +41,7 @@ static int ocl_auto_priority(void) {
 
 /* The label state's "nothing recorded" value, see count_valid in reduce.cl. */
 static distil_status ocl_label_state_reset(distil_ocl *b) {
-    const cl_long init[DISTIL_OCL_LABEL_LONGS] = {-1, 0, 0};
+    const cl_long init[DISTIL_OCL_LABEL_LONGS] = {-1, 0, 0, 0};
     cl_int err = clEnqueueWriteBuffer(b->queue, b->label_state, CL_TRUE, 0, sizeof init, init, 0,
                                       NULL, NULL);
     return err == CL_SUCCESS ? DISTIL_OK : distil_ocl_fail(b, err, "resetting the label state");
@@ -242,6 +242,16 @@ static distil_status ocl_label_report(distil_ocl *b) {
         return DISTIL_OK;
     }
     DISTIL_TRY(ocl_label_state_reset(b));
+    if (st[3] == 2) {
+        return distil_error_set(b->ctx, DISTIL_ERR_INVALID_LABEL,
+                                "teacher_ids: row %lld has id %lld twice", (long long)st[0],
+                                (long long)st[1]);
+    }
+    if (st[3] == 1) {
+        return distil_error_set(b->ctx, DISTIL_ERR_INVALID_LABEL,
+                                "teacher_ids: row %lld has id %lld outside [0, %lld)",
+                                (long long)st[0], (long long)st[1], (long long)st[2]);
+    }
     return distil_error_set(b->ctx, DISTIL_ERR_INVALID_LABEL,
                             "labels: row %lld has label %lld outside [0, %lld)", (long long)st[0],
                             (long long)st[1], (long long)st[2]);
@@ -283,6 +293,7 @@ const distil_backend distil_backend_opencl = {
     .count_valid = distil_ocl_count_valid,
     .jsd_rows = distil_ocl_jsd_rows,
     .fused_rows = distil_ocl_fused_rows,
+    .topk_rows = distil_ocl_topk_rows,
     .reduce = distil_ocl_reduce,
     .cast = distil_ocl_cast,
     .fill = distil_ocl_fill,

@@ -54,6 +54,7 @@ typedef enum distil_ocl_prog {
     DISTIL_OCL_PROG_REDUCE,      /* reduce.cl */
     DISTIL_OCL_PROG_ELEMENTWISE, /* elementwise.cl, -DSRC_DTYPE -DDST_DTYPE */
     DISTIL_OCL_PROG_GEMM,        /* gemm.cl */
+    DISTIL_OCL_PROG_TOPK,        /* jsd.cl + distil_topk.h + topk.cl (docs/SPEC.md §7) */
     DISTIL_OCL_PROG_COUNT
 } distil_ocl_prog;
 
@@ -100,7 +101,7 @@ typedef struct distil_ocl_alloc {
     size_t bytes;
 } distil_ocl_alloc;
 
-#define DISTIL_OCL_LABEL_LONGS 3
+#define DISTIL_OCL_LABEL_LONGS 4
 
 typedef struct distil_ocl {
     distil_ctx *ctx; /* where messages go */
@@ -122,8 +123,9 @@ typedef struct distil_ocl {
     char *sources[DISTIL_OCL_SRC_COUNT]; /* texts read from disk (runtime loading only) */
 
     distil_ocl_scratch scratch[DISTIL_OCL_SCRATCH_N];
-    /* Deferred invalid label: long[DISTIL_OCL_LABEL_LONGS] {first bad row or -1, its label, V},
-     * written by count_valid (reduce.cl). label_pending: the label check ran since the last
+    /* Deferred invalid label: long[DISTIL_OCL_LABEL_LONGS] {first bad row or -1, its label, V,
+     * kind: 0 label, 1 / 2 a teacher id out of range / twice}, written by count_valid (reduce.cl)
+     * or distil_topk_check (topk.cl). label_pending: the label check ran since the last
      * synchronize. */
     cl_mem label_state;
     bool label_pending;
@@ -211,6 +213,12 @@ void distil_ocl_gemm_detach(void);
 distil_status distil_ocl_count_valid(void *vb, const distil_count_args *a);
 distil_status distil_ocl_jsd_rows(void *vb, const distil_jsd_rows_args *a);
 distil_status distil_ocl_fused_rows(void *vb, const distil_fused_rows_args *a);
+distil_status distil_ocl_topk_rows(void *vb, const distil_topk_rows_args *a); /* opencl_topk.c */
+/* Shared by the row launchers (opencl_rows.c): the constants of a divergence for the kernels'
+ * distil_coef_of (jsd.cl), and an optional operand as its buffer and element offset, or the
+ * label-state buffer and 0 (returns whether it is present). */
+cl_float8 distil_ocl_coef(distil_divergence divergence, float beta, float alpha);
+cl_int distil_ocl_optional(distil_ocl *b, distil_dptr p, size_t elem, cl_mem *mem, cl_ulong *off);
 distil_status distil_ocl_reduce(void *vb, const distil_reduce_args *a);
 distil_status distil_ocl_cast(void *vb, const distil_cast_args *a);
 distil_status distil_ocl_fill(void *vb, const distil_fill_args *a);

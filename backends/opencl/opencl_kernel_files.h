@@ -16,6 +16,8 @@
     X(distill, DISTILL, "distill.cl")                                                              \
     X(reduce, REDUCE, "reduce.cl")                                                                 \
     X(elementwise, ELEMENTWISE, "elementwise.cl")                                                  \
-    X(gemm, GEMM, "gemm.cl")
+    X(gemm, GEMM, "gemm.cl")                                                                       \
+    X(topk_math, TOPK_MATH, "../../../core/backend_api/math/distil_topk.h")                        \
+    X(topk, TOPK, "topk.cl")
 
 #endif

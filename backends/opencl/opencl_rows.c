@@ -12,7 +12,7 @@
 
 /* The constants of the divergence (beta, alpha) for the kernels' distil_coef_of (jsd.cl), rounded
  * once from float64. */
-static cl_float8 ocl_coef(distil_divergence divergence, float beta, float alpha) {
+cl_float8 distil_ocl_coef(distil_divergence divergence, float beta, float alpha) {
     distil_elem_beta k = distil_elem_div_make(divergence, beta, alpha);
     cl_float8 c = {{(cl_float)k.beta, (cl_float)k.omb, (cl_float)k.lb, (cl_float)k.l1b,
                     (cl_float)k.c, (cl_float)k.ka, (cl_float)k.kb, (cl_float)k.mode}};
@@ -20,7 +20,7 @@ static cl_float8 ocl_coef(distil_divergence divergence, float beta, float alpha)
 }
 
 /* An optional operand: its buffer and element offset, or the dummy buffer and 0. */
-static cl_int ocl_optional(distil_ocl *b, distil_dptr p, size_t elem, cl_mem *mem, cl_ulong *off) {
+cl_int distil_ocl_optional(distil_ocl *b, distil_dptr p, size_t elem, cl_mem *mem, cl_ulong *off) {
     const bool present = distil_dptr_present(p);
     *mem = present ? distil_ocl_mem(p) : b->label_state;
     *off = present ? distil_ocl_elems(p, elem) : 0;
@@ -41,13 +41,13 @@ distil_status distil_ocl_jsd_rows(void *vb, const distil_jsd_rows_args *a) {
     cl_ulong x_stride = (cl_ulong)a->x_stride, y_stride = (cl_ulong)a->y_stride;
     cl_ulong grad_stride = (cl_ulong)a->grad_stride;
     cl_long vocab = a->vocab, ignore = a->ignore_index;
-    cl_float8 coef = ocl_coef(a->divergence, a->beta, a->alpha);
+    cl_float8 coef = distil_ocl_coef(a->divergence, a->beta, a->alpha);
     cl_float grad_scale = a->grad_scale;
     cl_mem labels, grad, n_valid;
     cl_ulong lab_off, grad_off, n_off;
-    cl_int has_labels = ocl_optional(b, a->labels, sizeof(int64_t), &labels, &lab_off);
-    cl_int has_grad = ocl_optional(b, a->grad, es, &grad, &grad_off);
-    cl_int has_n = ocl_optional(b, a->n_valid, sizeof(float), &n_valid, &n_off);
+    cl_int has_labels = distil_ocl_optional(b, a->labels, sizeof(int64_t), &labels, &lab_off);
+    cl_int has_grad = distil_ocl_optional(b, a->grad, es, &grad, &grad_off);
+    cl_int has_n = distil_ocl_optional(b, a->n_valid, sizeof(float), &n_valid, &n_off);
     const distil_ocl_arg args[] = {
         DISTIL_OCL_ARG(x),          DISTIL_OCL_ARG(x_off),       DISTIL_OCL_ARG(x_stride),
         DISTIL_OCL_ARG(y),          DISTIL_OCL_ARG(y_off),       DISTIL_OCL_ARG(y_stride),
@@ -76,13 +76,13 @@ distil_status distil_ocl_fused_rows(void *vb, const distil_fused_rows_args *a) {
     cl_ulong ce_off = distil_ocl_elems(a->ce_rows, sizeof(float));
     cl_ulong jsd_off = distil_ocl_elems(a->jsd_rows, sizeof(float));
     cl_long vocab = a->vocab, ignore = a->ignore_index;
-    cl_float8 coef = ocl_coef(a->divergence, a->beta, a->alpha);
+    cl_float8 coef = distil_ocl_coef(a->divergence, a->beta, a->alpha);
     cl_float inv_t = a->inv_temperature;
     cl_float w_hard = a->weight_hard, w_soft = a->weight_soft;
     cl_mem g, n_valid;
     cl_ulong g_off, n_off;
-    cl_int has_g = ocl_optional(b, a->g, distil_dtype_size(a->g_dtype), &g, &g_off);
-    cl_int has_n = ocl_optional(b, a->n_valid, sizeof(float), &n_valid, &n_off);
+    cl_int has_g = distil_ocl_optional(b, a->g, distil_dtype_size(a->g_dtype), &g, &g_off);
+    cl_int has_n = distil_ocl_optional(b, a->n_valid, sizeof(float), &n_valid, &n_off);
     const distil_ocl_arg args[] = {
         DISTIL_OCL_ARG(zs),      DISTIL_OCL_ARG(zs_off),  DISTIL_OCL_ARG(zt),
         DISTIL_OCL_ARG(zt_off),  DISTIL_OCL_ARG(vocab),   DISTIL_OCL_ARG(labels),

@@ -174,3 +174,5 @@ float2 distil_group_lse(float m, distil_acc s, __local float *lm, __local distil
 #define DE_SEL(m, a, b) ((m) ? (a) : (b))
 #define DE_ABS(a)       fabs(a)
 #define DE_EXP(a)       exp(a)
+#define DE_LOG(a)       log(a)   /* distil_topk.h */
+#define DE_EXPM1(a)     expm1(a) /* distil_topk.h */

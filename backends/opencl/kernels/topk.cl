@@ -1,0 +1,245 @@
+/*
+ * topk.cl - the row pass of the cached top-k teacher (docs/SPEC.md §7) for the opencl backend
+ * (after common.cl, distil_elem.h, jsd.cl for distil_coef_of, and distil_topk.h). One work-group
+ * per row, fixed-order reductions, no float atomics. Build options: DTYPE (of G), SRC_DTYPE (of x:
+ * f32 logits, or the student's log-probs), TDTYPE (of the teacher's log-probs), IDS_I64 (ids are
+ * long, else int), TK_MAX (slots held in local memory per row: k <= TK_MAX, checked on the host).
+ */
+
+#ifndef TDTYPE
+#define TDTYPE f32
+#endif
+#ifndef TK_MAX
+#define TK_MAX 512
+#endif
+#define TT STORAGE(TDTYPE)
+#if IDS_I64
+typedef long distil_id_t;
+#else
+typedef int distil_id_t;
+#endif
+
+/* The first bad slot of a row (LONG_MAX: none): an id outside [0, vocab) other than pad_id, or
+ * the second of two equal ids. Slots j = lid, lid + WG_SIZE, ...; the whole group gets the
+ * minimum. sid: the row's k ids in local memory. */
+long distil_topk_first_bad(__local const long *sid, long k, long pad_id, long vocab,
+                           __local long *red) {
+    const int lid = (int)get_local_id(0);
+    long bad = LONG_MAX;
+    for (long j0 = 0; j0 < k; j0 += WG_SIZE) {
+        const long j = j0 + lid;
+        const long id = j < k ? sid[j] : pad_id;
+        bool b = id != pad_id && (id < 0 || id >= vocab);
+        for (long u = 0; id != pad_id && u < j; u++) {
+            b = b || sid[u] == id;
+        }
+        bad = (b && bad == LONG_MAX) ? j : bad;
+    }
+    /* the group minimum, a fixed tree */
+    red[lid] = bad;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint s = WG_SIZE / 2; s > 0; s >>= 1) {
+        if (lid < s) {
+            red[lid] = min(red[lid], red[lid + s]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const long m = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return m;
+}
+
+void distil_topk_load_ids(__global const distil_id_t *ids, ulong off, long k, __local long *sid) {
+    for (long j0 = 0; j0 < k; j0 += WG_SIZE) {
+        const long j = j0 + (long)get_local_id(0);
+        if (j < k) {
+            sid[j] = (long)ids[off + (ulong)j];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/*
+ * The id check of rows [0, rows) in row order, one work-group (launched once per block, before
+ * distil_topk_rows, like count_valid): the first bad row goes to state {row0 + row, its id,
+ * vocab, 1 out of range | 2 twice} when nothing is recorded (state[0] < 0), so the first error
+ * of a call stands.
+ */
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
+distil_topk_check(__global const distil_id_t *ids, ulong ids_off, long k, long pad_id, long rows,
+                  long vocab, long row0, __global long *state) {
+    __local long sid[TK_MAX];
+    __local long red[WG_SIZE];
+    long first_row = -1, first_id = 0;
+    for (long row = 0; row < rows; row++) { /* a uniform trip count, no early exit (PoCL) */
+        distil_topk_load_ids(ids, ids_off + (ulong)(row * k), k, sid);
+        const long bad = distil_topk_first_bad(sid, k, pad_id, vocab, red);
+        if (first_row < 0 && bad != LONG_MAX) {
+            first_row = row;
+            first_id = sid[bad];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* sid is reloaded */
+    }
+    if (first_row >= 0 && get_local_id(0) == 0 && state[0] < 0) {
+        state[0] = row0 + first_row;
+        state[1] = first_id;
+        state[2] = vocab;
+        state[3] = (first_id < 0 || first_id >= vocab) ? 1 : 2;
+    }
+}
+
+/* log-sum-exp of the row's x * scale: (max, log sum) over the group. */
+float2 distil_topk_row_lse(__global const SRC_T *xr, long vocab, float scale, __local float *lm,
+                           __local distil_acc *ls) {
+    float m = -INFINITY;
+    distil_acc s = 0.0f;
+    for (long j = get_local_id(0); j < vocab; j += WG_SIZE) {
+        distil_lse_add(&m, &s, LOAD(SRC_DTYPE, xr, j), scale);
+    }
+    return distil_group_lse(m, s, lm, ls, scale);
+}
+
+/* sum over the row of exp(x * it - lset) in distil_acc. */
+distil_acc distil_topk_row_q(__global const SRC_T *xr, long vocab, float it, float lset,
+                             __local distil_acc *red) {
+    distil_acc s = 0.0f;
+    for (long j = get_local_id(0); j < vocab; j += WG_SIZE) {
+        s += exp(LOAD(SRC_DTYPE, xr, j) * it - lset);
+    }
+    return distil_group_sum_acc(s, red);
+}
+
+/*
+ * x     (rows, vocab) SRC_DTYPE at x_off, row stride x_stride: fp32 logits (logits != 0: softmax
+ *       at inv_t, CE at 1, the softmax Jacobian; the ids are marked -inf in it to sum Q_t) or
+ *       the student's log-probs as given (read only; Q_t = sum exp(x) - Q_K in distil_acc)
+ * ids, tlogp (rows, k) at ids_off / t_off; pad_id; tail (DK_*)
+ * labels (rows) long, optional; ce (optional), soft (rows) float; g (rows, vocab) DTYPE row
+ *       stride g_stride, optional: G = w_hard / n (s - onehot) + w_soft / n (/ tau) dsoft/dx
+ * A row with a bad id (distil_topk_check recorded it) is ignored like an ignored label.
+ */
+__kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void distil_topk_rows(
+    __global SRC_T *x, ulong x_off, ulong x_stride, int logits, __global const distil_id_t *ids,
+    ulong ids_off, __global const TT *tlogp, ulong t_off, long k, long pad_id, int tail, long vocab,
+    __global const long *labels, ulong lab_off, int has_labels, long ignore_index, float8 coef,
+    float inv_t, float w_hard, float w_soft, __global float *ce, ulong ce_off, int has_ce,
+    __global float *soft, ulong soft_off, __global T *g, ulong g_off, ulong g_stride, int has_g,
+    __global const float *n_valid, ulong n_off, int has_n) {
+    __local long sid[TK_MAX];
+    __local float sz[TK_MAX], sg[TK_MAX];
+    __local long red_l[WG_SIZE];
+    __local float red_m[WG_SIZE];
+    __local distil_acc red_s[WG_SIZE];
+    const ulong row = get_group_id(0);
+    const int lid = (int)get_local_id(0);
+    __global SRC_T *xr = x + x_off + row * x_stride;
+    __global T *gr = g + g_off + row * g_stride;
+    __global const TT *yr = tlogp + t_off + row * (ulong)k;
+    const long label = has_labels ? labels[lab_off + row] : -1;
+    bool skip = has_labels && (label == ignore_index || (logits && (label < 0 || label >= vocab)));
+    if (!skip) {
+        distil_topk_load_ids(ids, ids_off + row * (ulong)k, k, sid);
+        skip = distil_topk_first_bad(sid, k, pad_id, vocab, red_l) != LONG_MAX;
+    }
+    if (skip) { /* uniform over the group */
+        if (lid == 0) {
+            soft[soft_off + row] = 0.0f;
+            if (has_ce) {
+                ce[ce_off + row] = 0.0f;
+            }
+        }
+        for (long j = lid; has_g && j < vocab; j += WG_SIZE) {
+            STORE(DTYPE, gr, j, 0.0f);
+        }
+        return;
+    }
+    const float it = logits ? inv_t : 1.0f;
+    const float2 l1 = logits ? distil_topk_row_lse(xr, vocab, 1.0f, red_m, red_s) : (float2)(0.0f);
+    const float2 lt = logits ? distil_topk_row_lse(xr, vocab, it, red_m, red_s) : (float2)(0.0f);
+    const float lse1 = l1.x + l1.y, lset = lt.x * it + lt.y;
+    const float z_label = (logits && has_labels) ? LOAD(SRC_DTYPE, xr, label) : 0.0f;
+    /* The slots: raw value (logit or log-prob) into local memory; pads get -inf x and y. */
+    distil_acc qk = 0.0f;
+    float ym = -INFINITY;
+    distil_acc ys = 0.0f;
+    int used = 0;
+    for (long j = lid; j < k; j += WG_SIZE) {
+        const bool pad = sid[j] == pad_id;
+        sz[j] = pad ? -INFINITY : LOAD(SRC_DTYPE, xr, sid[j]);
+        const float y = pad ? -INFINITY : LOAD(TDTYPE, yr, j);
+        qk += exp(sz[j] * it - lset);
+        distil_lse_add(&ym, &ys, y, 1.0f);
+        used += pad ? 0 : 1;
+    }
+    const float2 lp = distil_group_lse(ym, ys, red_m, red_s, 1.0f);
+    const float lpk = lp.x + lp.y;
+    const distil_acc qk_all = distil_group_sum_acc(qk, red_s);
+    const int n_used = (int)distil_group_sum(convert_float(used), red_m);
+    distil_acc qt;
+    if (logits) { /* mark the ids, then sum the complement directly */
+        for (long j0 = 0; j0 < k; j0 += WG_SIZE) {
+            const long j = j0 + lid;
+            if (j < k && sid[j] != pad_id) {
+                STORE(SRC_DTYPE, xr, sid[j], -INFINITY);
+            }
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+        qt = distil_topk_row_q(xr, vocab, it, lset, red_s);
+    } else {
+        const distil_acc all = distil_topk_row_q(xr, vocab, 1.0f, 0.0f, red_s);
+        qt = all - qk_all > 0.0f ? all - qk_all : 0.0f;
+    }
+    const float qkf = (float)qk_all, lqk = log(qkf);
+    /* the element terms of the slots, and of the tail */
+    const de_coef kc = distil_coef_of(coef);
+    distil_acc se = 0.0f, sgs = 0.0f;
+    for (long j = lid; j < k; j += WG_SIZE) {
+        float gj = 0.0f, q;
+        if (sid[j] != pad_id) {
+            const float xj = sz[j] * it - lset;
+            se += de_elem(kc.mode, &kc, dk_slot_x(tail, xj, lqk),
+                          dk_slot_y(tail, LOAD(TDTYPE, yr, j), lpk), &gj, &q);
+        }
+        sg[j] = gj;
+        sgs += gj;
+    }
+    float loss = (float)distil_group_sum_acc(se, red_s);
+    const float sum_g = (float)distil_group_sum_acc(sgs, red_s);
+    float g_t = 0.0f, q;
+    if (tail != DK_RENORM) {
+        loss +=
+            de_elem(kc.mode, &kc, log((float)qt), dk_tail_y(tail, lpk, n_used == vocab), &g_t, &q);
+    }
+    if (lid == 0) {
+        soft[soft_off + row] = loss;
+        if (has_ce) {
+            ce[ce_off + row] = has_labels ? (l1.x - z_label) + l1.y : 0.0f;
+        }
+    }
+    if (has_g) { /* uniform */
+        const float n = has_n ? n_valid[n_off] : 1.0f;
+        const float gh = n == 0.0f ? 0.0f : w_hard / n;
+        const float gsi = n == 0.0f ? 0.0f : w_soft / n * it;
+        float c_on, a_off;
+        dk_grad_consts(tail, logits, sum_g, g_t, (float)qt, qkf, &c_on, &a_off);
+        if (n == 0.0f) {
+            c_on = a_off = 0.0f; /* the gradient is 0 (an infinite a_off times gsi = 0 is NaN) */
+        }
+        for (long j = lid; j < vocab; j += WG_SIZE) { /* off K (the ids' entries are rewritten) */
+            const float zv = LOAD(SRC_DTYPE, xr, j);
+            const float sv = logits ? exp((zv - l1.x) - l1.y) : 0.0f;
+            const float oh = j == label && logits ? 1.0f : 0.0f;
+            STORE(DTYPE, gr, j, dk_g_off(gh, gsi, sv, oh, exp(zv * it - lset), a_off));
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+        for (long j0 = 0; j0 < k; j0 += WG_SIZE) { /* a uniform trip count (PoCL) */
+            const long j = j0 + lid;
+            if (j < k && sid[j] != pad_id) {
+                const float sv = logits ? exp((sz[j] - l1.x) - l1.y) : 0.0f;
+                const float oh = sid[j] == label && logits ? 1.0f : 0.0f;
+                const float qv = exp(sz[j] * it - lset);
+                STORE(DTYPE, gr, sid[j], dk_g_on(gh, gsi, sv, oh, sg[j], qv, c_on));
+            }
+        }
+    }
+}
