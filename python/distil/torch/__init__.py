@@ -20,6 +20,8 @@ from .modules import (JSD, FusedLinearJSD, FusedLinearJSDLoss, LigerFusedLinearJ
                       LigerFusedLinearJSDLoss, LigerJSD)
 from .divergences import (KLDivLoss, LigerKLDIVLoss, LigerTVDLoss, TVDLoss, kl_div, liger_kl_div,
                           liger_tvd, tvd)
+# Offline distillation from a cached top-k teacher (docs/SPEC.md §7).
+from .topk import FusedLinearTopKLoss, TopKLoss, fused_linear_topk_loss, topk_cache, topk_loss
 
 __all__ = [
     "JSD", "FusedLinearJSD", "FusedLinearJSDLoss", "LigerJSD", "LigerFusedLinearJSD",
@@ -28,6 +30,7 @@ __all__ = [
     # docs/SPEC.md §6: Liger's KL and TVD losses on distil's named divergences
     "KLDivLoss", "TVDLoss", "LigerKLDIVLoss", "LigerTVDLoss", "kl_div", "tvd", "liger_kl_div",
     "liger_tvd",
+    "topk_cache", "topk_loss", "fused_linear_topk_loss", "TopKLoss", "FusedLinearTopKLoss",
 ]
 
 

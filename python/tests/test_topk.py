@@ -1,0 +1,195 @@
+"""distil.torch's cached top-k teacher losses (docs/SPEC.md §7) against a float64 PyTorch
+reference written from the spec (not distil's "ref" backend), under the bounds of §3; the cache
+helper; torch.compile(fullgraph=True); opcheck; bad input."""
+
+import math
+
+import pytest
+import torch
+
+import distil
+import distil.torch as dt
+from conftest import DEVICES, bounds, check, gen, labels_for, leaf, log_probs, normal
+
+TAILS = ["tail", "renormalise", "zero"]
+DIVS = [("forward_kl", 0.5), ("reverse_kl", 0.5), ("jsd", 0.3)]
+
+
+def ref_elem(X, Y, divergence, beta):
+    """docs/SPEC.md §1's element term in float64; 0 where the weighting probability is 0."""
+    q, p = X.exp(), Y.exp()
+    zero = torch.zeros_like(X)
+    if divergence == "forward_kl":
+        return torch.where(p > 0, p * (Y - X), zero)
+    if divergence == "reverse_kl":
+        return torch.where(q > 0, q * (X - Y), zero)
+    m = torch.logaddexp(math.log(beta) + Y, math.log1p(-beta) + X)
+    return (torch.where(p > 0, beta * p * (Y - m), zero)
+            + torch.where(q > 0, (1 - beta) * q * (X - m), zero))
+
+
+def ref_topk_rows(x, ids, y, tail, divergence, beta, pad_id=-1):
+    """Per-row loss of docs/SPEC.md §7 for student log-probs x [T, V] (a free variable: Q_t is
+    the sum of exp(x) outside the ids) and the teacher (ids, y) [T, k], float64."""
+    valid = ids != pad_id
+    safe = torch.where(valid, ids, torch.zeros_like(ids))
+    mask = torch.zeros_like(x, dtype=torch.bool)
+    for r, c in valid.nonzero().tolist():  # (a scatter of the pads' False could race a real id)
+        mask[r, ids[r, c]] = True
+    xk = x.gather(1, safe)
+    yk = torch.where(valid, y, torch.zeros_like(y))  # pads: finite stand-ins, zeroed below
+    qk = torch.where(valid, xk.exp(), torch.zeros_like(xk)).sum(-1)
+    pk = torch.where(valid, yk.exp(), torch.zeros_like(yk)).sum(-1)
+    if tail == "renormalise":
+        e = ref_elem(xk - qk.log()[:, None], yk - pk.log()[:, None], divergence, beta)
+        return torch.where(valid, e, torch.zeros_like(e)).sum(-1)
+    e = torch.where(valid, ref_elem(xk, yk, divergence, beta), torch.zeros_like(xk)).sum(-1)
+    qt = torch.where(mask, torch.zeros_like(x), x.exp()).sum(-1)
+    pt = (1 - pk).clamp_min(0) if tail == "tail" else torch.zeros_like(pk)
+    return e + ref_elem(qt.log(), pt.log(), divergence, beta)
+
+
+def make(seed, dtype, t=20, v=300, k=8, hs=16, pad=True, tdtype=torch.float32):
+    g = gen(seed)
+    teacher = torch.randn((t, v), generator=g, dtype=torch.float64) * 3
+    ids, logp = dt.topk_cache(teacher, k)
+    if pad:
+        ids[2::3, k // 2:] = -1  # rows with fewer than k entries
+    return dict(x=log_probs(g, (t, v), dtype), ids=ids, logp=logp.to(tdtype),
+                xs=normal(g, (t, hs), dtype), ws=normal(g, (v, hs), dtype, 0.5),
+                bs=normal(g, (v,), dtype, 0.5), labels=labels_for(g, t, v))
+
+
+def test_topk_cache():
+    logits = torch.randn(4, 7, 50, dtype=torch.float64)
+    ids, logp = dt.topk_cache(logits, 6, temperature=2.0)
+    assert ids.shape == (4, 7, 6) and ids.dtype == torch.int64 and logp.dtype == torch.float32
+    full = torch.log_softmax(logits / 2.0, -1)
+    assert torch.allclose(logp.double(), full.gather(-1, ids), atol=1e-6)
+    assert (logp[..., :-1] >= logp[..., 1:]).all()
+    assert torch.equal(full.topk(6, -1).indices, ids)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tail", TAILS)
+@pytest.mark.parametrize("divergence,beta", DIVS)
+def test_topk_loss(device, dtype, tail, divergence, beta):
+    if tail == "zero" and divergence == "reverse_kl":
+        pytest.skip("reverse KL against a teacher that is 0 off the ids is +inf")
+    i = make(1, dtype)
+    x = leaf(i["x"], device)
+    loss = dt.topk_loss(x, i["ids"].to(device), i["logp"].to(device), i["labels"].to(device),
+                        tail=tail, divergence=divergence, beta=beta)
+    (loss * 0.75).backward()
+    rx = i["x"].double().requires_grad_(True)
+    rows = ref_topk_rows(rx, i["ids"], i["logp"].double(), tail, divergence, beta)
+    valid = i["labels"] != -100
+    ref = torch.where(valid, rows, torch.zeros_like(rows)).sum() / valid.sum()
+    (ref * 0.75).backward()
+    lb, gb = bounds(dtype)
+    check("loss", loss, ref, lb)
+    check("grad", x.grad, rx.grad, gb)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_topk_loss_none_int32_f16_teacher(device):
+    i = make(2, torch.float32, tdtype=torch.float16)
+    loss = dt.TopKLoss(tail="tail", divergence="jsd", beta=0.5, reduction="none")(
+        i["x"].to(device), i["ids"].int().to(device), i["logp"].to(device))
+    ref = ref_topk_rows(i["x"].double(), i["ids"], i["logp"].double(), "tail", "jsd", 0.5)
+    assert loss.shape == (20,)
+    check("rows", loss, ref, 1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tail,divergence,beta", [("tail", "forward_kl", 0.5),
+                                                  ("renormalise", "jsd", 0.4),
+                                                  ("zero", "forward_kl", 0.5),
+                                                  ("tail", "reverse_kl", 0.5)])
+def test_fused_topk(device, dtype, tail, divergence, beta):
+    i = make(3, dtype)
+    xs, ws, bs = (leaf(i[k], device) for k in ("xs", "ws", "bs"))
+    tau = 1.5
+    loss, soft, hard = dt.fused_linear_topk_loss(
+        xs, ws, i["ids"].to(device), i["logp"].to(device), i["labels"].to(device), bs, 0.3, 0.7,
+        tail=tail, divergence=divergence, beta=beta, temperature=tau, chunk_rows=7,
+        return_soft_hard_loss=True)
+    (loss * 2.0).backward()
+    r = {k: (v.double() if v.is_floating_point() else v) for k, v in i.items()}
+    rxs, rws, rbs = (r[k].requires_grad_(True) for k in ("xs", "ws", "bs"))
+    z = rxs @ rws.T + rbs
+    valid = r["labels"] != -100
+    safe = torch.where(valid, r["labels"], torch.zeros_like(r["labels"]))
+    ce = torch.logsumexp(z, -1) - z.gather(1, safe[:, None])[:, 0]
+    rows = ref_topk_rows(torch.log_softmax(z / tau, -1), r["ids"], r["logp"], tail, divergence,
+                         beta)
+    n = valid.sum()
+    rhard = torch.where(valid, ce, torch.zeros_like(ce)).sum() / n
+    rsoft = torch.where(valid, rows, torch.zeros_like(rows)).sum() / n
+    ref = 0.3 * rhard + 0.7 * rsoft
+    (ref * 2.0).backward()
+    lb, gb = bounds(dtype, fused=True)
+    check("loss", loss, ref, lb)
+    check("soft", soft, rsoft, lb)
+    check("hard", hard, rhard, lb)
+    check("grad_student_input", xs.grad, rxs.grad, gb)
+    check("grad_student_weight", ws.grad, rws.grad, gb)
+    check("grad_student_bias", bs.grad, rbs.grad, gb)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph(device):
+    i = make(4, torch.float32)
+    ids, logp, lab = i["ids"].to(device), i["logp"].to(device), i["labels"].to(device)
+    mod = dt.FusedLinearTopKLoss(divergence="jsd", beta=0.5, temperature=2.0)
+    compiled = torch.compile(lambda a, b, c: mod(a, b, ids, logp, lab, c) +
+                             dt.topk_loss(torch.log_softmax(a @ b.T, -1), ids, logp), fullgraph=True)
+    xs, ws, bs = (leaf(i[k], device) for k in ("xs", "ws", "bs"))
+    out = compiled(xs, ws, bs)
+    out.backward()
+    xs2, ws2, bs2 = (leaf(i[k], device) for k in ("xs", "ws", "bs"))
+    eager = mod(xs2, ws2, ids, logp, lab, bs2) + dt.topk_loss(
+        torch.log_softmax(xs2 @ ws2.T, -1), ids, logp)
+    eager.backward()
+    check("compiled loss", out, eager, 1e-6)
+    check("compiled grad_student_input", xs.grad, xs2.grad, 1e-5)
+    check("compiled grad_student_weight", ws.grad, ws2.grad, 1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    from distil.torch import topk
+    i = {k: v.to(device) for k, v in make(5, torch.float32).items()}
+    x = i["x"].detach().requires_grad_(True)
+    for args in [(x, i["ids"], i["logp"], i["labels"], "tail", "forward_kl", 0.5, -100,
+                  "batchmean", -1, True),
+                 (x, i["ids"].int(), i["logp"], None, "renormalise", "jsd", 0.3, -100, "none",
+                  -1, True)]:
+        torch.library.opcheck(topk.topk_op, args)
+    req = [i[k].detach().requires_grad_(True) for k in ("xs", "ws", "bs")]
+    for args in [(req[0], req[1], req[2], i["ids"], i["logp"], i["labels"], 0.5, 0.5, "tail",
+                  "forward_kl", 0.5, 1.0, -100, "batchmean", -1, 0, True, True, True),
+                 (req[0], i["ws"], None, i["ids"], i["logp"].bfloat16(), None, 0.0, 1.0, "zero",
+                  "jsd", 0.5, 2.0, -100, "sum", -1, 4, True, False, False)]:
+        torch.library.opcheck(topk.fused_topk_op, args)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_arguments_raise_with_message(device):
+    i = {k: v.to(device) for k, v in make(6, torch.float32).items()}
+    with pytest.raises(ValueError, match="tail"):
+        dt.topk_loss(i["x"], i["ids"], i["logp"], tail="none")
+    with pytest.raises(ValueError, match="divergence"):
+        dt.topk_loss(i["x"], i["ids"], i["logp"], divergence="tvd")
+    with pytest.raises(ValueError, match="teacher_ids"):
+        dt.topk_loss(i["x"], i["ids"].float(), i["logp"])
+    with pytest.raises(ValueError, match="rows"):
+        dt.topk_loss(i["x"][:5], i["ids"], i["logp"])
+    with pytest.raises(ValueError, match="pad_id"):
+        dt.topk_loss(i["x"], i["ids"], i["logp"], pad_id=3)
+    bad = i["ids"].clone()
+    bad[4, 1] = bad[4, 0]
+    with pytest.raises(distil.InvalidLabel, match="teacher_ids: row 4"):
+        dt.topk_loss(i["x"], bad, i["logp"])
