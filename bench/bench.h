@@ -40,6 +40,9 @@ typedef struct bench_shape {
     /* docs/SPEC.md §6: the (soft part's) divergence and the skew KLs' alpha */
     distil_divergence divergence;
     float alpha;
+    /* fused only: > 0 runs distil_fused_linear_topk against a cached top-k teacher of this k
+     * (docs/SPEC.md §7: fp32 log-probs, int64 ids) instead of the teacher head (--topk K) */
+    int64_t topk_k;
 } bench_shape;
 
 /* The command line, after defaults and presets. */

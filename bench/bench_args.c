@@ -75,6 +75,8 @@ static const bench_flag bench_flags[] = {
     {"weight-soft", K_FLT, OFF(fused.weight_soft), NONE, 0, 1e30, "F     JSD weight (default 0.5)"},
     {"chunk", K_I64, OFF(fused.chunk_rows), NONE, 0, 1e9,
      "N     fused chunk rows (default 0: auto)"},
+    {"topk", K_I64, OFF(fused.topk_k), NONE, 0, 1e9,
+     "K     fused: a cached top-K teacher (distil_fused_linear_topk) instead of the teacher head"},
     {"ignore-frac", K_DBL, OFF(jsd.ignore_frac), OFF(fused.ignore_frac), 0, 1,
      "F     fraction of rows labelled ignore_index (default 0)"},
     {"warmup", K_INT, OFF(warmup), NONE, 0, 1e6, "N     untimed calls first (default 3)"},

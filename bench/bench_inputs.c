@@ -12,7 +12,8 @@
 
 enum { IN_A, IN_B, IN_C, IN_D, IN_LABELS, IN_COUNT };
 /* jsd:   A = student_logp (T, V), B = teacher_logp (T, V), labels (T) or NULL
- * fused: A = xs (T, Hs), B = Ws (V, Hs), C = xt (T, Ht), D = Wt (V, Ht), labels (T) */
+ * fused: A = xs (T, Hs), B = Ws (V, Hs), C = xt (T, Ht), D = Wt (V, Ht), labels (T)
+ * fused with --topk K: C = teacher ids (T, K) int64, D = teacher log-probs (T, K) fp32 */
 
 struct bench_buffers {
     int sets;
@@ -157,9 +158,11 @@ static int bench_fill_tensor(void *dst, int64_t rows, int64_t cols, distil_dtype
 typedef struct bench_tensor {
     int64_t rows;
     int64_t cols; /* 0: labels */
-    int logp;
+    int logp;     /* 1: log-prob rows; BENCH_TOPK_IDS / _LOGP: a cached top-k teacher's (T, K) */
     float scale;
 } bench_tensor;
+
+enum { BENCH_TOPK_IDS = 2, BENCH_TOPK_LOGP = 3 }; /* int64 ids; fp32 log-probs */
 
 static void bench_tensors_of(const bench_shape *s, bench_tensor t[IN_COUNT]) {
     memset(t, 0, IN_COUNT * sizeof *t);
@@ -174,12 +177,17 @@ static void bench_tensors_of(const bench_shape *s, bench_tensor t[IN_COUNT]) {
     t[IN_B] = (bench_tensor){s->vocab, s->hs, 0, (float)(1.0 / sqrt((double)s->hs))};
     t[IN_C] = (bench_tensor){s->rows, s->ht, 0, 1.0f};
     t[IN_D] = (bench_tensor){s->vocab, s->ht, 0, (float)(2.0 / sqrt((double)s->ht))};
+    if (s->topk_k > 0) {
+        t[IN_C] = (bench_tensor){s->rows, s->topk_k, BENCH_TOPK_IDS, 0.0f};
+        t[IN_D] = (bench_tensor){s->rows, s->topk_k, BENCH_TOPK_LOGP, 0.0f};
+    }
     t[IN_LABELS].rows = s->rows;
 }
 
 static double bench_tensor_bytes(const bench_shape *s, const bench_tensor *t) {
-    if (t->cols == 0) {
-        return 8.0 * (double)t->rows;
+    if (t->cols == 0 || t->logp >= BENCH_TOPK_IDS) {
+        double elem = t->logp == BENCH_TOPK_LOGP ? 4.0 : 8.0;
+        return elem * (double)t->rows * (double)(t->cols ? t->cols : 1);
     }
     return (double)t->rows * (double)t->cols * (double)distil_dtype_size(s->dtype);
 }
@@ -216,6 +224,21 @@ static void bench_fill_labels(int64_t *lab, int64_t n, const bench_shape *s, ben
     }
 }
 
+/* A cached top-k teacher row by row: K consecutive ids from a random start (distinct while
+ * K <= V), and log-probs -1 - j / 4, falling, whose mass stays below 1 (a tail remains). */
+static void bench_fill_topk(void *dst, const bench_tensor *t, const bench_shape *s, bench_rng *r) {
+    for (int64_t i = 0; i < t->rows; i++) {
+        int64_t start = (int64_t)(bench_rng_next(r) % (uint64_t)s->vocab);
+        for (int64_t j = 0; j < t->cols; j++) {
+            if (t->logp == BENCH_TOPK_IDS) {
+                ((int64_t *)dst)[i * t->cols + j] = (start + j) % s->vocab;
+            } else {
+                ((float *)dst)[i * t->cols + j] = -1.0f - 0.25f * (float)j;
+            }
+        }
+    }
+}
+
 /* Allocate one tensor in the context's memory and fill it, through a host copy on devices. */
 static distil_status bench_tensor_make(distil_ctx *ctx, const bench_shape *s, const bench_tensor *t,
                                        int host_direct, bench_rng *r, void **out) {
@@ -233,7 +256,9 @@ static distil_status bench_tensor_make(distil_ctx *ctx, const bench_shape *s, co
         return DISTIL_ERR_OUT_OF_MEMORY;
     }
     int rc = 0;
-    if (t->cols == 0) {
+    if (t->logp >= BENCH_TOPK_IDS) {
+        bench_fill_topk(host, t, s, r);
+    } else if (t->cols == 0) {
         bench_fill_labels(host, t->rows, s, r);
     } else {
         rc = bench_fill_tensor(host, t->rows, t->cols, s->dtype, t->logp, t->scale, r);
@@ -352,6 +377,19 @@ static void bench_fused_desc_of(const bench_shape *s, distil_fused_linear_jsd_de
     d->alpha = s->alpha;
 }
 
+static void bench_topk_desc_of(const bench_shape *s, distil_fused_linear_topk_desc *d) {
+    distil_fused_linear_topk_desc_init(d);
+    d->rows = s->rows;
+    d->vocab = s->vocab;
+    d->student_hidden = s->hs;
+    d->k = s->topk_k;
+    d->dtype = s->dtype;
+    d->weight_hard = s->weight_hard;
+    d->weight_soft = s->weight_soft;
+    d->temperature = s->tau;
+    d->chunk_rows = s->chunk_rows;
+}
+
 distil_status bench_call(distil_ctx *ctx, const bench_shape *s, bench_mode mode,
                          const bench_buffers *b, int set) {
     void *const *in = b->in[set % b->sets];
@@ -361,6 +399,13 @@ distil_status bench_call(distil_ctx *ctx, const bench_shape *s, bench_mode mode,
         bench_jsd_desc_of(s, &d);
         return distil_jsd(ctx, &d, in[IN_A], in[IN_B], in[IN_LABELS], b->loss,
                           full ? b->grad_a : NULL);
+    }
+    if (s->topk_k > 0) {
+        distil_fused_linear_topk_desc d;
+        bench_topk_desc_of(s, &d);
+        return distil_fused_linear_topk(ctx, &d, in[IN_A], in[IN_B], NULL, in[IN_C], in[IN_D],
+                                        in[IN_LABELS], b->loss, full ? b->grad_a : NULL,
+                                        full ? b->grad_b : NULL, NULL);
     }
     distil_fused_linear_jsd_desc d;
     bench_fused_desc_of(s, &d);
@@ -375,6 +420,11 @@ distil_status bench_workspace_bytes(distil_ctx *ctx, const bench_shape *s, bench
         distil_jsd_desc d;
         bench_jsd_desc_of(s, &d);
         return distil_jsd_workspace_size(ctx, &d, bytes);
+    }
+    if (s->topk_k > 0) {
+        distil_fused_linear_topk_desc d;
+        bench_topk_desc_of(s, &d);
+        return distil_fused_linear_topk_workspace_size(ctx, &d, mode == BENCH_FULL, bytes);
     }
     distil_fused_linear_jsd_desc d;
     bench_fused_desc_of(s, &d);

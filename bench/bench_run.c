@@ -29,9 +29,9 @@ void bench_work_of(const bench_shape *s, bench_mode mode, double *bytes, double 
         return;
     }
     double hs = (double)s->hs;
-    double ht = (double)s->ht;
-    *bytes = (t * hs + v * hs + t * ht + v * ht) * dsz + 8.0 * t;
-    *flops = 2.0 * t * v * (hs + ht); /* both logits */
+    double ht = s->topk_k > 0 ? 0.0 : (double)s->ht; /* a cached top-k teacher: no head */
+    *bytes = (t * hs + v * hs + t * ht + v * ht) * dsz + 8.0 * t + 12.0 * t * (double)s->topk_k;
+    *flops = 2.0 * t * v * (hs + ht); /* both logits (the student's only with --topk) */
     if (full) {
         *bytes += (t * hs + v * hs) * dsz;
         *flops += 4.0 * t * v * hs; /* grad_xs = G Ws, grad_Ws = G^T xs */

@@ -1,7 +1,8 @@
 /*
- * demo.c - distil's main job in one program: the JSD and the fused linear distillation loss,
- * forward and backward, on the best backend available (or the one named by DISTIL_BACKEND /
- * argv[1]), on the seed workloads of docs/DESIGN.md; scaled down on host backends.
+ * demo.c - distil's main job in one program: the JSD, the fused linear distillation loss and the
+ * fused loss against a cached top-k teacher, forward and backward, on the best backend available
+ * (or the one named by DISTIL_BACKEND / argv[1]), on the seed workloads of docs/DESIGN.md; scaled
+ * down on host backends.
  *   usage: distil-demo [backend] [--small]     (--small: the host sizes on any backend)
  */
 #define _POSIX_C_SOURCE 200809L
@@ -199,6 +200,80 @@ static int demo_fused(distil_ctx *ctx, const demo_shape *sh) {
     return 0;
 }
 
+/* A cached top-k teacher (docs/SPEC.md §7): k = 32 ids per row from a random start, with falling
+ * log-probabilities whose mass leaves a tail. */
+static distil_status demo_upload_topk(distil_ctx *ctx, int64_t rows, int64_t vocab, int64_t k,
+                                      void **ids, void **logp) {
+    int64_t *hi = malloc((size_t)(rows * k) * sizeof(int64_t));
+    float *hl = malloc((size_t)(rows * k) * sizeof(float));
+    distil_status s = hi && hl ? DISTIL_OK : DISTIL_ERR_OUT_OF_MEMORY;
+    for (int64_t i = 0; s == DISTIL_OK && i < rows; i++) {
+        int64_t start = (int64_t)((demo_uniform() * 0.5f + 0.5f) * (float)(vocab - 1));
+        for (int64_t j = 0; j < k; j++) {
+            hi[i * k + j] = (start + j) % vocab;
+            hl[i * k + j] = -1.0f - 0.25f * (float)j;
+        }
+    }
+    if (s == DISTIL_OK) {
+        s = distil_malloc(ctx, (size_t)(rows * k) * sizeof(int64_t), ids);
+    }
+    if (s == DISTIL_OK) {
+        s = distil_memcpy_to_device(ctx, *ids, hi, (size_t)(rows * k) * sizeof(int64_t));
+    }
+    if (s == DISTIL_OK) {
+        s = distil_malloc(ctx, (size_t)(rows * k) * sizeof(float), logp);
+    }
+    if (s == DISTIL_OK) {
+        s = distil_memcpy_to_device(ctx, *logp, hl, (size_t)(rows * k) * sizeof(float));
+    }
+    free(hi);
+    free(hl);
+    return s;
+}
+
+/* The fused loss against the cached top-32 teacher: the student's head only. */
+static int demo_topk(distil_ctx *ctx, const demo_shape *sh) {
+    void *xs, *ws, *ids, *logp, *gx, *gw, *loss;
+    int64_t *labels;
+    const int64_t k = 32;
+    size_t es = distil_dtype_size(sh->dtype);
+    DEMO_TRY(demo_upload_random(ctx, sh->dtype, (size_t)(sh->rows * sh->hs), 1.0f, &xs), "xs");
+    DEMO_TRY(demo_upload_random(ctx, sh->dtype, (size_t)(sh->vocab * sh->hs), 0.05f, &ws), "Ws");
+    DEMO_TRY(demo_upload_topk(ctx, sh->rows, sh->vocab, k, &ids, &logp), "teacher top-k");
+    DEMO_TRY(demo_upload_labels(ctx, sh->rows, sh->vocab, &labels), "labels");
+    DEMO_TRY(distil_malloc(ctx, (size_t)(sh->rows * sh->hs) * es, &gx), "malloc");
+    DEMO_TRY(distil_malloc(ctx, (size_t)(sh->vocab * sh->hs) * es, &gw), "malloc");
+    DEMO_TRY(distil_malloc(ctx, 3 * sizeof(float), &loss), "malloc");
+    distil_fused_linear_topk_desc d;
+    distil_fused_linear_topk_desc_init(&d);
+    d.rows = sh->rows;
+    d.vocab = sh->vocab;
+    d.student_hidden = sh->hs;
+    d.k = k;
+    d.dtype = sh->dtype;
+    d.return_parts = 1;
+    double ms = 0.0;
+    for (int it = 0; it < 2; it++) {
+        double t0 = demo_now();
+        DEMO_TRY(
+            distil_fused_linear_topk(ctx, &d, xs, ws, NULL, ids, logp, labels, loss, gx, gw, NULL),
+            "distil_fused_linear_topk");
+        DEMO_TRY(distil_ctx_synchronize(ctx), "synchronize");
+        ms = 1e3 * (demo_now() - t0);
+    }
+    float l[3] = {0};
+    DEMO_TRY(distil_memcpy_to_host(ctx, l, loss, sizeof l), "download");
+    printf("fused_linear_topk T=%lld V=%lld Hs=%lld k=%lld %s   loss %.6f (CE %.4f, KL %.6f)"
+           "   %.3f ms (loss + grads)\n",
+           (long long)d.rows, (long long)d.vocab, (long long)d.student_hidden, (long long)k,
+           distil_dtype_name(d.dtype), (double)l[0], (double)l[1], (double)l[2], ms);
+    void *bufs[] = {xs, ws, ids, logp, labels, gx, gw, loss};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        distil_free(ctx, bufs[i]);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     distil_ctx *ctx = NULL;
     const char *want = NULL;
@@ -229,6 +304,9 @@ int main(int argc, char **argv) {
     int rc = demo_jsd(ctx, sh);
     if (rc == 0) {
         rc = demo_fused(ctx, sh);
+    }
+    if (rc == 0) {
+        rc = demo_topk(ctx, sh);
     }
     distil_ctx_destroy(ctx);
     return rc;

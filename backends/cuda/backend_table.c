@@ -47,4 +47,5 @@ const distil_backend DISTIL_GPU_TABLE = {
     .side_begin = DISTIL_GPU_FN(side_begin),
     .side_end = DISTIL_GPU_FN(side_end),
     .side_join = DISTIL_GPU_FN(side_join),
+    .topk_rows = DISTIL_GPU_FN(topk_rows), /* docs/SPEC.md §7, topk_rows.cu */
 };

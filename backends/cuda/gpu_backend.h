@@ -42,6 +42,7 @@ distil_status DISTIL_GPU_FN(scale)(void *b, const distil_scale_args *a);
 distil_status DISTIL_GPU_FN(side_begin)(void *b, bool *opened);
 distil_status DISTIL_GPU_FN(side_end)(void *b);
 distil_status DISTIL_GPU_FN(side_join)(void *b);
+distil_status DISTIL_GPU_FN(topk_rows)(void *b, const distil_topk_rows_args *a);
 
 #ifdef __cplusplus
 }

@@ -135,7 +135,7 @@ static distil_status gpu_init(gpu_state *b) {
     GPU_TRY(b, cudaMalloc(&b->label_err, sizeof(gpu_label_error)), "label error word");
     /* On the context's own stream, and waited for: a plain cudaMemcpy from pageable memory may
      * return before the write lands, and it is not ordered with a non-blocking stream. */
-    const gpu_label_error none = {-1, 0, 0};
+    const gpu_label_error none = {-1, 0, 0, 0};
     GPU_TRY(
         b,
         cudaMemcpyAsync(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice, b->lane.stream),
@@ -188,12 +188,21 @@ static distil_status gpu_take_label_error(gpu_state *b) {
     if (e.row < 0) {
         return DISTIL_OK;
     }
-    const gpu_label_error none = {-1, 0, 0};
+    const gpu_label_error none = {-1, 0, 0, 0};
     GPU_TRY(
         b,
         cudaMemcpyAsync(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice, b->lane.stream),
         "synchronize");
     GPU_TRY(b, cudaStreamSynchronize(b->lane.stream), "synchronize");
+    if (e.kind == 2) {
+        return distil_error_set(b->ctx, DISTIL_ERR_INVALID_LABEL,
+                                "teacher_ids: row %lld has id %lld twice", e.row, e.label);
+    }
+    if (e.kind == 1) {
+        return distil_error_set(b->ctx, DISTIL_ERR_INVALID_LABEL,
+                                "teacher_ids: row %lld has id %lld outside [0, %lld)", e.row,
+                                e.label, e.vocab);
+    }
     return distil_error_set(b->ctx, DISTIL_ERR_INVALID_LABEL,
                             "labels: row %lld has label %lld outside [0, %lld)", e.row, e.label,
                             e.vocab);

@@ -17,10 +17,12 @@
 
 namespace DISTIL_GPU_NS {
 
-/* The first invalid label found by count_valid (the one label check), in device memory. */
+/* The first invalid label found by count_valid (the one label check), or the first bad teacher
+ * id found by topk_rows (docs/SPEC.md §7), in device memory. */
 struct gpu_label_error {
     long long row; /* -1: none */
     long long label, vocab;
+    long long kind; /* 0: a label; 1 / 2: a teacher id out of range / twice */
 };
 
 /* The last plan of the resident distill kernel (fused_rows_resident.cu), per (kernel, V). */

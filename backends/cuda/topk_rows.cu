@@ -1,0 +1,324 @@
+/*
+ * topk_rows.cu - the row pass of the cached top-k teacher (docs/SPEC.md §7) for cuda and hip:
+ * first the ids of the block checked in row order by one block (the first bad row recorded in the
+ * label word, as count_valid records a label), then one block per row:
+ *   pass 1  max of x (x: fp32 logits of the chunk, or the student's log-probs)
+ *   pass 2  A = sum exp(x it - m) in double (and, with logits, the same at temperature 1 for CE)
+ *   slots   x_j, y_j of the k slots in shared memory (k <= TOPK_MAX), S_K = the same terms as A
+ *           at the ids, so that A - S_K is the tail Q_t summed directly (no 1 - Q_K), the k (+ 1)
+ *           element terms of distil_elem.h, the row constants of distil_topk.h
+ *   pass 3  G over V (off K), then the slots' entries of G rewritten (on K)
+ * Three reads of the row and one write of G: less than the dense kernel's three passes over zs
+ * and zt. G may overwrite x (fp32, in place): the slots' logits are kept in shared memory first.
+ */
+#include "gpu_state.cuh"
+#include "dtype.cuh"
+#include "jsd_math.cuh"
+#include "reduce.cuh"
+
+namespace DISTIL_GPU_NS {
+
+#define DE_LOG(a)   logf(a)
+#define DE_EXPM1(a) expm1f(a)
+#include "math/distil_topk.h"
+
+constexpr int TOPK_THREADS = 256;
+constexpr int TOPK_MAX = 1024;
+constexpr long long TOPK_NONE = 0x7fffffffffffffffLL;
+
+struct topk_params {
+    void *x; /* (rows, vocab) XDT, row stride x_stride */
+    int64_t x_stride;
+    bool logits;
+    const void *ids, *tlogp; /* (rows, k) */
+    bool ids_i64;
+    int tdt; /* dtype of tlogp */
+    int64_t k, pad_id;
+    int tail;
+    int64_t rows, vocab, row0;
+    const int64_t *labels; /* optional */
+    int64_t ignore_index;
+    jsd_coef coef;
+    float inv_t, weight_hard, weight_soft;
+    float *ce, *soft; /* ce optional */
+    void *g;          /* optional, GDT, row stride g_stride */
+    int64_t g_stride;
+    const float *n_valid; /* optional */
+    gpu_label_error *err;
+};
+
+__device__ __forceinline__ int64_t topk_id(const topk_params &p, int64_t i) {
+    return p.ids_i64 ? static_cast<const int64_t *>(p.ids)[i]
+                     : static_cast<int64_t>(static_cast<const int32_t *>(p.ids)[i]);
+}
+
+__device__ __forceinline__ float topk_y(const topk_params &p, int64_t i) {
+    switch (p.tdt) {
+    case DISTIL_BF16:
+        return load1<DISTIL_BF16>(p.tlogp, i);
+    case DISTIL_F16:
+        return load1<DISTIL_F16>(p.tlogp, i);
+    default:
+        return load1<DISTIL_F32>(p.tlogp, i);
+    }
+}
+
+/* The row's ids into shared memory. */
+__device__ void topk_load_ids(const topk_params &p, int64_t row, int64_t *sid) {
+    for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+        sid[j] = topk_id(p, row * p.k + j);
+    }
+    __syncthreads();
+}
+
+/* The first bad slot (TOPK_NONE: none): an id outside [0, vocab) other than pad_id, or the
+ * second of two equal ids. Every thread gets it. */
+__device__ long long topk_first_bad(const topk_params &p, const int64_t *sid, long long *scratch) {
+    long long bad = TOPK_NONE;
+    for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+        const int64_t id = sid[j];
+        bool b = id != p.pad_id && (id < 0 || id >= p.vocab);
+        for (int64_t u = 0; id != p.pad_id && !b && u < j; u++) {
+            b = sid[u] == id;
+        }
+        bad = b && bad == TOPK_NONE ? j : bad;
+    }
+    return block_min(bad, scratch);
+}
+
+/* One block: the first bad row of the block, recorded unless an error is recorded already. */
+__global__ void __launch_bounds__(TOPK_THREADS) topk_check_kernel(topk_params p) {
+    __shared__ int64_t sid[TOPK_MAX];
+    __shared__ long long scratch[DISTIL_GPU_MAX_WARPS];
+    long long first_row = -1, first_id = 0;
+    for (int64_t row = 0; row < p.rows; row++) {
+        topk_load_ids(p, row, sid);
+        const long long bad = topk_first_bad(p, sid, scratch);
+        if (first_row < 0 && bad != TOPK_NONE) {
+            first_row = row;
+            first_id = sid[bad];
+        }
+        __syncthreads(); /* sid is reloaded */
+    }
+    if (threadIdx.x == 0 && first_row >= 0 && p.err->row < 0) {
+        p.err->row = p.row0 + first_row;
+        p.err->label = first_id;
+        p.err->vocab = p.vocab;
+        p.err->kind = (first_id < 0 || first_id >= p.vocab) ? 1 : 2;
+    }
+}
+
+struct topk_smem {
+    int64_t sid[TOPK_MAX];
+    float sz[TOPK_MAX], sg[TOPK_MAX];
+    double dscr[DISTIL_GPU_MAX_WARPS];
+    float fscr[DISTIL_GPU_MAX_WARPS];
+    long long lscr[DISTIL_GPU_MAX_WARPS];
+};
+
+/* Pass 1 and 2 of a row: m = max x, A = sum exp(x it - m), and at temperature 1 (logits, for CE)
+ * m1 = max x, A1 = sum exp(x - m1). */
+template <int XDT>
+__device__ void topk_row_sums(const void *xr, int64_t n, float it, bool logits, topk_smem &sm,
+                              float *m, double *a, float *m1, double *a1) {
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        mx = fmaxf(mx, load1<XDT>(xr, j));
+    }
+    mx = -block_min(-mx, sm.fscr);
+    *m1 = mx;
+    *m = mx * it; /* it > 0 */
+    double s = 0.0, s1 = 0.0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const float v = load1<XDT>(xr, j);
+        s += expf(v * it - *m);
+        s1 += logits ? expf(v - mx) : 0.0f;
+    }
+    *a = block_sum(s, sm.dscr);
+    *a1 = logits ? block_sum(s1, sm.dscr) : 0.0;
+}
+
+/* G over the row: every entry by the off-K formula, then the slots' entries (on K). */
+template <int XDT, int GDT>
+__device__ void topk_row_grad(const topk_params &p, const void *xr, void *gr, int64_t label,
+                              topk_smem &sm, float it, float lnorm, float lse1, float c_on,
+                              float a_off, float gh, float gsi) {
+    for (int64_t j = threadIdx.x; j < p.vocab; j += blockDim.x) {
+        const float v = load1<XDT>(xr, j);
+        const float s = p.logits ? expf(v - lse1) : 0.0f;
+        const float oh = p.logits && j == label ? 1.0f : 0.0f;
+        store1<GDT>(gr, j, dk_g_off(gh, gsi, s, oh, expf(v * it - lnorm), a_off));
+    }
+    __syncthreads(); /* the off-K writes of the ids' entries come first */
+    for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+        const int64_t id = sm.sid[j];
+        if (id != p.pad_id) {
+            const float s = p.logits ? expf(sm.sz[j] - lse1) : 0.0f;
+            const float oh = p.logits && id == label ? 1.0f : 0.0f;
+            const float q = expf(sm.sz[j] * it - lnorm);
+            store1<GDT>(gr, id, dk_g_on(gh, gsi, s, oh, sm.sg[j], q, c_on));
+        }
+    }
+}
+
+/* The ignored row: losses 0, G 0. */
+template <int GDT> __device__ void topk_row_zero(const topk_params &p, int64_t row, void *gr) {
+    if (threadIdx.x == 0) {
+        p.soft[row] = 0.0f;
+        if (p.ce != nullptr) {
+            p.ce[row] = 0.0f;
+        }
+    }
+    for (int64_t j = threadIdx.x; gr != nullptr && j < p.vocab; j += blockDim.x) {
+        store1<GDT>(gr, j, 0.0f);
+    }
+}
+
+template <int XDT, int GDT>
+__global__ void __launch_bounds__(TOPK_THREADS) topk_rows_kernel(topk_params p) {
+    __shared__ topk_smem sm;
+    const int64_t row = blockIdx.x;
+    const void *xr = static_cast<const typename dt_traits<XDT>::T *>(p.x) + row * p.x_stride;
+    void *gr = p.g ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.g_stride : nullptr;
+    const int64_t label = p.labels ? p.labels[row] : -1;
+    bool skip =
+        p.labels && (label == p.ignore_index || (p.logits && (label < 0 || label >= p.vocab)));
+    if (!skip) {
+        topk_load_ids(p, row, sm.sid);
+        skip = topk_first_bad(p, sm.sid, sm.lscr) != TOPK_NONE;
+    }
+    if (skip) { /* uniform over the block */
+        topk_row_zero<GDT>(p, row, gr);
+        return;
+    }
+    const float it = p.logits ? p.inv_t : 1.0f;
+    const float z_label = p.logits && label >= 0 ? load1<XDT>(xr, label) : 0.0f;
+    float m, m1;
+    double a, a1;
+    topk_row_sums<XDT>(xr, p.vocab, it, p.logits, sm, &m, &a, &m1, &a1);
+    /* log-probs x it - lnorm: the fused loss normalises (lnorm = log-sum-exp), the log-prob form
+     * takes x as given (lnorm = 0) */
+    const float lnorm = p.logits ? m + static_cast<float>(log(a)) : 0.0f;
+    const float lse1 = p.logits ? m1 + static_cast<float>(log(a1)) : 0.0f;
+    double sk = 0.0, ys = 0.0;
+    float ym = -INFINITY;
+    long long used = 0;
+    for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+        const bool pad = sm.sid[j] == p.pad_id;
+        sm.sz[j] = pad ? -INFINITY : load1<XDT>(xr, sm.sid[j]);
+        const float y = pad ? -INFINITY : topk_y(p, row * p.k + j);
+        sk += pad ? 0.0f : expf(sm.sz[j] * it - m); /* the very terms of A */
+        ym = fmaxf(ym, y);
+        used += pad ? 0 : 1;
+    }
+    sk = block_sum(sk, sm.dscr);
+    ym = -block_min(-ym, sm.fscr);
+    used = block_sum(used, sm.lscr);
+    for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+        ys += sm.sid[j] == p.pad_id ? 0.0f : expf(topk_y(p, row * p.k + j) - ym);
+    }
+    ys = block_sum(ys, sm.dscr);
+    const double scale = exp(static_cast<double>(m) - static_cast<double>(lnorm));
+    const float qt = static_cast<float>(fmax(a - sk, 0.0) * scale);
+    const float qk = static_cast<float>(sk * scale);
+    const float lqk = logf(qk), lpk = ym + static_cast<float>(log(ys));
+    double se = 0.0, sg = 0.0;
+    for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+        float gj = 0.0f, q;
+        if (sm.sid[j] != p.pad_id) {
+            const float xj = sm.sz[j] * it - lnorm;
+            se += de_elem(p.coef.mode, &p.coef, dk_slot_x(p.tail, xj, lqk),
+                          dk_slot_y(p.tail, topk_y(p, row * p.k + j), lpk), &gj, &q);
+        }
+        sm.sg[j] = gj;
+        sg += gj;
+    }
+    float loss = static_cast<float>(block_sum(se, sm.dscr));
+    const float sum_g = static_cast<float>(block_sum(sg, sm.dscr));
+    float g_t = 0.0f, q;
+    if (p.tail != DK_RENORM) {
+        loss += de_elem(p.coef.mode, &p.coef, logf(qt), dk_tail_y(p.tail, lpk, used == p.vocab),
+                        &g_t, &q);
+    }
+    if (threadIdx.x == 0) {
+        p.soft[row] = loss;
+        if (p.ce != nullptr) {
+            p.ce[row] = p.labels ? lse1 - z_label : 0.0f;
+        }
+    }
+    if (gr == nullptr) {
+        return;
+    }
+    const float n = p.n_valid ? *p.n_valid : 1.0f;
+    const float gh = n == 0.0f ? 0.0f : p.weight_hard / n;
+    const float gsi = n == 0.0f ? 0.0f : p.weight_soft / n * it;
+    float c_on, a_off;
+    dk_grad_consts(p.tail, p.logits, sum_g, g_t, qt, qk, &c_on, &a_off);
+    if (n == 0.0f) {
+        c_on = a_off = 0.0f; /* the gradient is 0 (an infinite a_off times gsi = 0 is NaN) */
+    }
+    __syncthreads(); /* every thread has read the row's logits it needs before G overwrites them */
+    topk_row_grad<XDT, GDT>(p, xr, gr, label, sm, it, lnorm, lse1, c_on, a_off, gh, gsi);
+}
+
+static topk_params topk_params_of(gpu_state *b, const distil_topk_rows_args *a) {
+    topk_params p;
+    p.x = distil_dptr_addr(a->x);
+    p.x_stride = a->x_stride;
+    p.logits = a->logits;
+    p.ids = distil_dptr_addr(a->t.ids);
+    p.tlogp = distil_dptr_addr(a->t.logp);
+    p.ids_i64 = a->t.ids_i64;
+    p.tdt = a->t.logp_dtype;
+    p.k = a->t.k;
+    p.pad_id = a->t.pad_id;
+    p.tail = a->t.tail;
+    p.rows = a->rows;
+    p.vocab = a->vocab;
+    p.row0 = a->row0;
+    p.labels = gpu_ptr<const int64_t>(a->labels);
+    p.ignore_index = a->ignore_index;
+    p.coef = jsd_coef_make(a->beta);
+    p.inv_t = a->inv_temperature;
+    p.weight_hard = a->weight_hard;
+    p.weight_soft = a->weight_soft;
+    p.ce = gpu_ptr<float>(a->ce_rows);
+    p.soft = gpu_ptr<float>(a->soft_rows);
+    p.g = distil_dptr_addr(a->g);
+    p.g_stride = a->g_stride;
+    p.n_valid = gpu_ptr<const float>(a->n_valid);
+    p.err = b->label_err;
+    return p;
+}
+
+template <int XDT, int GDT> static cudaError_t topk_launch(const topk_params &p, cudaStream_t s) {
+    topk_rows_kernel<XDT, GDT><<<static_cast<unsigned>(p.rows), TOPK_THREADS, 0, s>>>(p);
+    return cudaGetLastError();
+}
+
+} // namespace DISTIL_GPU_NS
+
+using namespace DISTIL_GPU_NS;
+
+extern "C" distil_status DISTIL_GPU_FN(topk_rows)(void *vb, const distil_topk_rows_args *a) {
+    gpu_state *b = gpu_of(vb);
+    if (a->rows <= 0) {
+        return DISTIL_OK;
+    }
+    if (a->rows > 0x7fffffff || a->t.k > TOPK_MAX) {
+        return distil_error_set(b->ctx, DISTIL_ERR_UNSUPPORTED,
+                                "topk: %lld rows, k %lld: the %s backend takes at most 2^31 - 1 "
+                                "rows and k <= %d per call",
+                                (long long)a->rows, (long long)a->t.k, DISTIL_GPU_NAME, TOPK_MAX);
+    }
+    const topk_params p = topk_params_of(b, a);
+    gpu_device_guard guard(b);
+    topk_check_kernel<<<1, TOPK_THREADS, 0, b->lane.stream>>>(p);
+    DISTIL_TRY(gpu_check_launch(b, "topk_rows (id check)"));
+    const cudaError_t e = dt_dispatch(a->g_dtype, [&](auto g) {
+        constexpr int G = decltype(g)::value;
+        return a->logits ? topk_launch<DISTIL_F32, G>(p, b->lane.stream)
+                         : topk_launch<G, G>(p, b->lane.stream);
+    });
+    return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "topk_rows");
+}
