@@ -250,11 +250,9 @@ static cpu_topk_bad cpu_topk_one(const cpu_topk_call *C, int64_t i, cpu_topk_scr
     float *ce = distil_dptr_addr(a->ce_rows);
     float *soft = distil_dptr_addr(a->soft_rows);
     cpu_topk_bad bad = {0, 0};
-    int64_t label, n = 0;
-    bool counts = cpu_topk_row_counts(a, i, &label);
-    if (counts) {
-        n = cpu_topk_slots(a, i, s, &bad);
-    }
+    int64_t label;
+    const int64_t n = cpu_topk_slots(a, i, s, &bad); /* every row's ids are checked */
+    const bool counts = cpu_topk_row_counts(a, i, &label);
     if (!counts || bad.kind != 0) {
         soft[i] = 0.0f;
         if (ce) {

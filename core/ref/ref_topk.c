@@ -157,19 +157,18 @@ distil_status distil_ref_topk(void *b, const distil_topk_args *a) {
     for (int64_t i = 0; i < a->rows; i++) {
         bool valid = labels == NULL || labels[i] != a->ignore_index;
         double row = 0.0;
-        if (valid) {
-            ref_topk_load(&a->t, i, V, &R);
-            if (R.bad >= 0) {
-                ref_topk_record(st, i, &R);
-                valid = false;
-            } else {
-                for (int64_t v = 0; v < V; v++) {
-                    x[v] = distil_ref_load(distil_dptr_addr(a->x), a->dtype, i * a->x_stride + v);
-                }
-                row = ref_topk_soft(a->t.tail, a->beta, &R, x, V, g);
-            }
-            ref_topk_unmark(&R);
+        ref_topk_load(&a->t, i, V, &R); /* every row's ids are checked, ignored or not */
+        if (R.bad >= 0) {
+            ref_topk_record(st, i, &R);
+            valid = false;
         }
+        if (valid) {
+            for (int64_t v = 0; v < V; v++) {
+                x[v] = distil_ref_load(distil_dptr_addr(a->x), a->dtype, i * a->x_stride + v);
+            }
+            row = ref_topk_soft(a->t.tail, a->beta, &R, x, V, g);
+        }
+        ref_topk_unmark(&R);
         total += row;
         if (a->reduction == DISTIL_REDUCTION_NONE) {
             loss[i] = (float)row;
@@ -248,19 +247,19 @@ distil_status distil_ref_fused_topk(distil_ref_state *st, const distil_fused_arg
         int64_t l = labels[i];
         bool valid = l != a->ignore_index && l >= 0 && l < a->vocab;
         memset(B.G, 0, sizeof(double) * (size_t)a->vocab);
-        if (valid) {
-            ref_topk_load(a->topk, i, a->vocab, &R);
-            if (R.bad >= 0) {
-                ref_topk_record(st, i, &R);
-            } else {
-                double ce, soft;
-                distil_ref_logits(a, a->xs, a->ws, a->bs, a->hs, i, B.zs);
-                ref_topk_fused_row(a, &B, &R, l, inv_n, &ce, &soft);
-                ce_sum += ce;
-                soft_sum += soft;
-            }
-            ref_topk_unmark(&R);
+        ref_topk_load(a->topk, i, a->vocab, &R); /* every row's ids are checked */
+        if (R.bad >= 0) {
+            ref_topk_record(st, i, &R);
+            valid = false;
         }
+        if (valid) {
+            double ce, soft;
+            distil_ref_logits(a, a->xs, a->ws, a->bs, a->hs, i, B.zs);
+            ref_topk_fused_row(a, &B, &R, l, inv_n, &ce, &soft);
+            ce_sum += ce;
+            soft_sum += soft;
+        }
+        ref_topk_unmark(&R);
         distil_ref_row_backward(a, &B, i);
     }
     ref_topk_fused_finish(a, &B, ce_sum, soft_sum, inv_n);
