@@ -163,16 +163,19 @@ def fused_topk_plan(ctx, rows, vocab, hs, dtype, teacher, weights, temperature, 
     return plan
 
 
-def run_topk(ctx, desc, workspace, nbytes, ptrs):
-    """distil_topk; ptrs = (x, ids, logp, labels, loss, grad) addresses (0 = absent)."""
+def run_topk(ctx, desc, workspace, nbytes, ptrs, normaliser_device=0):
+    """distil_topk; ptrs = (x, ids, logp, labels, loss, grad) addresses (0 = absent);
+    normaliser_device: the address of a device fp32 N, or 0."""
+    desc.normaliser_device = normaliser_device or None
     args = [p or None for p in ptrs]
     status = _calls._lent(ctx, workspace, nbytes,
                           lambda: _lib.lib.distil_topk(ctx.handle, ctypes.byref(desc), *args))
     ctx.check(status)
 
 
-def run_fused_topk(ctx, desc, workspace, nbytes, ptrs):
+def run_fused_topk(ctx, desc, workspace, nbytes, ptrs, normaliser_device=0):
     """distil_fused_linear_topk; ptrs = the 10 addresses in the C argument order."""
+    desc.normaliser_device = normaliser_device or None
     args = [p or None for p in ptrs]
     status = _calls._lent(ctx, workspace, nbytes, lambda: _lib.lib.distil_fused_linear_topk(
         ctx.handle, ctypes.byref(desc), *args))

@@ -144,8 +144,8 @@ def test_compile_fullgraph(device):
     i = make(4, torch.float32)
     ids, logp, lab = i["ids"].to(device), i["logp"].to(device), i["labels"].to(device)
     mod = dt.FusedLinearTopKLoss(divergence="jsd", beta=0.5, temperature=2.0)
-    compiled = torch.compile(lambda a, b, c: mod(a, b, ids, logp, lab, c) +
-                             dt.topk_loss(torch.log_softmax(a @ b.T, -1), ids, logp), fullgraph=True)
+    compiled = torch.compile(lambda a, b, c: mod(a, b, ids, logp, lab, c) + dt.topk_loss(
+        torch.log_softmax(a @ b.T, -1), ids, logp), fullgraph=True)
     xs, ws, bs = (leaf(i[k], device) for k in ("xs", "ws", "bs"))
     out = compiled(xs, ws, bs)
     out.backward()
@@ -164,15 +164,20 @@ def test_opcheck(device):
     i = {k: v.to(device) for k, v in make(5, torch.float32).items()}
     x = i["x"].detach().requires_grad_(True)
     for args in [(x, i["ids"], i["logp"], i["labels"], "tail", "forward_kl", 0.5, -100,
-                  "batchmean", -1, True),
+                  "batchmean", -1, True, 0.0, None),
                  (x, i["ids"].int(), i["logp"], None, "renormalise", "jsd", 0.3, -100, "none",
-                  -1, True)]:
+                  -1, True, 0.0, None),
+                 (x, i["ids"], i["logp"], None, "tail", "jsd", 0.3, -100, "batchmean", -1, True,
+                  0.0, torch.tensor(7.0, device=device))]:
         torch.library.opcheck(topk.topk_op, args)
     req = [i[k].detach().requires_grad_(True) for k in ("xs", "ws", "bs")]
     for args in [(req[0], req[1], req[2], i["ids"], i["logp"], i["labels"], 0.5, 0.5, "tail",
-                  "forward_kl", 0.5, 1.0, -100, "batchmean", -1, 0, True, True, True),
+                  "forward_kl", 0.5, 1.0, -100, "batchmean", -1, 0, True, True, True, 0.0, None),
                  (req[0], i["ws"], None, i["ids"], i["logp"].bfloat16(), None, 0.0, 1.0, "zero",
-                  "jsd", 0.5, 2.0, -100, "sum", -1, 4, True, False, False)]:
+                  "jsd", 0.5, 2.0, -100, "sum", -1, 4, True, False, False, 0.0, None),
+                 (req[0], req[1], None, i["ids"], i["logp"], i["labels"], 0.5, 0.5, "tail",
+                  "forward_kl", 0.5, 1.0, -100, "batchmean", -1, 0, True, True, False, 12.5,
+                  None)]:
         torch.library.opcheck(topk.fused_topk_op, args)
 
 
@@ -193,3 +198,25 @@ def test_bad_arguments_raise_with_message(device):
     bad[4, 1] = bad[4, 0]
     with pytest.raises(distil.InvalidLabel, match="teacher_ids: row 4"):
         dt.topk_loss(i["x"], bad, i["logp"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_given_normaliser(device):
+    """batchmean's N given as a host value or as a device tensor: loss and gradient are the
+    counted one's times (counted N / given N)."""
+    i = make(7, torch.float32)
+    args = (i["ids"].to(device), i["logp"].to(device), i["labels"].to(device))
+    n = (i["labels"] != -100).sum().item()
+    grads = []
+    for given in (None, 40.0, torch.tensor(40.0, device=device)):
+        x = leaf(i["x"], device)
+        loss = dt.topk_loss(x, *args, normaliser=given)
+        loss.backward()
+        grads.append((loss.detach(), x.grad))
+    for loss, grad in grads[1:]:
+        check("loss", loss, grads[0][0] * n / 40.0, 1e-6)
+        check("grad", grad, grads[0][1] * n / 40.0, 1e-6)
+    xs, ws = leaf(i["xs"], device), leaf(i["ws"], device)
+    a = dt.fused_linear_topk_loss(xs, ws, *args, normaliser=torch.tensor(3.0, device=device))
+    b = dt.fused_linear_topk_loss(xs, ws, *args)
+    check("fused loss", a, b * n / 3.0, 1e-6)

@@ -9,7 +9,8 @@
   fused_linear_topk_loss(student_input, student_weight, teacher_ids, teacher_logp, labels,
             student_bias=None, weight_hard_loss=0.5, weight_soft_loss=0.5, *, tail="tail",
             divergence="forward_kl", beta=0.5, temperature=1.0, ignore_index=-100,
-            reduction="batchmean", pad_id=-1, chunk_rows=0, return_soft_hard_loss=False)
+            reduction="batchmean", pad_id=-1, chunk_rows=0, return_soft_hard_loss=False,
+            normaliser=None)
       hard CE + the soft divergence through the student's head, chunked: the [T, V] logits never
       exist, and the teacher costs O(T k)
   TopKLoss, FusedLinearTopKLoss: the same as modules.
@@ -72,13 +73,13 @@ def _teacher_key(ids, logp, pad_id, tail, divergence, beta, normaliser=0.0):
 
 def _topk_impl(student_logp: Tensor, teacher_ids: Tensor, teacher_logp: Tensor,
                labels: Optional[Tensor], tail: str, divergence: str, beta: float,
-               ignore_index: int, reduction: str, pad_id: int,
-               want_grad: bool) -> tuple[Tensor, Tensor]:
+               ignore_index: int, reduction: str, pad_id: int, want_grad: bool,
+               normaliser: float, normaliser_tensor: Optional[Tensor]) -> tuple[Tensor, Tensor]:
     rows, vocab = student_logp.shape
     loss = _ops._out(student_logp, (rows,) if reduction == "none" else (), torch.float32)
     grad = _ops._out(student_logp, (rows, vocab) if want_grad else (0,), student_logp.dtype)
     ctx = _ops.context_for(student_logp)
-    teacher = _teacher_key(teacher_ids, teacher_logp, pad_id, tail, divergence, beta)
+    teacher = _teacher_key(teacher_ids, teacher_logp, pad_id, tail, divergence, beta, normaliser)
     desc, nbytes = _topk.topk_plan(ctx, rows, vocab, (student_logp.stride(0), vocab),
                                    _ops._DTYPES[student_logp.dtype], teacher, ignore_index,
                                    reduction)
@@ -86,7 +87,7 @@ def _topk_impl(student_logp: Tensor, teacher_ids: Tensor, teacher_logp: Tensor,
     _ops._torch_errors(_topk.run_topk, ctx, desc, _ops._addr(ws), nbytes,
                        (student_logp.data_ptr(), teacher_ids.data_ptr(), teacher_logp.data_ptr(),
                         _ops._addr(labels), _ops._addr(loss),
-                        _ops._addr(grad) if want_grad else 0))
+                        _ops._addr(grad) if want_grad else 0), _ops._addr(normaliser_tensor))
     _ops._after_call(ctx, student_logp)
     return loss, grad
 
@@ -96,14 +97,14 @@ topk_op = torch.library.custom_op("distil::topk", _topk_impl, mutates_args=())
 
 @topk_op.register_fake
 def _topk_fake(student_logp, teacher_ids, teacher_logp, labels, tail, divergence, beta,
-               ignore_index, reduction, pad_id, want_grad):
+               ignore_index, reduction, pad_id, want_grad, normaliser, normaliser_tensor):
     rows, vocab = student_logp.shape
     loss = student_logp.new_empty((rows,) if reduction == "none" else (), dtype=torch.float32)
     grad = student_logp.new_empty((rows, vocab) if want_grad else (0,))
     return loss, grad
 
 
-_TOPK_NARGS = 11
+_TOPK_NARGS = 13
 
 
 def _topk_setup(ctx, inputs, output):
@@ -151,15 +152,15 @@ def _fused_topk_impl(student_hidden: Tensor, student_weight: Tensor,
                      labels: Optional[Tensor], weight_hard: float, weight_soft: float, tail: str,
                      divergence: str, beta: float, temperature: float, ignore_index: int,
                      reduction: str, pad_id: int, chunk_rows: int, want_grad_hidden: bool,
-                     want_grad_weight: bool,
-                     want_grad_bias: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                     want_grad_weight: bool, want_grad_bias: bool, normaliser: float,
+                     normaliser_tensor: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     xs, ws, bs = student_hidden, student_weight, student_bias
     parts, gx, gw, gb = _ops._fused_outputs(xs, ws, want_grad_hidden, want_grad_weight,
                                             want_grad_bias, _ops._out)
     ctx = _ops.context_for(xs)
     rows, hs = xs.shape
     want = want_grad_hidden or want_grad_weight or want_grad_bias
-    teacher = _teacher_key(teacher_ids, teacher_logp, pad_id, tail, divergence, beta)
+    teacher = _teacher_key(teacher_ids, teacher_logp, pad_id, tail, divergence, beta, normaliser)
     desc, nbytes = _topk.fused_topk_plan(ctx, rows, ws.shape[0], hs, _ops._dtype_code(xs), teacher,
                                          (weight_hard, weight_soft), temperature, ignore_index,
                                          reduction, chunk_rows, want, ws.shape[1])
@@ -167,7 +168,7 @@ def _fused_topk_impl(student_hidden: Tensor, student_weight: Tensor,
     a = _ops._addr
     _ops._torch_errors(_topk.run_fused_topk, ctx, desc, a(work), nbytes,
                        [a(xs), a(ws), a(bs), a(teacher_ids), a(teacher_logp), a(labels),
-                        a(parts), a(gx), a(gw), a(gb)])
+                        a(parts), a(gx), a(gw), a(gb)], a(normaliser_tensor))
     _ops._after_call(ctx, xs)
     return parts, gx, gw, gb
 
@@ -180,12 +181,12 @@ fused_topk_op = torch.library.custom_op("distil::fused_linear_topk", _fused_topk
 def _fused_topk_fake(student_hidden, student_weight, student_bias, teacher_ids, teacher_logp,
                      labels, weight_hard, weight_soft, tail, divergence, beta, temperature,
                      ignore_index, reduction, pad_id, chunk_rows, want_grad_hidden,
-                     want_grad_weight, want_grad_bias):
+                     want_grad_weight, want_grad_bias, normaliser, normaliser_tensor):
     return _ops._fused_outputs(student_hidden, student_weight, want_grad_hidden,
                                want_grad_weight, want_grad_bias, _ops._fake)
 
 
-_FUSED_NARGS = 19
+_FUSED_NARGS = 21
 
 
 def _fused_topk_setup(ctx, inputs, output):
@@ -223,12 +224,27 @@ def _fused_topk(*args) -> Tensor:
 # ----------------------------------------------------------------------------- functional
 
 
+def _normaliser_args(fn, normaliser, device):
+    """(host value, device tensor) of a given N: a number, or a 0-dim fp32 tensor on device."""
+    if normaliser is None:
+        return 0.0, None
+    if isinstance(normaliser, Tensor):
+        if normaliser.numel() != 1 or normaliser.dtype != torch.float32:
+            _fail(f"{fn}: normaliser must be one float32 value, got {normaliser.dtype} "
+                  f"{tuple(normaliser.shape)}")
+        if normaliser.device != device:
+            _fail(f"{fn}: normaliser is on {normaliser.device}, the student on {device}")
+        return 0.0, normaliser.reshape(()).contiguous()
+    return float(normaliser), None
+
+
 def topk_loss(student_logp: Tensor, teacher_ids: Tensor, teacher_logp: Tensor,
               labels: Optional[Tensor] = None, *, tail: str = "tail",
               divergence: str = "forward_kl", beta: float = 0.5, ignore_index: int = -100,
-              reduction: str = "batchmean", pad_id: int = -1) -> Tensor:
+              reduction: str = "batchmean", pad_id: int = -1, normaliser=None) -> Tensor:
     """The divergence between student log-probs [..., V] (taken as given, as in jsd) and a
-    cached teacher (ids, log-probs [..., k]); fp32, per row for reduction="none"."""
+    cached teacher (ids, log-probs [..., k]); fp32, per row for reduction="none". normaliser:
+    batchmean's N given instead of counted, a float or a 0-dim fp32 tensor on the device."""
     fn = "topk_loss"
     _same(fn, ("student_logp",), (student_logp,))
     lead = student_logp.shape[:-1]
@@ -236,7 +252,8 @@ def topk_loss(student_logp: Tensor, teacher_ids: Tensor, teacher_logp: Tensor,
     ids, logp = _teacher_tensors(fn, teacher_ids, teacher_logp, x.shape[0], x.device)
     lab = _labels(fn, labels, x.shape[0], x.device)
     loss = _topk_call(x, ids, logp, lab, tail, divergence, float(beta), int(ignore_index),
-                      reduction, int(pad_id), _wants_grad(student_logp))
+                      reduction, int(pad_id), _wants_grad(student_logp),
+                      *_normaliser_args(fn, normaliser, x.device))
     return loss.reshape(lead) if reduction == "none" else loss
 
 
@@ -247,7 +264,7 @@ def fused_linear_topk_loss(student_input: Tensor, student_weight: Tensor, teache
                            divergence: str = "forward_kl", beta: float = 0.5,
                            temperature: float = 1.0, ignore_index: int = -100,
                            reduction: str = "batchmean", pad_id: int = -1, chunk_rows: int = 0,
-                           return_soft_hard_loss: bool = False):
+                           return_soft_hard_loss: bool = False, normaliser=None):
     """weight_hard_loss * CE / N + weight_soft_loss * soft / N through the student's head
     (reduction "sum": N = 1). Returns the fp32 loss, or (loss, soft, hard) with
     return_soft_hard_loss (the parts detached). labels may be None when weight_hard_loss == 0."""
@@ -271,7 +288,7 @@ def fused_linear_topk_loss(student_input: Tensor, student_weight: Tensor, teache
                         float(weight_soft_loss), tail, divergence, float(beta),
                         float(temperature), int(ignore_index), reduction, int(pad_id),
                         int(chunk_rows), _wants_grad(student_input), _wants_grad(student_weight),
-                        _wants_grad(student_bias))
+                        _wants_grad(student_bias), *_normaliser_args(fn, normaliser, xs.device))
     loss, hard, soft = parts[0], parts[1].detach(), parts[2].detach()
     return (loss, soft, hard) if return_soft_hard_loss else loss
 
@@ -288,8 +305,9 @@ class TopKLoss(torch.nn.Module):
         self.kw = dict(tail=tail, divergence=divergence, beta=beta, ignore_index=ignore_index,
                        reduction=reduction, pad_id=pad_id)
 
-    def forward(self, student_logp, teacher_ids, teacher_logp, labels=None):
-        return topk_loss(student_logp, teacher_ids, teacher_logp, labels, **self.kw)
+    def forward(self, student_logp, teacher_ids, teacher_logp, labels=None, normaliser=None):
+        return topk_loss(student_logp, teacher_ids, teacher_logp, labels, **self.kw,
+                         normaliser=normaliser)
 
 
 class FusedLinearTopKLoss(torch.nn.Module):
@@ -298,7 +316,8 @@ class FusedLinearTopKLoss(torch.nn.Module):
 
     def __init__(self, weight_hard_loss=0.5, weight_soft_loss=0.5, tail="tail",
                  divergence="forward_kl", beta=0.5, temperature=1.0, ignore_index=-100,
-                 reduction="batchmean", pad_id=-1, chunk_rows=0, return_soft_hard_loss=False):
+                 reduction="batchmean", pad_id=-1, chunk_rows=0, return_soft_hard_loss=False,
+            normaliser=None):
         super().__init__()
         self.weights = (weight_hard_loss, weight_soft_loss)
         self.kw = dict(tail=tail, divergence=divergence, beta=beta, temperature=temperature,
@@ -306,9 +325,10 @@ class FusedLinearTopKLoss(torch.nn.Module):
                        chunk_rows=chunk_rows, return_soft_hard_loss=return_soft_hard_loss)
 
     def forward(self, student_input, student_weight, teacher_ids, teacher_logp, labels,
-                student_bias=None):
+                student_bias=None, normaliser=None):
         return fused_linear_topk_loss(student_input, student_weight, teacher_ids, teacher_logp,
-                                      labels, student_bias, *self.weights, **self.kw)
+                                      labels, student_bias, *self.weights, **self.kw,
+                                      normaliser=normaliser)
 
 
 __all__ = ["topk_cache", "topk_loss", "fused_linear_topk_loss", "TopKLoss",
