@@ -132,8 +132,10 @@ def topk_plan(ctx, rows, vocab, strides, dtype, teacher, ignore_index, reduction
         d.ignore_index = _calls._int64("ignore_index", ignore_index)
         d.reduction = _choice("topk", "reduction", reduction, _lib.REDUCTIONS)
         n = ctypes.c_size_t()
+        _calls._lend(ctx, 0, 0)  # the size query plans for a lent workspace: ask the whole need
         ctx.check(_lib.lib.distil_topk_workspace_size(ctx.handle, ctypes.byref(d),
                                                       ctypes.byref(n)))
+        d.ref = ctypes.byref(d)
         plan = _calls._remember(ctx, key, (d, n.value))
     return plan
 
@@ -157,8 +159,10 @@ def fused_topk_plan(ctx, rows, vocab, hs, dtype, teacher, weights, temperature, 
         d.return_parts = 1
         d.student_weight_hidden = ws_hidden
         n = ctypes.c_size_t()
+        _calls._lend(ctx, 0, 0)
         ctx.check(_lib.lib.distil_fused_linear_topk_workspace_size(
             ctx.handle, ctypes.byref(d), 1 if want_grads else 0, ctypes.byref(n)))
+        d.ref = ctypes.byref(d)
         plan = _calls._remember(ctx, key, (d, n.value))
     return plan
 
@@ -167,16 +171,16 @@ def run_topk(ctx, desc, workspace, nbytes, ptrs, normaliser_device=0):
     """distil_topk; ptrs = (x, ids, logp, labels, loss, grad) addresses (0 = absent);
     normaliser_device: the address of a device fp32 N, or 0."""
     desc.normaliser_device = normaliser_device or None
-    args = [p or None for p in ptrs]
-    status = _calls._lent(ctx, workspace, nbytes,
-                          lambda: _lib.lib.distil_topk(ctx.handle, ctypes.byref(desc), *args))
-    ctx.check(status)
+    _calls._lend(ctx, workspace, nbytes)
+    status = _lib.lib.distil_topk(ctx.handle, desc.ref, *[p or None for p in ptrs])
+    if status:
+        ctx.check(status)
 
 
 def run_fused_topk(ctx, desc, workspace, nbytes, ptrs, normaliser_device=0):
     """distil_fused_linear_topk; ptrs = the 10 addresses in the C argument order."""
     desc.normaliser_device = normaliser_device or None
-    args = [p or None for p in ptrs]
-    status = _calls._lent(ctx, workspace, nbytes, lambda: _lib.lib.distil_fused_linear_topk(
-        ctx.handle, ctypes.byref(desc), *args))
-    ctx.check(status)
+    _calls._lend(ctx, workspace, nbytes)
+    status = _lib.lib.distil_fused_linear_topk(ctx.handle, desc.ref, *[p or None for p in ptrs])
+    if status:
+        ctx.check(status)
