@@ -135,7 +135,7 @@ static distil_status gpu_init(gpu_state *b) {
     GPU_TRY(b, cudaMalloc(&b->label_err, sizeof(gpu_label_error)), "label error word");
     /* On the context's own stream, and waited for: a plain cudaMemcpy from pageable memory may
      * return before the write lands, and it is not ordered with a non-blocking stream. */
-    const gpu_label_error none = {-1, 0, 0, 0};
+    const gpu_label_error none = {-1, 0, 0, 0, ~0ull};
     GPU_TRY(
         b,
         cudaMemcpyAsync(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice, b->lane.stream),
@@ -188,7 +188,7 @@ static distil_status gpu_take_label_error(gpu_state *b) {
     if (e.row < 0) {
         return DISTIL_OK;
     }
-    const gpu_label_error none = {-1, 0, 0, 0};
+    const gpu_label_error none = {-1, 0, 0, 0, ~0ull};
     GPU_TRY(
         b,
         cudaMemcpyAsync(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice, b->lane.stream),

@@ -23,6 +23,9 @@ struct gpu_label_error {
     long long row; /* -1: none */
     long long label, vocab;
     long long kind; /* 0: a label; 1 / 2: a teacher id out of range / twice */
+    /* topk_rows: the first row with a bad id in the current call of it (atomicMin over the row
+     * blocks; ULLONG_MAX: none), moved into row / label / kind by one block after them. */
+    unsigned long long topk_row;
 };
 
 /* The last plan of the resident distill kernel (fused_rows_resident.cu), per (kernel, V). */

@@ -1,7 +1,8 @@
 /*
  * topk_rows.cu - the row pass of the cached top-k teacher (docs/SPEC.md §7) for cuda and hip:
- * first the ids of the block checked in row order by one block (the first bad row recorded in the
- * label word, as count_valid records a label), then one block per row:
+ * one block per row, which checks its row's ids (a bad row is ignored, and its index goes to the
+ * label word's topk_row by atomicMin: deterministic, the minimum of the rows), then
+ * one block that records the first bad row like count_valid records a label. A valid row:
  *   pass 1  max of x (x: fp32 logits of the chunk, or the student's log-probs)
  *   pass 2  A = sum exp(x it - m) in double (and, with logits, the same at temperature 1 for CE)
  *   slots   x_j, y_j of the k slots in shared memory (k <= TOPK_MAX), S_K = the same terms as A
@@ -86,25 +87,28 @@ __device__ long long topk_first_bad(const topk_params &p, const int64_t *sid, lo
     return block_min(bad, scratch);
 }
 
-/* One block: the first bad row of the block, recorded unless an error is recorded already. */
-__global__ void __launch_bounds__(TOPK_THREADS) topk_check_kernel(topk_params p) {
+/* One block, after the row blocks: the first bad row they found (err->topk_row), its first bad
+ * id found again, recorded unless an error is recorded already (a label found by count_valid,
+ * or an earlier chunk's or call's); then topk_row is cleared for the next launch. */
+__global__ void __launch_bounds__(TOPK_THREADS) topk_commit_kernel(topk_params p) {
     __shared__ int64_t sid[TOPK_MAX];
     __shared__ long long scratch[DISTIL_GPU_MAX_WARPS];
-    long long first_row = -1, first_id = 0;
-    for (int64_t row = 0; row < p.rows; row++) {
-        topk_load_ids(p, row, sid);
-        const long long bad = topk_first_bad(p, sid, scratch);
-        if (first_row < 0 && bad != TOPK_NONE) {
-            first_row = row;
-            first_id = sid[bad];
-        }
-        __syncthreads(); /* sid is reloaded */
+    const unsigned long long first = p.err->topk_row;
+    if (first == ~0ull) {
+        return; /* uniform */
     }
-    if (threadIdx.x == 0 && first_row >= 0 && p.err->row < 0) {
-        p.err->row = p.row0 + first_row;
-        p.err->label = first_id;
-        p.err->vocab = p.vocab;
-        p.err->kind = (first_id < 0 || first_id >= p.vocab) ? 1 : 2;
+    const int64_t row = static_cast<int64_t>(first) - p.row0;
+    topk_load_ids(p, row, sid);
+    const long long bad = topk_first_bad(p, sid, scratch);
+    if (threadIdx.x == 0) {
+        if (p.err->row < 0 && bad != TOPK_NONE) {
+            const long long id = sid[bad];
+            p.err->row = static_cast<long long>(first);
+            p.err->label = id;
+            p.err->vocab = p.vocab;
+            p.err->kind = (id < 0 || id >= p.vocab) ? 1 : 2;
+        }
+        p.err->topk_row = ~0ull;
     }
 }
 
@@ -183,9 +187,12 @@ __global__ void __launch_bounds__(TOPK_THREADS) topk_rows_kernel(topk_params p) 
     const int64_t label = p.labels ? p.labels[row] : -1;
     bool skip =
         p.labels && (label == p.ignore_index || (p.logits && (label < 0 || label >= p.vocab)));
-    if (!skip) {
-        topk_load_ids(p, row, sm.sid);
-        skip = topk_first_bad(p, sm.sid, sm.lscr) != TOPK_NONE;
+    topk_load_ids(p, row, sm.sid); /* every row's ids are checked, ignored rows' too */
+    if (topk_first_bad(p, sm.sid, sm.lscr) != TOPK_NONE) {
+        skip = true;
+        if (threadIdx.x == 0) {
+            atomicMin(&p.err->topk_row, static_cast<unsigned long long>(p.row0 + row));
+        }
     }
     if (skip) { /* uniform over the block */
         topk_row_zero<GDT>(p, row, gr);
@@ -313,12 +320,14 @@ extern "C" distil_status DISTIL_GPU_FN(topk_rows)(void *vb, const distil_topk_ro
     }
     const topk_params p = topk_params_of(b, a);
     gpu_device_guard guard(b);
-    topk_check_kernel<<<1, TOPK_THREADS, 0, b->lane.stream>>>(p);
-    DISTIL_TRY(gpu_check_launch(b, "topk_rows (id check)"));
     const cudaError_t e = dt_dispatch(a->g_dtype, [&](auto g) {
         constexpr int G = decltype(g)::value;
         return a->logits ? topk_launch<DISTIL_F32, G>(p, b->lane.stream)
                          : topk_launch<G, G>(p, b->lane.stream);
     });
-    return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "topk_rows");
+    if (e != cudaSuccess) {
+        return gpu_fail(b, e, "topk_rows");
+    }
+    topk_commit_kernel<<<1, TOPK_THREADS, 0, b->lane.stream>>>(p);
+    return gpu_check_launch(b, "topk_rows (bad ids)");
 }
