@@ -393,10 +393,11 @@ DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd_workspace_size
  * hidden states and head, chunked, like distil_fused_linear_jsd; the teacher side costs O(T k)).
  * The teacher log-probs are used as given: a teacher temperature is applied when the cache is
  * made. A slot whose id is pad_id is unused (rows with fewer than k entries). A duplicate id
- * within a row, or an id outside [0, vocab) other than pad_id, makes the row ignored (loss 0,
- * gradient 0; N is still counted from the labels) and is reported as DISTIL_ERR_INVALID_LABEL,
- * with the row, by the next distil_ctx_synchronize (the cpu and ref backends return it from the
- * call itself, with every output written), like an invalid label.
+ * within a row, or an id outside [0, vocab) other than pad_id (checked in every row, ignored
+ * ones included), makes the row ignored (loss 0, gradient 0; N is still counted from the labels)
+ * and is reported as DISTIL_ERR_INVALID_LABEL, with the row, by the next distil_ctx_synchronize
+ * (the cpu and ref backends return it from the call itself, with every output written), like an
+ * invalid label. k is at most 512 on "opencl" and 1024 on "cuda" / "hip" (UNSUPPORTED beyond).
  */
 
 /* What happens to the teacher's mass outside its top k (docs/SPEC.md §7). Pinned forever. */
