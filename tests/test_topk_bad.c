@@ -197,12 +197,62 @@ static void test_bad_id(void **state) {
     repoison(g.loss, (T + 3) * 4), repoison(g.grad, T * V * 4);
 }
 
+/* docs/SPEC.md §5's memory rules: the workspace query's bytes, lent, run the call (same loss as
+ * the context's own workspace); one byte less than one row's need is DISTIL_ERR_WORKSPACE; an
+ * injected allocation failure is DISTIL_ERR_OUT_OF_MEMORY and the context stays usable. */
+static void test_workspace_and_faults(void **state) {
+    (void)state;
+    distil_fused_linear_topk_desc d;
+    fu_desc(&d);
+    float own[T + 3], lent[T + 3];
+    TU_OK(g_ctx, fu_call(&d));
+    tu_download(g_ctx, own, g.loss, sizeof own);
+    size_t need = 0;
+    TU_OK(g_ctx, distil_fused_linear_topk_workspace_size(g_ctx, &d, 1, &need));
+    void *work = need ? tu_alloc_poisoned(g_ctx, need) : NULL;
+    TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, work, need));
+    TU_OK(g_ctx, fu_call(&d));
+    tu_download(g_ctx, lent, g.loss, sizeof lent);
+    TU_CHECK_BITWISE("loss with the lent workspace", lent, own, sizeof(float));
+    if (need > 1) {
+        TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, work, 1));
+        TU_EXPECT(g_ctx, DISTIL_ERR_WORKSPACE, fu_call(&d));
+        TU_CHECK_MESSAGE(g_ctx, "workspace");
+    }
+    TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, NULL, 0));
+    distil_free(g_ctx, work);
+    distil_ctx *fresh = tu_ctx(g_backend); /* its workspace and scratch are not grown yet */
+    void *x = tu_upload(fresh, (float[T * V]){0}, sizeof(float) * T * V);
+    void *ids = tu_upload(fresh, (int64_t[T * K]){0, 1, 2, 3, 4, 5, 6, 7, -1, 2, 4, 6},
+                          sizeof(int64_t) * T * K);
+    void *logp = tu_upload(fresh, (float[T * K]){-1, -2, -3, -1, -2, -3, -1, -2, -3, -1, -2, -3},
+                           sizeof(float) * T * K);
+    void *loss = tu_alloc_poisoned(fresh, sizeof(float));
+    distil_topk_desc t;
+    lp_desc(&t);
+    distil_debug_fail_allocations(0);
+    distil_status st = distil_topk(fresh, &t, x, ids, logp, NULL, loss, NULL);
+    distil_debug_fail_allocations(-1);
+    if (strcmp(g_backend, "ref") != 0) { /* ref's whole op needs no workspace */
+        TU_EXPECT(fresh, DISTIL_ERR_OUT_OF_MEMORY, st);
+    }
+    TU_OK(fresh, distil_topk(fresh, &t, x, ids, logp, NULL, loss, NULL)); /* still usable */
+    void *b[] = {x, ids, logp, loss};
+    for (size_t i = 0; i < TU_LEN(b); i++) {
+        distil_free(fresh, b[i]);
+    }
+    distil_ctx_destroy(fresh);
+    repoison(g.loss, (T + 3) * 4), repoison(g.grad, T * V * 4);
+    repoison(g.gxs, T * HS * 4);
+}
+
 static int run_group(const char *backend) {
     g_backend = backend;
     static const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logp_desc),
         cmocka_unit_test(test_fused_desc),
         cmocka_unit_test(test_bad_id),
+        cmocka_unit_test(test_workspace_and_faults),
     };
     return cmocka_run_group_tests_name(tu_group_name("topk_bad", backend), tests, group_setup,
                                        group_teardown);
