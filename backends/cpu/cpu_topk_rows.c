@@ -33,6 +33,25 @@
 #include "math/distil_elem_beta.h"
 #include "math/distil_topk.h"
 
+/* The O(V) exps four lanes at a time (the generic unit's vector width; cpu_vmath.h's exp). */
+#define CPU_VW 4
+#include "cpu_vmath.h"
+
+/* sum of exp(v[j] * scale - sub) over n floats, in double: lanes, then their sum, then the tail
+ * (a fixed order for a given n). */
+static double cpu_topk_sum_exp(const float *v, int64_t n, float scale, float sub) {
+    vd acc = {0};
+    int64_t j = 0;
+    for (; j + CPU_VW <= n; j += CPU_VW) {
+        acc += VF_TO_VD(vf_exp(vf_load(v + j) * scale - sub));
+    }
+    double sum = vd_hsum(&acc);
+    for (; j < n; j++) {
+        sum += (double)expf(v[j] * scale - sub);
+    }
+    return sum;
+}
+
 /* Per-thread scratch: an fp32 row (V) and the k slots' id, x, y, g and z. */
 typedef struct cpu_topk_scratch {
     float *row;
@@ -144,11 +163,7 @@ static double cpu_topk_lse(const float *v, int64_t n, float scale) {
     if (!(m > -INFINITY) || m == INFINITY) {
         return m; /* all -inf, +inf, or NaN (fmaxf drops NaN: caught by the element terms) */
     }
-    double sum = 0.0;
-    for (int64_t j = 0; j < n; j++) {
-        sum += (double)expf(v[j] * scale - m);
-    }
-    return (double)m + log(sum);
+    return (double)m + log(cpu_topk_sum_exp(v, n, scale, m));
 }
 
 /* The student side of a valid row: z (V) fp32 logits or log-probs; fills s->x, s->z of the n
@@ -167,12 +182,7 @@ static double cpu_topk_student(const cpu_topk_call *C, float *z, int64_t n, cpu_
     for (int64_t j = 0; j < n; j++) {
         z[s->id[j]] = -INFINITY;
     }
-    const float lsetf = (float)*lset;
-    double qt = 0.0;
-    for (int64_t v = 0; v < a->vocab; v++) {
-        qt += (double)expf(z[v] * it - lsetf);
-    }
-    return qt;
+    return cpu_topk_sum_exp(z, a->vocab, it, (float)*lset);
 }
 
 /* The soft loss of the k (+ 1) outcomes; s->g the slots' de/dX, *sum_g their sum, *g_t the
@@ -207,12 +217,25 @@ static void cpu_topk_grad(const cpu_topk_call *C, const float *z, int64_t n,
     const bool lg = a->logits;
     const float it = lg ? a->inv_temperature : 1.0f;
     const float lsetf = (float)lset, lse1f = (float)lse1;
-    for (int64_t v = 0; v < a->vocab; v++) {
-        float zv = z[v];
-        float q = expf(zv * it - lsetf);
-        float sv = lg ? expf(zv - lse1f) : 0.0f;
-        float oh = v == label ? 1.0f : 0.0f;
-        cpu_topk_store(g, a->g_dtype, v, dk_g_off(C->gh, C->gsi, sv, oh, q, a_off));
+    for (int64_t v0 = 0; v0 < a->vocab; v0 += CPU_VW) { /* the exps in lanes, G per element */
+        float q[CPU_VW], sv[CPU_VW] = {0};
+        const int64_t n_lanes = a->vocab - v0 < CPU_VW ? a->vocab - v0 : CPU_VW;
+        if (n_lanes == CPU_VW) {
+            const vf zv = vf_load(z + v0);
+            vf_store(q, vf_exp(zv * it - lsetf));
+            if (lg) {
+                vf_store(sv, vf_exp(zv - lse1f));
+            }
+        } else {
+            for (int64_t l = 0; l < n_lanes; l++) {
+                q[l] = expf(z[v0 + l] * it - lsetf);
+                sv[l] = lg ? expf(z[v0 + l] - lse1f) : 0.0f;
+            }
+        }
+        for (int64_t l = 0; l < n_lanes; l++) {
+            const float oh = v0 + l == label ? 1.0f : 0.0f;
+            cpu_topk_store(g, a->g_dtype, v0 + l, dk_g_off(C->gh, C->gsi, sv[l], oh, q[l], a_off));
+        }
     }
     for (int64_t j = 0; j < n; j++) {
         float q = expf(s->x[j]);
