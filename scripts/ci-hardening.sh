@@ -88,7 +88,8 @@ run_valgrind() {
     local runs=("tests/test_api -" "tests/test_bad_input ref" "tests/test_bad_input cpu"
                 "tests/hardening/hardening_faults ref" "tests/hardening/hardening_faults cpu"
                 "tests/hardening/hardening_threads ref" "tests/hardening/hardening_threads cpu"
-                "tests/hardening/hardening_fuzz_replay - $root/fuzz/corpus")
+                "tests/hardening/hardening_fuzz_replay - $root/fuzz/corpus"
+                "tests/test_topk_bad ref" "tests/test_topk_bad cpu")
     local bad=0
     for r in "${runs[@]}"; do
         read -r exe backend args <<<"$r"
