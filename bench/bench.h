@@ -43,6 +43,9 @@ typedef struct bench_shape {
     /* fused only: > 0 runs distil_fused_linear_topk against a cached top-k teacher of this k
      * (docs/SPEC.md §7: fp32 log-probs, int64 ids) instead of the teacher head (--topk K) */
     int64_t topk_k;
+    /* docs/SPEC.md §6 head options (fused only) */
+    int64_t teacher_vocab; /* rows of the teacher's head; 0 = vocab */
+    float softcap;         /* both heads' softcap (Gemma 2); 0 = none */
 } bench_shape;
 
 /* The command line, after defaults and presets. */

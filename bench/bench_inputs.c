@@ -176,7 +176,8 @@ static void bench_tensors_of(const bench_shape *s, bench_tensor t[IN_COUNT]) {
     t[IN_A] = (bench_tensor){s->rows, s->hs, 0, 1.0f};
     t[IN_B] = (bench_tensor){s->vocab, s->hs, 0, (float)(1.0 / sqrt((double)s->hs))};
     t[IN_C] = (bench_tensor){s->rows, s->ht, 0, 1.0f};
-    t[IN_D] = (bench_tensor){s->vocab, s->ht, 0, (float)(2.0 / sqrt((double)s->ht))};
+    const int64_t vt = s->teacher_vocab > 0 ? s->teacher_vocab : s->vocab;
+    t[IN_D] = (bench_tensor){vt, s->ht, 0, (float)(2.0 / sqrt((double)s->ht))};
     if (s->topk_k > 0) {
         t[IN_C] = (bench_tensor){s->rows, s->topk_k, BENCH_TOPK_IDS, 0.0f};
         t[IN_D] = (bench_tensor){s->rows, s->topk_k, BENCH_TOPK_LOGP, 0.0f};
@@ -213,10 +214,13 @@ double bench_output_bytes(const bench_shape *s, int want_grads) {
     return 4.0 + ((double)s->rows + (double)s->vocab) * (double)s->hs * dsz;
 }
 
-/* Labels uniform in [0, V); a fraction ignore_frac of them is ignore_index (-100). */
+/* Labels uniform in [0, V) (the heads' common prefix, docs/SPEC.md §6); a fraction ignore_frac
+ * of them is ignore_index (-100). */
 static void bench_fill_labels(int64_t *lab, int64_t n, const bench_shape *s, bench_rng *r) {
+    const int64_t v =
+        s->teacher_vocab > 0 && s->teacher_vocab < s->vocab ? s->teacher_vocab : s->vocab;
     for (int64_t i = 0; i < n; i++) {
-        lab[i] = (int64_t)(bench_rng_next(r) % (uint64_t)s->vocab);
+        lab[i] = (int64_t)(bench_rng_next(r) % (uint64_t)v);
         double u = (double)(bench_rng_next(r) >> 11) / 9007199254740992.0; /* [0, 1) */
         if (u < s->ignore_frac) {
             lab[i] = -100;
@@ -375,6 +379,9 @@ static void bench_fused_desc_of(const bench_shape *s, distil_fused_linear_jsd_de
     d->chunk_rows = s->chunk_rows;
     d->divergence = s->divergence;
     d->alpha = s->alpha;
+    d->teacher_vocab = s->teacher_vocab; /* docs/SPEC.md §6 head options */
+    d->student_softcap = s->softcap;
+    d->teacher_softcap = s->softcap;
 }
 
 static void bench_topk_desc_of(const bench_shape *s, distil_fused_linear_topk_desc *d) {

@@ -54,6 +54,7 @@ void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_f
     p->off_zt = distil_take(&cur, s->topk_teacher ? 0 : c * v * sizeof(float));
     p->off_g = p->g_in_place ? p->off_zs : distil_take(&cur, grads ? c * v * ges : 0);
     p->off_ones = distil_take(&cur, s->want_gb ? c * es : 0);
+    p->off_dz = distil_take(&cur, s->want_dz && grads ? c * v * sizeof(float) : 0);
     p->bytes = cur;
 }
 

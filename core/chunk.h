@@ -4,7 +4,8 @@
  * Workspace layout, every region aligned to DISTIL_WORKSPACE_ALIGN bytes:
  *   fixed    n (1 fp32) | ce (T) fp32 | jsd (T) fp32 | gw (V, Hs) fp32 | gb (V) fp32 |
  *            labels (T) int64
- *   chunk    zs (C, V) fp32 | zt (C, V) fp32 | g (C, V) g_dtype | ones (C) dtype
+ *   chunk    zs (C, V) fp32 | zt (C, V) fp32 | g (C, V) g_dtype | ones (C) dtype | dz (C, V) fp32
+ * dz (docs/SPEC.md §6) exists only with gradients and a scaled or capped student head.
  * gw / gb exist only when that gradient is wanted, the dtype is not F32 (an F32 output is
  * accumulated in place) and there is more than one chunk (one chunk writes grad_Ws / grad_bs in
  * the output dtype directly, rounded once, beta = 0: no accumulator); g exists only when gradients
@@ -29,6 +30,7 @@ typedef struct distil_fused_shape {
     bool own_labels; /* weight_hard == 0: room for labels of the core's own */
     /* A cached top-k teacher (docs/SPEC.md §7): no teacher logits, zt takes no room. */
     bool topk_teacher;
+    bool want_dz;    /* the student's head scaled or capped, with gradients: room for dz'/dz */
 } distil_fused_shape;
 
 typedef struct distil_fused_plan {
@@ -37,6 +39,7 @@ typedef struct distil_fused_plan {
     bool g_in_place;      /* G (F32) overwrites zs */
     bool gw_acc, gb_acc;  /* fp32 accumulators in the workspace (several chunks, half dtype) */
     size_t off_n, off_ce, off_jsd, off_gw, off_gb, off_labels, off_zs, off_zt, off_g, off_ones;
+    size_t off_dz; /* (C, V) fp32 dz'/dz of the student's head (docs/SPEC.md §6), want_dz only */
     size_t bytes;
 } distil_fused_plan;
 

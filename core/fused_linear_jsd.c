@@ -7,6 +7,7 @@
 #include "ctx.h"
 #include "divergence.h"
 #include "error.h"
+#include "fused_head.h"
 #include "fused_loop.h"
 #include "overlap.h"
 #include "validate.h"
@@ -52,19 +53,15 @@ static distil_status distil_fused_check_shapes(distil_ctx *ctx,
                                 "%s: teacher_weight: hidden %lld != teacher_hidden %lld", fn,
                                 (long long)d->teacher_weight_hidden, (long long)d->teacher_hidden);
     }
-    if (d->teacher_vocab != 0 && d->teacher_vocab != d->vocab) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "%s: teacher_vocab %lld != vocab %lld: student and teacher "
-                                "vocabularies of different sizes are not supported",
-                                fn, (long long)d->teacher_vocab, (long long)d->vocab);
-    }
+    DISTIL_TRY(distil_check_min(ctx, fn, "teacher_vocab", d->teacher_vocab, 0));
+    const int64_t vt = distil_fused_teacher_vocab(d);
     size_t es = distil_dtype_size(d->dtype);
     DISTIL_TRY(distil_check_size(ctx, fn, "student_hidden", d->rows, d->student_hidden, es));
     DISTIL_TRY(distil_check_size(ctx, fn, "teacher_hidden", d->rows, d->teacher_hidden, es));
     DISTIL_TRY(distil_check_size(ctx, fn, "student_weight", d->vocab, d->student_hidden, 4));
-    DISTIL_TRY(distil_check_size(ctx, fn, "teacher_weight", d->vocab, d->teacher_hidden, es));
-    /* Chunk buffers hold up to rows x vocab logits (two fp32 and one dtype copy). */
-    DISTIL_TRY(distil_check_size(ctx, fn, "logits", d->rows, d->vocab, 16));
+    DISTIL_TRY(distil_check_size(ctx, fn, "teacher_weight", vt, d->teacher_hidden, es));
+    /* Chunk buffers hold up to rows x (common) vocab logits (two fp32 and one dtype copy). */
+    DISTIL_TRY(distil_check_size(ctx, fn, "logits", d->rows, distil_fused_common_vocab(d), 16));
     return distil_check_min(ctx, fn, "chunk_rows", d->chunk_rows, 0);
 }
 
@@ -97,23 +94,17 @@ static distil_status distil_fused_check_desc(distil_ctx *ctx,
     }
     DISTIL_TRY(distil_check_divergence(ctx, fn, d->divergence, d->alpha));
     DISTIL_TRY(distil_check_normaliser(ctx, fn, d->normaliser, d->normaliser_device));
-    /* docs/SPEC.md §6, not built yet: only the defaults are accepted. */
-    if (d->teacher_temperature != 0.0f || d->student_logit_scale != 1.0f ||
-        d->student_softcap != 0.0f || d->teacher_logit_scale != 1.0f ||
-        d->teacher_softcap != 0.0f || d->student_lse != NULL || d->teacher_lse != NULL) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "%s: teacher temperature / logit scale / softcap / lse "
-                                "options: not implemented yet",
-                                fn);
-    }
-    return DISTIL_OK;
+    /* docs/SPEC.md §6 head options (fused_head.c) */
+    return distil_fused_head_check_desc(ctx, fn, d);
 }
 
 /* Pointer checks: NULL where data is required, then backend ownership, then bias rules, then
  * sizes and overlaps (docs/SPEC.md §5). */
 static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused_args *a) {
     const size_t es = distil_dtype_size(a->dtype);
-    const size_t t = (size_t)a->rows, v = (size_t)a->vocab, hs = (size_t)a->hs;
+    /* Each head's buffers by its own rows (docs/SPEC.md §6). */
+    const size_t t = (size_t)a->rows, v = (size_t)a->student_vocab, hs = (size_t)a->hs;
+    const size_t vt = (size_t)a->teacher_vocab;
     const struct {
         const char *name;
         distil_dptr p;
@@ -125,14 +116,16 @@ static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused
         {"student_weight", a->ws, true, v * hs * es, false},
         {"student_bias", a->bs, false, v * es, false},
         {"teacher_hidden", a->xt, a->rows > 0, t * (size_t)a->ht * es, false},
-        {"teacher_weight", a->wt, true, v * (size_t)a->ht * es, false},
-        {"teacher_bias", a->bt, false, v * es, false},
+        {"teacher_weight", a->wt, true, vt * (size_t)a->ht * es, false},
+        {"teacher_bias", a->bt, false, vt * es, false},
         {"labels", a->labels, a->rows > 0 && a->weight_hard != 0.0f, t * sizeof(int64_t), false},
         {"normaliser_device", a->normaliser_device, false, sizeof(float), false},
         {"loss", a->loss, true, (a->return_parts ? 3u : 1u) * sizeof(float), true},
         {"grad_student_hidden", a->grad_xs, false, t * hs * es, true},
         {"grad_student_weight", a->grad_ws, false, v * hs * es, true},
         {"grad_student_bias", a->grad_bs, false, v * es, true},
+        {"student_lse", a->student_lse, false, t * sizeof(float), true},
+        {"teacher_lse", a->teacher_lse, false, t * sizeof(float), true},
     };
     enum { N = sizeof ptrs / sizeof ptrs[0] };
     for (size_t i = 0; i < N; i++) {
@@ -176,6 +169,7 @@ static void distil_fused_fill_args(const distil_fused_linear_jsd_desc *d, distil
     a->alpha = d->alpha;
     a->normaliser = d->normaliser;
     a->normaliser_device = distil_dptr_make(d->normaliser_device, 0);
+    distil_fused_head_fill(d, a); /* vocab becomes the common prefix */
 }
 
 /* The plan of this call: the asked chunk, or the chunk policy's fitted to a lent workspace. */
@@ -202,7 +196,7 @@ static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
                                                 const distil_fused_linear_jsd_desc *d, bool gx,
                                                 bool gw, bool gb) {
     distil_fused_shape s = {.rows = d->rows,
-                            .vocab = d->vocab,
+                            .vocab = distil_fused_common_vocab(d),
                             .hs = d->student_hidden,
                             .ht = d->teacher_hidden,
                             .dtype = d->dtype,
@@ -210,7 +204,8 @@ static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
                             .want_gx = gx,
                             .want_gw = gw,
                             .want_gb = gb,
-                            .own_labels = d->weight_hard == 0.0f};
+                            .own_labels = d->weight_hard == 0.0f,
+                            .want_dz = distil_fused_desc_student_head(d)};
     return s;
 }
 

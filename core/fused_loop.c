@@ -2,10 +2,12 @@
  * fused_loop.c - the chunk loop of the fused loss, see fused_loop.h. With C = the plan's chunk:
  *   n = max(1, valid rows), or the caller's N                count_valid (docs/SPEC.md §6)
  *   zs, zt of chunk 0                                        two GEMMs, (C, V) fp32
- *   per chunk k:  fused_rows -> ce, jsd (C) and G (C, V)
+ *   per chunk k:  [head_rows: scale / cap zs, zt in place, their LSEs (docs/SPEC.md §6)]
+ *                 fused_rows -> ce, jsd (C) and G (C, V)
  *                 grad_xs_k = G Ws;  gw (+)= G^T xs_k;  gb (+)= 1^T G
  *                 zs, zt of chunk k + 1
- *   cast the fp32 accumulators (several chunks only) to the output dtype; loss = reduce(ce, jsd)
+ *   cast the fp32 accumulators (several chunks only) to the output dtype; the student's rows
+ *   beyond the common vocabulary prefix V of grad_Ws / grad_bs = 0; loss = reduce(ce, jsd)
  * gw / gb are the workspace's fp32 accumulators, or the outputs themselves when there is one
  * chunk (written in the output dtype, rounded once, beta = 0) or the dtype is F32. With a cached
  * top-k teacher (docs/SPEC.md §7, args.topk) the teacher side is its ids and log-probs instead of
@@ -17,6 +19,7 @@
 
 #include "divergence.h"
 #include "error.h"
+#include "fused_head.h"
 
 /* Everything one chunk step needs, resolved once per call. */
 typedef struct distil_fused_loop {
@@ -29,6 +32,7 @@ typedef struct distil_fused_loop {
     distil_dtype gw_dtype; /* of gw and gb: F32 (accumulators), or the output dtype */
     size_t es;             /* bytes of an input element */
     bool grads;            /* any gradient wanted */
+    bool head;             /* a head pass before each row pass (docs/SPEC.md §6, fused_head.c) */
 } distil_fused_loop;
 
 static distil_dptr distil_fused_ws(const distil_fused_loop *L, size_t off) {
@@ -137,7 +141,13 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         .g_dtype = p->g_dtype,
         .n_valid = distil_fused_ws(L, p->off_n),
         .divergence = a->divergence,
-        .alpha = a->alpha};
+        .alpha = a->alpha,
+
+.inv_teacher_temperature = a->inv_teacher_temperature,
+        .dz = distil_fused_head_dz(a, p, L->grads && distil_fused_student_head(a))};
+    if (L->head) {
+        DISTIL_TRY(distil_fused_head_pass(L->be, L->b, a, p, r.dz, r0, c));
+    }
     return L->be->fused_rows(L->b, &r);
 }
 
@@ -313,6 +323,7 @@ static distil_status distil_fused_epilogue(const distil_fused_loop *L) {
                             .n_valid = distil_fused_ws(L, p->off_n),
                             .parts = a->return_parts,
                             .out = a->loss};
+    DISTIL_TRY(distil_fused_head_zero_tail(L->be, L->b, a));
     return L->be->reduce(L->b, &r);
 }
 
@@ -326,6 +337,13 @@ distil_status distil_fused_loop_run(distil_ctx *ctx, const distil_fused_args *a,
                                 be->name);
     }
     distil_fused_loop L = {.ctx = ctx, .be = be, .b = ctx->b, .a = a, .p = p};
+    L.head = distil_fused_head_needed(a);
+    if (L.head && be->head_rows == NULL) {
+        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
+                                "fused_linear_jsd: backend '%s' lacks the head options' kernel "
+                                "(softcap, logit scale, lse)",
+                                be->name);
+    }
     L.es = distil_dtype_size(a->dtype);
     L.gw = p->gw_acc ? distil_fused_ws(&L, p->off_gw) : a->grad_ws;
     L.gb = p->gb_acc ? distil_fused_ws(&L, p->off_gb) : a->grad_bs;

@@ -10,12 +10,37 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Buffers in call order: xs ws bs xt wt bt labels loss gxs gws gbs. */
-enum { B_XS, B_WS, B_BS, B_XT, B_WT, B_BT, B_LABELS, B_LOSS, B_GXS, B_GWS, B_GBS, B_COUNT };
-static const char *const fz_names[B_COUNT] = {
-    "student_hidden",      "student_weight",      "student_bias",     "teacher_hidden",
-    "teacher_weight",      "teacher_bias",        "labels",           "loss",
-    "grad_student_hidden", "grad_student_weight", "grad_student_bias"};
+/* Buffers in call order: xs ws bs xt wt bt labels loss gxs gws gbs, then the descriptor's LSE
+ * outputs (docs/SPEC.md §6). */
+enum {
+    B_XS,
+    B_WS,
+    B_BS,
+    B_XT,
+    B_WT,
+    B_BT,
+    B_LABELS,
+    B_LOSS,
+    B_GXS,
+    B_GWS,
+    B_GBS,
+    B_LSES,
+    B_LSET,
+    B_COUNT
+};
+static const char *const fz_names[B_COUNT] = {"student_hidden",
+                                              "student_weight",
+                                              "student_bias",
+                                              "teacher_hidden",
+                                              "teacher_weight",
+                                              "teacher_bias",
+                                              "labels",
+                                              "loss",
+                                              "grad_student_hidden",
+                                              "grad_student_weight",
+                                              "grad_student_bias",
+                                              "student_lse",
+                                              "teacher_lse"};
 
 typedef struct fz_fused {
     distil_fused_linear_jsd_desc d;
@@ -27,6 +52,7 @@ typedef struct fz_fused {
     int alias_out, alias_in; /* an output passed as this other buffer (docs/SPEC.md §5), or -1 */
     size_t es;
     int64_t rows, vocab, hs, ht; /* the descriptor's, clamped to what buffers hold */
+    int64_t vt, common;          /* the teacher's rows (clamped), the common prefix */
     fz_buf b[B_COUNT], work;
 } fz_fused;
 
@@ -58,6 +84,13 @@ static void fz_fused_read_desc(fz_in *in, distil_fused_linear_jsd_desc *d) {
     }
     fz_read_divergence(in, &d->divergence, &d->alpha, &d->normaliser);
     d->temperature_squared = fz_byte(in) >= 192;
+    if (fz_byte(in) >= 160) { /* docs/SPEC.md §6 head options */
+        d->student_logit_scale = fz_float_field(in, 1.0f, 0.25f, 4.0f);
+        d->student_softcap = fz_float_field(in, 0.0f, 0.5f, 30.0f);
+        d->teacher_logit_scale = fz_float_field(in, 1.0f, 0.25f, 4.0f);
+        d->teacher_softcap = fz_float_field(in, 0.0f, 0.5f, 30.0f);
+        d->teacher_temperature = fz_float_field(in, 0.0f, 0.1f, 4.0f);
+    }
 }
 
 static void fz_fused_read(fz_in *in, fz_fused *c) {
@@ -72,14 +105,18 @@ static void fz_fused_read(fz_in *in, fz_fused *c) {
                  ~nulls;
     c->present |= (optional & 1 ? 1u << B_BS : 0) | (optional & 2 ? 1u << B_BT : 0) |
                   (optional & 4 ? 1u << B_GXS : 0) | (optional & 8 ? 1u << B_GWS : 0) |
-                  (optional & 16 ? 1u << B_GBS : 0);
+                  (optional & 16 ? 1u << B_GBS : 0) | (optional & 32 ? 1u << B_LSES : 0) |
+                  (optional & 64 ? 1u << B_LSET : 0);
     c->desc_null = nulls & (1u << 31);
     c->lend = fz_byte(in) >= 224 ? fz_u32(in) % 65536 : 0;
     c->fault = fz_fault_countdown(in);
     c->backed = d->rows >= 0 && d->rows <= FZ_MAX_ROWS && d->vocab <= FZ_MAX_VOCAB &&
-                d->student_hidden <= FZ_MAX_HIDDEN && d->teacher_hidden <= FZ_MAX_HIDDEN;
+                d->student_hidden <= FZ_MAX_HIDDEN && d->teacher_hidden <= FZ_MAX_HIDDEN &&
+                d->teacher_vocab <= FZ_MAX_VOCAB;
     c->rows = fz_clamp(d->rows, 0, FZ_MAX_ROWS);
     c->vocab = fz_clamp(d->vocab, 1, FZ_MAX_VOCAB);
+    c->vt = d->teacher_vocab > 0 ? fz_clamp(d->teacher_vocab, 1, FZ_MAX_VOCAB) : c->vocab;
+    c->common = c->vt < c->vocab ? c->vt : c->vocab;
     c->hs = fz_clamp(d->student_hidden, 1, FZ_MAX_HIDDEN);
     c->ht = fz_clamp(d->teacher_hidden, 1, FZ_MAX_HIDDEN);
     size_t es = distil_dtype_size(d->dtype);
@@ -95,6 +132,19 @@ static void fz_fused_read(fz_in *in, fz_fused *c) {
 
 static bool fz_bad_float(float v, bool positive) {
     return positive ? !(v > 0.0f) || isinf(v) : !(v >= 0.0f) || isinf(v);
+}
+
+/* docs/SPEC.md §6: scales finite > 0, caps finite >= 0 with 1 / cap finite, the teacher's
+ * temperature 0 or a temperature. */
+static bool fz_bad_head(const distil_fused_linear_jsd_desc *d) {
+    const float caps[] = {d->student_softcap, d->teacher_softcap};
+    bool bad = fz_bad_float(d->student_logit_scale, true) ||
+               fz_bad_float(d->teacher_logit_scale, true) || d->teacher_vocab < 0;
+    for (int i = 0; i < 2; i++) {
+        bad |= fz_bad_float(caps[i], false) || (caps[i] > 0.0f && !isfinite(1.0f / caps[i]));
+    }
+    float tt = d->teacher_temperature;
+    return bad || (tt != 0.0f && (fz_bad_float(tt, true) || !isfinite(1.0f / tt)));
 }
 
 /* Statuses the descriptor alone allows: OK when it is valid. */
@@ -117,11 +167,9 @@ static fz_statuses fz_fused_expect_desc(const fz_fused *c) {
                !isfinite(1.0f / d->temperature) ||
                fz_bad_divergence(d->divergence, d->alpha, d->normaliser) ||
                (d->temperature_squared &&
-                !isfinite((float)((double)d->weight_soft * d->temperature * d->temperature)));
-    bool unsupported = d->teacher_vocab != 0 && d->teacher_vocab != d->vocab;
-    fz_statuses s =
-        (bad ? FZ_S(DISTIL_ERR_INVALID_ARG) : 0) | (unsupported ? FZ_S(DISTIL_ERR_UNSUPPORTED) : 0);
-    return s ? s : FZ_S(DISTIL_OK);
+                !isfinite((float)((double)d->weight_soft * d->temperature * d->temperature))) ||
+               fz_bad_head(d);
+    return bad ? FZ_S(DISTIL_ERR_INVALID_ARG) : FZ_S(DISTIL_OK);
 }
 
 /* The aliased output is passed and both it and its input span bytes (rows > 0 for the row
@@ -156,9 +204,13 @@ static fz_statuses fz_fused_expect(const fz_fused *c) {
 
 static size_t fz_fused_bytes(const fz_fused *c, int i) {
     size_t R = (size_t)c->rows, V = (size_t)c->vocab, hs = (size_t)c->hs, ht = (size_t)c->ht;
-    size_t elems[B_COUNT] = {R * hs, V * hs, V, R * ht, V * ht, V, 0, 0, R * hs, V * hs, V};
+    size_t Vt = (size_t)c->vt;
+    size_t elems[B_COUNT] = {R * hs, V * hs, V, R * ht, Vt * ht, Vt, 0, 0, R * hs, V * hs, V};
     if (i == B_LABELS) {
         return R * sizeof(int64_t);
+    }
+    if (i == B_LSES || i == B_LSET) {
+        return R * sizeof(float);
     }
     return i == B_LOSS ? 3 * sizeof(float) : elems[i] * c->es;
 }
@@ -180,12 +232,26 @@ static void fz_fused_labels(fz_in *in, fz_fused *c) {
                : m == 1 ? (fz_bool(in) ? -1 : c->vocab + fz_pick(in, 3))
                : m == 2 ? (int64_t)fz_u64(in)
                         : (int64_t)(fz_u32(in) % (uint32_t)c->vocab);
-        bool valid = l[i] >= 0 && l[i] < c->d.vocab;
+        bool valid = l[i] >= 0 && l[i] < c->common; /* the heads' common prefix */
         c->bad_label |= !valid && l[i] != c->d.ignore_index;
     }
     if (!(c->present & (1u << B_LABELS))) {
         c->bad_label = false; /* labels not passed: nothing to find */
     }
+}
+
+/* Head options in a range where fp32 and float64 agree to the oracle's bounds (docs/SPEC.md §6):
+ * a huge cap turns an fp32 logit that overflowed to inf into a finite c, where float64 has a
+ * finite logit and a smaller tanh; a tiny cap or scale amplifies the logits' rounding. */
+static bool fz_tame_head(const distil_fused_linear_jsd_desc *d) {
+    const float caps[] = {d->student_softcap, d->teacher_softcap};
+    const float scales[] = {d->student_logit_scale, d->teacher_logit_scale};
+    bool tame = d->teacher_temperature == 0.0f || d->teacher_temperature >= 0.05f;
+    for (int i = 0; i < 2; i++) {
+        tame &= caps[i] == 0.0f || (caps[i] >= 0.1f && caps[i] <= 1e4f);
+        tame &= scales[i] >= 1e-2f && scales[i] <= 1e2f;
+    }
+    return tame;
 }
 
 static void fz_fused_fill(fz_in *in, distil_ctx *ctx, fz_fused *c) {
@@ -198,7 +264,8 @@ static void fz_fused_fill(fz_in *in, distil_ctx *ctx, fz_fused *c) {
     const distil_fused_linear_jsd_desc *d = &c->d;
     c->tame = !c->special && d->temperature >= 0.05f && d->weight_hard <= 1e3f &&
               d->weight_soft <= 1e3f && (d->normaliser == 0.0f || d->normaliser >= 1e-3f) &&
-              (!d->temperature_squared || d->weight_soft * d->temperature * d->temperature <= 1e3f);
+              (!d->temperature_squared || d->weight_soft * d->temperature * d->temperature <= 1e3f) &&
+              fz_tame_head(d);
     for (int i = B_LOSS; i < B_COUNT; i++) {
         fz_buf_poison(&c->b[i]);
     }
@@ -221,8 +288,11 @@ static distil_status fz_fused_call(distil_ctx *ctx, fz_fused *c) {
     }
     fz_mark_message(ctx);
     distil_debug_fail_allocations(c->fault);
+    distil_fused_linear_jsd_desc d = c->d;
+    d.student_lse = fz_fused_ptr(c, B_LSES);
+    d.teacher_lse = fz_fused_ptr(c, B_LSET);
     distil_status s = distil_fused_linear_jsd(
-        ctx, c->desc_null ? NULL : &c->d, fz_fused_ptr(c, B_XS), fz_fused_ptr(c, B_WS),
+        ctx, c->desc_null ? NULL : &d, fz_fused_ptr(c, B_XS), fz_fused_ptr(c, B_WS),
         fz_fused_ptr(c, B_BS), fz_fused_ptr(c, B_XT), fz_fused_ptr(c, B_WT), fz_fused_ptr(c, B_BT),
         fz_fused_ptr(c, B_LABELS), fz_fused_ptr(c, B_LOSS), fz_fused_ptr(c, B_GXS),
         fz_fused_ptr(c, B_GWS), fz_fused_ptr(c, B_GBS));
@@ -240,15 +310,16 @@ static bool fz_fused_valid_row(const fz_fused *c, int64_t i) {
         return true; /* no labels: every row counts */
     }
     int64_t l = ((const int64_t *)c->b[B_LABELS].host)[i];
-    return l != c->d.ignore_index && l >= 0 && l < c->d.vocab;
+    return l != c->d.ignore_index && l >= 0 && l < c->common;
 }
 
 /* One output after a successful call with rows > 0: all written, NaN-free when tame, and the
  * rows of grad_student_hidden that are ignored exactly 0. */
 static void fz_fused_check_output(distil_ctx *ctx, fz_fused *c, int i) {
     fz_buf *b = &c->b[i];
-    distil_dtype dt = i == B_LOSS ? DISTIL_F32 : c->d.dtype;
-    size_t es = i == B_LOSS ? 4 : c->es;
+    const bool f32 = i == B_LOSS || i == B_LSES || i == B_LSET;
+    distil_dtype dt = f32 ? DISTIL_F32 : c->d.dtype;
+    size_t es = f32 ? 4 : c->es;
     size_t n = i == B_LOSS ? (c->d.return_parts ? 3 : 1) : b->bytes / es;
     void *h = malloc(b->bytes);
     fz_buf_download(ctx, b, h);
@@ -325,7 +396,10 @@ static void fz_fused_query(distil_ctx *ctx, fz_fused *c, int want_grads) {
     if (s == DISTIL_OK && d->rows > 0) {
         double chunk =
             d->chunk_rows > 0 ? (double)(d->chunk_rows < d->rows ? d->chunk_rows : d->rows) : 1.0;
-        double least = 2.0 * chunk * (double)d->vocab * 4.0;
+        /* over the heads' common vocabulary prefix (docs/SPEC.md §6) */
+        int64_t v =
+            d->teacher_vocab > 0 && d->teacher_vocab < d->vocab ? d->teacher_vocab : d->vocab;
+        double least = 2.0 * chunk * (double)v * 4.0;
         if ((double)bytes < least) {
             fz_fail("fused_linear_jsd_workspace_size: %zu bytes for rows %lld vocab %lld chunk "
                     "%lld: below the %g bytes of two fp32 logit chunks (size arithmetic wrapped)",
@@ -400,6 +474,20 @@ static unsigned char *fz_fused_on_ref(const fz_fused *c, size_t *n) {
     return out;
 }
 
+/* The (rows) fp32 LSEs (docs/SPEC.md §6) within the loss bound; copied out first, since they sit
+ * after the gradients in the concatenated outputs, not necessarily 4-byte aligned. */
+static void fz_fused_compare_lse(const char *what, const unsigned char *got,
+                                 const unsigned char *ref, size_t rows, distil_dtype dt) {
+    float *g = malloc(rows * sizeof(float) + 1), *r = malloc(rows * sizeof(float) + 1);
+    if (g == NULL || r == NULL) {
+        fz_fail("harness out of memory");
+    }
+    memcpy(g, got, rows * sizeof(float));
+    memcpy(r, ref, rows * sizeof(float));
+    fz_parity_loss(what, g, r, rows, dt);
+    free(g), free(r);
+}
+
 static void fz_fused_compare(const fz_fused *c, const unsigned char *got,
                              const unsigned char *ref) {
     fz_parity_loss("fused vs ref", (const float *)got, (const float *)ref,
@@ -407,7 +495,9 @@ static void fz_fused_compare(const fz_fused *c, const unsigned char *got,
     size_t at = c->b[B_LOSS].bytes;
     const int64_t shape[3][2] = {{c->rows, c->hs}, {c->vocab, c->hs}, {1, c->vocab}};
     for (int i = B_GXS; i < B_COUNT; i++) {
-        if (c->present & (1u << i)) {
+        if ((c->present & (1u << i)) && i >= B_LSES) {
+            fz_fused_compare_lse(fz_names[i], got + at, ref + at, (size_t)c->rows, c->d.dtype);
+        } else if (c->present & (1u << i)) {
             const int64_t *sh = shape[i - B_GXS];
             fz_parity_tensor(fz_names[i], got + at, ref + at, c->d.dtype, sh[0], sh[1], sh[1],
                              true);
@@ -462,7 +552,7 @@ static void fz_fused_print(const fz_fused *c, const char *backend) {
     fprintf(stderr,
             "fused on %s: struct_size %zu rows %lld vocab %lld hidden %lld %lld dtype %d "
             "weights %g %g beta %g tau %g ignore %lld chunk %lld parts %d heads %lld %lld %lld "
-            "divergence %d alpha %g normaliser %g tau^2 %d | "
+            "divergence %d alpha %g normaliser %g tau^2 %d scale %g %g cap %g %g tau_t %g | "
             "desc_null %d present 0x%x lend %zu fault %ld backed %d\n",
             backend, d->struct_size, (long long)d->rows, (long long)d->vocab,
             (long long)d->student_hidden, (long long)d->teacher_hidden, (int)d->dtype,
@@ -470,8 +560,9 @@ static void fz_fused_print(const fz_fused *c, const char *backend) {
             (long long)d->ignore_index, (long long)d->chunk_rows, d->return_parts,
             (long long)d->teacher_vocab, (long long)d->student_weight_hidden,
             (long long)d->teacher_weight_hidden, (int)d->divergence, (double)d->alpha,
-            (double)d->normaliser, d->temperature_squared, c->desc_null, c->present, c->lend,
-            c->fault, c->backed);
+            (double)d->normaliser, d->temperature_squared, (double)d->student_logit_scale,
+            (double)d->teacher_logit_scale, (double)d->student_softcap, (double)d->teacher_softcap,
+            (double)d->teacher_temperature, c->desc_null, c->present, c->lend, c->fault, c->backed);
 }
 
 void fz_case_fused(fz_in *in, distil_ctx *ctx) {

@@ -302,7 +302,7 @@ DISTIL_API DISTIL_NODISCARD distil_status distil_jsd_workspace_size(distil_ctx *
 typedef struct distil_fused_linear_jsd_desc {
     size_t struct_size;     /* set by _init */
     int64_t rows;           /* T >= 0 */
-    int64_t vocab;          /* V >= 1, shared by student and teacher heads */
+    int64_t vocab;          /* V >= 1: rows of the student's head (and the teacher's by default) */
     int64_t student_hidden; /* Hs >= 1 */
     int64_t teacher_hidden; /* Ht >= 1 */
     distil_dtype dtype;     /* of every float input and gradient output (default BF16) */
@@ -349,8 +349,8 @@ DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *
  *   student_weight  Ws (V, Hs)      dense, dtype (nn.Linear layout)
  *   student_bias    bs (V) or NULL
  *   teacher_hidden  xt (rows, Ht)   dense, dtype
- *   teacher_weight  Wt (V, Ht)      dense, dtype
- *   teacher_bias    bt (V) or NULL
+ *   teacher_weight  Wt (Vt, Ht)     dense, dtype; Vt = teacher_vocab (0: V)
+ *   teacher_bias    bt (Vt) or NULL
  *   labels          (rows) int64; ignore_index marks ignored rows. May be NULL when
  *                   weight_hard == 0: then every row counts (N = rows) and the hard part is 0
  *   loss            fp32: 1 value, loss = wh * sum CE / N + ws * sum JSD / N, N = max(1, valid
@@ -360,6 +360,12 @@ DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *
  *   grad_student_hidden  (rows, Hs) dtype or NULL
  *   grad_student_weight  (V, Hs) dtype or NULL (accumulated in fp32, written once)
  *   grad_student_bias    (V) dtype or NULL; may be given only with student_bias
+ *
+ * With Vt != V the loss runs over the common prefix [0, min(V, Vt)) (docs/SPEC.md §6): the
+ * student's gradient rows beyond it are 0, the teacher's rows beyond it are never read, and
+ * labels must lie in it (else: an invalid label, as below). The head options (scale, softcap,
+ * teacher_temperature, the LSE outputs) are those of the descriptor, docs/SPEC.md §6.
+ *
  * Gradient outputs are overwritten, not accumulated into. With every gradient NULL no backward
  * work is done. rows == 0 writes loss 0 (and the parts) and nothing else; row pointers
  * (hidden states, labels) may then be NULL. A label outside [0, V) that is not ignore_index makes

@@ -322,8 +322,8 @@ static void test_fused_shapes(void **state) {
     fused_desc_refused(c, DISTIL_ERR_INVALID_ARG, "student_weight_hidden|student_weight");
     c = fused_valid(), c.d.teacher_weight_hidden = HT - 1;
     fused_desc_refused(c, DISTIL_ERR_INVALID_ARG, "teacher_weight_hidden|teacher_weight");
-    c = fused_valid(), c.d.teacher_vocab = V + 1;
-    fused_desc_refused(c, DISTIL_ERR_UNSUPPORTED, "teacher_vocab");
+    c = fused_valid(), c.d.teacher_vocab = -1;
+    fused_desc_refused(c, DISTIL_ERR_INVALID_ARG, "teacher_vocab");
     c = fused_valid(), c.d.chunk_rows = -1;
     fused_desc_refused(c, DISTIL_ERR_INVALID_ARG, "chunk_rows");
     c = fused_valid(), c.d.dtype = (distil_dtype)3;
@@ -353,6 +353,59 @@ static void test_fused_values(void **state) {
         c = fused_valid(), c.d.temperature = bad_tau[i];
         fused_desc_refused(c, DISTIL_ERR_INVALID_ARG, "temperature");
     }
+}
+
+/* docs/SPEC.md §6 head options: each value rule, and the LSE outputs' pointer rules. */
+static void test_fused_head_values(void **state) {
+    (void)state;
+    const float bad_scale[] = {0.0f, -0.0f, -1.0f, INFINITY, NAN};
+    for (size_t i = 0; i < TU_LEN(bad_scale); i++) {
+        fused_call c = fused_valid();
+        c.d.student_logit_scale = bad_scale[i];
+        fused_desc_refused(c, DISTIL_ERR_INVALID_ARG, "student_logit_scale");
+        c = fused_valid(), c.d.teacher_logit_scale = bad_scale[i];
+        fused_desc_refused(c, DISTIL_ERR_INVALID_ARG, "teacher_logit_scale");
+    }
+    const float bad_cap[] = {-1.0f, -0.001f, INFINITY, NAN, 1e-45f};
+    for (size_t i = 0; i < TU_LEN(bad_cap); i++) {
+        fused_call c = fused_valid();
+        c.d.student_softcap = bad_cap[i];
+        fused_desc_refused(c, DISTIL_ERR_INVALID_ARG, "student_softcap");
+        c = fused_valid(), c.d.teacher_softcap = bad_cap[i];
+        fused_desc_refused(c, DISTIL_ERR_INVALID_ARG, "teacher_softcap");
+    }
+    const float bad_tau[] = {-1.0f, INFINITY, NAN, 1e-45f}; /* -0 is 0: the default */
+    for (size_t i = 0; i < TU_LEN(bad_tau); i++) {
+        fused_call c = fused_valid();
+        c.d.teacher_temperature = bad_tau[i];
+        fused_desc_refused(c, DISTIL_ERR_INVALID_ARG, "teacher_temperature");
+    }
+    /* an LSE output over an input, over the loss, over the other LSE */
+    fused_call c = fused_valid();
+    c.d.student_lse = g.xs;
+    fused_refused(c, DISTIL_ERR_INVALID_ARG, "student_lse");
+    c = fused_valid(), c.d.teacher_lse = (float *)c.loss;
+    fused_refused(c, DISTIL_ERR_INVALID_ARG, "teacher_lse");
+    c = fused_valid(), c.d.student_lse = g.gxs, c.d.teacher_lse = g.gxs;
+    fused_refused(c, DISTIL_ERR_INVALID_ARG, "student_lse");
+}
+
+/* Vocabularies of different sizes (docs/SPEC.md §6): a label beyond the common prefix is an
+ * invalid label, reported as for any other. */
+static void test_fused_head_labels(void **state) {
+    (void)state;
+    int64_t lab[T] = {1, -100, V - 1, 0}; /* V - 1 is outside the teacher's V - 1 rows */
+    TU_OK(g_ctx, distil_memcpy_to_device(g_ctx, g.flabels, lab, sizeof lab));
+    poison_outputs();
+    fused_call c = fused_valid();
+    c.d.teacher_vocab = V - 1;
+    distil_status call = fused_run(&c);
+    distil_status sync = distil_ctx_synchronize(g_ctx);
+    assert_true((call == DISTIL_ERR_INVALID_LABEL && sync == DISTIL_OK) ||
+                (call == DISTIL_OK && sync == DISTIL_ERR_INVALID_LABEL));
+    TU_CHECK_MESSAGE(g_ctx, "row 2");
+    int64_t ok[T] = {1, -100, 7, 0};
+    TU_OK(g_ctx, distil_memcpy_to_device(g_ctx, g.flabels, ok, sizeof ok));
 }
 
 /* rows == 0: the loss (and its parts) is 0, nothing else is written; row pointers may be NULL. */
@@ -508,6 +561,7 @@ static int run_group(const char *backend) {
         cmocka_unit_test(test_fused_zero_rows),  cmocka_unit_test(test_fused_invalid_label),
         cmocka_unit_test(test_foreign_memory),   cmocka_unit_test(test_jsd_divergence),
         cmocka_unit_test(test_fused_divergence),
+        cmocka_unit_test(test_fused_head_values), cmocka_unit_test(test_fused_head_labels),
     };
     g_backend = backend;
     return cmocka_run_group_tests_name(tu_group_name("bad_input", backend), tests, group_setup,

@@ -14,7 +14,15 @@
 static distil_ctx *g_ctx;
 static const char *g_backend;
 
-/* Shapes: a small odd one, and one large enough that an auto chunk may split it. */
+/* docs/SPEC.md §6 head options: the student's head wider than the teacher's (its extra rows of
+ * grad_Ws / grad_bs are 0 in every chunking), with softcaps, a teacher temperature and the LSE
+ * outputs; and the teacher's wider, with a logit scale. */
+static const tp_head head_student_wider = {
+    .vt = 1031 - 17, .s_cap = 5.0f, .t_cap = 8.0f, .tau_t = 0.8f, .lse = true};
+static const tp_head head_teacher_wider = {.vt = 1031 + 40, .s_scale = 1.5f, .lse = true};
+
+/* Shapes: a small odd one, one large enough that an auto chunk may split it, and the small one
+ * with the head options. */
 static const tp_fused_spec shapes[] = {
     {.t = 29,
      .v = 1031,
@@ -41,6 +49,34 @@ static const tp_fused_spec shapes[] = {
      .parts = true,
      .grads = TP_WANT_ALL,
      .labels = TP_LABELS_MIXED},
+    {.t = 29,
+     .v = 1031,
+     .hs = 32,
+     .ht = 48,
+     .w_hard = 0.5f,
+     .w_soft = 0.5f,
+     .beta = 0.5f,
+     .tau = 1.5f,
+     .bias_s = true,
+     .bias_t = true,
+     .parts = true,
+     .grads = TP_WANT_ALL,
+     .labels = TP_LABELS_MIXED,
+     .head = &head_student_wider},
+    {.t = 29,
+     .v = 1031,
+     .hs = 32,
+     .ht = 48,
+     .w_hard = 0.3f,
+     .w_soft = 0.7f,
+     .beta = 0.9f,
+     .tau = 1.0f,
+     .bias_s = true,
+     .bias_t = true,
+     .parts = true,
+     .grads = TP_WANT_ALL,
+     .labels = TP_LABELS_MIXED,
+     .head = &head_teacher_wider},
 };
 
 static const distil_dtype dtypes[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
@@ -92,6 +128,15 @@ static void check_same(const char *chunk, const tp_fused *p, const tp_fused_out 
     snprintf(what, sizeof what, "%s: grad_student_bias", chunk);
     TU_CHECK_WRITTEN(what, got->gbs, dt, 1, s->v, s->v, false);
     TU_CHECK_TENSOR(what, got->gbs, want->gbs, dt, 1, s->v, s->v, chunk_tolerance(dt, true));
+    for (int64_t i = 0; want->lse_s != NULL && i < s->t; i++) { /* docs/SPEC.md §6 */
+        snprintf(what, sizeof what, "%s: student_lse / teacher_lse", chunk);
+        TU_CHECK_REL(what, got->lse_s[i], want->lse_s[i], chunk_tolerance(dt, false));
+        TU_CHECK_REL(what, got->lse_t[i], want->lse_t[i], chunk_tolerance(dt, false));
+    }
+    const int64_t common = p->vt < s->v ? p->vt : s->v;
+    for (int64_t k = common * s->hs; k < s->v * s->hs; k++) {
+        assert_true(tu_get(got->gws, dt, (size_t)k) == 0.0f);
+    }
 }
 
 static void test_chunk_sizes(void **state) {

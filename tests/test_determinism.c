@@ -46,6 +46,11 @@ static const tp_jsd_spec jsd_specs[] = {
      .div = DISTIL_DIVERGENCE_TVD},
 };
 
+/* docs/SPEC.md §6 head options: heads of different sizes, softcap, scale, teacher temperature,
+ * LSE outputs. */
+static const tp_head head_all = {
+    .vt = 4099 - 35, .s_scale = 1.3f, .s_cap = 6.0f, .t_cap = 10.0f, .tau_t = 1.7f, .lse = true};
+
 static const tp_fused_spec fused_specs[] = {
     {.t = 48,
      .v = 4099,
@@ -103,6 +108,21 @@ static const tp_fused_spec fused_specs[] = {
      .labels = TP_LABELS_NONE,
      .div = DISTIL_DIVERGENCE_SKEW_REVERSE_KL,
      .alpha = 0.2f},
+    {.t = 48,
+     .v = 4099,
+     .hs = 64,
+     .ht = 96,
+     .w_hard = 0.5f,
+     .w_soft = 0.5f,
+     .beta = 0.5f,
+     .tau = 1.0f,
+     .bias_s = true,
+     .bias_t = true,
+     .parts = true,
+     .grads = TP_WANT_ALL,
+     .labels = TP_LABELS_MIXED,
+     .chunk = 11,
+     .head = &head_all},
 };
 
 static void jsd_same(const tp_jsd *p, const tp_jsd_out *a, const tp_jsd_out *b) {
@@ -136,6 +156,10 @@ static void fused_same(const tp_fused *p, const tp_fused_out *a, const tp_fused_
     TU_CHECK_BITWISE("grad_student_hidden", a->gxs, b->gxs, p->n_xs * es);
     TU_CHECK_BITWISE("grad_student_weight", a->gws, b->gws, p->n_ws * es);
     TU_CHECK_BITWISE("grad_student_bias", a->gbs, b->gbs, (size_t)p->s.v * es);
+    if (a->lse_s != NULL) { /* docs/SPEC.md §6 */
+        TU_CHECK_BITWISE("student_lse", a->lse_s, b->lse_s, (size_t)p->s.t * sizeof(float));
+        TU_CHECK_BITWISE("teacher_lse", a->lse_t, b->lse_t, (size_t)p->s.t * sizeof(float));
+    }
 }
 
 static void test_fused(void **state) {

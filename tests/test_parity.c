@@ -149,6 +149,21 @@ static void jsd_compare(const tp_jsd_spec *s, distil_dtype dt, uint64_t seed) {
     {t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, TP_LABELS_##labels, std, chunk, \
      .div = DISTIL_DIVERGENCE_JSD}
 
+#define FH(t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, labels, std, chunk, hd) \
+    {t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, TP_LABELS_##labels, std, chunk, \
+     .div = DISTIL_DIVERGENCE_JSD, .head = hd}
+
+/* Head options (docs/SPEC.md §6): vt, student scale / cap, teacher scale / cap, tau_t, lse. */
+static const tp_head H_TEACHER_WIDER = {.vt = 1271 + 37};
+static const tp_head H_STUDENT_WIDER = {.vt = 1271 - 29, .lse = true};
+static const tp_head H_CAP = {.s_cap = 4.0f, .t_cap = 7.0f};
+static const tp_head H_SCALE = {.s_scale = 0.7f, .t_scale = 1.6f};
+static const tp_head H_CAP_SCALE = {.s_scale = 2.0f, .s_cap = 3.0f, .t_scale = 0.5f, .t_cap = 30.0f};
+static const tp_head H_TAU_T = {.tau_t = 2.5f};
+static const tp_head H_LSE = {.s_cap = 5.0f, .t_scale = 1.25f, .lse = true};
+static const tp_head H_ALL = {
+    .vt = -64, .s_scale = 1.5f, .s_cap = 6.0f, .t_cap = 9.0f, .tau_t = 0.75f, .lse = true};
+
 static const tp_fused_spec fused_cases[] = {
    /* T   V      Hs  Ht  wh    ws    beta  tau   bias     parts  grads     labels       std chunk */
     /* V = 1: softmax over one class, every output is 0 */
@@ -180,7 +195,7 @@ static const tp_fused_spec fused_cases[] = {
     /* docs/SPEC.md §6: every divergence in the soft part, tau^2, the given N */
 #define D(t, v, wh, ws, tau, labels, chunk, div, alpha, norm, dev, tsq) \
     {t, v, 24, 40, wh, ws, 0.5f, tau, BIAS_ST, true, ALL, TP_LABELS_##labels, 0, chunk, \
-     DISTIL_DIVERGENCE_##div, alpha, norm, dev, tsq}
+     DISTIL_DIVERGENCE_##div, alpha, norm, dev, tsq, NULL}
    /* T   V      wh    ws    tau   labels chunk divergence       alpha  N      device tau^2 */
     D(13, 1271,  0.5f, 0.5f, 1.0f, MIXED, 0,    FORWARD_KL,      0.0f,  0.0f,  false, false),
     D(13, 1271,  0.0f, 1.0f, 2.0f, NONE,  0,    REVERSE_KL,      0.0f,  0.0f,  false, true),
@@ -195,6 +210,20 @@ static const tp_fused_spec fused_cases[] = {
     D(13, 1271,  0.5f, 0.5f, 2.0f, MIXED, 0,    SKEW_KL,         0.1f,  2.5f,  true,  true),
     D(13, 1271,  0.5f, 0.5f, 1.0f, NONE,  0,    JSD,             0.0f,  0.0f,  true,  false),
 #undef D
+    /* docs/SPEC.md §6 head options: vocabularies of different sizes (teacher padded, student
+     * padded), scale and softcap per head (caps below the logits' spread: saturation), a teacher
+     * temperature, the LSE outputs; one chunk and several */
+    FH(13, 1271,  24, 40, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   0,  &H_TEACHER_WIDER),
+    FH(13, 1271,  24, 40, 0.5f, 0.5f, 0.5f, 2.0f, BIAS_ST, true,  ALL,      MIXED,       0,   4,  &H_STUDENT_WIDER),
+    FH(13, 1271,  24, 40, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_S,  true,  ALL,      MIXED,       10,  0,  &H_CAP),
+    FH(13, 1271,  24, 40, 0.3f, 0.7f, 0.1f, 0.5f, NO_BIAS, false, ALL,      NONE,        0,   5,  &H_SCALE),
+    FH(13, 1271,  24, 40, 0.5f, 0.5f, 0.9f, 2.0f, BIAS_ST, true,  ALL,      MIXED,       0,   0,  &H_CAP_SCALE),
+    FH(13, 1271,  24, 40, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   0,  &H_TAU_T),
+    FH(13, 1271,  24, 40, 0.0f, 1.0f, 0.0f, 0.5f, NO_BIAS, true,  XS,       NONE,        0,   0,  &H_TAU_T),
+    FH(13, 1271,  24, 40, 0.5f, 0.5f, 1.0f, 2.0f, BIAS_ST, true,  NO_GRADS, MIXED,       0,   6,  &H_LSE),
+    FH(13, 1271,  24, 40, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      ALL_IGNORED, 0,   0,  &H_LSE),
+    FH(40, 2053,  32, 48, 0.7f, 0.3f, 0.5f, 1.5f, BIAS_ST, true,  ALL,      MIXED,       8,   7,  &H_ALL),
+    FH(5,  32003, 16, 32, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   2,  &H_ALL),
 };
 // clang-format on
 
@@ -227,6 +256,29 @@ static void fused_check_grad(const char *what, const void *got, const void *ref,
     }
 }
 
+/* docs/SPEC.md §6: the per-row LSEs (every row, ignored ones too) within the loss bound. */
+static void fused_check_lse(const char *what, const float *got, const float *ref, int64_t rows) {
+    if (got == NULL) {
+        return;
+    }
+    TU_CHECK_WRITTEN(what, got, DISTIL_F32, 1, rows, rows, false);
+    for (int64_t i = 0; i < rows; i++) {
+        TU_CHECK_REL(what, got[i], ref[i], tu_tolerance(DISTIL_F32, TU_LOSS));
+    }
+}
+
+/* docs/SPEC.md §6: the student's rows beyond the common vocabulary prefix get gradient 0
+ * exactly (their logits take no part). */
+static void fused_check_tail(const tp_fused_spec *c, const tp_fused *h, const tp_fused_out *o) {
+    const int64_t common = h->vt < c->v ? h->vt : c->v;
+    for (int64_t k = common * c->hs; o->gws != NULL && k < c->v * c->hs; k++) {
+        assert_true(tu_get(o->gws, h->d.dtype, (size_t)k) == 0.0f);
+    }
+    for (int64_t k = common; o->gbs != NULL && k < c->v; k++) {
+        assert_true(tu_get(o->gbs, h->d.dtype, (size_t)k) == 0.0f);
+    }
+}
+
 static void fused_compare(const tp_fused_spec *c, distil_dtype dt, uint64_t seed) {
     tp_fused h;
     tp_fused_make(&h, c, dt, seed);
@@ -251,6 +303,9 @@ static void fused_compare(const tp_fused_spec *c, distil_dtype dt, uint64_t seed
             TU_CHECK_REL(what, got.loss[i], ref.loss[i], tu_tolerance(dt, TU_LOSS));
         }
     }
+    fused_check_lse("student_lse", got.lse_s, ref.lse_s, c->t);
+    fused_check_lse("teacher_lse", got.lse_t, ref.lse_t, c->t);
+    fused_check_tail(c, &h, &got);
     fused_check_grad("grad_student_hidden", got.gxs, ref.gxs, dt, c->t, c->hs, e);
     fused_check_grad("grad_student_weight", got.gws, ref.gws, dt, c->v, c->hs, e);
     fused_check_grad("grad_student_bias", got.gbs, ref.gbs, dt, 1, c->v, e);

@@ -44,13 +44,16 @@
 #define DE_EXP(a)       expf(a)
 #include "math/distil_elem.h"
 #include "math/distil_elem_beta.h"
+#define DH_TANH(a) tanhf(a)
+#define DH_EXP(a)  expf(a)
+#include "math/distil_head.h"
 
 static distil_ctx *g_ctx; /* the backend under test */
 static distil_ctx *g_ref;
 static uint64_t g_seed;
 static bool g_verbose;
 
-enum { JSD_CASES = 48, FUSED_CASES = 16, LARGE_JSD_CASES = 2 };
+enum { JSD_CASES = 48, FUSED_CASES = 16, LARGE_JSD_CASES = 2, HEAD_CASES = 12 };
 
 /* ---------------------------------------------------------------- drawing a case */
 
@@ -323,6 +326,8 @@ typedef struct pr_fused {
     void *xs, *ws, *xt; /* dtype */
     int64_t *labels;
     bool g_rounded; /* the careful evaluation rounds G to dt before G Ws (pr_g_rounded) */
+    /* docs/SPEC.md §6 head options; all 0 = the defaults (scales 1, no caps, tau_t = tau) */
+    float s_scale, s_cap, t_scale, t_cap, tau_t;
 } pr_fused;
 
 /* Whether the backend under test stores the logit gradient G in the input dtype, the one its
@@ -332,6 +337,10 @@ typedef struct pr_fused {
 static bool pr_g_rounded(distil_dtype dt) {
     const char *b = distil_ctx_backend_name(g_ctx);
     return dt != DISTIL_F32 && (strcmp(b, "cuda") == 0 || strcmp(b, "hip") == 0);
+}
+
+static float pr_scale_of(float s) {
+    return s > 0.0f ? s : 1.0f;
 }
 
 static void pr_fused_inputs(tu_rng *r, pr_fused *c) {
@@ -369,6 +378,9 @@ static void pr_fused_run(distil_ctx *ctx, const pr_fused *c, float *loss, void *
     d.alpha = c->alpha;
     d.temperature = c->tau;
     d.return_parts = 1;
+    d.student_logit_scale = pr_scale_of(c->s_scale), d.student_softcap = c->s_cap;
+    d.teacher_logit_scale = pr_scale_of(c->t_scale), d.teacher_softcap = c->t_cap;
+    d.teacher_temperature = c->tau_t;
     size_t xb = (size_t)(c->t * c->h) * es, wb = (size_t)(c->v * c->h) * es;
     void *dxs = tu_upload(ctx, c->xs, xb), *dxt = tu_upload(ctx, c->xt, xb);
     void *dws = tu_upload(ctx, c->ws, wb), *dwt = tu_upload(ctx, c->ws, wb);
@@ -438,21 +450,29 @@ static void pr_fused_careful(const pr_fused *c, int order, float *loss, void *gx
     distil_elem_beta kb = distil_elem_div_make(c->div, c->beta, c->alpha);
     de_coef k;
     DE_COEF_SET(k, kb);
-    float *buf = pr_xmalloc(sizeof(float) * (size_t)c->v * 5);
+    float *buf = pr_xmalloc(sizeof(float) * (size_t)c->v * 6);
     float *zs = buf, *zt = buf + c->v, *g = zt + c->v, *q = g + c->v, *G = q + c->v;
+    float *dz = G + c->v; /* the student head's dz'/dz (docs/SPEC.md §6) */
     float it = 1.0f / c->tau;
+    float itt = c->tau_t > 0.0f ? 1.0f / c->tau_t : it; /* docs/SPEC.md §6 */
+    const float ss = pr_scale_of(c->s_scale), ts = pr_scale_of(c->t_scale);
     double n = (double)c->t, ce = 0.0, jsd = 0.0, jsd_abs = 0.0;
     for (int64_t i = 0; i < c->t; i++) {
         pr_fused_logits(c, c->xs, i, order, zs);
         pr_fused_logits(c, c->xt, i, order, zt);
+        for (int64_t v = 0; v < c->v; v++) { /* the head options first (docs/SPEC.md §6) */
+            dz[v] = dh_dcap(zs[v], ss, c->s_cap);
+            zs[v] = dh_cap(zs[v], ss, c->s_cap);
+            zt[v] = dh_cap(zt[v], ts, c->t_cap);
+        }
         float m1, l1, ms, ls, mt, lt;
         pr_row_lse(zs, c->v, 1.0f, &m1, &l1);
         pr_row_lse(zs, c->v, it, &ms, &ls);
-        pr_row_lse(zt, c->v, it, &mt, &lt);
+        pr_row_lse(zt, c->v, itt, &mt, &lt);
         ce += (double)l1 - ((double)zs[c->labels[i]] - (double)m1);
         double sg = 0.0;
         for (int64_t v = 0; v < c->v; v++) {
-            float x = (zs[v] - ms) * it - ls, y = (zt[v] - mt) * it - lt;
+            float x = (zs[v] - ms) * it - ls, y = (zt[v] - mt) * itt - lt;
             float e = de_elem(k.mode, &k, x, y, &g[v], &q[v]);
             jsd += e;
             jsd_abs += fabs((double)e);
@@ -461,6 +481,7 @@ static void pr_fused_careful(const pr_fused *c, int order, float *loss, void *gx
         for (int64_t v = 0; v < c->v; v++) {
             float s = expf((zs[v] - m1) - l1) - (v == c->labels[i] ? 1.0f : 0.0f);
             G[v] = 0.5f / (float)n * s + 0.5f / (float)n * it * de_soft_grad(g[v], q[v], (float)sg);
+            G[v] *= dz[v];
             if (c->g_rounded) {
                 uint16_t half;
                 tu_set(&half, c->dt, 0, G[v]);
@@ -489,7 +510,18 @@ static double pr_part_err(double got, double ref, double loss) {
     return isnan(got) != isnan(ref) ? NAN : fabs(got - ref) / fmax(fabs(loss), fabs(ref));
 }
 
-static void pr_fused_case(tu_rng *r, distil_dtype dt) {
+/* The head options of one case (docs/SPEC.md §6), or none: caps log-uniform in [0.3, 60] against
+ * logits of scale up to 50 (small caps saturate most elements), scales log-uniform in [0.02, 50],
+ * a teacher temperature in [0.05, 20] unlike tau. */
+static void pr_head_options(tu_rng *r, pr_fused *c) {
+    c->s_cap = tu_rand_int(r, 3) ? (float)pr_log_uniform(r, 0.3, 60.0) : 0.0f;
+    c->t_cap = tu_rand_int(r, 3) ? (float)pr_log_uniform(r, 0.3, 60.0) : 0.0f;
+    c->s_scale = tu_rand_int(r, 2) ? (float)pr_log_uniform(r, 0.02, 50.0) : 0.0f;
+    c->t_scale = tu_rand_int(r, 2) ? (float)pr_log_uniform(r, 0.02, 50.0) : 0.0f;
+    c->tau_t = tu_rand_int(r, 4) ? (float)pr_log_uniform(r, 0.05, 20.0) : 0.0f;
+}
+
+static void pr_fused_case(tu_rng *r, distil_dtype dt, bool heads) {
     pr_fused c = {.t = 1 + tu_rand_int(r, 3),
                   /* V >= 16: at V = 2 G's two entries cancel in G Ws, whose error is then
                    * the GEMM's alone (bf16 seed 54: careful 0, backends 0.64) */
@@ -501,6 +533,9 @@ static void pr_fused_case(tu_rng *r, distil_dtype dt) {
                   .g_rounded = pr_g_rounded(dt),
                   .div = pr_div(r)};
     c.alpha = pr_beta(r);
+    if (heads) {
+        pr_head_options(r, &c);
+    }
     pr_fused_inputs(r, &c);
     size_t gb = (size_t)(c.t * c.h) * distil_dtype_size(dt);
     float lr[3], lb[3], lc[3];
@@ -518,10 +553,11 @@ static void pr_fused_case(tu_rng *r, distil_dtype dt) {
         ec[3] = fmax(ec[3], tu_rel_err(lc[1], lr[1]));
         ec[2] = fmax(ec[2], tu_norm_rel_err(gc, gr, dt, c.t, c.h, c.h));
     }
-    char cs[96];
-    snprintf(cs, sizeof cs, "%s T=%lld V=%lld %s %.9g tau=%.3g", distil_dtype_name(dt),
-             (long long)c.t, (long long)c.v, tp_div_name(c.div),
-             (double)pr_param(c.div, c.beta, c.alpha), (double)c.tau);
+    char cs[192];
+    snprintf(cs, sizeof cs, "%s T=%lld V=%lld %s %.9g tau=%.3g scale=%.3g/%.3g cap=%.3g/%.3g tau_t=%.3g",
+             distil_dtype_name(dt), (long long)c.t, (long long)c.v, tp_div_name(c.div),
+             (double)pr_param(c.div, c.beta, c.alpha), (double)c.tau, (double)c.s_scale,
+             (double)c.t_scale, (double)c.s_cap, (double)c.t_cap, (double)c.tau_t);
     TU_CHECK_WRITTEN("fused grad", gbk, dt, c.t, c.h, c.h, false);
     pr_check("fused loss", cs, dt, TU_LOSS_FUSED, tu_rel_err(lb[0], lr[0]), ec[0]);
     pr_check("fused CE", cs, dt, TU_LOSS_FUSED, tu_rel_err(lb[1], lr[1]), ec[3]);
@@ -535,7 +571,16 @@ static void test_fused_random(void **state) {
     (void)state;
     tu_rng r = tu_rng_make(g_seed ^ 0x9e3779b97f4a7c15ull);
     for (int i = 0; i < FUSED_CASES; i++) {
-        pr_fused_case(&r, i % 4 == 3 ? DISTIL_BF16 : DISTIL_F32);
+        pr_fused_case(&r, i % 4 == 3 ? DISTIL_BF16 : DISTIL_F32, false);
+    }
+}
+
+/* docs/SPEC.md §6's head options over their ranges, the same bounds. */
+static void test_fused_heads_random(void **state) {
+    (void)state;
+    tu_rng r = tu_rng_make(g_seed ^ 0x6a09e667f3bcc909ull);
+    for (int i = 0; i < HEAD_CASES; i++) {
+        pr_fused_case(&r, i % 4 == 3 ? DISTIL_BF16 : DISTIL_F32, true);
     }
 }
 
@@ -734,10 +779,9 @@ static int pr_group(const char *backend) {
     g_ctx = tu_ctx(backend);
     g_ref = tu_ctx("ref");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ref_elements),
-        cmocka_unit_test(test_special_values),
-        cmocka_unit_test(test_jsd_random),
-        cmocka_unit_test(test_fused_random),
+        cmocka_unit_test(test_ref_elements),       cmocka_unit_test(test_special_values),
+        cmocka_unit_test(test_jsd_random),         cmocka_unit_test(test_fused_random),
+        cmocka_unit_test(test_fused_heads_random),
     };
     int failed = _cmocka_run_group_tests(tu_group_name("precision", backend), tests, TU_LEN(tests),
                                          NULL, NULL);

@@ -197,4 +197,5 @@ const distil_backend distil_backend_cpu = {
     .fill = distil_cpu_fill,
     .scale = distil_cpu_scale,
     .topk_rows = distil_cpu_topk_rows,
+    .head_rows = distil_cpu_head_rows,
 };

@@ -37,6 +37,8 @@ static void cpu_fused_one(const cpu_state *st, const distil_fused_rows_args *a, 
     r.zs = (const float *)distil_dptr_addr(a->zs) + i * a->vocab;
     r.zt = (const float *)distil_dptr_addr(a->zt) + i * a->vocab;
     r.label = label;
+    const float *dz = distil_dptr_addr(a->dz);
+    r.dz = dz != NULL ? dz + i * a->vocab : NULL;
     st->k->fused_row(&r);
     ce[i] = r.ce;
     jsd[i] = r.jsd;
@@ -58,7 +60,8 @@ distil_status distil_cpu_fused_rows(void *b, const distil_fused_rows_args *a) {
                            .coef = &coef,
                            .inv_t = a->inv_temperature,
                            .gh = some ? a->weight_hard / n : 0.0f,
-                           .gs = some ? a->weight_soft / n : 0.0f};
+                           .gs = some ? a->weight_soft / n : 0.0f,
+                           .inv_tt = a->inv_teacher_temperature};
 #pragma omp parallel num_threads(threads) if (a->rows > 1)
     {
         cpu_fused_row mine = proto;

@@ -37,6 +37,10 @@ typedef struct cpu_fused_row {
     int64_t vocab, label;
     const distil_elem_beta *coef; /* the divergence's constants (distil_elem_div_make) */
     float inv_t, gh, gs;
+    /* docs/SPEC.md §6: the teacher's 1 / temperature; dz (vocab), or NULL: G times the
+     * student's dz'/dz (zs holds z') */
+    float inv_tt;
+    const float *dz;
     float *scratch;
     float ce, jsd; /* out */
 } cpu_fused_row;
@@ -93,6 +97,8 @@ distil_status distil_cpu_reduce(void *b, const distil_reduce_args *a);
 distil_status distil_cpu_cast(void *b, const distil_cast_args *a);
 distil_status distil_cpu_fill(void *b, const distil_fill_args *a);
 distil_status distil_cpu_scale(void *b, const distil_scale_args *a);
+/* docs/SPEC.md §6 head options (cpu_head_rows.c) */
+distil_status distil_cpu_head_rows(void *b, const distil_head_rows_args *a);
 
 /* Cached top-k teacher (docs/SPEC.md §7, cpu_topk_rows.c); kinds of a recorded bad value. */
 enum { CPU_BAD_LABEL = 0, CPU_BAD_ID_RANGE = 1, CPU_BAD_ID_TWICE = 2 };

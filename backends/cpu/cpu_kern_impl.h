@@ -289,19 +289,23 @@ static void k_fused_grad(const cpu_fused_row *r, const k_lsm *l1, double sg) {
     float gsi = r->gs * r->inv_t;
     float gsum = (float)sg;
     bool unscaled = r->inv_t == 1.0f;
+    alignas(64) float db[CPU_TILE];
+    bool head = r->dz != NULL; /* docs/SPEC.md §6: G times dz'/dz of the student's head */
     size_t es = distil_dtype_size(r->g_dtype);
     for (int64_t off = 0; off < r->vocab; off += CPU_TILE) {
         int64_t n = r->vocab - off < CPU_TILE ? r->vocab - off : CPU_TILE;
         bool direct = r->g_dtype == DISTIL_F32 && n == k_round_up(n);
         const float *sp = unscaled ? NULL : k_tile_in(DISTIL_F32, r->zs, off, n, sb);
+        const float *dp = head ? k_tile_in(DISTIL_F32, r->dz, off, n, db) : NULL;
         float *gp = direct ? (float *)r->g + off : gb;
         for (int64_t i = 0; i < n; i += CPU_VW) {
             vf q = vf_load(qs + off + i);
             vf s = unscaled ? q : vf_exp((vf_load(sp + i) - l1->m) - l1->l);
-            vf_store(gp + i, s * r->gh + de_soft_grad(vf_load(dqs + off + i), q, gsum) * gsi);
-        }
-        if (r->label >= off && r->label < off + n) {
-            gp[r->label - off] -= r->gh;
+            vf o = s * r->gh + de_soft_grad(vf_load(dqs + off + i), q, gsum) * gsi;
+            if (r->label >= off + i && r->label < off + i + CPU_VW) {
+                o[r->label - off - i] -= r->gh;
+            }
+            vf_store(gp + i, head ? o * vf_load(dp + i) : o);
         }
         if (!direct) {
             k_from_f32(r->g_dtype, gb, (char *)r->g + (size_t)off * es, n);
@@ -316,7 +320,7 @@ static void k_fused_row(cpu_fused_row *r) {
     float mt;
     k_max2(r->zs, r->zt, r->vocab, &ms, &mt);
     k_lsm ls = {ms, r->inv_t, (float)log(k_sum_exp(r->zs, r->vocab, ms, r->inv_t))};
-    k_lsm lt = {mt, r->inv_t, (float)log(k_sum_exp(r->zt, r->vocab, mt, r->inv_t))};
+    k_lsm lt = {mt, r->inv_tt, (float)log(k_sum_exp(r->zt, r->vocab, mt, r->inv_tt))};
     k_lsm l1 = ls;
     if (r->inv_t != 1.0f) {
         l1.s = 1.0f;

@@ -43,6 +43,7 @@ const distil_backend DISTIL_GPU_TABLE = {
     .cast = DISTIL_GPU_FN(cast),
     .fill = DISTIL_GPU_FN(fill),
     .scale = DISTIL_GPU_FN(scale),
+    .head_rows = DISTIL_GPU_FN(head_rows),
     .jsd = NULL, /* the core's count_valid -> jsd_rows -> reduce measured best */
     .side_begin = DISTIL_GPU_FN(side_begin),
     .side_end = DISTIL_GPU_FN(side_end),

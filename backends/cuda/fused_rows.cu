@@ -69,6 +69,9 @@ static fused_params fused_params_of(const distil_fused_rows_args *a) {
     p.unit_temp = a->inv_temperature == 1.0f;
     p.coef = jsd_coef_make(a->divergence, a->beta, a->alpha);
     p.cx = FUSED_LOG2E * a->inv_temperature;
+    p.inv_tt = a->inv_teacher_temperature; /* docs/SPEC.md §6 head options */
+    p.cy = FUSED_LOG2E * a->inv_teacher_temperature;
+    p.dz = gpu_ptr<const float>(a->dz);
     return p;
 }
 

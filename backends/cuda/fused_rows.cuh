@@ -3,8 +3,9 @@
  * entry points of the resident kernel (fused_rows_resident.cu), which runs instead where a row
  * fits on chip. The streaming kernel gives a row one block, in three passes over global memory:
  *   1. row maxima of zs and zt and sums of exponentials relative to them (a running maximum per
- *      thread, sums in double, exp2 of (z - m) cx, cx = log2(e) / tau), giving the LSEs of zs / tau
- *      and zt / tau (natural log) and the base-2 LSE of zs (CE);
+ *      thread, sums in double, exp2 of (z - m) cx, cx = log2(e) / tau; cy = log2(e) / tau_t for
+ *      zt), giving the LSEs of zs / tau and zt / tau_t (natural log) and the base-2 LSE of zs
+ *      (CE);
  *   2. sums (double) of the JSD element terms e and of their x-derivatives g (jsd_math.cuh, the
  *      shared core/backend_api/math/distil_elem.h);
  *   3. G = w_hard/n (s - onehot) + w_soft/(n tau) (g - q sum g).
@@ -38,6 +39,11 @@ struct fused_params {
     bool unit_temp; /* inv_t == 1: zs / tau is zs, one LSE serves CE and JSD */
     jsd_coef coef;
     float cx; /* log2(e) * inv_t */
+    /* docs/SPEC.md §6: the teacher's 1 / temperature and cy = log2(e) * inv_tt (inv_t, cx by
+     * default); dz (rows, V) fp32 or nullptr: zs holds the student's scaled / capped logits z',
+     * and each element of G is multiplied by dz'/dz from dz (a uniform branch, off by default) */
+    float inv_tt, cy;
+    const float *dz;
 };
 
 constexpr float FUSED_LOG2E = 1.4426950408889634f;
@@ -78,7 +84,7 @@ struct fused_smem {
 };
 
 /* A thread's pass-1 state: running maxima of its zs and zt, and the sums relative to them of
- * 2^((zs - ms) cx), 2^((zt - mt) cx) and (tau != 1) 2^((zs - ms) log2 e). */
+ * 2^((zs - ms) cx), 2^((zt - mt) cy) and (tau != 1) 2^((zs - ms) log2 e). */
 struct fused_exp_acc {
     float ms, mt;
     double sx, sy, sc;
@@ -218,7 +224,7 @@ __device__ __forceinline__ void fused_exp_add(const fused_params &p, fused_exp_a
         t.ms = va;
     }
     if (vb > t.mt) {
-        fused_rescale(t.sy, t.mt, vb, p.cx);
+        fused_rescale(t.sy, t.mt, vb, p.cy);
         t.mt = vb;
     }
     const float ra = t.ms == -INFINITY ? 0.0f : t.ms;
@@ -227,7 +233,7 @@ __device__ __forceinline__ void fused_exp_add(const fused_params &p, fused_exp_a
 #pragma unroll
     for (int k = 0; k < VW; k++) {
         sx += exp2f((a[k] - ra) * p.cx);
-        sy += exp2f((b[k] - rb) * p.cx);
+        sy += exp2f((b[k] - rb) * p.cy);
         if (!UNIT) {
             sc += exp2f((a[k] - ra) * FUSED_LOG2E);
         }
@@ -265,7 +271,7 @@ __device__ inline void fused_row_stats_of(const fused_params &p, fused_smem &sm,
     st.ms = t.ms;
     st.mt = t.mt;
     fused_block_max(sm.wmax, static_cast<int>(blockDim.x / DISTIL_GPU_WARP), st.ms, st.mt);
-    double v[3] = {fused_to_row(t.sx, t.ms, st.ms, p.cx), fused_to_row(t.sy, t.mt, st.mt, p.cx),
+    double v[3] = {fused_to_row(t.sx, t.ms, st.ms, p.cx), fused_to_row(t.sy, t.mt, st.mt, p.cy),
                    fused_to_row(t.sc, t.ms, st.ms, FUSED_LOG2E)};
     fused_block_sums<3>(sm, v);
     st.lx = static_cast<float>(log(v[0]));
@@ -283,7 +289,7 @@ __device__ inline void fused_pass_jsd(const fused_params &p, const fused_row_sta
 #pragma unroll
         for (int k = 0; k < VW; k++) {
             const float x = (a[k] - st.ms) * p.inv_t - st.lx;
-            const float y = (b[k] - st.mt) * p.inv_t - st.ly;
+            const float y = (b[k] - st.mt) * p.inv_tt - st.ly;
             float g, q;
             acc[0] += jsd_elem_q<MODE>(p.coef, x, y, &g, &q);
             acc[1] += g;
@@ -296,7 +302,7 @@ template <int MODE, bool UNIT>
 __device__ __forceinline__ float fused_grad_elem(const fused_params &p, const fused_row_stats &st,
                                                  float zs, float zt, bool is_label) {
     const float x = (zs - st.ms) * p.inv_t - st.lx;
-    const float y = (zt - st.mt) * p.inv_t - st.ly;
+    const float y = (zt - st.mt) * p.inv_tt - st.ly;
     float g, q;
     (void)jsd_elem_q<MODE>(p.coef, x, y, &g, &q);
     const float s = UNIT ? q : exp2f((zs - st.ms) * FUSED_LOG2E - st.lce);
@@ -305,15 +311,19 @@ __device__ __forceinline__ float fused_grad_elem(const fused_params &p, const fu
 
 /* Pass 3: the row g of G. In place (g aliasing zs, F32) is safe: each thread reads its own
  * columns before it writes them, no other thread reads them in this pass, and the label's logit
- * was read before pass 2's barriers. */
+ * was read before pass 2's barriers. dz: the row of dz'/dz (docs/SPEC.md §6), or nullptr. */
 template <int GDT, int VW, int MODE, bool UNIT>
 __device__ inline void fused_pass_grad(const fused_params &p, const fused_row_stats &st,
-                                       const float *zs, const float *zt, int64_t n, void *g) {
+                                       const float *zs, const float *zt, int64_t n, void *g,
+                                       const float *dz) {
     fused_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t j) {
         float o[VW];
 #pragma unroll
         for (int k = 0; k < VW; k++) {
             o[k] = fused_grad_elem<MODE, UNIT>(p, st, a[k], b[k], j + k == st.label);
+            if (dz != nullptr) { /* uniform */
+                o[k] *= dz[j + k];
+            }
         }
         vstore<GDT, VW>(g, j, o);
     });
@@ -375,8 +385,8 @@ __device__ inline void fused_stream_row(const fused_params &p, fused_smem &sm, c
         st.sum_g = static_cast<float>(acc[1]);
         st.label = label;
         fused_with_mode_unit(p, [&](auto mode, auto unit) {
-            fused_pass_grad<GDT, VW, decltype(mode)::value, decltype(unit)::value>(p, st, zs, zt, n,
-                                                                                   g);
+            fused_pass_grad<GDT, VW, decltype(mode)::value, decltype(unit)::value>(
+                p, st, zs, zt, n, g, p.dz != nullptr ? p.dz + row * p.vocab : nullptr);
         });
     }
 }

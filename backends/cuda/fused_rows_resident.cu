@@ -132,7 +132,7 @@ __device__ inline void res_pass_max(const float *sa, const float *sb, int n, flo
     *mb = b;
 }
 
-/* Pass 2: sums of 2^((zs - ms) cx), 2^((zt - mt) cx) and, for tau != 1 (!UNIT),
+/* Pass 2: sums of 2^((zs - ms) cx), 2^((zt - mt) cy) and, for tau != 1 (!UNIT),
  * 2^((zs - ms) log2 e). Vectors of VW summed in fp32, then added in double. */
 template <int VW, bool UNIT>
 __device__ inline void res_pass_exp(const res_params &p, const float *sa, const float *sb, int n,
@@ -142,7 +142,7 @@ __device__ inline void res_pass_exp(const res_params &p, const float *sa, const 
 #pragma unroll
         for (int k = 0; k < VW; k++) {
             sx += distil_exp2_ftz((x[k] - ms) * p.cx);
-            sy += distil_exp2_ftz((y[k] - mt) * p.cx);
+            sy += distil_exp2_ftz((y[k] - mt) * p.cy);
             if (!UNIT) {
                 sc += distil_exp2_ftz((x[k] - ms) * FUSED_LOG2E);
             }
@@ -163,13 +163,13 @@ struct res_row_stats {
  * g (in double) go to acc[0], acc[1]. */
 template <bool HAS_G, int VW, int MODE, bool UNIT>
 __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st, float *sa,
-                                    float *sb, int n, double (&acc)[2]) {
+                                    float *sb, int n, const float *dz, double (&acc)[2]) {
     res_for_vectors<VW>(sa, sb, n, [&](const float(&a)[VW], const float(&b)[VW], int j) {
         float pv[VW], qv[VW];
 #pragma unroll
         for (int k = 0; k < VW; k++) {
             const float x = (a[k] - st.ms) * p.inv_t - st.lx;
-            const float y = (b[k] - st.mt) * p.inv_t - st.ly;
+            const float y = (b[k] - st.mt) * p.inv_tt - st.ly;
             float g, q;
             acc[0] += jsd_elem_q<MODE>(p.coef, x, y, &g, &q);
             acc[1] += g;
@@ -177,6 +177,11 @@ __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st
                 const float s = UNIT ? q : distil_exp2_ftz((a[k] - st.ms) * FUSED_LOG2E - st.lce);
                 pv[k] = st.hw * s + st.sw * g;
                 qv[k] = q;
+                if (dz != nullptr) { /* docs/SPEC.md §6: G = f (P - kappa q), f = dz'/dz */
+                    const float f = dz[j + k];
+                    pv[k] *= f;
+                    qv[k] *= f;
+                }
             }
         }
         if (HAS_G) {
@@ -245,7 +250,7 @@ __device__ inline void res_merge_exp(const res_params &p, res_smem &sm) {
      * fmaxf may report as -inf) still propagates. */
     double sum[3];
     sum[0] = b.sum[0] != 0.0 ? b.sum[0] * static_cast<double>(exp2f((b.ms - ms) * p.cx)) : 0.0;
-    sum[1] = b.sum[1] != 0.0 ? b.sum[1] * static_cast<double>(exp2f((b.mt - mt) * p.cx)) : 0.0;
+    sum[1] = b.sum[1] != 0.0 ? b.sum[1] * static_cast<double>(exp2f((b.mt - mt) * p.cy)) : 0.0;
     sum[2] =
         b.sum[2] != 0.0 ? b.sum[2] * static_cast<double>(exp2f((b.ms - ms) * FUSED_LOG2E)) : 0.0;
 #pragma unroll
@@ -307,18 +312,20 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
         return;
     }
     res_load_issue<VW>(zs + c0, p.zt + row * p.vocab + c0, n, sa, sb);
+    /* docs/SPEC.md §6: the slice's dz'/dz of the student's head, or nullptr */
+    const float *dzs = p.dz != nullptr ? p.dz + row * p.vocab + c0 : nullptr;
     /* Read before G may overwrite zs (in place, F32): the exchanges order it before any write. */
     const float z_label = lead ? zs[label] : 0.0f;
     res_load_wait<VW>();
     res_row_stats_of<VW>(p, sm, sa, sb, n, st);
     double acc[2] = {0.0, 0.0};
     fused_with_mode_unit(p, [&](auto mode, auto unit) {
-        res_pass_jsd<HAS_G, VW, decltype(mode)::value, decltype(unit)::value>(p, st, sa, sb, n,
+        res_pass_jsd<HAS_G, VW, decltype(mode)::value, decltype(unit)::value>(p, st, sa, sb, n, dzs,
                                                                               acc);
     });
     const int64_t lc = label - c0; /* the label's column: its owner takes hw off P there */
     if (HAS_G && lc >= 0 && lc < n && (lc / VW) % RES_THREADS == threadIdx.x) {
-        sa[lc] -= st.hw;
+        sa[lc] -= dzs != nullptr ? st.hw * dzs[lc] : st.hw; /* P carries dz'/dz (§6) */
     }
     double tot[2];
     res_row_sums<2>(p, sm, sm.xjsd, acc, tot);

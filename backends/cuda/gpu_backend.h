@@ -39,6 +39,8 @@ distil_status DISTIL_GPU_FN(reduce)(void *b, const distil_reduce_args *a);
 distil_status DISTIL_GPU_FN(cast)(void *b, const distil_cast_args *a);
 distil_status DISTIL_GPU_FN(fill)(void *b, const distil_fill_args *a);
 distil_status DISTIL_GPU_FN(scale)(void *b, const distil_scale_args *a);
+/* docs/SPEC.md §6 head options (head_rows.cu) */
+distil_status DISTIL_GPU_FN(head_rows)(void *b, const distil_head_rows_args *a);
 distil_status DISTIL_GPU_FN(side_begin)(void *b, bool *opened);
 distil_status DISTIL_GPU_FN(side_end)(void *b);
 distil_status DISTIL_GPU_FN(side_join)(void *b);

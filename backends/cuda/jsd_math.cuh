@@ -28,6 +28,10 @@ namespace DISTIL_GPU_NS {
  * (1 - beta).) */
 #define DE_DIV(a, b) __fdividef(a, b)
 #include "math/distil_elem.h"
+/* and the head options of docs/SPEC.md §6 (scale, softcap), the same text in float */
+#define DH_TANH(a) tanhf(a)
+#define DH_EXP(a)  expf(a)
+#include "math/distil_head.h"
 
 /* Constants of one divergence (mode, the weights of m, logs, ratios), computed on the host. */
 typedef de_coef jsd_coef;

@@ -294,6 +294,7 @@ const distil_backend distil_backend_opencl = {
     .jsd_rows = distil_ocl_jsd_rows,
     .fused_rows = distil_ocl_fused_rows,
     .topk_rows = distil_ocl_topk_rows,
+    .head_rows = distil_ocl_head_rows,
     .reduce = distil_ocl_reduce,
     .cast = distil_ocl_cast,
     .fill = distil_ocl_fill,

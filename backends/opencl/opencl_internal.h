@@ -219,6 +219,8 @@ distil_status distil_ocl_topk_rows(void *vb, const distil_topk_rows_args *a); /*
  * label-state buffer and 0 (returns whether it is present). */
 cl_float8 distil_ocl_coef(distil_divergence divergence, float beta, float alpha);
 cl_int distil_ocl_optional(distil_ocl *b, distil_dptr p, size_t elem, cl_mem *mem, cl_ulong *off);
+/* docs/SPEC.md §6 head options (head.cl) */
+distil_status distil_ocl_head_rows(void *vb, const distil_head_rows_args *a);
 distil_status distil_ocl_reduce(void *vb, const distil_reduce_args *a);
 distil_status distil_ocl_cast(void *vb, const distil_cast_args *a);
 distil_status distil_ocl_fill(void *vb, const distil_fill_args *a);

@@ -18,6 +18,8 @@
     X(elementwise, ELEMENTWISE, "elementwise.cl")                                                  \
     X(gemm, GEMM, "gemm.cl")                                                                       \
     X(topk_math, TOPK_MATH, "../../../core/backend_api/math/distil_topk.h")                        \
-    X(topk, TOPK, "topk.cl")
+    X(topk, TOPK, "topk.cl")                                                                       \
+    X(head_math, HEAD_MATH, "../../../core/backend_api/math/distil_head.h")                        \
+    X(head, HEAD, "head.cl")
 
 #endif

@@ -83,6 +83,11 @@ distil_status distil_ocl_fused_rows(void *vb, const distil_fused_rows_args *a) {
     cl_ulong g_off, n_off;
     cl_int has_g = distil_ocl_optional(b, a->g, distil_dtype_size(a->g_dtype), &g, &g_off);
     cl_int has_n = distil_ocl_optional(b, a->n_valid, sizeof(float), &n_valid, &n_off);
+    /* docs/SPEC.md §6 head options */
+    cl_float inv_tt = a->inv_teacher_temperature;
+    cl_mem dz;
+    cl_ulong dz_off;
+    cl_int has_dz = distil_ocl_optional(b, a->dz, sizeof(float), &dz, &dz_off);
     const distil_ocl_arg args[] = {
         DISTIL_OCL_ARG(zs),      DISTIL_OCL_ARG(zs_off),  DISTIL_OCL_ARG(zt),
         DISTIL_OCL_ARG(zt_off),  DISTIL_OCL_ARG(vocab),   DISTIL_OCL_ARG(labels),
@@ -91,7 +96,33 @@ distil_status distil_ocl_fused_rows(void *vb, const distil_fused_rows_args *a) {
         DISTIL_OCL_ARG(ce),      DISTIL_OCL_ARG(ce_off),  DISTIL_OCL_ARG(jsd),
         DISTIL_OCL_ARG(jsd_off), DISTIL_OCL_ARG(g),       DISTIL_OCL_ARG(g_off),
         DISTIL_OCL_ARG(has_g),   DISTIL_OCL_ARG(n_valid), DISTIL_OCL_ARG(n_off),
-        DISTIL_OCL_ARG(has_n),
+        DISTIL_OCL_ARG(has_n),   DISTIL_OCL_ARG(inv_tt),  DISTIL_OCL_ARG(dz),
+        DISTIL_OCL_ARG(dz_off),  DISTIL_OCL_ARG(has_dz),
+    };
+    return distil_ocl_launch(b, &k, args, (int)(sizeof args / sizeof args[0]), (size_t)a->rows, 0);
+}
+
+distil_status distil_ocl_head_rows(void *vb, const distil_head_rows_args *a) {
+    distil_ocl *b = vb;
+    distil_ocl_kernel k;
+    DISTIL_TRY(
+        distil_ocl_kernel_get(b, DISTIL_OCL_PROG_ROWS, "-DDTYPE=f32", "distil_head_rows", &k));
+    cl_mem z = distil_ocl_mem(a->z);
+    cl_ulong z_off = distil_ocl_elems(a->z, sizeof(float));
+    cl_long vocab = a->vocab;
+    cl_int transform = a->transform;
+    cl_float scale = a->scale, cap = a->cap;
+    cl_mem lse;
+    cl_ulong lse_off;
+    cl_int has_lse = distil_ocl_optional(b, a->lse, sizeof(float), &lse, &lse_off);
+    cl_mem dz;
+    cl_ulong dz_off;
+    cl_int has_dz = distil_ocl_optional(b, a->dz, sizeof(float), &dz, &dz_off);
+    const distil_ocl_arg args[] = {
+        DISTIL_OCL_ARG(z),         DISTIL_OCL_ARG(z_off),   DISTIL_OCL_ARG(vocab),
+        DISTIL_OCL_ARG(transform), DISTIL_OCL_ARG(scale),   DISTIL_OCL_ARG(cap),
+        DISTIL_OCL_ARG(lse),       DISTIL_OCL_ARG(lse_off), DISTIL_OCL_ARG(has_lse),
+        DISTIL_OCL_ARG(dz),        DISTIL_OCL_ARG(dz_off),  DISTIL_OCL_ARG(has_dz),
     };
     return distil_ocl_launch(b, &k, args, (int)(sizeof args / sizeof args[0]), (size_t)a->rows, 0);
 }

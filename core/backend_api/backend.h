@@ -139,7 +139,31 @@ typedef struct distil_fused_rows_args {
     /* docs/SPEC.md §6: the soft part's divergence, as in distil_jsd_rows_args. */
     distil_divergence divergence;
     float alpha;
+    /* docs/SPEC.md §6 head options. The teacher's logits are divided by its own temperature
+     * (inv_teacher_temperature; equal to inv_temperature by default); the 1/tau of G stays the
+     * student's. dz (rows, vocab) fp32 dense, optional: with the student's head scaled or capped
+     * (zs then holds z', head_rows wrote dz = dz'/dz), each element of G is multiplied by it. */
+    float inv_teacher_temperature;
+    distil_dptr dz;
 } distil_fused_rows_args;
+
+/*
+ * docs/SPEC.md §6 on one chunk of one head's fp32 logits z (rows, vocab) dense, before fused_rows:
+ *   transform: z <- dh_cap(z, scale, cap) in place (math/distil_head.h: cap tanh(scale z / cap),
+ *     scale z when cap is 0)
+ *   dz (rows, vocab) fp32 dense, optional (transform only): dh_dcap(z, scale, cap) = dz'/dz at
+ *     each logit, from z before it is overwritten
+ *   lse (rows) fp32, optional: each row's logsumexp of z (after the transform), every row
+ * The sums are taken in a fixed order (deterministic).
+ */
+typedef struct distil_head_rows_args {
+    distil_dptr z;
+    int64_t rows, vocab;
+    bool transform;
+    float scale, cap;
+    distil_dptr dz;
+    distil_dptr lse;
+} distil_head_rows_args;
 
 /*
  * out[0] = wa * sum(a) / n + wb * sum(b) / n, n = fp32 at n_valid (1 if absent; n == 0 gives 0).
@@ -222,6 +246,14 @@ typedef struct distil_fused_args {
      * (NULL: the dense teacher head). sum_reduction: N = 1. */
     const struct distil_topk_teacher *topk;
     bool sum_reduction;
+    /* docs/SPEC.md §6 head options: vocab above is the common prefix min(student_vocab,
+     * teacher_vocab) over which the loss runs; each head's own rows (for its weight, bias and
+     * gradient outputs); per head the logit scale and softcap (1, 0: unchanged); 1 / the
+     * teacher's temperature (= inv_temperature unless given); optional (rows) fp32 LSE outputs. */
+    int64_t student_vocab, teacher_vocab;
+    float student_scale, student_cap, teacher_scale, teacher_cap;
+    float inv_teacher_temperature;
+    distil_dptr student_lse, teacher_lse;
 } distil_fused_args;
 
 /* ---- cached top-k teacher (docs/SPEC.md §7) */
@@ -360,6 +392,8 @@ typedef struct distil_backend {
     distil_status (*cast)(void *b, const distil_cast_args *a);
     distil_status (*fill)(void *b, const distil_fill_args *a);
     distil_status (*scale)(void *b, const distil_scale_args *a);
+    /* docs/SPEC.md §6 head options on a chunk's logits. NULL: the core refuses those options. */
+    distil_status (*head_rows)(void *b, const distil_head_rows_args *a);
     /* Optional whole operations. When present the core calls them instead of composing the
      * kernels above (the ref backend computes each loss whole, in float64). */
     distil_status (*jsd)(void *b, const distil_jsd_args *a);

@@ -40,6 +40,10 @@ double distil_ref_jsd_row(const double *x, const double *y, int64_t n, const dis
  * 0 then. */
 double distil_ref_normaliser(float normaliser, distil_dptr normaliser_device, double counted);
 
+/* docs/SPEC.md §6 (ref_head.c): z <- cap tanh(scale z / cap) (scale z when cap is 0) over n
+ * values, and dz'/dz at each into dz (when not NULL). */
+void distil_ref_head_apply(double *z, double *dz, int64_t n, double scale, double cap);
+
 distil_status distil_ref_jsd(void *b, const distil_jsd_args *a);
 distil_status distil_ref_fused(void *b, const distil_fused_args *a);
 
@@ -48,6 +52,7 @@ distil_status distil_ref_fused(void *b, const distil_fused_args *a);
 /* Row-wise scratch and double accumulators of one call. */
 typedef struct distil_ref_fused_buf {
     double *zs, *zt, *x, *y, *g, *G; /* (V) each */
+    double *dz;                      /* (V): dz'/dz of the student's head (docs/SPEC.md §6) */
     double *xs_row;                  /* (Hs) */
     double *gw;                      /* (V, Hs) or NULL */
     double *gb;                      /* (V) or NULL */

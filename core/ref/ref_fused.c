@@ -1,7 +1,9 @@
 /*
  * ref_fused.c - distil_fused_linear_jsd in float64 (docs/SPEC.md §2), row by row with no
  * chunking: logits, CE, soft JSD and the logit gradient G in double; grad_Ws and grad_bs
- * accumulated in double and rounded once.
+ * accumulated in double and rounded once. With the head options of docs/SPEC.md §6: the loss
+ * over the common vocabulary prefix, each head's logits scaled and capped first, the teacher at
+ * its own temperature, and the per-row LSEs.
  */
 #include "ref.h"
 
@@ -21,18 +23,39 @@ void distil_ref_logits(const distil_fused_args *a, distil_dptr xp, distil_dptr w
     }
 }
 
+static bool distil_ref_lse_wanted(const distil_fused_args *a) {
+    return distil_dptr_present(a->student_lse) || distil_dptr_present(a->teacher_lse);
+}
+
+/* Row i's logits of both heads over the common prefix, scaled and capped, and their LSEs at
+ * temperature 1 where asked for (docs/SPEC.md §6: every row, ignored ones included). */
+static void distil_ref_head_logits(const distil_fused_args *a, distil_ref_fused_buf *B, int64_t i) {
+    distil_ref_logits(a, a->xs, a->ws, a->bs, a->hs, i, B->zs);
+    distil_ref_logits(a, a->xt, a->wt, a->bt, a->ht, i, B->zt);
+    distil_ref_head_apply(B->zs, B->dz, a->vocab, a->student_scale, a->student_cap);
+    distil_ref_head_apply(B->zt, NULL, a->vocab, a->teacher_scale, a->teacher_cap);
+    float *ls = distil_dptr_addr(a->student_lse), *lt = distil_dptr_addr(a->teacher_lse);
+    if (ls != NULL) {
+        ls[i] = (float)distil_ref_logsumexp(B->zs, a->vocab, 1.0);
+    }
+    if (lt != NULL) {
+        lt[i] = (float)distil_ref_logsumexp(B->zt, a->vocab, 1.0);
+    }
+}
+
 /* CE and JSD of one valid row; fills G = dloss/dzs (already divided by n) when wanted. */
 static void distil_ref_row(const distil_fused_args *a, distil_ref_fused_buf *B, int64_t label,
                            double n, double *ce, double *jsd) {
     distil_elem_beta k = distil_elem_div_make(a->divergence, a->beta, a->alpha);
     int64_t V = a->vocab;
     double tau_inv = a->inv_temperature;
+    double tau_t_inv = a->inv_teacher_temperature; /* docs/SPEC.md §6 */
     double lse = distil_ref_logsumexp(B->zs, V, 1.0);
     double lse_s = distil_ref_logsumexp(B->zs, V, tau_inv);
-    double lse_t = distil_ref_logsumexp(B->zt, V, tau_inv);
+    double lse_t = distil_ref_logsumexp(B->zt, V, tau_t_inv);
     for (int64_t v = 0; v < V; v++) {
         B->x[v] = B->zs[v] * tau_inv - lse_s;
-        B->y[v] = B->zt[v] * tau_inv - lse_t;
+        B->y[v] = B->zt[v] * tau_t_inv - lse_t;
     }
     *ce = lse - B->zs[label];
     *jsd = distil_ref_jsd_row(B->x, B->y, V, &k, B->g);
@@ -46,6 +69,7 @@ static void distil_ref_row(const distil_fused_args *a, distil_ref_fused_buf *B, 
         B->G[v] = n > 0
                       ? a->weight_hard / n * s + a->weight_soft / n * tau_inv * (B->g[v] - q * gsum)
                       : 0.0;
+        B->G[v] *= B->dz[v]; /* through the head's scale and cap, docs/SPEC.md §6 */
     }
 }
 
@@ -77,9 +101,11 @@ void distil_ref_row_backward(const distil_fused_args *a, distil_ref_fused_buf *B
 distil_status distil_ref_fused_alloc(distil_ref_state *st, const distil_fused_args *a,
                                      distil_ref_fused_buf *B) {
     size_t V = (size_t)a->vocab, H = (size_t)a->hs;
-    double *row = calloc(6 * V + H, sizeof(double));
-    B->gw = distil_dptr_present(a->grad_ws) ? calloc(V * H, sizeof(double)) : NULL;
-    B->gb = distil_dptr_present(a->grad_bs) ? calloc(V, sizeof(double)) : NULL;
+    double *row = calloc(7 * V + H, sizeof(double));
+    /* The student's own rows: those beyond the common prefix V stay 0 (docs/SPEC.md §6). */
+    size_t Vs = (size_t)a->student_vocab;
+    B->gw = distil_dptr_present(a->grad_ws) ? calloc(Vs * H, sizeof(double)) : NULL;
+    B->gb = distil_dptr_present(a->grad_bs) ? calloc(Vs, sizeof(double)) : NULL;
     if (row == NULL || (distil_dptr_present(a->grad_ws) && B->gw == NULL) ||
         (distil_dptr_present(a->grad_bs) && B->gb == NULL)) {
         free(row);
@@ -95,6 +121,7 @@ distil_status distil_ref_fused_alloc(distil_ref_state *st, const distil_fused_ar
     B->g = row + 4 * V;
     B->G = row + 5 * V;
     B->xs_row = row + 6 * V;
+    B->dz = row + 6 * V + H;
     return DISTIL_OK;
 }
 
@@ -129,10 +156,10 @@ static void distil_ref_fused_finish(const distil_fused_args *a, distil_ref_fused
         loss[1] = (float)pc;
         loss[2] = (float)pj;
     }
-    for (int64_t k = 0; B->gw != NULL && k < a->vocab * a->hs; k++) {
+    for (int64_t k = 0; B->gw != NULL && k < a->student_vocab * a->hs; k++) {
         distil_ref_store(distil_dptr_addr(a->grad_ws), a->dtype, k, B->gw[k]);
     }
-    for (int64_t v = 0; B->gb != NULL && v < a->vocab; v++) {
+    for (int64_t v = 0; B->gb != NULL && v < a->student_vocab; v++) {
         distil_ref_store(distil_dptr_addr(a->grad_bs), a->dtype, v, B->gb[v]);
     }
 }
@@ -155,10 +182,11 @@ distil_status distil_ref_fused(void *b, const distil_fused_args *a) {
         for (int64_t v = 0; v < a->vocab; v++) {
             B.G[v] = 0.0;
         }
+        if (valid || distil_ref_lse_wanted(a)) {
+            distil_ref_head_logits(a, &B, i);
+        }
         if (valid) {
             double ce, jsd;
-            distil_ref_logits(a, a->xs, a->ws, a->bs, a->hs, i, B.zs);
-            distil_ref_logits(a, a->xt, a->wt, a->bt, a->ht, i, B.zt);
             distil_ref_row(a, &B, l, n, &ce, &jsd);
             ce_sum += ce;
             jsd_sum += jsd;

@@ -70,17 +70,26 @@ def jsd_plan(ctx, rows, vocab, strides, dtype, beta, ignore_index, reduction, di
     return plan
 
 
+# docs/SPEC.md §6 head options: (student_logit_scale, student_softcap, teacher_logit_scale,
+# teacher_softcap, teacher_temperature), the descriptor's defaults.
+DEFAULT_HEADS = (1.0, 0.0, 1.0, 0.0, 0.0)
+
+
 def fused_plan(ctx, rows, vocab, hs, ht, dtype, weights, beta, temperature, ignore_index,
-               chunk_rows, want_grads, head_shapes, div=DIV_DEFAULT, temperature_squared=False):
+               chunk_rows, want_grads, head_shapes, div=DIV_DEFAULT, temperature_squared=False,
+               heads=DEFAULT_HEADS):
     """(descriptor, workspace bytes) of distil_fused_linear_jsd (always with the loss parts).
 
     weights = (weight_hard, weight_soft); head_shapes = (teacher vocab, Ws columns, Wt columns)
     as the caller holds them, so that the library refuses a mismatch; div as in jsd_plan;
-    temperature_squared: the soft part times tau^2 (docs/SPEC.md §6).
+    temperature_squared: the soft part times tau^2 (docs/SPEC.md §6); heads as DEFAULT_HEADS
+    (the head options of docs/SPEC.md §6, checked by the library; the teacher's vocabulary in
+    head_shapes may differ).
     """
     div = (int(div[0]), float(div[1]), float(div[2]))
     key = ("fused", rows, vocab, hs, ht, dtype, weights, float(beta), float(temperature),
-           ignore_index, chunk_rows, want_grads, head_shapes, div, bool(temperature_squared))
+           ignore_index, chunk_rows, want_grads, head_shapes, div, bool(temperature_squared),
+           heads)
     plan = ctx.plans.get(key)
     if plan is None:
         d = _lib.FusedDesc()
@@ -96,6 +105,8 @@ def fused_plan(ctx, rows, vocab, hs, ht, dtype, weights, beta, temperature, igno
         d.teacher_vocab, d.student_weight_hidden, d.teacher_weight_hidden = head_shapes
         d.divergence, d.alpha, d.normaliser = div
         d.temperature_squared = 1 if temperature_squared else 0
+        (d.student_logit_scale, d.student_softcap, d.teacher_logit_scale, d.teacher_softcap,
+         d.teacher_temperature) = heads
         n = ctypes.c_size_t()
         _lend(ctx, 0, 0)  # the size query plans for a lent workspace: ask for the whole need
         ctx.check(_lib.lib.distil_fused_linear_jsd_workspace_size(
@@ -142,12 +153,21 @@ def run_jsd(ctx, desc, workspace, nbytes, x, y, labels, loss, grad, normaliser_d
         ctx.check(status)
 
 
-def run_fused(ctx, desc, workspace, nbytes, ptrs, normaliser_device=0):
+def run_fused(ctx, desc, workspace, nbytes, ptrs, normaliser_device=0, lse=(0, 0)):
     """distil_fused_linear_jsd; ptrs = the 11 addresses in the C argument order (0 = absent);
-    normaliser_device as in run_jsd."""
+    normaliser_device as in run_jsd; lse = the addresses of the (rows) fp32 LSE outputs
+    (docs/SPEC.md §6), 0 = not wanted: they sit in the plan's descriptor for this call only."""
     _lend(ctx, workspace, nbytes)
     _normaliser_on(desc, normaliser_device)
-    status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *[p or None for p in ptrs])
+    args = [p or None for p in ptrs]
+    if lse[0] or lse[1]:
+        desc.student_lse, desc.teacher_lse = lse[0] or None, lse[1] or None
+        try:
+            status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *args)
+        finally:
+            desc.student_lse = desc.teacher_lse = None
+    else:
+        status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *args)
     if status:
         ctx.check(status)
 

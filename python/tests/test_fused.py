@@ -190,6 +190,12 @@ def test_compile_fullgraph(device):
     check("compiled grad_student_bias", bs.grad, rbs.grad, 1e-4)
 
 
+# The op's docs/SPEC.md §6 arguments at their defaults: the divergence's (JSD, alpha, no given
+# normaliser, no tau^2), then the head options' (scales 1, caps 0, the student's temperature for
+# the teacher, no LSEs).
+HEAD_DEFAULTS = (0, 0.1, 0.0, None, False, 1.0, 0.0, 1.0, 0.0, 0.0, False)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(device):
     from distil.torch import _ops
@@ -197,9 +203,9 @@ def test_opcheck(device):
     req = [i[k].detach().requires_grad_(True) for k in ("xs", "ws", "bs")]
     cases = [
         (req[0], req[1], req[2], i["xt"], i["wt"], i["bt"], i["labels"], 0.5, 0.5, 0.5, 1.0,
-         -100, 0, True, True, True),
+         -100, 0, True, True, True) + HEAD_DEFAULTS,
         (req[0], i["ws"], None, i["xt"], i["wt"], None, None, 0.0, 1.0, 0.0, 2.0, -100, 8, True,
-         False, False),
+         False, False) + HEAD_DEFAULTS,
     ]
     for args in cases:
         torch.library.opcheck(_ops.fused_op, args)

@@ -88,3 +88,36 @@ def test_use_distil_in_gkd_trainer(bias):
 def test_use_distil_without_a_liger_loss():
     with pytest.raises(ValueError, match="use_liger_kernel"):
         distil_trl.use_distil(object())
+
+
+def test_use_distil_with_softcapped_heads_of_different_sizes():
+    """A Gemma-2-like pair (docs/SPEC.md §6): final_logit_softcapping from the configs, the
+    teacher's head padded to more rows; the loss matches the float64 reference of §6."""
+    from transformers import Gemma2Config, LlamaConfig
+    from test_heads import ref_heads
+    options = distil_trl.head_options_of(Gemma2Config(), LlamaConfig())
+    assert options == {"student_softcap": 30.0}
+    options = distil_trl.head_options_of(Gemma2Config(final_logit_softcapping=4.0),
+                                         Gemma2Config(final_logit_softcapping=6.0))
+    g = gen(41)
+    b, t, hs, ht, v = 2, 9, 16, 24, 97
+    torch.manual_seed(1)
+    s_head = torch.nn.Linear(hs, v, bias=False)
+    t_head = torch.nn.Linear(ht, v + 31, bias=False)  # a padded teacher head
+    trainer = StandInGKDTrainer(s_head, t_head, beta=0.4, temperature=1.2)
+    distil_trl.use_distil(trainer, **options)
+    assert trainer.liger_jsd_loss.student_softcap == 4.0
+    sh = normal(g, (b, t, hs), torch.float32).requires_grad_(True)
+    th = normal(g, (b, t, ht), torch.float32)
+    ids = torch.randint(0, v, (b, t), generator=g)
+    loss = trainer.compute_loss(sh, th, ids, ids.clone())
+    loss.backward()
+    rs = sh.detach().double().requires_grad_(True)
+    lab = ids[:, 1:].reshape(-1)
+    ref = ref_heads(rs[:, :-1].reshape(-1, hs), s_head.weight.detach().double(),
+                    th[:, :-1].reshape(-1, ht).double(), t_head.weight.detach().double(), lab,
+                    weight_hard=0.0, weight_soft=1.0, beta=0.4, temperature=1.2,
+                    student_softcap=4.0, teacher_softcap=6.0)[0]
+    ref.backward()
+    check("loss", loss, ref, 1e-5)
+    check("grad hidden", sh.grad, rs.grad, 1e-4)

@@ -208,16 +208,27 @@ void tp_fused_make(tp_fused *p, const tp_fused_spec *s, distil_dtype dt, uint64_
     p->d.divergence = s->div, p->d.alpha = s->alpha != 0.0f ? s->alpha : p->d.alpha;
     p->d.normaliser = s->norm_device ? 0.0f : s->normaliser;
     p->d.temperature_squared = s->tau_sq;
+    const tp_head *hd = s->head;
+    p->vt = hd == NULL || hd->vt == 0 ? s->v : hd->vt > 0 ? hd->vt : s->v + hd->vt;
+    if (hd != NULL) {
+        p->d.teacher_vocab = p->vt;
+        p->d.student_logit_scale = hd->s_scale > 0 ? hd->s_scale : 1.0f;
+        p->d.student_softcap = hd->s_cap;
+        p->d.teacher_logit_scale = hd->t_scale > 0 ? hd->t_scale : 1.0f;
+        p->d.teacher_softcap = hd->t_cap;
+        p->d.teacher_temperature = hd->tau_t;
+    }
     double std = s->logit_std > 0 ? s->logit_std : 3.0; /* logits ~ N(0, std^2) */
     p->n_xs = (size_t)(s->t * s->hs), p->n_ws = (size_t)(s->v * s->hs);
-    p->n_xt = (size_t)(s->t * s->ht), p->n_wt = (size_t)(s->v * s->ht);
+    p->n_xt = (size_t)(s->t * s->ht), p->n_wt = (size_t)(p->vt * s->ht);
     p->xs = tp_random_tensor(&r, dt, p->n_xs, 1.0);
     p->ws = tp_random_tensor(&r, dt, p->n_ws, std / sqrt((double)s->hs));
     p->xt = tp_random_tensor(&r, dt, p->n_xt, 1.0);
     p->wt = tp_random_tensor(&r, dt, p->n_wt, std / sqrt((double)s->ht));
     p->bs = s->bias_s ? tp_random_tensor(&r, dt, (size_t)s->v, 0.5) : NULL;
-    p->bt = s->bias_t ? tp_random_tensor(&r, dt, (size_t)s->v, 0.5) : NULL;
-    p->labels = tp_make_labels(&r, s->t, s->v, s->labels, p->d.ignore_index);
+    p->bt = s->bias_t ? tp_random_tensor(&r, dt, (size_t)p->vt, 0.5) : NULL;
+    /* labels in the common prefix of the heads (docs/SPEC.md §6) */
+    p->labels = tp_make_labels(&r, s->t, p->vt < s->v ? p->vt : s->v, s->labels, p->d.ignore_index);
 }
 
 void tp_fused_free(tp_fused *p) {
@@ -233,7 +244,7 @@ void tp_fused_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o) {
                   tp_upload_opt(ctx, p->bs, vb),
                   tp_upload_opt(ctx, p->xt, p->n_xt * es),
                   tp_upload_opt(ctx, p->wt, p->n_wt * es),
-                  tp_upload_opt(ctx, p->bt, vb),
+                  tp_upload_opt(ctx, p->bt, (size_t)p->vt * es),
                   tp_upload_opt(ctx, p->labels, (size_t)s->t * sizeof(int64_t))};
     unsigned want = tp_fused_grads(s);
     void *dloss = tu_alloc_poisoned(ctx, sizeof o->loss);
@@ -243,6 +254,10 @@ void tp_fused_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o) {
     void *dn = tp_norm_upload(ctx, s->norm_device, s->normaliser);
     distil_fused_linear_jsd_desc d = p->d;
     d.normaliser_device = dn;
+    const bool lse = s->head != NULL && s->head->lse;
+    size_t lb = (size_t)s->t * sizeof(float);
+    d.student_lse = lse && lb > 0 ? tu_alloc_poisoned(ctx, lb) : NULL;
+    d.teacher_lse = lse && lb > 0 ? tu_alloc_poisoned(ctx, lb) : NULL;
     TU_OK(ctx, distil_fused_linear_jsd(ctx, &d, in[0], in[1], in[2], in[3], in[4], in[5], in[6],
                                        dloss, gxs, gws, gbs));
     TU_OK(ctx, distil_ctx_synchronize(ctx));
@@ -251,6 +266,8 @@ void tp_fused_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o) {
     o->gxs = tp_download_free(ctx, gxs, p->n_xs * es);
     o->gws = tp_download_free(ctx, gws, p->n_ws * es);
     o->gbs = tp_download_free(ctx, gbs, vb);
+    o->lse_s = tp_download_free(ctx, d.student_lse, lb);
+    o->lse_t = tp_download_free(ctx, d.teacher_lse, lb);
     for (size_t i = 0; i < TU_LEN(in); i++) {
         distil_free(ctx, in[i]);
     }
@@ -258,7 +275,7 @@ void tp_fused_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o) {
 }
 
 void tp_fused_out_free(tp_fused_out *o) {
-    free(o->gxs), free(o->gws), free(o->gbs);
+    free(o->gxs), free(o->gws), free(o->gbs), free(o->lse_s), free(o->lse_t);
 }
 
 void tp_fused_name(char *buf, size_t n, const tp_fused_spec *s, distil_dtype dt) {
@@ -274,4 +291,11 @@ void tp_fused_name(char *buf, size_t n, const tp_fused_spec *s, distil_dtype dt)
              s->parts ? " parts" : "", s->logit_std > 0 ? " extreme" : "", tp_div_name(s->div),
              (double)s->alpha, (double)s->normaliser, s->norm_device ? " (device)" : "",
              s->tau_sq ? " tau^2" : "");
+    const tp_head *h = s->head;
+    size_t used = strlen(buf);
+    if (h != NULL && used < n) {
+        snprintf(buf + used, n - used, " Vt=%lld s=%g/%g cap=%g/%g tau_t=%g%s", (long long)h->vt,
+                 (double)h->s_scale, (double)h->t_scale, (double)h->s_cap, (double)h->t_cap,
+                 (double)h->tau_t, h->lse ? " lse" : "");
+    }
 }

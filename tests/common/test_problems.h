@@ -73,6 +73,15 @@ const char *tp_div_name(distil_divergence div);
 
 enum { TP_WANT_XS = 1, TP_WANT_WS = 2, TP_WANT_BS = 4, TP_WANT_ALL = 7 };
 
+/* docs/SPEC.md §6 head options of a fused case; a spec without one (NULL) keeps the defaults. */
+typedef struct tp_head {
+    int64_t vt;           /* rows of the teacher's head; 0 = v, < 0: v + vt */
+    float s_scale, s_cap; /* student logit scale (0 = 1) and softcap */
+    float t_scale, t_cap; /* teacher's */
+    float tau_t;          /* teacher temperature; 0 = tau */
+    bool lse;             /* ask for both LSE outputs */
+} tp_head;
+
 typedef struct tp_fused_spec {
     int64_t t, v, hs, ht;
     float w_hard, w_soft, beta, tau;
@@ -88,6 +97,7 @@ typedef struct tp_fused_spec {
     float normaliser;
     bool norm_device;
     bool tau_sq;
+    const tp_head *head; /* NULL: the default heads */
 } tp_fused_spec;
 
 typedef struct tp_fused {
@@ -96,6 +106,7 @@ typedef struct tp_fused {
     void *xs, *ws, *bs, *xt, *wt, *bt; /* dense, dtype; bs, bt NULL when absent */
     int64_t *labels;
     size_t n_xs, n_ws, n_xt, n_wt; /* elements */
+    int64_t vt;                    /* rows of the teacher's head */
 } tp_fused;
 
 /* Outputs of one run: 4 loss values (those not written stay poisoned) and the gradients asked
@@ -103,6 +114,7 @@ typedef struct tp_fused {
 typedef struct tp_fused_out {
     float loss[4];
     void *gxs, *gws, *gbs;
+    float *lse_s, *lse_t; /* (t) each when the head asks for them, else NULL */
 } tp_fused_out;
 
 /* The gradients a spec asks for: grad_student_bias only exists with student_bias. */

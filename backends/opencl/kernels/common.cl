@@ -176,3 +176,6 @@ float2 distil_group_lse(float m, distil_acc s, __local float *lm, __local distil
 #define DE_EXP(a)       exp(a)
 #define DE_LOG(a)       log(a)   /* distil_topk.h */
 #define DE_EXPM1(a)     expm1(a) /* distil_topk.h */
+/* and the head options of docs/SPEC.md §6 (math/distil_head.h, after distil_elem.h) */
+#define DH_TANH(a) tanh(a)
+#define DH_EXP(a)  exp(a)

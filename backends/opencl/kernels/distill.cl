@@ -10,7 +10,8 @@
 typedef struct distil_row_stats {
     float2 s, a, t;
     float inv_t;
-    de_coef k; /* the constants of beta */
+    float inv_tt; /* the teacher's 1 / temperature (docs/SPEC.md §6; inv_t by default) */
+    de_coef k;    /* the constants of beta */
 } distil_row_stats;
 
 /* x = log q_j = log_softmax(zs / tau)_j and y = log p_j = log_softmax(zt / tau)_j. */
@@ -18,12 +19,12 @@ float distil_row_x(const distil_row_stats *st, float zs) {
     return (zs - st->a.x) * st->inv_t - st->a.y;
 }
 float distil_row_y(const distil_row_stats *st, float zt) {
-    return (zt - st->t.x) * st->inv_t - st->t.y;
+    return (zt - st->t.x) * st->inv_tt - st->t.y;
 }
 
 /* Pass 1: three online log-sum-exps over the row, merged over the work-group. */
 distil_row_stats distil_row_stats_of(__global const float *zsr, __global const float *ztr,
-                                     long vocab, float inv_t, __local float *red_m,
+                                     long vocab, float inv_t, float inv_tt, __local float *red_m,
                                      __local distil_acc *red_s) {
     const int lid = (int)get_local_id(0);
     const bool same_t = inv_t == 1.0f; /* zs * inv_t == zs exactly: share the statistics */
@@ -39,15 +40,16 @@ distil_row_stats distil_row_stats_of(__global const float *zsr, __global const f
                 if (!same_t) {
                     distil_lse_add(&ma, &sa, zsv, inv_t);
                 }
-                distil_lse_add(&mt, &st, ztr[j], inv_t);
+                distil_lse_add(&mt, &st, ztr[j], inv_tt);
             }
         }
     }
     distil_row_stats r;
     r.s = distil_group_lse(ms, ss, red_m, red_s, 1.0f);
     r.a = same_t ? r.s : distil_group_lse(ma, sa, red_m, red_s, inv_t);
-    r.t = distil_group_lse(mt, st, red_m, red_s, inv_t);
+    r.t = distil_group_lse(mt, st, red_m, red_s, inv_tt);
     r.inv_t = inv_t;
+    r.inv_tt = inv_tt;
     return r;
 }
 
@@ -73,11 +75,12 @@ void distil_row_jsd_sums(__global const float *zsr, __global const float *ztr, l
     *sum_dx = (float)distil_group_sum_acc(sg, red);
 }
 
-/* Pass 3: G_j = hard (s_j - [j == label]) + soft (dx_j - q_j sum_dx). Each work-item reads
- * zs[j] before it writes g[j], so g may be zs. */
+/* Pass 3: G_j = hard (s_j - [j == label]) + soft (dx_j - q_j sum_dx), times dz'/dz of the
+ * student's scale and cap when has_dz (docs/SPEC.md §6: zs holds z', dzr the row of dz'/dz). Each
+ * work-item reads zs[j] before it writes g[j], so g may be zs. */
 void distil_row_write_g(__global const float *zsr, __global const float *ztr, __global T *gr,
                         long vocab, long label, const distil_row_stats *st, float hard, float soft,
-                        float sum_dx) {
+                        float sum_dx, __global const float *dzr, int has_dz) {
     const int lid = (int)get_local_id(0);
     for (long base = 0; base < vocab; base += WG_SIZE * VEC) {
 #pragma unroll
@@ -89,7 +92,8 @@ void distil_row_write_g(__global const float *zsr, __global const float *ztr, __
                 de_elem(st->k.mode, &st->k, distil_row_x(st, zsv), distil_row_y(st, ztr[j]), &dx,
                         &q);
                 const float s = exp((zsv - st->s.x) - st->s.y) - (j == label ? 1.0f : 0.0f);
-                STORE(DTYPE, gr, j, hard * s + soft * de_soft_grad(dx, q, sum_dx));
+                const float o = hard * s + soft * de_soft_grad(dx, q, sum_dx);
+                STORE(DTYPE, gr, j, has_dz ? o * dzr[j] : o);
             }
         }
     }
@@ -104,7 +108,10 @@ void distil_row_write_g(__global const float *zsr, __global const float *ztr, __
  * g         (rows, vocab) DTYPE at g_off, written when has_g:
  *           G = w_hard / n (s - onehot(label)) + w_soft / n * inv_t (dx - q sum_u dx_u)
  *           with s = softmax(zs), q = softmax(zs inv_t), dx = de/dx of docs/SPEC.md §1 at
- *           x = log q, y = log softmax(zt inv_t); n = n_valid[n_off] (1 when !has_n).
+ *           x = log q, y = log softmax(zt inv_tt); n = n_valid[n_off] (1 when !has_n).
+ *           docs/SPEC.md §6: inv_tt is the teacher's 1 / temperature; with has_dz, zs holds the
+ *           student's scaled / capped logits and G is multiplied by dz (rows, vocab) at dz_off,
+ *           their dz'/dz (head.cl wrote it).
  * Passes over a row: (1) online max / sum-exp of zs, zs inv_t and zt inv_t; (2) the JSD terms
  * and sum dx, which G needs before any element of it can be written; (3) G. zs[label] is read
  * by everyone before the first barrier, long before any write to g.
@@ -114,7 +121,8 @@ distil_fused_rows(__global float *zs, ulong zs_off, __global const float *zt, ul
                   long vocab, __global const long *labels, ulong lab_off, long ignore_index,
                   float8 coef, float inv_t, float w_hard, float w_soft, __global float *ce,
                   ulong ce_off, __global float *jsd, ulong jsd_off, __global T *g, ulong g_off,
-                  int has_g, __global const float *n_valid, ulong n_off, int has_n) {
+                  int has_g, __global const float *n_valid, ulong n_off, int has_n, float inv_tt,
+                  __global const float *dz, ulong dz_off, int has_dz) {
     __local float red_m[WG_SIZE];
     __local distil_acc red_s[WG_SIZE];
     const ulong row = get_group_id(0);
@@ -135,7 +143,7 @@ distil_fused_rows(__global float *zs, ulong zs_off, __global const float *zt, ul
         return; /* uniform: the label is the same for the whole work-group */
     }
     const float z_label = zsr[label];
-    distil_row_stats st = distil_row_stats_of(zsr, ztr, vocab, inv_t, red_m, red_s);
+    distil_row_stats st = distil_row_stats_of(zsr, ztr, vocab, inv_t, inv_tt, red_m, red_s);
     st.k = distil_coef_of(coef);
     float sum_e, sum_dx;
     distil_row_jsd_sums(zsr, ztr, vocab, &st, red_s, &sum_e, &sum_dx);
@@ -147,6 +155,7 @@ distil_fused_rows(__global float *zs, ulong zs_off, __global const float *zt, ul
         const float n = has_n ? n_valid[n_off] : 1.0f;
         const float hard = n > 0.0f ? w_hard / n : 0.0f; /* n <= 0 or NaN: docs/SPEC.md §6 */
         const float soft = n > 0.0f ? w_soft / n * inv_t : 0.0f;
-        distil_row_write_g(zsr, ztr, gr, vocab, label, &st, hard, soft, sum_dx);
+        distil_row_write_g(zsr, ztr, gr, vocab, label, &st, hard, soft, sum_dx,
+                           dz + dz_off + row * (ulong)vocab, has_dz);
     }
 }

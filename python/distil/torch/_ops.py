@@ -11,6 +11,10 @@ Ops (namespace ``distil``), on 2-D row-major tensors prepared by the public wrap
       -> (loss_parts [3] fp32 = (loss, hard, soft), grad_xs, grad_Ws, grad_bs; [0] if unwanted)
   (docs/SPEC.md §6: divergence a distil_divergence code, alpha the skew KLs', normaliser N > 0
   given on the host or 0.0, normaliser_device N as a 0-dim fp32 tensor read on the device.)
+  and the head options (docs/SPEC.md §6): student_logit_scale, student_softcap,
+  teacher_logit_scale, teacher_softcap, teacher_temperature, want_lse, with two more outputs
+  student_lse [T], teacher_lse [T] ([0] unless want_lse). Wt may have more or fewer rows than Ws
+  (the loss over the common prefix); the LSEs are not differentiable.
   scale_(x, s): x *= s in place, s a 0-dim fp32 tensor, nothing written when s == 1.
 The gradients are computed in the forward call (as Liger does) and saved; backward scales them
 by the upstream gradient on the device (distil_scale), so the usual `loss.backward()` reads
@@ -163,11 +167,16 @@ def _fused_impl(student_hidden: Tensor, student_weight: Tensor, student_bias: Op
              temperature: float, ignore_index: int, chunk_rows: int, want_grad_hidden: bool,
              want_grad_weight: bool, want_grad_bias: bool, divergence: int = 0, alpha: float = 0.1,
              normaliser: float = 0.0, normaliser_device: Optional[Tensor] = None,
-             temperature_squared: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+             temperature_squared: bool = False, student_logit_scale: float = 1.0,
+             student_softcap: float = 0.0, teacher_logit_scale: float = 1.0,
+             teacher_softcap: float = 0.0, teacher_temperature: float = 0.0,
+             want_lse: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     xs, ws, bs, xt, wt, bt = (student_hidden, student_weight, student_bias, teacher_hidden,
                               teacher_weight, teacher_bias)
-    parts, gx, gw, gb = _fused_outputs(xs, ws, want_grad_hidden, want_grad_weight, want_grad_bias,
-                                       _out)
+    parts, gx, gw, gb, ls, lt = _fused_outputs(xs, ws, want_grad_hidden, want_grad_weight,
+                                               want_grad_bias, want_lse, _out)
+    heads = (student_logit_scale, student_softcap, teacher_logit_scale, teacher_softcap,
+             teacher_temperature)
     ctx = context_for(xs)
     rows, hs = xs.shape
     head = (wt.shape[0], ws.shape[1], wt.shape[1])
@@ -175,27 +184,29 @@ def _fused_impl(student_hidden: Tensor, student_weight: Tensor, student_bias: Op
     desc, nbytes = _calls.fused_plan(ctx, rows, ws.shape[0], hs, xt.shape[1], _dtype_code(xs),
                                      (weight_hard, weight_soft), beta, temperature, ignore_index,
                                      chunk_rows, want, head, (divergence, alpha, normaliser),
-                                     temperature_squared)
+                                     temperature_squared, heads)
     work = _workspace(xs, nbytes)
     _torch_errors(_calls.run_fused, ctx, desc, _addr(work), nbytes,
                   [_addr(xs), _addr(ws), _addr(bs), _addr(xt), _addr(wt), _addr(bt),
                    _addr(labels), _addr(parts), _addr(gx), _addr(gw), _addr(gb)],
-                  _addr(normaliser_device))
+                  _addr(normaliser_device), (_addr(ls), _addr(lt)))
     _after_call(ctx, xs)
-    return parts, gx, gw, gb
+    return parts, gx, gw, gb, ls, lt
 
 
 fused_op = torch.library.custom_op("distil::fused_linear_jsd", _fused_impl, mutates_args=())
 
 
-def _fused_outputs(xs, ws, want_hidden, want_weight, want_bias, make):
-    """(loss parts [3] fp32, grad_xs, grad_Ws, grad_bs), [0] where a gradient is unwanted."""
+def _fused_outputs(xs, ws, want_hidden, want_weight, want_bias, want_lse, make):
+    """(loss parts [3] fp32, grad_xs, grad_Ws, grad_bs, student_lse, teacher_lse), [0] where a
+    gradient or the LSEs are unwanted."""
     empty = (0,)
     parts = make(xs, (3,), torch.float32)
     gx = make(xs, xs.shape if want_hidden else empty, xs.dtype)
     gw = make(ws, ws.shape if want_weight else empty, ws.dtype)
     gb = make(ws, (ws.shape[0],) if want_bias else empty, ws.dtype)
-    return parts, gx, gw, gb
+    lse = (xs.shape[0],) if want_lse else empty
+    return parts, gx, gw, gb, make(xs, lse, torch.float32), make(xs, lse, torch.float32)
 
 
 def _out(like: Tensor, shape, dtype) -> Tensor:
@@ -212,21 +223,27 @@ def _fake(like: Tensor, shape, dtype) -> Tensor:
 def _fused_fake(student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight,
                 teacher_bias, labels, weight_hard, weight_soft, beta, temperature, ignore_index,
                 chunk_rows, want_grad_hidden, want_grad_weight, want_grad_bias, divergence=0,
-                alpha=0.1, normaliser=0.0, normaliser_device=None, temperature_squared=False):
+                alpha=0.1, normaliser=0.0, normaliser_device=None, temperature_squared=False,
+                student_logit_scale=1.0, student_softcap=0.0, teacher_logit_scale=1.0,
+                teacher_softcap=0.0, teacher_temperature=0.0, want_lse=False):
     return _fused_outputs(student_hidden, student_weight, want_grad_hidden, want_grad_weight,
-                          want_grad_bias, _fake)
+                          want_grad_bias, want_lse, _fake)
 
 
-_FUSED_ARGS = 21  # inputs of fused_op: three gradients (xs, Ws, bs), None for the others
+
+
+_FUSED_ARGS = 27  # inputs of fused_op: three gradients (xs, Ws, bs), None for the others
 
 
 def _fused_setup(ctx, inputs, output):
     ctx.wants = inputs[13:16]
-    ctx.save_for_backward(*output[1:])
+    ctx.save_for_backward(*output[1:4])
 
 
-def _fused_backward(ctx, grad_parts, grad_gx, grad_gw, grad_gb):
-    # Only the combined loss is differentiable: the wrappers hand out the parts detached.
+def _fused_backward(ctx, grad_parts, grad_gx=None, grad_gw=None, grad_gb=None, grad_ls=None,
+                    grad_lt=None):
+    # Only the combined loss is differentiable: the wrappers hand out the parts (and the LSEs)
+    # detached.
     grads = [g if want else None for g, want in zip(ctx.saved_tensors, ctx.wants)]
     return tuple(_scaled(ctx, grads, grad_parts[0])) + (None,) * (_FUSED_ARGS - 3)
 
@@ -283,11 +300,12 @@ class _FusedFunction(torch.autograd.Function):
     def forward(ctx, *args):
         out = _fused_impl(*args)
         _fused_setup(ctx, args, out)
-        return out[0]
+        ctx.mark_non_differentiable(out[4], out[5])
+        return out[0], out[4], out[5]
 
     @staticmethod
-    def backward(ctx, grad_parts):
-        return _fused_backward(ctx, grad_parts, None, None, None)
+    def backward(ctx, grad_parts, grad_ls, grad_lt):
+        return _fused_backward(ctx, grad_parts)
 
 
 def jsd(*args) -> Tensor:
@@ -297,10 +315,12 @@ def jsd(*args) -> Tensor:
     return _JsdFunction.apply(*args)
 
 
-def fused(*args) -> Tensor:
-    """The loss parts [3] of fused_op (arguments as there); only parts[0] is differentiable."""
+def fused(*args) -> tuple[Tensor, Tensor, Tensor]:
+    """(loss parts [3], student_lse, teacher_lse) of fused_op (arguments as there); only
+    parts[0] is differentiable."""
     if torch.compiler.is_compiling():
-        return fused_op(*args)[0]
+        out = fused_op(*args)
+        return out[0], out[4], out[5]
     return _FusedFunction.apply(*args)
 
 

@@ -139,10 +139,22 @@ _FUSED_NAMES = ("student_input", "student_weight", "teacher_input", "teacher_wei
                 "student_bias", "teacher_bias")
 
 
+def _head_options(student_logit_scale=1.0, student_softcap=0.0, teacher_logit_scale=1.0,
+                  teacher_softcap=0.0, teacher_temperature=None, return_lse=False):
+    """The head options of docs/SPEC.md §6 as the op takes them: (heads tuple, want_lse). The
+    library checks the values (scales > 0, caps >= 0, finite) and names the bad one.
+    teacher_temperature None (or 0) is the student's temperature."""
+    heads = (float(student_logit_scale), float(student_softcap), float(teacher_logit_scale),
+             float(teacher_softcap), float(teacher_temperature or 0.0))
+    return heads, bool(return_lse)
+
+
 def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, labels,
            student_bias, teacher_bias, weight_hard, weight_soft, beta, ignore_index,
-           temperature, chunk_rows, div=("jsd", 0.1, None, False)):
-    """The fused op on 2-D views; returns (loss, hard, soft), the parts detached."""
+           temperature, chunk_rows, div=("jsd", 0.1, None, False),
+           heads=_calls.DEFAULT_HEADS, want_lse=False):
+    """The fused op on 2-D views; returns (loss, hard, soft, student_lse, teacher_lse), the
+    parts detached, the LSEs shaped like the leading dimensions (None unless want_lse)."""
     _same(fn, _FUSED_NAMES, (student_input, student_weight, teacher_input, teacher_weight,
                              student_bias, teacher_bias))
     _check_temperature(fn, float(temperature))
@@ -164,29 +176,40 @@ def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, lab
     bs = student_bias.contiguous() if student_bias is not None else None
     bt = teacher_bias.contiguous() if teacher_bias is not None else None
     code, alpha, n_host, n_dev = _divergence(div[0], div[1], div[2], xs.device, fn)
-    parts = _ops.fused(xs, ws, bs, xt, wt, bt, lab, float(weight_hard), float(weight_soft),
+    parts, ls, lt = _ops.fused(xs, ws, bs, xt, wt, bt, lab, float(weight_hard), float(weight_soft),
                        float(beta), float(temperature), int(ignore_index), int(chunk_rows),
                        _wants_grad(student_input), _wants_grad(student_weight),
-                       _wants_grad(student_bias), code, alpha, n_host, n_dev, bool(div[3]))
+                       _wants_grad(student_bias), code, alpha, n_host, n_dev, bool(div[3]),
+                       *heads, want_lse)
+    lead = student_input.shape[:-1]
+    lse = (ls.reshape(lead), lt.reshape(lead)) if want_lse else (None, None)
     # Without labels (weight_hard == 0) every row counts and the library writes a hard part of 0.
-    return parts[0], parts[1].detach(), parts[2].detach()
+    return (parts[0], parts[1].detach(), parts[2].detach()) + lse
 
 
 def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
                      teacher_weight: Tensor, shift_labels: Optional[Tensor] = None,
                      jsd_beta: float = 0.5, ignore_index: int = -100, temperature: float = 1.0,
                      *, chunk_rows: int = 0, divergence: str = "jsd", alpha: float = 0.1,
-                     normaliser=None, temperature_squared: bool = False) -> Tensor:
+                     normaliser=None, temperature_squared: bool = False,
+                     student_logit_scale: float = 1.0, student_softcap: float = 0.0,
+                     teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
+                     teacher_temperature: Optional[float] = None, return_lse: bool = False):
     """JSD of the two heads' tempered distributions (Liger's LigerFusedLinearJSD), fp32.
 
     student_input [..., Hs], student_weight [V, Hs], teacher_input [..., Ht], teacher_weight
     [V, Ht], shift_labels [...] or None (then every row counts). No hard loss, no biases.
+    Head options (docs/SPEC.md §6, keywords) as in fused_linear_jsd_loss; with return_lse the
+    result is (loss, student_lse, teacher_lse).
     """
-    loss, _, _ = _fused("fused_linear_jsd", student_input, student_weight, teacher_input,
-                        teacher_weight, shift_labels, None, None, 0.0, 1.0, jsd_beta,
-                        ignore_index, temperature, chunk_rows,
-                        (divergence, alpha, normaliser, temperature_squared))
-    return loss
+    heads, want_lse = _head_options(student_logit_scale, student_softcap, teacher_logit_scale,
+                                    teacher_softcap, teacher_temperature, return_lse)
+    loss, _, _, ls, lt = _fused("fused_linear_jsd", student_input, student_weight, teacher_input,
+                                teacher_weight, shift_labels, None, None, 0.0, 1.0, jsd_beta,
+                                ignore_index, temperature, chunk_rows,
+                                (divergence, alpha, normaliser, temperature_squared), heads,
+                                want_lse)
+    return (loss, ls, lt) if want_lse else loss
 
 
 def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
@@ -198,21 +221,38 @@ def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher
                           compiled: bool = True, chunk_size: int = 1024,
                           return_soft_hard_loss: bool = False, *, chunk_rows: int = 0,
                           divergence: str = "jsd", alpha: float = 0.1, normaliser=None,
-                          temperature_squared: bool = False):
+                          temperature_squared: bool = False,
+                          student_logit_scale: float = 1.0, student_softcap: float = 0.0,
+                          teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
+                          teacher_temperature: Optional[float] = None, return_lse: bool = False):
     """Hard CE + soft JSD through both heads (Liger's LigerFusedLinearJSDLoss).
 
     loss = weight_hard_loss * CE / N + weight_soft_loss * JSD(beta, temperature) / N with
     N = rows whose label != ignore_index. Returns the fp32 loss, or (loss, soft_loss, hard_loss)
     with return_soft_hard_loss (Liger's order; the parts are detached: only the loss is
     differentiable). true_labels may be None when weight_hard_loss == 0.
+
+    Head options (docs/SPEC.md §6), keywords: the heads may have different vocabulary sizes
+    (padded heads: the loss runs over the common prefix, labels must lie in it, the student's
+    extra rows get gradient 0); student_logit_scale / teacher_logit_scale s (default 1) and
+    student_softcap / teacher_softcap c (default 0: none) give logits c tanh(s z / c), before
+    the CE, the soft part and the LSEs (Gemma 2's final_logit_softcapping, Cohere's
+    logit_scale); teacher_temperature (default None: temperature) divides the teacher's logits
+    in the soft part; return_lse=True appends (student_lse, teacher_lse), each row's logsumexp
+    of the transformed logits at temperature 1 (detached; every row, ignored ones included).
     """
     del compiled, chunk_size  # accepted for Liger compatibility, see the module docstring
-    loss, hard, soft = _fused("fused_linear_jsd_loss", student_input, student_weight,
-                              teacher_input, teacher_weight, true_labels, student_bias,
-                              teacher_bias, weight_hard_loss, weight_soft_loss, beta,
-                              ignore_index, temperature, chunk_rows,
-                              (divergence, alpha, normaliser, temperature_squared))
-    return (loss, soft, hard) if return_soft_hard_loss else loss
+    heads, want_lse = _head_options(student_logit_scale, student_softcap, teacher_logit_scale,
+                                    teacher_softcap, teacher_temperature, return_lse)
+    loss, hard, soft, ls, lt = _fused("fused_linear_jsd_loss", student_input, student_weight,
+                                      teacher_input, teacher_weight, true_labels, student_bias,
+                                      teacher_bias, weight_hard_loss, weight_soft_loss, beta,
+                                      ignore_index, temperature, chunk_rows,
+                                      (divergence, alpha, normaliser, temperature_squared), heads,
+                                      want_lse)
+    out = (loss, soft, hard) if return_soft_hard_loss else (loss,)
+    out += (ls, lt) if want_lse else ()
+    return out if len(out) > 1 else loss
 
 
 # Liger's names, so that switching is an import change.

@@ -25,6 +25,21 @@ def _check_temperature(temperature):
                          "and > 0")
 
 
+# docs/SPEC.md §6 head options of the fused modules: keyword-only constructor arguments (the
+# defaults leave Liger's signatures and results as they are), kept as attributes of these names.
+_HEAD_OPTIONS = ("student_logit_scale", "student_softcap", "teacher_logit_scale",
+                 "teacher_softcap", "teacher_temperature", "return_lse")
+
+
+def _set_head_options(module, *values):
+    for name, value in zip(_HEAD_OPTIONS, values):
+        setattr(module, name, value)
+
+
+def _head_options(module) -> dict:
+    return {name: getattr(module, name) for name in _HEAD_OPTIONS}
+
+
 class JSD(torch.nn.Module):
     """Generalised JSD over log-probabilities (student `log_q` first, teacher `log_p` second).
 
@@ -54,7 +69,10 @@ class FusedLinearJSD(torch.nn.Module):
 
     def __init__(self, jsd_beta: float = 0.5, ignore_index: int = -100,
                  temperature: float = 1.0, *, divergence: str = "jsd", alpha: float = 0.1,
-                 normaliser=None, temperature_squared: bool = False):
+                 normaliser=None, temperature_squared: bool = False,
+                 student_logit_scale: float = 1.0, student_softcap: float = 0.0,
+                 teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
+                 teacher_temperature: Optional[float] = None, return_lse: bool = False):
         super().__init__()
         _check_temperature(temperature)
         self.jsd_beta = jsd_beta
@@ -62,17 +80,20 @@ class FusedLinearJSD(torch.nn.Module):
         self.ignore_index = ignore_index
         self.divergence, self.alpha, self.normaliser = divergence, alpha, normaliser
         self.temperature_squared = temperature_squared
+        _set_head_options(self, student_logit_scale, student_softcap, teacher_logit_scale,
+                          teacher_softcap, teacher_temperature, return_lse)
 
     def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
                 teacher_weight: Tensor, shift_labels: Optional[torch.LongTensor] = None, *,
-                normaliser=None) -> Tensor:
+                normaliser=None):
         return F.fused_linear_jsd(student_input, student_weight, teacher_input, teacher_weight,
                                   shift_labels, self.jsd_beta, self.ignore_index,
                                   self.temperature, divergence=self.divergence,
                                   alpha=self.alpha,
                                   normaliser=normaliser if normaliser is not None
                                   else self.normaliser,
-                                  temperature_squared=self.temperature_squared)
+                                  temperature_squared=self.temperature_squared,
+                                  **_head_options(self))
 
 
 class FusedLinearJSDLoss(torch.nn.Module):
@@ -91,7 +112,10 @@ class FusedLinearJSDLoss(torch.nn.Module):
                  compiled: bool = True, chunk_size: int = 1024,
                  return_soft_hard_loss: bool = False, *, chunk_rows: int = 0,
                  divergence: str = "jsd", alpha: float = 0.1, normaliser=None,
-                 temperature_squared: bool = False):
+                 temperature_squared: bool = False,
+                 student_logit_scale: float = 1.0, student_softcap: float = 0.0,
+                 teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
+                 teacher_temperature: Optional[float] = None, return_lse: bool = False):
         super().__init__()
         self.divergence, self.alpha, self.normaliser = divergence, alpha, normaliser
         self.temperature_squared = temperature_squared
@@ -105,6 +129,8 @@ class FusedLinearJSDLoss(torch.nn.Module):
         self.chunk_size = chunk_size
         self.return_soft_hard_loss = return_soft_hard_loss
         self.chunk_rows = chunk_rows
+        _set_head_options(self, student_logit_scale, student_softcap, teacher_logit_scale,
+                          teacher_softcap, teacher_temperature, return_lse)
 
     def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
                 teacher_weight: Tensor, true_labels: Optional[torch.LongTensor],
@@ -119,7 +145,8 @@ class FusedLinearJSDLoss(torch.nn.Module):
                                        alpha=self.alpha,
                                        normaliser=normaliser if normaliser is not None
                                        else self.normaliser,
-                                       temperature_squared=self.temperature_squared)
+                                       temperature_squared=self.temperature_squared,
+                                       **_head_options(self))
 
 
 # Liger's names, so that switching is an import change.
