@@ -30,7 +30,7 @@ typedef struct distil_fused_shape {
     bool own_labels; /* weight_hard == 0: room for labels of the core's own */
     /* A cached top-k teacher (docs/SPEC.md §7): no teacher logits, zt takes no room. */
     bool topk_teacher;
-    bool want_dz;    /* the student's head scaled or capped, with gradients: room for dz'/dz */
+    bool want_dz; /* the student's head scaled or capped, with gradients: room for dz'/dz */
 } distil_fused_shape;
 
 typedef struct distil_fused_plan {

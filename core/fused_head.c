@@ -59,6 +59,18 @@ void distil_fused_head_fill(const distil_fused_linear_jsd_desc *d, distil_fused_
     a->teacher_lse = distil_dptr_make(d->teacher_lse, 0);
 }
 
+void distil_fused_head_defaults(distil_fused_args *a) {
+    a->student_vocab = a->vocab;
+    a->teacher_vocab = a->vocab;
+    a->student_scale = 1.0f;
+    a->student_cap = 0.0f;
+    a->teacher_scale = 1.0f;
+    a->teacher_cap = 0.0f;
+    a->inv_teacher_temperature = a->inv_temperature;
+    a->student_lse = distil_dptr_make(NULL, 0);
+    a->teacher_lse = distil_dptr_make(NULL, 0);
+}
+
 bool distil_fused_student_head(const distil_fused_args *a) {
     return a->student_scale != 1.0f || a->student_cap != 0.0f;
 }

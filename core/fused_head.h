@@ -23,6 +23,10 @@ distil_status distil_fused_head_check_desc(distil_ctx *ctx, const char *fn,
  * a->inv_temperature. */
 void distil_fused_head_fill(const distil_fused_linear_jsd_desc *d, distil_fused_args *a);
 
+/* The head options' defaults (one vocabulary, no scale or cap, the student's temperature, no
+ * LSEs), for entry points without them (the top-k loss). Needs a->vocab, a->inv_temperature. */
+void distil_fused_head_defaults(distil_fused_args *a);
+
 /* Whether the student's logits are transformed (scale != 1 or cap != 0). */
 bool distil_fused_student_head(const distil_fused_args *a);
 bool distil_fused_desc_student_head(const distil_fused_linear_jsd_desc *d);

@@ -6,6 +6,7 @@
 #include "chunk.h"
 #include "ctx.h"
 #include "error.h"
+#include "fused_head.h"
 #include "fused_loop.h"
 #include "overlap.h"
 #include "topk_check.h"
@@ -163,6 +164,7 @@ static void distil_flt_fill_args(const distil_fused_linear_topk_desc *d, distil_
     a->normaliser = d->normaliser;
     a->normaliser_device = distil_dptr_make(d->normaliser_device, 0);
     a->sum_reduction = d->reduction == DISTIL_REDUCTION_SUM;
+    distil_fused_head_defaults(a); /* docs/SPEC.md §6 head options: none here */
 }
 
 /* The call's shape on ctx's backend (as the dense fused loss's, with no teacher logits). */

@@ -143,7 +143,7 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         .divergence = a->divergence,
         .alpha = a->alpha,
 
-.inv_teacher_temperature = a->inv_teacher_temperature,
+        .inv_teacher_temperature = a->inv_teacher_temperature,
         .dz = distil_fused_head_dz(a, p, L->grads && distil_fused_student_head(a))};
     if (L->head) {
         DISTIL_TRY(distil_fused_head_pass(L->be, L->b, a, p, r.dz, r0, c));

@@ -262,10 +262,11 @@ static void fz_fused_fill(fz_in *in, distil_ctx *ctx, fz_fused *c) {
     }
     fz_fused_labels(in, c);
     const distil_fused_linear_jsd_desc *d = &c->d;
-    c->tame = !c->special && d->temperature >= 0.05f && d->weight_hard <= 1e3f &&
-              d->weight_soft <= 1e3f && (d->normaliser == 0.0f || d->normaliser >= 1e-3f) &&
-              (!d->temperature_squared || d->weight_soft * d->temperature * d->temperature <= 1e3f) &&
-              fz_tame_head(d);
+    c->tame =
+        !c->special && d->temperature >= 0.05f && d->weight_hard <= 1e3f &&
+        d->weight_soft <= 1e3f && (d->normaliser == 0.0f || d->normaliser >= 1e-3f) &&
+        (!d->temperature_squared || d->weight_soft * d->temperature * d->temperature <= 1e3f) &&
+        fz_tame_head(d);
     for (int i = B_LOSS; i < B_COUNT; i++) {
         fz_buf_poison(&c->b[i]);
     }

@@ -554,14 +554,14 @@ static void test_fused_divergence(void **state) {
 
 static int run_group(const char *backend) {
     static const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_jsd_null),         cmocka_unit_test(test_jsd_shapes),
-        cmocka_unit_test(test_jsd_values),       cmocka_unit_test(test_jsd_aliasing),
-        cmocka_unit_test(test_jsd_zero_rows),    cmocka_unit_test(test_fused_null),
-        cmocka_unit_test(test_fused_shapes),     cmocka_unit_test(test_fused_values),
-        cmocka_unit_test(test_fused_zero_rows),  cmocka_unit_test(test_fused_invalid_label),
-        cmocka_unit_test(test_foreign_memory),   cmocka_unit_test(test_jsd_divergence),
-        cmocka_unit_test(test_fused_divergence),
-        cmocka_unit_test(test_fused_head_values), cmocka_unit_test(test_fused_head_labels),
+        cmocka_unit_test(test_jsd_null),          cmocka_unit_test(test_jsd_shapes),
+        cmocka_unit_test(test_jsd_values),        cmocka_unit_test(test_jsd_aliasing),
+        cmocka_unit_test(test_jsd_zero_rows),     cmocka_unit_test(test_fused_null),
+        cmocka_unit_test(test_fused_shapes),      cmocka_unit_test(test_fused_values),
+        cmocka_unit_test(test_fused_zero_rows),   cmocka_unit_test(test_fused_invalid_label),
+        cmocka_unit_test(test_foreign_memory),    cmocka_unit_test(test_jsd_divergence),
+        cmocka_unit_test(test_fused_divergence),  cmocka_unit_test(test_fused_head_values),
+        cmocka_unit_test(test_fused_head_labels),
     };
     g_backend = backend;
     return cmocka_run_group_tests_name(tu_group_name("bad_input", backend), tests, group_setup,

@@ -554,7 +554,8 @@ static void pr_fused_case(tu_rng *r, distil_dtype dt, bool heads) {
         ec[2] = fmax(ec[2], tu_norm_rel_err(gc, gr, dt, c.t, c.h, c.h));
     }
     char cs[192];
-    snprintf(cs, sizeof cs, "%s T=%lld V=%lld %s %.9g tau=%.3g scale=%.3g/%.3g cap=%.3g/%.3g tau_t=%.3g",
+    snprintf(cs, sizeof cs,
+             "%s T=%lld V=%lld %s %.9g tau=%.3g scale=%.3g/%.3g cap=%.3g/%.3g tau_t=%.3g",
              distil_dtype_name(dt), (long long)c.t, (long long)c.v, tp_div_name(c.div),
              (double)pr_param(c.div, c.beta, c.alpha), (double)c.tau, (double)c.s_scale,
              (double)c.t_scale, (double)c.s_cap, (double)c.t_cap, (double)c.tau_t);

@@ -25,7 +25,7 @@ static const distil_ocl_src ocl_prog_parts[DISTIL_OCL_PROG_COUNT][OCL_MAX_PARTS]
                                      DISTIL_OCL_SRC_COUNT},
     [DISTIL_OCL_PROG_GEMM] = {DISTIL_OCL_SRC_COMMON, DISTIL_OCL_SRC_GEMM, DISTIL_OCL_SRC_COUNT},
     [DISTIL_OCL_PROG_TOPK] = {DISTIL_OCL_SRC_COMMON, DISTIL_OCL_SRC_ELEM, DISTIL_OCL_SRC_JSD,
-                              DISTIL_OCL_SRC_TOPK_MATH, DISTIL_OCL_SRC_TOPK},
+                              DISTIL_OCL_SRC_TOPK_MATH, DISTIL_OCL_SRC_TOPK, DISTIL_OCL_SRC_COUNT},
 };
 
 /* The program's own file (its last part), for messages. */
