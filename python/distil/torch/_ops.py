@@ -173,8 +173,9 @@ def _fused_impl(student_hidden: Tensor, student_weight: Tensor, student_bias: Op
              want_lse: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     xs, ws, bs, xt, wt, bt = (student_hidden, student_weight, student_bias, teacher_hidden,
                               teacher_weight, teacher_bias)
-    parts, gx, gw, gb, ls, lt = _fused_outputs(xs, ws, want_grad_hidden, want_grad_weight,
-                                               want_grad_bias, want_lse, _out)
+    parts, gx, gw, gb = _fused_outputs(xs, ws, want_grad_hidden, want_grad_weight, want_grad_bias,
+                                       _out)
+    ls, lt = _lse_outputs(xs, want_lse, _out)
     heads = (student_logit_scale, student_softcap, teacher_logit_scale, teacher_softcap,
              teacher_temperature)
     ctx = context_for(xs)
@@ -197,16 +198,20 @@ def _fused_impl(student_hidden: Tensor, student_weight: Tensor, student_bias: Op
 fused_op = torch.library.custom_op("distil::fused_linear_jsd", _fused_impl, mutates_args=())
 
 
-def _fused_outputs(xs, ws, want_hidden, want_weight, want_bias, want_lse, make):
-    """(loss parts [3] fp32, grad_xs, grad_Ws, grad_bs, student_lse, teacher_lse), [0] where a
-    gradient or the LSEs are unwanted."""
+def _lse_outputs(xs, want_lse, make):
+    """(student_lse, teacher_lse) [T] fp32 each (docs/SPEC.md §6), [0] when unwanted."""
+    lse = (xs.shape[0],) if want_lse else (0,)
+    return make(xs, lse, torch.float32), make(xs, lse, torch.float32)
+
+
+def _fused_outputs(xs, ws, want_hidden, want_weight, want_bias, make):
+    """(loss parts [3] fp32, grad_xs, grad_Ws, grad_bs), [0] where a gradient is unwanted."""
     empty = (0,)
     parts = make(xs, (3,), torch.float32)
     gx = make(xs, xs.shape if want_hidden else empty, xs.dtype)
     gw = make(ws, ws.shape if want_weight else empty, ws.dtype)
     gb = make(ws, (ws.shape[0],) if want_bias else empty, ws.dtype)
-    lse = (xs.shape[0],) if want_lse else empty
-    return parts, gx, gw, gb, make(xs, lse, torch.float32), make(xs, lse, torch.float32)
+    return parts, gx, gw, gb
 
 
 def _out(like: Tensor, shape, dtype) -> Tensor:
@@ -227,9 +232,7 @@ def _fused_fake(student_hidden, student_weight, student_bias, teacher_hidden, te
                 student_logit_scale=1.0, student_softcap=0.0, teacher_logit_scale=1.0,
                 teacher_softcap=0.0, teacher_temperature=0.0, want_lse=False):
     return _fused_outputs(student_hidden, student_weight, want_grad_hidden, want_grad_weight,
-                          want_grad_bias, want_lse, _fake)
-
-
+                          want_grad_bias, _fake) + _lse_outputs(student_hidden, want_lse, _fake)
 
 
 _FUSED_ARGS = 27  # inputs of fused_op: three gradients (xs, Ws, bs), None for the others
