@@ -15,6 +15,7 @@
 
 #include "divergence.h"
 #include "error.h"
+#include "tp.h"
 
 /* Everything one chunk step needs, resolved once per call. */
 typedef struct distil_fused_loop {
@@ -27,7 +28,13 @@ typedef struct distil_fused_loop {
     distil_dtype gw_dtype; /* of gw and gb: F32 (accumulators), or the output dtype */
     size_t es;             /* bytes of an input element */
     bool grads;            /* any gradient wanted */
+    const distil_tp *tp; /* vocabulary shard (docs/SPEC.md §8), or NULL */
 } distil_fused_loop;
+
+/* A split phase of a vocabulary-parallel call that stops before FINISH: statistics only. */
+static bool distil_fused_stats_only(const distil_fused_loop *L) {
+    return L->tp != NULL && L->tp->phase >= 0 && L->tp->phase != DISTIL_TP_FINISH;
+}
 
 static distil_dptr distil_fused_ws(const distil_fused_loop *L, size_t off) {
     return distil_dptr_add(L->a->workspace, off);
@@ -94,6 +101,9 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         .n_valid = distil_fused_ws(L, p->off_n),
         .divergence = a->divergence,
         .alpha = a->alpha};
+    if (L->tp != NULL) {
+        return distil_tp_fused_rows(L->ctx, L->tp, &r, a->rows, r0);
+    }
     return L->be->fused_rows(L->b, &r);
 }
 
@@ -113,7 +123,21 @@ static distil_status distil_fused_grad_x(const distil_fused_loop *L, int64_t r0,
                           .ldb = a->hs,
                           .c = distil_dptr_add(a->grad_xs, (size_t)(r0 * a->hs) * L->es),
                           .ldc = a->hs};
-    return L->be->gemm(L->b, &m);
+    if (L->tp == NULL || !distil_dptr_present(L->tp->gx)) {
+        return L->be->gemm(L->b, &m);
+    }
+    /* Vocabulary parallel: the rank's fp32 partial, summed over the ranks, then rounded once. */
+    m.c_dtype = DISTIL_F32;
+    m.c = L->tp->gx;
+    DISTIL_TRY(L->be->gemm(L->b, &m));
+    DISTIL_TRY(distil_comm_allreduce(L->ctx, L->tp->comm, m.c, c * a->hs, DISTIL_COMM_F32,
+                                     DISTIL_COMM_SUM));
+    distil_cast_args k = {.src = L->tp->gx,
+                          .dst = distil_dptr_add(a->grad_xs, (size_t)(r0 * a->hs) * L->es),
+                          .src_dtype = DISTIL_F32,
+                          .dst_dtype = a->dtype,
+                          .count = c * a->hs};
+    return L->be->cast(L->b, &k);
 }
 
 /* gw (V, Hs) (+)= G^T xs_c; the first chunk overwrites. */
@@ -207,7 +231,7 @@ static distil_status distil_fused_step(const distil_fused_loop *L, int64_t r0) {
     if (c1 > 0 && L->grads) {
         s = distil_fused_side_logits(L, r0 + c, c1, &side);
     }
-    if (s == DISTIL_OK && L->grads) {
+    if (s == DISTIL_OK && L->grads && !distil_fused_stats_only(L)) {
         s = distil_fused_backward(L, r0, c);
     }
     if (s == DISTIL_OK && c1 > 0 && !(side && !L->p->g_in_place)) {
@@ -225,7 +249,7 @@ static distil_status distil_fused_prologue(const distil_fused_loop *L) {
     distil_count_args c = {.labels = a->labels,
                            .rows = a->rows,
                            .ignore_index = a->ignore_index,
-                           .vocab = a->vocab,
+                           .vocab = L->tp ? L->tp->total : a->vocab, /* labels are global */
                            .min_one = true,
                            .n_out = distil_fused_ws(L, L->p->off_n)};
     DISTIL_TRY(distil_normaliser_put(L->ctx, &c, a->normaliser, a->normaliser_device));
@@ -243,6 +267,9 @@ static distil_status distil_fused_prologue(const distil_fused_loop *L) {
 static distil_status distil_fused_epilogue(const distil_fused_loop *L) {
     const distil_fused_args *a = L->a;
     const distil_fused_plan *p = L->p;
+    if (distil_fused_stats_only(L)) {
+        return DISTIL_OK;
+    }
     distil_cast_args c = {.src_dtype = DISTIL_F32, .dst_dtype = a->dtype};
     if (p->gw_acc) {
         c.src = L->gw;
@@ -269,13 +296,18 @@ static distil_status distil_fused_epilogue(const distil_fused_loop *L) {
 
 distil_status distil_fused_loop_run(distil_ctx *ctx, const distil_fused_args *a,
                                     const distil_fused_plan *p) {
+    return distil_fused_loop_run_tp(ctx, a, p, NULL);
+}
+
+distil_status distil_fused_loop_run_tp(distil_ctx *ctx, const distil_fused_args *a,
+                                       const distil_fused_plan *p, const distil_tp *tp) {
     const distil_backend *be = ctx->be;
     if (!be->gemm || !be->count_valid || !be->fused_rows || !be->reduce || !be->cast || !be->fill) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
                                 "fused_linear_jsd: backend '%s' lacks the fused-loss kernels",
                                 be->name);
     }
-    distil_fused_loop L = {.ctx = ctx, .be = be, .b = ctx->b, .a = a, .p = p};
+    distil_fused_loop L = {.ctx = ctx, .be = be, .b = ctx->b, .a = a, .p = p, .tp = tp};
     L.es = distil_dtype_size(a->dtype);
     L.gw = p->gw_acc ? distil_fused_ws(&L, p->off_gw) : a->grad_ws;
     L.gb = p->gb_acc ? distil_fused_ws(&L, p->off_gb) : a->grad_bs;
