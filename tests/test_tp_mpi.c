@@ -28,11 +28,31 @@ static void same_on_every_rank(const char *what, const void *buf, size_t bytes) 
 static void fused_mpi(void **state) {
     (void)state;
     static const tp_fused_spec cases[] = {
-        {.t = 29, .v = 1031, .hs = 32, .ht = 48, .w_hard = 0.5f, .w_soft = 0.5f, .beta = 0.5f,
-         .tau = 1.5f, .bias_s = true, .bias_t = true, .parts = true, .grads = TP_WANT_ALL,
-         .labels = TP_LABELS_MIXED, .chunk = 8},
-        {.t = 16, .v = 301, .hs = 8, .ht = 8, .w_hard = 0.4f, .w_soft = 0.6f, .beta = 1.0f,
-         .tau = 1.0f, .parts = true, .grads = TP_WANT_XS | TP_WANT_WS, .labels = TP_LABELS_NONE},
+        {.t = 29,
+         .v = 1031,
+         .hs = 32,
+         .ht = 48,
+         .w_hard = 0.5f,
+         .w_soft = 0.5f,
+         .beta = 0.5f,
+         .tau = 1.5f,
+         .bias_s = true,
+         .bias_t = true,
+         .parts = true,
+         .grads = TP_WANT_ALL,
+         .labels = TP_LABELS_MIXED,
+         .chunk = 8},
+        {.t = 16,
+         .v = 301,
+         .hs = 8,
+         .ht = 8,
+         .w_hard = 0.4f,
+         .w_soft = 0.6f,
+         .beta = 1.0f,
+         .tau = 1.0f,
+         .parts = true,
+         .grads = TP_WANT_XS | TP_WANT_WS,
+         .labels = TP_LABELS_NONE},
     };
     static const distil_dtype dts[] = {DISTIL_F32, DISTIL_BF16};
     for (size_t c = 0; c < TU_LEN(cases); c++) {
@@ -64,8 +84,12 @@ static void fused_mpi(void **state) {
 
 static void jsd_mpi(void **state) {
     (void)state;
-    tp_jsd_spec s = {.t = 11, .v = 501, .beta = 0.5f, .red = DISTIL_REDUCTION_BATCHMEAN,
-                     .labels = TP_LABELS_MIXED, .grad = TP_GRAD_OUT};
+    tp_jsd_spec s = {.t = 11,
+                     .v = 501,
+                     .beta = 0.5f,
+                     .red = DISTIL_REDUCTION_BATCHMEAN,
+                     .labels = TP_LABELS_MIXED,
+                     .grad = TP_GRAD_OUT};
     tp_jsd p;
     tp_jsd_make(&p, &s, DISTIL_F32, 77);
     distil_ctx *ref = tu_ctx("ref");
@@ -82,7 +106,8 @@ static void jsd_mpi(void **state) {
     void *x = tu_upload(g_ctx, xh, (size_t)(s.t * w) * 4);
     void *y = tu_upload(g_ctx, yh, (size_t)(s.t * w) * 4);
     void *lab = tu_upload(g_ctx, p.labels, (size_t)s.t * sizeof(int64_t));
-    void *loss = tu_alloc_poisoned(g_ctx, 4), *grad = tu_alloc_poisoned(g_ctx, (size_t)(s.t * w) * 4);
+    void *loss = tu_alloc_poisoned(g_ctx, 4),
+         *grad = tu_alloc_poisoned(g_ctx, (size_t)(s.t * w) * 4);
     distil_jsd_desc d = p.d;
     d.vocab = w;
     d.student_stride = d.teacher_stride = d.grad_stride = 0;
@@ -98,7 +123,8 @@ static void jsd_mpi(void **state) {
     for (int64_t i = 0; i < s.t; i++) {
         memcpy(yh + i * w, (const float *)r.grad + i * p.gs + v0, (size_t)w * 4);
     }
-    TU_CHECK_TENSOR("grad_student", xh, yh, DISTIL_F32, s.t, w, w, tu_tolerance(DISTIL_F32, TU_GRAD));
+    TU_CHECK_TENSOR("grad_student", xh, yh, DISTIL_F32, s.t, w, w,
+                    tu_tolerance(DISTIL_F32, TU_GRAD));
     distil_free(g_ctx, x), distil_free(g_ctx, y), distil_free(g_ctx, lab);
     distil_free(g_ctx, loss), distil_free(g_ctx, grad);
     free(xh), free(yh);
