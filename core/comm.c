@@ -70,6 +70,13 @@ int distil_comm_size(const distil_comm *comm) {
 
 distil_status distil_comm_check(distil_ctx *ctx, const char *fn, const distil_comm *comm) {
     const char *be = ctx->be->name;
+    if (!ctx->be->host_memory && strcmp(be, "cuda") != 0 && strcmp(be, "hip") != 0) {
+        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
+                                "%s: shard.comm: communicators take host or device pointers; "
+                                "'%s' buffers are handles (use the split-phase form, docs/SPEC.md "
+                                "§8)",
+                                fn, be);
+    }
     if (comm->kind == DISTIL_COMM_KIND_MPI && !ctx->be->host_memory) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
                                 "%s: shard.comm: an MPI communicator needs host memory (the cpu or "

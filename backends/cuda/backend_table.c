@@ -47,4 +47,6 @@ const distil_backend DISTIL_GPU_TABLE = {
     .side_begin = DISTIL_GPU_FN(side_begin),
     .side_end = DISTIL_GPU_FN(side_end),
     .side_join = DISTIL_GPU_FN(side_join),
+    .tp_rows = DISTIL_GPU_FN(tp_rows),
+    .native_stream = DISTIL_GPU_FN(native_stream),
 };
