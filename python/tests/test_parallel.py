@@ -113,3 +113,35 @@ def test_gloo_world_2_and_3():
     with tempfile.TemporaryDirectory() as d:
         init = "file://" + os.path.join(d, "rendezvous")
         mp.spawn(_rank, args=(init,), nprocs=3, join=True)
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and dist.is_nccl_available()),
+                    reason="needs a CUDA GPU and torch.distributed with NCCL")
+def test_cuda_nccl_world_1():
+    """World size 1 through ProcessGroupNCCL on one GPU: the fused loss's row statistics go
+    through the callback communicator over device buffers, the JSD's share through all_reduce."""
+    with tempfile.TemporaryDirectory() as d:
+        dist.init_process_group("nccl", init_method="file://" + os.path.join(d, "r"), rank=0,
+                                world_size=1)
+        try:
+            dev = torch.device("cuda", 0)
+            xs, ws, bs, xt, wt, labels = (t.to(dev) for t in _inputs(11, t=64, v=1031))
+            args = dict(beta=0.5, temperature=2.0, return_soft_hard_loss=True)
+            x0, w0 = xs.clone().requires_grad_(), ws.clone().requires_grad_()
+            ref = dt.FusedLinearJSDLoss(0.5, 0.5, **args)(x0, w0, xt, wt, labels, bs)
+            ref[0].backward()
+            x1, w1 = xs.clone().requires_grad_(), ws.clone().requires_grad_()
+            got = dt.FusedLinearJSDLoss(0.5, 0.5, process_group=dist.group.WORLD, **args)(
+                x1, w1, xt, wt, labels, bs)
+            got[0].backward()
+            for a, b in zip(got, ref):
+                assert abs(float(a) - float(b)) <= 1e-5 * abs(float(b))
+            assert _rel(x1.grad, x0.grad) <= FUSED_F32_GRAD
+            assert _rel(w1.grad, w0.grad) <= FUSED_F32_GRAD
+            x = torch.log_softmax(torch.randn(8, 300, device=dev), -1)
+            y = torch.log_softmax(torch.randn(8, 300, device=dev), -1)
+            j0 = dt.JSD()(x, y)
+            j1 = dt.JSD(process_group=dist.group.WORLD)(x, y)
+            assert abs(float(j1) - float(j0)) <= 1e-5 * abs(float(j0))
+        finally:
+            dist.destroy_process_group()

@@ -13,12 +13,15 @@ How the collectives run, and why:
     split-phase form (docs/SPEC.md §8), and it works for every backend distil.torch runs on
     (gloo on CPU, NCCL on CUDA).
   - Fused loss: libdistil's distil_fused_linear_jsd_tp with a callback communicator whose
-    all-reduce is torch.distributed.all_reduce on the group, over the host buffer libdistil
-    hands it (CPU tensors, gloo). The row statistics' all-reduces happen inside the call, per
-    chunk. CUDA tensors are refused for now: the cuda backend has no vocabulary-parallel row
-    pass yet, and a torch tensor over a raw device pointer would be needed for NCCL (torch
-    2.11-2.15 keep ProcessGroupNCCL's ncclComm_t private, so distil_comm_create_nccl cannot be
-    fed from Python without a private API).
+    all-reduce is torch.distributed.all_reduce on the group, over the buffer libdistil hands it,
+    wrapped without a copy: a host buffer (CPU tensors, gloo) through torch.frombuffer, a device
+    buffer (CUDA tensors, NCCL) through __cuda_array_interface__. The row statistics'
+    all-reduces happen inside the call, per chunk, ordered on the current stream as any torch
+    collective is (ProcessGroupNCCL makes its stream wait for the current one and the current
+    one for it). Torch 2.15 also exposes the group's ncclComm_t (ProcessGroupNCCL.comm_ptr(),
+    _comm_ptr() before), which distil_comm_create_nccl could borrow directly; the callback is
+    used instead because it keeps torch's own stream ordering and watchdog for every collective
+    on the group and needs no private or version-dependent API.
 """
 
 import ctypes
@@ -57,21 +60,35 @@ for _name, (_res, _args) in _lib_fns.items():
 _CTYPES = {0: (ctypes.c_float, torch.float32), 1: (ctypes.c_double, torch.float64)}
 
 
-def shard_offset(process_group, local_vocab: int, vocab_offset: Optional[int] = None):
-    """(v0, V): the rank's first vocabulary entry and the whole vocabulary of the group."""
-    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size(process_group))]
-    dist.all_gather(sizes, torch.tensor([local_vocab], dtype=torch.int64), group=process_group)
+def shard_offset(process_group, local_vocab: int, vocab_offset: Optional[int] = None,
+                 device="cpu"):
+    """(v0, V): the rank's first vocabulary entry and the whole vocabulary of the group (one
+    all_gather of the shard sizes, on `device`: the group's backend must take it)."""
+    world = dist.get_world_size(process_group)
+    sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
+    dist.all_gather(sizes, torch.tensor([local_vocab], dtype=torch.int64, device=device),
+                    group=process_group)
     sizes = [int(s) for s in sizes]
     rank = dist.get_rank(process_group)
     derived = sum(sizes[:rank])
     return (derived if vocab_offset is None else int(vocab_offset)), sum(sizes)
 
 
-class _Comm:
-    """A distil_comm whose all-reduce is torch.distributed.all_reduce on a group (host memory)."""
+class _DeviceBuffer:
+    """count elements at a device address, as torch.as_tensor takes them (no copy)."""
 
-    def __init__(self, process_group):
+    def __init__(self, addr, count, typestr):
+        self.__cuda_array_interface__ = {"shape": (count,), "typestr": typestr,
+                                         "data": (addr, False), "version": 3, "stream": None}
+
+
+class _Comm:
+    """A distil_comm whose all-reduce is torch.distributed.all_reduce on a group, over host
+    (CPU) or device (CUDA) buffers."""
+
+    def __init__(self, process_group, device):
         self.group = process_group
+        self.device = torch.device(device)
         self.error = None
         self._fn = _ALLREDUCE(self._allreduce)  # kept alive as long as the comm
         self.handle = c_void_p()
@@ -84,7 +101,11 @@ class _Comm:
     def _allreduce(self, user, buf, count, dtype, op, stream):
         try:
             ctype, tdtype = _CTYPES[dtype]
-            t = torch.frombuffer((ctype * count).from_address(buf), dtype=tdtype)
+            if self.device.type == "cuda":
+                t = torch.as_tensor(_DeviceBuffer(buf, count, "<f8" if dtype == 1 else "<f4"),
+                                    device=self.device)
+            else:
+                t = torch.frombuffer((ctype * count).from_address(buf), dtype=tdtype)
             dist.all_reduce(t, op=dist.ReduceOp.MAX if op == 1 else dist.ReduceOp.SUM,
                             group=self.group)
             return 0
@@ -112,9 +133,6 @@ class _FusedTP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xs, ws, bs, xt, wt, bt, labels, weights, beta, temperature, ignore_index,
                 chunk_rows, shard, comm):
-        if xs.is_cuda:
-            raise _errors.make_error(_lib.ERR_UNSUPPORTED, "fused_linear_jsd_tp: CUDA tensors "
-                                     "are not supported yet (docs/SPEC.md §8)")
         xs, ws, xt, wt = (t.contiguous() for t in (xs, ws, xt, wt))
         dctx = _ops.context_for(xs)
         d = _lib.FusedDesc()
@@ -126,7 +144,7 @@ class _FusedTP(torch.autograd.Function):
         d.beta, d.temperature, d.ignore_index = beta, temperature, ignore_index
         d.chunk_rows, d.return_parts = chunk_rows, 1
         d.teacher_vocab = wt.shape[0]
-        parts = torch.empty(3, dtype=torch.float32)
+        parts = torch.empty(3, dtype=torch.float32, device=xs.device)
         gx, gw = torch.empty_like(xs), torch.empty_like(ws)
         gb = torch.empty_like(bs) if bs is not None else None
         a = _ops._addr
@@ -137,6 +155,7 @@ class _FusedTP(torch.autograd.Function):
             err, comm.error = comm.error, None
             raise err
         dctx.check(status)
+        _ops._after_call(dctx, xs)
         ctx.save_for_backward(gx, gw, gb if gb is not None else torch.empty(0))
         ctx.has_bias = bs is not None
         return parts
@@ -158,12 +177,11 @@ class VocabParallel:
         self.comm = None
         self.key = None
 
-    def shard(self, local_vocab):
-        if self.key != local_vocab:
-            self.v0, self.total = shard_offset(self.group, local_vocab, self.offset)
-            self.key = local_vocab
-        if self.comm is None:
-            self.comm = _Comm(self.group)
+    def shard(self, local_vocab, device):
+        if self.key != (local_vocab, device):
+            self.v0, self.total = shard_offset(self.group, local_vocab, self.offset, device)
+            self.key = (local_vocab, device)
+            self.comm = _Comm(self.group, device)
         s = VocabShard()
         _lib.lib.distil_vocab_shard_init(ctypes.byref(s))
         s.vocab_offset, s.vocab_total, s.comm = self.v0, self.total, self.comm.handle
@@ -178,5 +196,5 @@ class VocabParallel:
         parts = _FusedTP.apply(x2, ws, bs, t2, wt, bt, lab, (float(weight_hard),
                                                            float(weight_soft)), float(beta),
                                float(temperature), int(ignore_index), int(chunk_rows),
-                               self.shard(ws.shape[0]), self.comm)
+                               self.shard(ws.shape[0], xs.device), self.comm)
         return parts[0], parts[1].detach(), parts[2].detach()
