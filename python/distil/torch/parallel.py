@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .. import _errors, _lib
+from .. import _calls, _errors, _lib
 from . import _ops
 from . import functional as F
 
@@ -52,6 +52,8 @@ _lib_fns = {
     "distil_comm_destroy": (None, [c_void_p]),
     "distil_fused_linear_jsd_tp": (c_int, [c_void_p, POINTER(_lib.FusedDesc),
                                            POINTER(VocabShard)] + [c_void_p] * 11),
+    "distil_fused_linear_jsd_tp_workspace_size": (c_int, [c_void_p, POINTER(_lib.FusedDesc),
+                                                          c_int, POINTER(c_size_t)]),
 }
 for _name, (_res, _args) in _lib_fns.items():
     _fn = getattr(_lib.lib, _name)
@@ -148,6 +150,13 @@ class _FusedTP(torch.autograd.Function):
         gx, gw = torch.empty_like(xs), torch.empty_like(ws)
         gb = torch.empty_like(bs) if bs is not None else None
         a = _ops._addr
+        # The workspace from torch's allocator, lent for this call (replacing any lend that the
+        # unsharded ops left in place, see _calls._lend).
+        n = ctypes.c_size_t()
+        dctx.check(_lib.lib.distil_fused_linear_jsd_tp_workspace_size(
+            dctx.handle, ctypes.byref(d), 1, ctypes.byref(n)))
+        work = _ops._workspace(xs, n.value)
+        _calls._lend(dctx, a(work), n.value)
         status = _lib.lib.distil_fused_linear_jsd_tp(
             dctx.handle, ctypes.byref(d), ctypes.byref(shard),
             *[a(t) or None for t in (xs, ws, bs, xt, wt, bt, labels, parts, gx, gw, gb)])
