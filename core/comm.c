@@ -68,26 +68,41 @@ int distil_comm_size(const distil_comm *comm) {
     return comm ? comm->size : -1;
 }
 
+/* Buffers the backend hands out as handles (opencl cl_mem): the all-reduce goes through host
+ * memory. */
+static bool distil_comm_staged(const distil_ctx *ctx) {
+    const char *be = ctx->be->name;
+    return !ctx->be->host_memory && strcmp(be, "cuda") != 0 && strcmp(be, "hip") != 0;
+}
+
 distil_status distil_comm_check(distil_ctx *ctx, const char *fn, const distil_comm *comm) {
     const char *be = ctx->be->name;
-    if (!ctx->be->host_memory && strcmp(be, "cuda") != 0 && strcmp(be, "hip") != 0) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "%s: shard.comm: communicators take host or device pointers; "
-                                "'%s' buffers are handles (use the split-phase form, docs/SPEC.md "
-                                "§8)",
-                                fn, be);
-    }
-    if (comm->kind == DISTIL_COMM_KIND_MPI && !ctx->be->host_memory) {
+    bool device = !ctx->be->host_memory && !distil_comm_staged(ctx); /* cuda, hip */
+    if (comm->kind == DISTIL_COMM_KIND_MPI && device) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
-                                "%s: shard.comm: an MPI communicator needs host memory (the cpu or "
-                                "ref backend), not '%s'",
+                                "%s: shard.comm: an MPI communicator takes host memory, not '%s' "
+                                "device pointers (use NCCL there)",
                                 fn, be);
     }
-    if (comm->kind == DISTIL_COMM_KIND_NCCL && strcmp(be, "cuda") != 0 && strcmp(be, "hip") != 0) {
+    if (comm->kind == DISTIL_COMM_KIND_NCCL && !device) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
                                 "%s: shard.comm: an NCCL communicator needs the cuda or hip "
                                 "backend, not '%s'",
                                 fn, be);
+    }
+    return DISTIL_OK;
+}
+
+/* The engine's all-reduce on addr (host or device memory). */
+static distil_status distil_comm_call(distil_ctx *ctx, const distil_comm *comm, void *addr,
+                                      int64_t count, distil_comm_dtype dtype, distil_comm_op op) {
+    void *stream = ctx->be->native_stream ? ctx->be->native_stream(ctx->b) : NULL;
+    int rc = comm->fn(comm->user, addr, count, dtype, op, stream);
+    if (rc != 0) {
+        static const char *const kinds[] = {"callback", "mpi", "nccl"};
+        return distil_error_set(
+            ctx, DISTIL_ERR_BACKEND, "comm (%s): all-reduce of %lld %s values returned %d",
+            kinds[comm->kind], (long long)count, dtype == DISTIL_COMM_F64 ? "f64" : "f32", rc);
     }
     return DISTIL_OK;
 }
@@ -97,13 +112,23 @@ distil_status distil_comm_allreduce(distil_ctx *ctx, const distil_comm *comm, di
     if (count == 0) {
         return DISTIL_OK;
     }
-    void *stream = ctx->be->native_stream ? ctx->be->native_stream(ctx->b) : NULL;
-    int rc = comm->fn(comm->user, distil_dptr_addr(buf), count, dtype, op, stream);
-    if (rc != 0) {
-        static const char *const kinds[] = {"callback", "mpi", "nccl"};
-        return distil_error_set(
-            ctx, DISTIL_ERR_BACKEND, "comm (%s): all-reduce of %lld %s values returned %d",
-            kinds[comm->kind], (long long)count, dtype == DISTIL_COMM_F64 ? "f64" : "f32", rc);
+    if (!distil_comm_staged(ctx)) {
+        return distil_comm_call(ctx, comm, distil_dptr_addr(buf), count, dtype, op);
     }
-    return DISTIL_OK;
+    /* Handles: download (which waits for the queue), all-reduce on the host, upload. The vectors
+     * are [rows]-sized statistics or a chunk's grad_xs partial. */
+    size_t bytes = (size_t)count * (dtype == DISTIL_COMM_F64 ? 8u : 4u);
+    void *host = malloc(bytes);
+    if (host == NULL) {
+        return distil_error_set(ctx, DISTIL_ERR_OUT_OF_MEMORY, "comm: out of host memory");
+    }
+    distil_status s = ctx->be->mem_download(ctx->b, host, buf, bytes);
+    if (s == DISTIL_OK) {
+        s = distil_comm_call(ctx, comm, host, count, dtype, op);
+    }
+    if (s == DISTIL_OK) {
+        s = ctx->be->mem_upload(ctx->b, buf, host, bytes);
+    }
+    free(host);
+    return s;
 }

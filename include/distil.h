@@ -436,7 +436,8 @@ typedef int (*distil_comm_allreduce_fn)(void *user, void *buf, int64_t count,
  * Communicators. Each one borrows the engine's group: the caller keeps it alive and frees it after
  * distil_comm_destroy. Rank and size are fixed at creation (the engine's own, where it has one).
  *   _callback  any engine: rank in [0, size), size >= 1, fn not NULL; user is passed through.
- *   _mpi       the cpu and ref backends, on an MPI_Comm: mpi_comm points to the caller's MPI_Comm
+ *   _mpi       host memory (cpu, ref; opencl through host copies), on an MPI_Comm: mpi_comm points
+ *              to the caller's MPI_Comm
  *              (MPI_Init done). DISTIL_ERR_NOT_AVAILABLE when the library was built without MPI
  *              (CMake option DISTIL_MPI).
  *   _nccl      the cuda backend, on the caller's ncclComm_t (RCCL's on hip), cast to void *. NCCL's
@@ -488,8 +489,9 @@ distil_jsd_tp(distil_ctx *ctx, const distil_jsd_desc *desc, const distil_vocab_s
  * grad_student_weight / bias are the rank's rows [v0, v0 + desc.vocab) (desc.vocab of them);
  * hidden states and labels (global ids in [0, vocab_total)) are the whole batch on every rank.
  * Per chunk three all-reduces of [8 chunk] f64 row statistics and, with grad_student_hidden, one
- * of [chunk, Hs] f32 (docs/SPEC.md §8). Needs a backend with the vocabulary-parallel row op (cpu;
- * DISTIL_ERR_UNSUPPORTED elsewhere). Returns what distil_fused_linear_jsd returns.
+ * of [chunk, Hs] f32 (docs/SPEC.md §8). Needs a backend with the vocabulary-parallel row op (cpu,
+ * cuda, hip, opencl with cl_khr_fp64; ref gives DISTIL_ERR_UNSUPPORTED). Returns what
+ * distil_fused_linear_jsd returns.
  */
 DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd_tp(
     distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc, const distil_vocab_shard *shard,

@@ -283,6 +283,7 @@ const distil_backend distil_backend_opencl = {
     .count_valid = distil_ocl_count_valid,
     .jsd_rows = distil_ocl_jsd_rows,
     .fused_rows = distil_ocl_fused_rows,
+    .tp_rows = distil_ocl_tp_rows,
     .reduce = distil_ocl_reduce,
     .cast = distil_ocl_cast,
     .fill = distil_ocl_fill,

@@ -16,6 +16,7 @@
     X(distill, DISTILL, "distill.cl")                                                              \
     X(reduce, REDUCE, "reduce.cl")                                                                 \
     X(elementwise, ELEMENTWISE, "elementwise.cl")                                                  \
-    X(gemm, GEMM, "gemm.cl")
+    X(gemm, GEMM, "gemm.cl")                                                                       \
+    X(tp, TP, "tp.cl")
 
 #endif

@@ -13,16 +13,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OCL_MAX_PARTS 4
+#define OCL_MAX_PARTS 5
 
 /* The files of each program, common.cl first; DISTIL_OCL_SRC_COUNT ends a list. */
 static const distil_ocl_src ocl_prog_parts[DISTIL_OCL_PROG_COUNT][OCL_MAX_PARTS] = {
     [DISTIL_OCL_PROG_ROWS] = {DISTIL_OCL_SRC_COMMON, DISTIL_OCL_SRC_ELEM, DISTIL_OCL_SRC_JSD,
-                              DISTIL_OCL_SRC_DISTILL},
+                              DISTIL_OCL_SRC_DISTILL, DISTIL_OCL_SRC_COUNT},
     [DISTIL_OCL_PROG_REDUCE] = {DISTIL_OCL_SRC_COMMON, DISTIL_OCL_SRC_REDUCE, DISTIL_OCL_SRC_COUNT},
     [DISTIL_OCL_PROG_ELEMENTWISE] = {DISTIL_OCL_SRC_COMMON, DISTIL_OCL_SRC_ELEMENTWISE,
                                      DISTIL_OCL_SRC_COUNT},
     [DISTIL_OCL_PROG_GEMM] = {DISTIL_OCL_SRC_COMMON, DISTIL_OCL_SRC_GEMM, DISTIL_OCL_SRC_COUNT},
+    [DISTIL_OCL_PROG_TP] = {DISTIL_OCL_SRC_COMMON, DISTIL_OCL_SRC_ELEM, DISTIL_OCL_SRC_JSD,
+                            DISTIL_OCL_SRC_DISTILL, DISTIL_OCL_SRC_TP},
 };
 
 /* The program's own file (its last part), for messages. */
