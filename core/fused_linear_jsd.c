@@ -234,7 +234,7 @@ distil_status distil_fused_workspace_call(distil_ctx *ctx, const distil_fused_li
     DISTIL_TRY(distil_fused_make_plan(ctx, desc, &s, &p));
     if (tp_in != NULL) {
         distil_tp tp = *tp_in;
-        DISTIL_TRY(distil_tp_fused_plan(ctx, &tp, &s, &p));
+        DISTIL_TRY(distil_tp_fused_plan(ctx, &tp, &s, desc->chunk_rows == 0, &p));
     }
     *bytes = p.bytes;
     return DISTIL_OK;
@@ -302,7 +302,7 @@ distil_status distil_fused_call(distil_ctx *ctx, const distil_fused_linear_jsd_d
     if (tp_in != NULL) {
         tp_plan = *tp_in;
         tp = &tp_plan;
-        DISTIL_TRY(distil_tp_fused_plan(ctx, tp, &s, &p));
+        DISTIL_TRY(distil_tp_fused_plan(ctx, tp, &s, desc->chunk_rows == 0, &p));
     }
     DISTIL_TRY(distil_workspace_acquire(ctx, p.bytes, fn, &a.workspace));
     if (tp != NULL) {

@@ -22,10 +22,11 @@ typedef struct distil_tp {
     bool own_stats, want_gx;
 } distil_tp;
 
-/* The fused loss's plan p grown by tp's regions (offsets into tp); UNSUPPORTED when the backend
- * has no tp_rows op. */
+/* The fused loss's plan p grown by tp's regions (offsets into tp), its chunk halved while it does
+ * not fit a lent workspace when the chunk is the library's choice (auto_chunk); UNSUPPORTED when
+ * the backend has no tp_rows op. */
 distil_status distil_tp_fused_plan(distil_ctx *ctx, distil_tp *tp, const distil_fused_shape *s,
-                                   distil_fused_plan *p);
+                                   bool auto_chunk, distil_fused_plan *p);
 /* tp's regions in the acquired workspace. */
 void distil_tp_fused_bind(distil_tp *tp, distil_dptr workspace);
 

@@ -63,14 +63,8 @@ distil_status distil_tp_fused_rows(distil_ctx *ctx, const distil_tp *tp,
     return DISTIL_OK;
 }
 
-distil_status distil_tp_fused_plan(distil_ctx *ctx, distil_tp *tp, const distil_fused_shape *s,
-                                   distil_fused_plan *p) {
-    if (ctx->be->tp_rows == NULL) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "fused_linear_jsd_tp: backend '%s' has no vocabulary-parallel row "
-                                "pass (docs/SPEC.md §8)",
-                                ctx->be->name);
-    }
+/* p grown by tp's regions, offsets into tp. */
+static void distil_tp_fused_grow(distil_tp *tp, const distil_fused_shape *s, distil_fused_plan *p) {
     size_t off = distil_workspace_round(p->bytes);
     tp->own_stats = !distil_dptr_present(tp->stats);
     if (tp->own_stats) {
@@ -83,6 +77,25 @@ distil_status distil_tp_fused_plan(distil_ctx *ctx, distil_tp *tp, const distil_
         off += distil_workspace_round((size_t)(p->chunk_rows * s->hs) * sizeof(float));
     }
     p->bytes = off;
+}
+
+distil_status distil_tp_fused_plan(distil_ctx *ctx, distil_tp *tp, const distil_fused_shape *s,
+                                   bool auto_chunk, distil_fused_plan *p) {
+    if (ctx->be->tp_rows == NULL) {
+        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
+                                "fused_linear_jsd_tp: backend '%s' has no vocabulary-parallel row "
+                                "pass (docs/SPEC.md §8)",
+                                ctx->be->name);
+    }
+    distil_fused_plan base = *p;
+    distil_tp_fused_grow(tp, s, p);
+    /* A chosen chunk fitted to a lent workspace without tp's regions: halve it until both fit. */
+    const size_t avail = distil_workspace_available(ctx);
+    while (auto_chunk && p->bytes > avail && base.chunk_rows > 1) {
+        distil_chunk_plan(s, base.chunk_rows / 2, &base);
+        *p = base;
+        distil_tp_fused_grow(tp, s, p);
+    }
     return DISTIL_OK;
 }
 

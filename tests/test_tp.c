@@ -93,6 +93,39 @@ static void fused_world1_comm(void **state) {
     }
 }
 
+/* A lent workspace one byte short of the query's: the library's chunk shrinks until the plan and
+ * the statistics fit (docs/SPEC.md §8), the result still the unsharded loss. */
+static void fused_lent_workspace(void **state) {
+    (void)state;
+    if (!fused_supported()) {
+        skip();
+    }
+    tp_fused_spec s = fused_cases[0];
+    s.chunk = 0;
+    tp_fused p;
+    tp_fused_make(&p, &s, DISTIL_F32, 150);
+    distil_ctx *ref = tu_ctx("ref");
+    tp_fused_out r;
+    tp_fused_run(ref, &p, &r);
+    size_t need = 0;
+    TU_OK(g_ctx, distil_fused_linear_jsd_tp_workspace_size(g_ctx, &p.d, 1, &need));
+    void *work = tu_alloc_poisoned(g_ctx, need - 1);
+    TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, work, need - 1));
+    int calls = 0;
+    distil_comm *comm = NULL;
+    TU_OK(NULL, distil_comm_create_callback(&comm, 0, 1, identity_allreduce, &calls));
+    tps_out o;
+    tps_fused_run(g_ctx, &p, 0, p.s.v, comm, &o);
+    tps_check(&p, 0, p.s.v, &o, &r);
+    TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, NULL, 0));
+    distil_free(g_ctx, work);
+    tps_out_free(&o);
+    distil_comm_destroy(comm);
+    tp_fused_out_free(&r);
+    distil_ctx_destroy(ref);
+    tp_fused_free(&p);
+}
+
 /* ---------------------------------------------------------------- split phase, world 1-4 */
 
 /* One rank's device buffers of a split-phase run. */
@@ -403,9 +436,8 @@ static int group_teardown(void **state) {
 static int run_group(const char *backend) {
     g_backend = backend;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(fused_world1_comm),
-        cmocka_unit_test(fused_split_phase),
-        cmocka_unit_test(jsd_shards),
+        cmocka_unit_test(fused_world1_comm), cmocka_unit_test(fused_lent_workspace),
+        cmocka_unit_test(fused_split_phase), cmocka_unit_test(jsd_shards),
         cmocka_unit_test(bad_shards),
     };
     return _cmocka_run_group_tests(tu_group_name("tp", backend), tests, TU_LEN(tests), group_setup,

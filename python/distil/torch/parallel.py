@@ -152,6 +152,7 @@ class _FusedTP(torch.autograd.Function):
         a = _ops._addr
         # The workspace from torch's allocator, lent for this call (replacing any lend that the
         # unsharded ops left in place, see _calls._lend).
+        _calls._lend(dctx, 0, 0)  # the size query plans for no lend
         n = ctypes.c_size_t()
         dctx.check(_lib.lib.distil_fused_linear_jsd_tp_workspace_size(
             dctx.handle, ctypes.byref(d), 1, ctypes.byref(n)))
