@@ -28,7 +28,7 @@ typedef struct distil_fused_loop {
     distil_dtype gw_dtype; /* of gw and gb: F32 (accumulators), or the output dtype */
     size_t es;             /* bytes of an input element */
     bool grads;            /* any gradient wanted */
-    const distil_tp *tp; /* vocabulary shard (docs/SPEC.md §8), or NULL */
+    const distil_tp *tp;   /* vocabulary shard (docs/SPEC.md §8), or NULL */
 } distil_fused_loop;
 
 /* A split phase of a vocabulary-parallel call that stops before FINISH: statistics only. */

@@ -348,7 +348,7 @@ static void k_fused_row(cpu_fused_row *r) {
  * returns sum e, *sg = sum de/dx; dq and q land in the scratch as for k_fused_grad. */
 static double k_tp_jsd(const cpu_fused_row *r, const k_lsm *ls, const k_lsm *lt, double *sg) {
     de_coef k;
-    k_jsd_init(&k, r->beta);
+    k_jsd_init(&k, r->coef);
 #define K_TP_CASE(M)                                                                               \
     case DE_##M:                                                                                   \
         return k_fused_jsd(DE_##M, r, ls, lt, &k, sg);

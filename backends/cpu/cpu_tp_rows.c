@@ -66,10 +66,11 @@ distil_status distil_cpu_tp_rows(void *b, const distil_tp_rows_args *a) {
     int threads = st->threads;
     DISTIL_TRY(distil_cpu_grow(st, &st->rows, &st->rows_bytes,
                                (size_t)threads * (size_t)per * sizeof(float), "distill row"));
+    const distil_elem_beta coef = distil_elem_div_make(a->divergence, a->beta, a->alpha);
     cpu_tp_row proto = {.phase = (int)a->phase,
                         .f = {.g_dtype = a->g_dtype,
                               .vocab = a->vocab,
-                              .beta = a->beta,
+                              .coef = &coef,
                               .inv_t = a->inv_temperature,
                               .gh = n != 0.0f ? a->weight_hard / n : 0.0f,
                               .gs = n != 0.0f ? a->weight_soft / n : 0.0f}};

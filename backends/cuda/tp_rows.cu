@@ -197,7 +197,7 @@ static tp_params tp_params_of(const distil_tp_rows_args *a) {
     p.f.weight_hard = a->weight_hard;
     p.f.weight_soft = a->weight_soft;
     p.f.unit_temp = a->inv_temperature == 1.0f;
-    p.f.coef = jsd_coef_make(a->beta);
+    p.f.coef = jsd_coef_make(a->divergence, a->beta, a->alpha);
     p.f.cx = FUSED_LOG2E * a->inv_temperature;
     p.phase = static_cast<int>(a->phase);
     p.v0 = a->vocab_offset;

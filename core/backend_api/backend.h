@@ -264,6 +264,8 @@ typedef struct distil_tp_rows_args {
     distil_dptr labels; /* (rows) int64 */
     int64_t ignore_index;
     float beta, inv_temperature, weight_hard, weight_soft;
+    distil_divergence divergence; /* the soft part's, as in distil_fused_rows_args */
+    float alpha;
     distil_dptr stat_max, stat_sum, stat_terms; /* (rows, 2), (rows, 3), (rows, 3) f64 */
     distil_dptr ce_rows, jsd_rows;              /* (rows) fp32, FINISH */
     distil_dptr g;                              /* (rows, vocab) g_dtype, optional, FINISH */
