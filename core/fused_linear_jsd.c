@@ -10,6 +10,7 @@
 #include "fused_head.h"
 #include "fused_loop.h"
 #include "overlap.h"
+#include "tp.h"
 #include "validate.h"
 #include "workspace.h"
 
@@ -209,8 +210,9 @@ static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
     return s;
 }
 
-static distil_status distil_fused_linear_jsd_workspace_size_run(
-    distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc, int want_grads, size_t *bytes) {
+/* The workspace query, unsharded (tp NULL) or for a vocabulary shard (docs/SPEC.md §8). */
+distil_status distil_fused_workspace_call(distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc,
+                                          const distil_tp *tp_in, int want_grads, size_t *bytes) {
     if (ctx == NULL) {
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG,
                                 "fused_linear_jsd_workspace_size: ctx is NULL");
@@ -225,6 +227,10 @@ static distil_status distil_fused_linear_jsd_workspace_size_run(
     distil_fused_shape s = distil_fused_shape_of(ctx, desc, g, g, g);
     distil_fused_plan p;
     DISTIL_TRY(distil_fused_make_plan(ctx, desc, &s, &p));
+    if (tp_in != NULL) {
+        distil_tp tp = *tp_in;
+        DISTIL_TRY(distil_tp_fused_plan(ctx, &tp, &s, desc->chunk_rows == 0, &p));
+    }
     *bytes = p.bytes;
     return DISTIL_OK;
 }
@@ -233,7 +239,7 @@ distil_status distil_fused_linear_jsd_workspace_size(distil_ctx *ctx,
                                                      const distil_fused_linear_jsd_desc *desc,
                                                      int want_grads, size_t *bytes) {
     DISTIL_GUARDED(ctx, "fused_linear_jsd_workspace_size",
-                   distil_fused_linear_jsd_workspace_size_run(ctx, desc, want_grads, bytes));
+                   distil_fused_workspace_call(ctx, desc, NULL, want_grads, bytes));
 }
 
 /* No labels (weight_hard == 0): label 0 for every row, in the plan's region of the workspace,
@@ -260,25 +266,22 @@ static distil_status distil_fused_empty(distil_ctx *ctx, const distil_fused_args
     return ctx->be->fill(ctx->b, &f);
 }
 
-static distil_status distil_fused_linear_jsd_run(
-    distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc, const void *student_hidden,
-    const void *student_weight, const void *student_bias, const void *teacher_hidden,
-    const void *teacher_weight, const void *teacher_bias, const int64_t *labels, float *loss,
-    void *grad_student_hidden, void *grad_student_weight, void *grad_student_bias) {
-    if (ctx == NULL) {
-        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "%s: ctx is NULL", fn);
-    }
-    distil_fused_args a = {.xs = distil_dptr_make(student_hidden, 0),
-                           .ws = distil_dptr_make(student_weight, 0),
-                           .bs = distil_dptr_make(student_bias, 0),
-                           .xt = distil_dptr_make(teacher_hidden, 0),
-                           .wt = distil_dptr_make(teacher_weight, 0),
-                           .bt = distil_dptr_make(teacher_bias, 0),
+/* The body of the fused loss, unsharded (tp NULL) or on a vocabulary shard (docs/SPEC.md §8).
+ * in: student hidden, weight, bias, teacher hidden, weight, bias; grads: hidden, weight, bias. */
+distil_status distil_fused_call(distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc,
+                                const distil_tp *tp_in, const void *const in[6],
+                                const int64_t *labels, float *loss, void *const grads[3]) {
+    distil_fused_args a = {.xs = distil_dptr_make(in[0], 0),
+                           .ws = distil_dptr_make(in[1], 0),
+                           .bs = distil_dptr_make(in[2], 0),
+                           .xt = distil_dptr_make(in[3], 0),
+                           .wt = distil_dptr_make(in[4], 0),
+                           .bt = distil_dptr_make(in[5], 0),
                            .labels = distil_dptr_make(labels, 0),
                            .loss = distil_dptr_make(loss, 0),
-                           .grad_xs = distil_dptr_make(grad_student_hidden, 0),
-                           .grad_ws = distil_dptr_make(grad_student_weight, 0),
-                           .grad_bs = distil_dptr_make(grad_student_bias, 0)};
+                           .grad_xs = distil_dptr_make(grads[0], 0),
+                           .grad_ws = distil_dptr_make(grads[1], 0),
+                           .grad_bs = distil_dptr_make(grads[2], 0)};
     DISTIL_TRY(distil_fused_check_desc(ctx, desc));
     distil_fused_fill_args(desc, &a);
     DISTIL_TRY(distil_fused_check_ptrs(ctx, &a));
@@ -290,15 +293,25 @@ static distil_status distil_fused_linear_jsd_run(
                               distil_dptr_present(a.grad_ws), distil_dptr_present(a.grad_bs));
     distil_fused_plan p;
     DISTIL_TRY(distil_fused_make_plan(ctx, desc, &s, &p));
+    distil_tp tp_plan, *tp = NULL;
+    if (tp_in != NULL) {
+        tp_plan = *tp_in;
+        tp = &tp_plan;
+        DISTIL_TRY(distil_tp_fused_plan(ctx, tp, &s, desc->chunk_rows == 0, &p));
+    }
     DISTIL_TRY(distil_workspace_acquire(ctx, p.bytes, fn, &a.workspace));
+    if (tp != NULL) {
+        distil_tp_fused_bind(tp, a.workspace);
+    }
     a.workspace_bytes = p.bytes;
     a.chunk_rows = p.chunk_rows;
     const bool own_labels = !distil_dptr_present(a.labels);
     if (own_labels) {
         DISTIL_TRY(distil_fused_stand_in_labels(ctx, &a, &p));
     }
-    distil_status st = ctx->be->fused_linear_jsd != NULL ? ctx->be->fused_linear_jsd(ctx->b, &a)
-                                                         : distil_fused_loop_run(ctx, &a, &p);
+    distil_status st = tp != NULL ? distil_fused_loop_run_tp(ctx, &a, &p, tp)
+                       : ctx->be->fused_linear_jsd != NULL ? ctx->be->fused_linear_jsd(ctx->b, &a)
+                                                           : distil_fused_loop_run(ctx, &a, &p);
     if (st == DISTIL_OK && own_labels && a.return_parts) {
         st = distil_fused_no_hard_part(ctx, &a); /* the rows' CE against the stand-in is moot */
     }
@@ -314,9 +327,11 @@ distil_status distil_fused_linear_jsd(distil_ctx *ctx, const distil_fused_linear
                                       const void *teacher_weight, const void *teacher_bias,
                                       const int64_t *labels, float *loss, void *grad_student_hidden,
                                       void *grad_student_weight, void *grad_student_bias) {
+    const void *const in[6] = {student_hidden, student_weight, student_bias,
+                               teacher_hidden, teacher_weight, teacher_bias};
+    void *const grads[3] = {grad_student_hidden, grad_student_weight, grad_student_bias};
     DISTIL_GUARDED(ctx, fn,
-                   distil_fused_linear_jsd_run(ctx, desc, student_hidden, student_weight,
-                                               student_bias, teacher_hidden, teacher_weight,
-                                               teacher_bias, labels, loss, grad_student_hidden,
-                                               grad_student_weight, grad_student_bias));
+                   ctx == NULL
+                       ? distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "%s: ctx is NULL", fn)
+                       : distil_fused_call(ctx, desc, NULL, in, labels, loss, grads));
 }

@@ -20,6 +20,7 @@
 #include "divergence.h"
 #include "error.h"
 #include "fused_head.h"
+#include "tp.h"
 
 /* Everything one chunk step needs, resolved once per call. */
 typedef struct distil_fused_loop {
@@ -33,7 +34,13 @@ typedef struct distil_fused_loop {
     size_t es;             /* bytes of an input element */
     bool grads;            /* any gradient wanted */
     bool head;             /* a head pass before each row pass (docs/SPEC.md §6, fused_head.c) */
+    const distil_tp *tp;   /* vocabulary shard (docs/SPEC.md §8), or NULL */
 } distil_fused_loop;
+
+/* A split phase of a vocabulary-parallel call that stops before FINISH: statistics only. */
+static bool distil_fused_stats_only(const distil_fused_loop *L) {
+    return L->tp != NULL && L->tp->phase >= 0 && L->tp->phase != DISTIL_TP_FINISH;
+}
 
 static distil_dptr distil_fused_ws(const distil_fused_loop *L, size_t off) {
     return distil_dptr_add(L->a->workspace, off);
@@ -142,11 +149,13 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         .n_valid = distil_fused_ws(L, p->off_n),
         .divergence = a->divergence,
         .alpha = a->alpha,
-
         .inv_teacher_temperature = a->inv_teacher_temperature,
         .dz = distil_fused_head_dz(a, p, L->grads && distil_fused_student_head(a))};
     if (L->head) {
         DISTIL_TRY(distil_fused_head_pass(L->be, L->b, a, p, r.dz, r0, c));
+    }
+    if (L->tp != NULL) {
+        return distil_tp_fused_rows(L->ctx, L->tp, &r, a->rows, r0);
     }
     return L->be->fused_rows(L->b, &r);
 }
@@ -167,7 +176,21 @@ static distil_status distil_fused_grad_x(const distil_fused_loop *L, int64_t r0,
                           .ldb = a->hs,
                           .c = distil_dptr_add(a->grad_xs, (size_t)(r0 * a->hs) * L->es),
                           .ldc = a->hs};
-    return L->be->gemm(L->b, &m);
+    if (L->tp == NULL || !distil_dptr_present(L->tp->gx)) {
+        return L->be->gemm(L->b, &m);
+    }
+    /* Vocabulary parallel: the rank's fp32 partial, summed over the ranks, then rounded once. */
+    m.c_dtype = DISTIL_F32;
+    m.c = L->tp->gx;
+    DISTIL_TRY(L->be->gemm(L->b, &m));
+    DISTIL_TRY(distil_comm_allreduce(L->ctx, L->tp->comm, m.c, c * a->hs, DISTIL_COMM_F32,
+                                     DISTIL_COMM_SUM));
+    distil_cast_args k = {.src = L->tp->gx,
+                          .dst = distil_dptr_add(a->grad_xs, (size_t)(r0 * a->hs) * L->es),
+                          .src_dtype = DISTIL_F32,
+                          .dst_dtype = a->dtype,
+                          .count = c * a->hs};
+    return L->be->cast(L->b, &k);
 }
 
 /* gw (V, Hs) (+)= G^T xs_c; the first chunk overwrites. */
@@ -262,7 +285,7 @@ static distil_status distil_fused_step(const distil_fused_loop *L, int64_t r0) {
     if (c1 > 0 && L->grads) {
         s = distil_fused_side_logits(L, r0 + c, c1, &side);
     }
-    if (s == DISTIL_OK && L->grads) {
+    if (s == DISTIL_OK && L->grads && !distil_fused_stats_only(L)) {
         s = distil_fused_backward(L, r0, c);
     }
     if (s == DISTIL_OK && c1 > 0 && !(side && !L->p->g_in_place)) {
@@ -280,7 +303,7 @@ static distil_status distil_fused_prologue(const distil_fused_loop *L) {
     distil_count_args c = {.labels = a->labels,
                            .rows = a->rows,
                            .ignore_index = a->ignore_index,
-                           .vocab = a->vocab,
+                           .vocab = L->tp ? L->tp->total : a->vocab, /* labels are global */
                            .min_one = true,
                            .n_out = distil_fused_ws(L, L->p->off_n)};
     DISTIL_TRY(distil_normaliser_put(L->ctx, &c, a->normaliser, a->normaliser_device));
@@ -302,6 +325,9 @@ static distil_status distil_fused_prologue(const distil_fused_loop *L) {
 static distil_status distil_fused_epilogue(const distil_fused_loop *L) {
     const distil_fused_args *a = L->a;
     const distil_fused_plan *p = L->p;
+    if (distil_fused_stats_only(L)) {
+        return DISTIL_OK;
+    }
     distil_cast_args c = {.src_dtype = DISTIL_F32, .dst_dtype = a->dtype};
     if (p->gw_acc) {
         c.src = L->gw;
@@ -329,6 +355,11 @@ static distil_status distil_fused_epilogue(const distil_fused_loop *L) {
 
 distil_status distil_fused_loop_run(distil_ctx *ctx, const distil_fused_args *a,
                                     const distil_fused_plan *p) {
+    return distil_fused_loop_run_tp(ctx, a, p, NULL);
+}
+
+distil_status distil_fused_loop_run_tp(distil_ctx *ctx, const distil_fused_args *a,
+                                       const distil_fused_plan *p, const distil_tp *tp) {
     const distil_backend *be = ctx->be;
     const bool rows_op = a->topk != NULL ? be->topk_rows != NULL : be->fused_rows != NULL;
     if (!be->gemm || !be->count_valid || !rows_op || !be->reduce || !be->cast || !be->fill) {
@@ -336,7 +367,7 @@ distil_status distil_fused_loop_run(distil_ctx *ctx, const distil_fused_args *a,
                                 "fused_linear_jsd: backend '%s' lacks the fused-loss kernels",
                                 be->name);
     }
-    distil_fused_loop L = {.ctx = ctx, .be = be, .b = ctx->b, .a = a, .p = p};
+    distil_fused_loop L = {.ctx = ctx, .be = be, .b = ctx->b, .a = a, .p = p, .tp = tp};
     L.head = distil_fused_head_needed(a);
     if (L.head && be->head_rows == NULL) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,

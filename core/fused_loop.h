@@ -12,4 +12,11 @@
 distil_status distil_fused_loop_run(distil_ctx *ctx, const distil_fused_args *a,
                                     const distil_fused_plan *p);
 
+/* The same loop on a vocabulary shard (docs/SPEC.md §8): the row pass runs tp's phases with their
+ * all-reduces, grad_xs is summed over the ranks; a split phase before FINISH writes only the
+ * statistics. */
+typedef struct distil_tp distil_tp;
+distil_status distil_fused_loop_run_tp(distil_ctx *ctx, const distil_fused_args *a,
+                                       const distil_fused_plan *p, const distil_tp *tp);
+
 #endif /* DISTIL_CORE_FUSED_LOOP_H */

@@ -4,6 +4,7 @@
  */
 #include "ctx.h"
 #include "divergence.h"
+#include "tp.h"
 #include "error.h"
 #include "overlap.h"
 #include "validate.h"
@@ -209,9 +210,9 @@ static distil_status distil_jsd_compose(distil_ctx *ctx, const distil_jsd_args *
     return be->reduce(ctx->b, &red);
 }
 
-static distil_status distil_jsd_run(distil_ctx *ctx, const distil_jsd_desc *desc,
-                                    const void *student_logp, const void *teacher_logp,
-                                    const int64_t *labels, float *loss, void *grad_student) {
+distil_status distil_jsd_run(distil_ctx *ctx, const distil_jsd_desc *desc, const void *student_logp,
+                             const void *teacher_logp, const int64_t *labels, float *loss,
+                             void *grad_student) {
     if (ctx == NULL) {
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "%s: ctx is NULL", fn);
     }

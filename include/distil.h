@@ -528,6 +528,134 @@ DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_topk_workspace_siz
 DISTIL_API DISTIL_NODISCARD distil_status distil_scale(distil_ctx *ctx, void *x, distil_dtype dtype,
                                                        int64_t count, const float *scale);
 
+/* ---------------------------------------------------------------- vocabulary parallel */
+
+/*
+ * Vocabulary-parallel (tensor-parallel) losses, docs/SPEC.md §8. Each rank of a group holds the
+ * columns [vocab_offset, vocab_offset + vocab) of the log-prob rows (distil_jsd) or the rows
+ * [vocab_offset, vocab_offset + vocab) of both heads (the fused loss) out of vocab_total;
+ * desc.vocab is the rank's own width. Every rank gets the same loss; gradients are local to the
+ * shard, except grad_student_hidden, which every rank gets whole (summed across the ranks). The
+ * statistics that span the vocabulary are all-reduced through a communicator: a small vtable of
+ * in-place all-reduces over [rows]-sized vectors in the context's memory, enqueued on the context's
+ * stream.
+ */
+typedef struct distil_comm distil_comm;
+
+/* Element type and operation of one all-reduce. The numbers are pinned forever. */
+typedef enum distil_comm_dtype {
+    DISTIL_COMM_F32 = 0,
+    DISTIL_COMM_F64 = 1,
+} distil_comm_dtype;
+
+typedef enum distil_comm_op {
+    DISTIL_COMM_SUM = 0,
+    DISTIL_COMM_MAX = 1,
+} distil_comm_op;
+
+/*
+ * A caller's all-reduce: buf holds count elements of dtype in the context's memory (a device
+ * pointer, or host memory on cpu / ref); replace them in place by the op over every rank of the
+ * group, ordered after the work already enqueued on `stream` (the context's bound stream, as
+ * given to distil_ctx_set_stream; NULL on cpu / ref) and before the work enqueued after it. Every
+ * rank calls it with the same count, dtype and op in the same order. Return 0 on success; any
+ * other value fails the loss call with DISTIL_ERR_BACKEND ("comm: all-reduce callback returned N").
+ */
+typedef int (*distil_comm_allreduce_fn)(void *user, void *buf, int64_t count,
+                                        distil_comm_dtype dtype, distil_comm_op op, void *stream);
+
+/*
+ * Communicators. Each one borrows the engine's group: the caller keeps it alive and frees it after
+ * distil_comm_destroy. Rank and size are fixed at creation (the engine's own, where it has one).
+ *   _callback  any engine: rank in [0, size), size >= 1, fn not NULL; user is passed through.
+ *   _mpi       host memory (cpu, ref; opencl through host copies), on an MPI_Comm: mpi_comm points
+ *              to the caller's MPI_Comm
+ *              (MPI_Init done). DISTIL_ERR_NOT_AVAILABLE when the library was built without MPI
+ *              (CMake option DISTIL_MPI).
+ *   _nccl      the cuda backend, on the caller's ncclComm_t (RCCL's on hip), cast to void *. NCCL's
+ *              functions are looked up in the NCCL library already loaded in the process
+ *              (libnccl.so.2 / librccl.so, or the global symbol table); distil never links or
+ *              loads it: DISTIL_ERR_NOT_AVAILABLE with a message when it is not loaded.
+ * On failure *out is NULL and the message is in distil_ctx_last_error(NULL).
+ */
+DISTIL_API DISTIL_NODISCARD distil_status distil_comm_create_callback(distil_comm **out, int rank,
+                                                                      int size,
+                                                                      distil_comm_allreduce_fn fn,
+                                                                      void *user);
+DISTIL_API DISTIL_NODISCARD distil_status distil_comm_create_mpi(distil_comm **out,
+                                                                 const void *mpi_comm);
+DISTIL_API DISTIL_NODISCARD distil_status distil_comm_create_nccl(distil_comm **out,
+                                                                  void *nccl_comm);
+/* NULL is a no-op. The engine's group is not freed. */
+DISTIL_API void distil_comm_destroy(distil_comm *comm);
+/* The rank in [0, size) and the group's size; -1 for a NULL comm. */
+DISTIL_API int distil_comm_rank(const distil_comm *comm);
+DISTIL_API int distil_comm_size(const distil_comm *comm);
+
+/* The rank's part of the vocabulary. Always fill it with distil_vocab_shard_init() first. */
+typedef struct distil_vocab_shard {
+    size_t struct_size;   /* set by _init */
+    int64_t vocab_offset; /* v0 >= 0: the first vocabulary entry of this rank's columns / rows */
+    int64_t vocab_total;  /* V, the whole vocabulary; v0 + desc.vocab <= V. Labels are in [0, V) */
+    /* The group's communicator, or NULL for the split-phase entry points (the caller reduces). */
+    distil_comm *comm;
+} distil_vocab_shard;
+
+DISTIL_API void distil_vocab_shard_init(distil_vocab_shard *shard);
+
+/*
+ * distil_jsd on a vocabulary shard: student_logp, teacher_logp and grad_student are the rank's
+ * columns (rows, desc.vocab); labels, loss and reduction as in distil_jsd. The loss (1 value, or
+ * rows for NONE) is all-reduced (sum, fp32) through shard->comm: every rank gets the whole loss.
+ * The element terms need no statistics across the vocabulary, so distil_jsd itself on a shard
+ * is the split-phase form: it writes the rank's share of the loss, and the caller's sum over the
+ * ranks is the loss (docs/SPEC.md §8).
+ */
+DISTIL_API DISTIL_NODISCARD distil_status
+distil_jsd_tp(distil_ctx *ctx, const distil_jsd_desc *desc, const distil_vocab_shard *shard,
+              const void *student_logp, const void *teacher_logp, const int64_t *labels,
+              float *loss, void *grad_student);
+
+/*
+ * distil_fused_linear_jsd on a vocabulary shard: student_weight / bias, teacher_weight / bias,
+ * grad_student_weight / bias are the rank's rows [v0, v0 + desc.vocab) (desc.vocab of them);
+ * hidden states and labels (global ids in [0, vocab_total)) are the whole batch on every rank.
+ * Per chunk three all-reduces of [8 chunk] f64 row statistics and, with grad_student_hidden, one
+ * of [chunk, Hs] f32 (docs/SPEC.md §8). Needs a backend with the vocabulary-parallel row op (cpu,
+ * cuda, hip, opencl with cl_khr_fp64; ref gives DISTIL_ERR_UNSUPPORTED). Returns what
+ * distil_fused_linear_jsd returns.
+ */
+DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd_tp(
+    distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc, const distil_vocab_shard *shard,
+    const void *student_hidden, const void *student_weight, const void *student_bias,
+    const void *teacher_hidden, const void *teacher_weight, const void *teacher_bias,
+    const int64_t *labels, float *loss, void *grad_student_hidden, void *grad_student_weight,
+    void *grad_student_bias);
+
+/*
+ * The split-phase form of distil_fused_linear_jsd_tp, for frameworks that keep their collectives
+ * in their own graph (JAX psum, torch functional collectives). Call it four times with the same
+ * arguments and phase 0, 1, 2, 3; shard->comm is not used. stats is (8 rows) f64 in the context's
+ * memory, the caller's; between the calls the caller all-reduces over the group:
+ *   after phase 0: stats[0, 2 rows)        max
+ *   after phase 1: stats[2 rows, 5 rows)   sum
+ *   after phase 2: stats[5 rows, 8 rows)   sum
+ * Phases 0-2 write only their part of stats; phase 3 writes loss, grad_student_weight / bias and
+ * the rank's share of grad_student_hidden (desc.dtype), which the caller sums over the group.
+ * Each phase recomputes the chunk's logits (four forward GEMMs in all instead of one). A phase
+ * outside [0, 3] is DISTIL_ERR_INVALID_ARG.
+ */
+DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd_tp_phase(
+    distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc, const distil_vocab_shard *shard,
+    int phase, double *stats, const void *student_hidden, const void *student_weight,
+    const void *student_bias, const void *teacher_hidden, const void *teacher_weight,
+    const void *teacher_bias, const int64_t *labels, float *loss, void *grad_student_hidden,
+    void *grad_student_weight, void *grad_student_bias);
+
+/* Scratch bytes of distil_fused_linear_jsd_tp (its chunk plan plus the statistics). */
+DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd_tp_workspace_size(
+    distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc, int want_grads, size_t *bytes);
+
 /* ---------------------------------------------------------------- testing hooks */
 
 /*

@@ -10,7 +10,8 @@ pkgs=(build-essential cmake pkg-config libopenblas-dev libomp-dev
       ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast-dev)
 for arg in "$@"; do
     case "$arg" in
-    --test) pkgs+=(libcmocka-dev valgrind clang clang-format git python3-venv python3-pip) ;;
+    --test) pkgs+=(libcmocka-dev valgrind clang clang-format git python3-venv python3-pip
+                   libopenmpi-dev openmpi-bin) ;;
     --hip) pkgs+=(hipcc) ;;
     *) echo "install-deps.sh: unknown option $arg" >&2; exit 2 ;;
     esac

@@ -192,6 +192,7 @@ const distil_backend distil_backend_cpu = {
     .count_valid = distil_cpu_count_valid,
     .jsd_rows = distil_cpu_jsd_rows,
     .fused_rows = distil_cpu_fused_rows,
+    .tp_rows = distil_cpu_tp_rows,
     .reduce = distil_cpu_reduce,
     .cast = distil_cpu_cast,
     .fill = distil_cpu_fill,

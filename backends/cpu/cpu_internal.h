@@ -45,6 +45,17 @@ typedef struct cpu_fused_row {
     float ce, jsd; /* out */
 } cpu_fused_row;
 
+/* docs/SPEC.md §8: one phase (distil_tp_phase) of the vocabulary-parallel row pass on one valid
+ * row of the rank's columns: f holds the row as for fused_row (its label the local column, or -1
+ * where another rank owns it); the statistics are this row's, reduced over the ranks where the
+ * phase reads them: smax (2) maxima of zs, zt; ssum (3) sum exp of zs / tau, zt / tau, zs;
+ * sterm (3) zs[label] - max (owner), sum e, sum de/dx. FINISH writes f.ce, f.jsd and f.g. */
+typedef struct cpu_tp_row {
+    int phase;
+    cpu_fused_row f;
+    double *smax, *ssum, *sterm;
+} cpu_tp_row;
+
 /* A table of row kernels built for one instruction set. */
 typedef struct cpu_kernels {
     const char *isa;
@@ -55,6 +66,8 @@ typedef struct cpu_kernels {
     double (*jsd_row)(const cpu_jsd_row *r);
     /* Writes ce, jsd and, when g is not NULL, the whole G row. */
     void (*fused_row)(cpu_fused_row *r);
+    /* One phase of the vocabulary-parallel row pass (docs/SPEC.md §8). */
+    void (*tp_row)(cpu_tp_row *r);
 } cpu_kernels;
 
 extern const cpu_kernels distil_cpu_kernels_generic;
@@ -103,5 +116,6 @@ distil_status distil_cpu_head_rows(void *b, const distil_head_rows_args *a);
 /* Cached top-k teacher (docs/SPEC.md §7, cpu_topk_rows.c); kinds of a recorded bad value. */
 enum { CPU_BAD_LABEL = 0, CPU_BAD_ID_RANGE = 1, CPU_BAD_ID_TWICE = 2 };
 distil_status distil_cpu_topk_rows(void *b, const distil_topk_rows_args *a);
+distil_status distil_cpu_tp_rows(void *b, const distil_tp_rows_args *a);
 
 #endif /* DISTIL_CPU_INTERNAL_H */

@@ -346,10 +346,70 @@ static void k_fused_row(cpu_fused_row *r) {
     }
 }
 
+/* ------------------------------------------------------------------ tp_row (docs/SPEC.md §8) */
+
+/* The JSD pass of k_fused_row over the rank's columns with the group's log-softmax statistics:
+ * returns sum e, *sg = sum de/dx; dq and q land in the scratch as for k_fused_grad. */
+static double k_tp_jsd(const cpu_fused_row *r, const k_lsm *ls, const k_lsm *lt, double *sg) {
+    de_coef k;
+    k_jsd_init(&k, r->coef);
+#define K_TP_CASE(M)                                                                               \
+    case DE_##M:                                                                                   \
+        return k_fused_jsd(DE_##M, r, ls, lt, &k, sg);
+    switch (k.mode) {
+        DE_MODES(K_TP_CASE)
+    default:
+        return 0.0;
+    }
+#undef K_TP_CASE
+}
+
+/* One phase of the vocabulary-parallel row pass: the passes of k_fused_row, with the row
+ * statistics all-reduced over the ranks between them by the core. */
+static void k_tp_row(cpu_tp_row *t) {
+    cpu_fused_row *r = &t->f;
+    if (t->phase == DISTIL_TP_MAX) {
+        float ms, mt;
+        k_max2(r->zs, r->zt, r->vocab, &ms, &mt);
+        t->smax[0] = ms;
+        t->smax[1] = mt;
+        return;
+    }
+    const float ms = (float)t->smax[0], mt = (float)t->smax[1];
+    if (t->phase == DISTIL_TP_SUMS) {
+        t->ssum[0] = k_sum_exp(r->zs, r->vocab, ms, r->inv_t);
+        t->ssum[1] = k_sum_exp(r->zt, r->vocab, mt, r->inv_t);
+        t->ssum[2] = r->inv_t != 1.0f ? k_sum_exp(r->zs, r->vocab, ms, 1.0f) : t->ssum[0];
+        return;
+    }
+    k_lsm ls = {ms, r->inv_t, (float)log(t->ssum[0])};
+    k_lsm lt = {mt, r->inv_t, (float)log(t->ssum[1])};
+    k_lsm l1 = {ms, 1.0f, (float)log(t->ssum[2])};
+    if (r->inv_t == 1.0f) {
+        l1 = ls;
+    }
+    if (t->phase == DISTIL_TP_TERMS) {
+        double sg = 0.0;
+        t->sterm[0] = r->label >= 0 ? (double)r->zs[r->label] - (double)ms : 0.0;
+        t->sterm[1] = k_tp_jsd(r, &ls, &lt, &sg);
+        t->sterm[2] = sg;
+        return;
+    }
+    /* FINISH: CE = logsumexp(zs) - zs[label] = l1 - (zs[label] - max), as k_fused_row. */
+    r->ce = (float)((double)l1.l - t->sterm[0]);
+    r->jsd = (float)t->sterm[1];
+    if (r->g) {
+        double sg_local = 0.0;
+        (void)k_tp_jsd(r, &ls, &lt, &sg_local); /* dq and q again, into the scratch */
+        k_fused_grad(r, &l1, t->sterm[2]);
+    }
+}
+
 const cpu_kernels CPU_KTABLE = {
     .isa = CPU_ISA_NAME,
     .to_f32 = k_to_f32,
     .from_f32 = k_from_f32,
     .jsd_row = k_jsd_row,
     .fused_row = k_fused_row,
+    .tp_row = k_tp_row,
 };

@@ -49,4 +49,6 @@ const distil_backend DISTIL_GPU_TABLE = {
     .side_end = DISTIL_GPU_FN(side_end),
     .side_join = DISTIL_GPU_FN(side_join),
     .topk_rows = DISTIL_GPU_FN(topk_rows), /* docs/SPEC.md §7, topk_rows.cu */
+    .tp_rows = DISTIL_GPU_FN(tp_rows),
+    .native_stream = DISTIL_GPU_FN(native_stream),
 };

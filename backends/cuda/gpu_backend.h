@@ -45,6 +45,9 @@ distil_status DISTIL_GPU_FN(side_begin)(void *b, bool *opened);
 distil_status DISTIL_GPU_FN(side_end)(void *b);
 distil_status DISTIL_GPU_FN(side_join)(void *b);
 distil_status DISTIL_GPU_FN(topk_rows)(void *b, const distil_topk_rows_args *a);
+/* docs/SPEC.md §8 (tp_rows.cu) */
+distil_status DISTIL_GPU_FN(tp_rows)(void *b, const distil_tp_rows_args *a);
+void *DISTIL_GPU_FN(native_stream)(void *b);
 
 #ifdef __cplusplus
 }

@@ -295,6 +295,7 @@ const distil_backend distil_backend_opencl = {
     .fused_rows = distil_ocl_fused_rows,
     .topk_rows = distil_ocl_topk_rows,
     .head_rows = distil_ocl_head_rows,
+    .tp_rows = distil_ocl_tp_rows,
     .reduce = distil_ocl_reduce,
     .cast = distil_ocl_cast,
     .fill = distil_ocl_fill,

@@ -55,6 +55,7 @@ typedef enum distil_ocl_prog {
     DISTIL_OCL_PROG_ELEMENTWISE, /* elementwise.cl, -DSRC_DTYPE -DDST_DTYPE */
     DISTIL_OCL_PROG_GEMM,        /* gemm.cl */
     DISTIL_OCL_PROG_TOPK,        /* jsd.cl + distil_topk.h + topk.cl (docs/SPEC.md §7) */
+    DISTIL_OCL_PROG_TP,          /* jsd.cl + distill.cl + tp.cl, -DDTYPE (docs/SPEC.md §8) */
     DISTIL_OCL_PROG_COUNT
 } distil_ocl_prog;
 
@@ -212,6 +213,7 @@ distil_status distil_ocl_gemm(void *vb, const distil_gemm_args *a);
 void distil_ocl_gemm_detach(void);
 distil_status distil_ocl_count_valid(void *vb, const distil_count_args *a);
 distil_status distil_ocl_jsd_rows(void *vb, const distil_jsd_rows_args *a);
+distil_status distil_ocl_tp_rows(void *b, const distil_tp_rows_args *a); /* opencl_tp_rows.c */
 distil_status distil_ocl_fused_rows(void *vb, const distil_fused_rows_args *a);
 distil_status distil_ocl_topk_rows(void *vb, const distil_topk_rows_args *a); /* opencl_topk.c */
 /* Shared by the row launchers (opencl_rows.c): the constants of a divergence for the kernels'

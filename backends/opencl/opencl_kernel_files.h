@@ -20,6 +20,7 @@
     X(topk_math, TOPK_MATH, "../../../core/backend_api/math/distil_topk.h")                        \
     X(topk, TOPK, "topk.cl")                                                                       \
     X(head_math, HEAD_MATH, "../../../core/backend_api/math/distil_head.h")                        \
-    X(head, HEAD, "head.cl")
+    X(head, HEAD, "head.cl")                                                                       \
+    X(tp, TP, "tp.cl")
 
 #endif

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OCL_MAX_PARTS 7
+#define OCL_MAX_PARTS 8
 
 /* The files of each program, common.cl first; DISTIL_OCL_SRC_COUNT ends a list. */
 static const distil_ocl_src ocl_prog_parts[DISTIL_OCL_PROG_COUNT][OCL_MAX_PARTS] = {
@@ -26,6 +26,9 @@ static const distil_ocl_src ocl_prog_parts[DISTIL_OCL_PROG_COUNT][OCL_MAX_PARTS]
     [DISTIL_OCL_PROG_GEMM] = {DISTIL_OCL_SRC_COMMON, DISTIL_OCL_SRC_GEMM, DISTIL_OCL_SRC_COUNT},
     [DISTIL_OCL_PROG_TOPK] = {DISTIL_OCL_SRC_COMMON, DISTIL_OCL_SRC_ELEM, DISTIL_OCL_SRC_JSD,
                               DISTIL_OCL_SRC_TOPK_MATH, DISTIL_OCL_SRC_TOPK, DISTIL_OCL_SRC_COUNT},
+    [DISTIL_OCL_PROG_TP] = {DISTIL_OCL_SRC_COMMON, DISTIL_OCL_SRC_ELEM, DISTIL_OCL_SRC_HEAD_MATH,
+                            DISTIL_OCL_SRC_JSD, DISTIL_OCL_SRC_HEAD, DISTIL_OCL_SRC_DISTILL,
+                            DISTIL_OCL_SRC_TP, DISTIL_OCL_SRC_COUNT},
 };
 
 /* The program's own file (its last part), for messages. */

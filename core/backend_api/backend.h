@@ -331,6 +331,42 @@ typedef struct distil_chunk_policy {
     int64_t min_rows, max_rows;
 } distil_chunk_policy;
 
+/* ---- vocabulary parallel (docs/SPEC.md §8) */
+
+/* The phases of the vocabulary-parallel row pass; the core all-reduces between them. */
+typedef enum distil_tp_phase {
+    DISTIL_TP_MAX = 0,    /* stat_max (rows, 2) = local row maxima of zs, zt          -> max */
+    DISTIL_TP_SUMS = 1,   /* stat_sum (rows, 3) = local sum exp((z - m) s) of zs at inv_t, zt
+                             at inv_t, zs at 1, m the reduced maxima                    -> sum */
+    DISTIL_TP_TERMS = 2,  /* stat_terms (rows, 3) = local zs[label] - m_s (owner only), sum e,
+                             sum de/dx, with the reduced statistics                      -> sum */
+    DISTIL_TP_FINISH = 3, /* ce_rows, jsd_rows from the reduced statistics; G when g present */
+} distil_tp_phase;
+
+/*
+ * One phase of docs/SPEC.md §2 steps 2-5 on a chunk of fp32 logits of the rank's columns
+ * [vocab_offset, vocab_offset + vocab) of vocab_total. Labels are global ids; a row whose label
+ * is ignore_index or outside [0, vocab_total) is ignored (neutral statistics: -inf maxima, 0 sums;
+ * ce = jsd = 0, G = 0). The statistics are f64, row-major per row (stride 2 or 3). FINISH writes
+ * G as fused_rows does (g may be zs when g_dtype is F32), with -weight_hard / n at the label on
+ * the rank that owns it.
+ */
+typedef struct distil_tp_rows_args {
+    distil_tp_phase phase;
+    distil_dptr zs, zt; /* (rows, vocab) fp32 dense */
+    int64_t rows, vocab, vocab_offset, vocab_total;
+    distil_dptr labels; /* (rows) int64 */
+    int64_t ignore_index;
+    float beta, inv_temperature, weight_hard, weight_soft;
+    distil_divergence divergence; /* the soft part's, as in distil_fused_rows_args */
+    float alpha;
+    distil_dptr stat_max, stat_sum, stat_terms; /* (rows, 2), (rows, 3), (rows, 3) f64 */
+    distil_dptr ce_rows, jsd_rows;              /* (rows) fp32, FINISH */
+    distil_dptr g;                              /* (rows, vocab) g_dtype, optional, FINISH */
+    distil_dtype g_dtype;
+    distil_dptr n_valid;
+} distil_tp_rows_args;
+
 /* Core-side sink for backend error messages; see error.h beside this file. */
 typedef struct distil_ctx distil_ctx;
 
@@ -412,6 +448,13 @@ typedef struct distil_backend {
      * loss runs the chunk loop, or the whole fused_linear_jsd op with args.topk set. */
     distil_status (*topk_rows)(void *b, const distil_topk_rows_args *a);
     distil_status (*topk)(void *b, const distil_topk_args *a);
+    /* ---- vocabulary parallel (docs/SPEC.md §8), optional */
+    /* One phase of the vocabulary-parallel row pass. NULL: distil_fused_linear_jsd_tp is
+     * UNSUPPORTED on the backend. */
+    distil_status (*tp_rows)(void *b, const distil_tp_rows_args *a);
+    /* The native stream bound now (cudaStream_t, hipStream_t), handed to a communicator's
+     * all-reduce. NULL op: NULL (host backends). */
+    void *(*native_stream)(void *b);
 } distil_backend;
 
 #ifdef __cplusplus

@@ -49,17 +49,23 @@ class JSD(torch.nn.Module):
     """
 
     def __init__(self, beta: float = 0.5, ignore_index: int = -100, *, divergence: str = "jsd",
-                 alpha: float = 0.1, normaliser=None):
+                 alpha: float = 0.1, normaliser=None, process_group=None):
         super().__init__()
         self.beta = beta
         self.ignore_index = ignore_index
         self.divergence, self.alpha, self.normaliser = divergence, alpha, normaliser
+        # docs/SPEC.md §8: the inputs are this rank's vocabulary columns (distil.torch.parallel)
+        self.process_group = process_group
 
     def forward(self, log_q: Tensor, log_p: Tensor,
                 shift_labels: Optional[torch.LongTensor] = None, *, normaliser=None) -> Tensor:
-        return F.jsd(log_q, log_p, shift_labels, self.beta, self.ignore_index,
-                     divergence=self.divergence, alpha=self.alpha,
-                     normaliser=normaliser if normaliser is not None else self.normaliser)
+        kw = dict(divergence=self.divergence, alpha=self.alpha,
+                  normaliser=normaliser if normaliser is not None else self.normaliser)
+        if self.process_group is not None:
+            from .parallel import vocab_parallel_jsd
+            return vocab_parallel_jsd(log_q, log_p, shift_labels, self.beta, self.ignore_index,
+                                      self.process_group, **kw)
+        return F.jsd(log_q, log_p, shift_labels, self.beta, self.ignore_index, **kw)
 
 
 class FusedLinearJSD(torch.nn.Module):
@@ -115,10 +121,16 @@ class FusedLinearJSDLoss(torch.nn.Module):
                  temperature_squared: bool = False,
                  student_logit_scale: float = 1.0, student_softcap: float = 0.0,
                  teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
-                 teacher_temperature: Optional[float] = None, return_lse: bool = False):
+                 teacher_temperature: Optional[float] = None, return_lse: bool = False,
+                 process_group=None, vocab_offset: Optional[int] = None):
         super().__init__()
         self.divergence, self.alpha, self.normaliser = divergence, alpha, normaliser
         self.temperature_squared = temperature_squared
+        # docs/SPEC.md §8: the heads are this rank's vocabulary rows (distil.torch.parallel)
+        self.parallel = None
+        if process_group is not None:
+            from .parallel import VocabParallel
+            self.parallel = VocabParallel(process_group, vocab_offset)
         _check_temperature(temperature)
         self.weight_hard_loss = weight_hard_loss
         self.weight_soft_loss = weight_soft_loss
@@ -136,6 +148,19 @@ class FusedLinearJSDLoss(torch.nn.Module):
                 teacher_weight: Tensor, true_labels: Optional[torch.LongTensor],
                 student_bias: Optional[Tensor] = None, teacher_bias: Optional[Tensor] = None, *,
                 normaliser=None):
+        if self.parallel is not None:
+            heads = (self.student_logit_scale, self.student_softcap, self.teacher_logit_scale,
+                     self.teacher_softcap, self.teacher_temperature, self.return_lse)
+            if (self.divergence != "jsd" or self.temperature_squared or normaliser is not None
+                    or self.normaliser is not None or heads != (1.0, 0.0, 1.0, 0.0, None, False)):
+                raise NotImplementedError("distil: FusedLinearJSDLoss(process_group=) takes the "
+                                          "default divergence, normaliser, temperature and head "
+                                          "options only")
+            loss, hard, soft = self.parallel.fused_linear_jsd_loss(
+                student_input, student_weight, teacher_input, teacher_weight, true_labels,
+                student_bias, teacher_bias, self.weight_hard_loss, self.weight_soft_loss,
+                self.beta, self.ignore_index, self.temperature, self.chunk_rows)
+            return (loss, soft, hard) if self.return_soft_hard_loss else loss
         return F.fused_linear_jsd_loss(student_input, student_weight, teacher_input,
                                        teacher_weight, true_labels, student_bias, teacher_bias,
                                        self.weight_hard_loss, self.weight_soft_loss, self.beta,
