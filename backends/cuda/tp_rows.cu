@@ -131,8 +131,8 @@ __device__ inline void tp_finish(const tp_params &p, const float *zs, const floa
     if (HAS_G) {
         const fused_row_stats st = tp_stats(p, row, local);
         fused_with_mode_unit(p.f, [&](auto mode, auto unit) {
-            fused_pass_grad<GDT, VW, decltype(mode)::value, decltype(unit)::value>(p.f, st, zs, zt,
-                                                                                   p.f.vocab, g);
+            fused_pass_grad<GDT, VW, decltype(mode)::value, decltype(unit)::value>(
+                p.f, st, zs, zt, p.f.vocab, g, nullptr); /* no head transform under tp */
         });
     }
 }
