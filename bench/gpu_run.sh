@@ -5,6 +5,9 @@
 # Liger is) on the seed workloads; JSON/CSV, PNG plots and
 # Markdown tables go to $OUT. Offline: Liger-Kernel is installed from .whl/ when present.
 # usage: OUT=/some/dir bash bench/gpu_run.sh        (from the repository root; ~8 min)
+#        SKIP_OPENCL=1 leaves out the OpenCL timings. distil-torch-queued: distil.torch with 8 calls
+#        back to back per sample (bench/baselines.py --calls-per-sample), the GPU's time per call
+#        without the host time before the first launch that a one-call sample includes.
 # Each step has a time cap and the whole run a deadline (BUDGET_S, default 470 s), so a slow
 # step loses only its own numbers. Steps run in order of importance.
 set -u
@@ -115,6 +118,7 @@ run_distil() {
 }
 
 run_opencl() {
+    [ -n "${SKIP_OPENCL:-}" ] && { log "SKIP distil-opencl: SKIP_OPENCL set"; return 0; }
     [ "${DISTIL_OPENCL_RUN:-0}" = 1 ] || { log "SKIP distil-opencl: no OpenCL device"; return 0; }
     DISTIL_OPENCL_PLATFORM=NVIDIA step 100 distil-opencl "$BUILD/bench/distil-bench" \
         --backend opencl --T 1024:8192 \
@@ -168,7 +172,8 @@ build || { log "build failed: see $OUT/build.log"; report; exit 1; }
 mkdir -p "$OUT/floor" # the card's GEMM and copy rates, burst and at its power limit, this run
 step 40 floor-probe "$PY" bench/floor_probe.py --seconds 4 --json "$OUT/floor/floor-probe.json"
 run_distil
-install_package && baselines distil-torch 150 --impl distil --T 1024:8192
+install_package && baselines distil-torch 150 --impl distil --T 1024:8192 &&
+    baselines distil-torch-queued 90 --impl distil --T 1024:8192 --calls-per-sample 8
 baselines torch-eager 100 --impl eager --T 1024:8192
 baselines liger 150 --impl liger --T 1024:8192
 baselines liger-long 60 --impl liger --workload fused --fused-T 16384,32768
