@@ -444,9 +444,37 @@ static void pr_row_lse(const float *z, int64_t n, float scale, float *m, float *
     *l = (float)log(s);
 }
 
+/* docs/SPEC.md §6: TVD's gradient jumps by q_v where p_v = q_v, so wherever the fp32 rounding of
+ * a row's log-probabilities (the logits' GEMM, the LSEs: a few ulp of |x| + |y| + the shifted
+ * logits) can decide the sign of x_v - y_v, any backend may take either side. Adds to t[h] the most
+ * those elements can move grad_xs of the row: the soft part's weight (0.5 / n) / tau times
+ * q_v dz_v (|Ws[v, h]| + sum_u q_u |Ws[u, h]|) (the jump of g_v and of the Jacobian's q sum g). */
+static void pr_tvd_ties(const pr_fused *c, const float *zs, const float *zt, const float *q,
+                        const float *dz, const float st[4], float it, float itt, double *t) {
+    const double w = 0.5 / (double)c->t * (double)it;
+    for (int64_t v = 0; v < c->v; v++) {
+        double a = ((double)zs[v] - st[0]) * it, b = ((double)zt[v] - st[2]) * itt;
+        double x = a - st[1], y = b - st[3];
+        double band = 0x1p-21 * (1.0 + fabs(x) + fabs(y) + fabs(a) + fabs(b) + fabs(zs[v] * it) +
+                                 fabs(zt[v] * itt));
+        if (fabs(x - y) > band) {
+            continue;
+        }
+        for (int64_t h = 0; h < c->h; h++) {
+            double qw = 0.0;
+            for (int64_t u = 0; u < c->v; u++) {
+                qw += (double)q[u] * fabs((double)tu_get(c->ws, c->dt, (size_t)(u * c->h + h)));
+            }
+            double wv = fabs((double)tu_get(c->ws, c->dt, (size_t)(v * c->h + h)));
+            t[h] += w * (double)q[v] * fabs((double)dz[v]) * (wv + qw);
+        }
+    }
+}
+
 /* The careful fp32 row pass of docs/SPEC.md §2 steps 2-5 on fp32 logits (sums in double, element
  * terms by the header in float), then grad_xs = G Ws in double, rounded to dtype. */
-static void pr_fused_careful(const pr_fused *c, int order, float *loss, void *gxs, double *cond) {
+static void pr_fused_careful(const pr_fused *c, int order, float *loss, void *gxs, double *cond,
+                             double *tie) {
     distil_elem_beta kb = distil_elem_div_make(c->div, c->beta, c->alpha);
     de_coef k;
     DE_COEF_SET(k, kb);
@@ -457,6 +485,7 @@ static void pr_fused_careful(const pr_fused *c, int order, float *loss, void *gx
     float itt = c->tau_t > 0.0f ? 1.0f / c->tau_t : it; /* docs/SPEC.md §6 */
     const float ss = pr_scale_of(c->s_scale), ts = pr_scale_of(c->t_scale);
     double n = (double)c->t, ce = 0.0, jsd = 0.0, jsd_abs = 0.0;
+    double *tb = calloc((size_t)(c->t * c->h), sizeof(double)); /* pr_tvd_ties, per (i, h) */
     for (int64_t i = 0; i < c->t; i++) {
         pr_fused_logits(c, c->xs, i, order, zs);
         pr_fused_logits(c, c->xt, i, order, zt);
@@ -495,7 +524,16 @@ static void pr_fused_careful(const pr_fused *c, int order, float *loss, void *gx
             }
             tu_set(gxs, c->dt, (size_t)(i * c->h + h), (float)s);
         }
+        if (c->div == DISTIL_DIVERGENCE_TVD) {
+            pr_tvd_ties(c, zs, zt, q, dz, (float[4]){ms, ls, mt, lt}, it, itt, tb + i * c->h);
+        }
     }
+    double tn = 0.0;
+    for (int64_t j = 0; j < c->t * c->h; j++) {
+        tn += tb[j] * tb[j];
+    }
+    *tie = sqrt(tn);
+    free(tb);
     loss[0] = (float)(0.5 * ce / n + 0.5 * jsd / n);
     loss[1] = (float)(ce / n);
     loss[2] = (float)(jsd / n);
@@ -545,9 +583,11 @@ static void pr_fused_case(tu_rng *r, distil_dtype dt, bool heads) {
     /* the careful error: the largest of PR_ORDERS GEMM orders' (the logits' rounding is not the
      * row math's, and a backend's GEMM has an order of its own) */
     double ec[4] = {0.0, 0.0, 0.0, 0.0};
+    double ties = 0.0; /* TVD: what sign-ambiguous elements can move grad_xs (pr_tvd_ties) */
     for (int order = 0; order < PR_ORDERS; order++) {
-        double cond;
-        pr_fused_careful(&c, order, lc, gc, &cond);
+        double cond, tie;
+        pr_fused_careful(&c, order, lc, gc, &cond, &tie);
+        ties = fmax(ties, tie);
         ec[0] = fmax(ec[0], tu_rel_err(lc[0], lr[0]));
         ec[1] = fmax(ec[1], fmax(pr_part_err(lc[2], lr[2], lr[0]), 0x1p-23 * cond));
         ec[3] = fmax(ec[3], tu_rel_err(lc[1], lr[1]));
@@ -563,6 +603,14 @@ static void pr_fused_case(tu_rng *r, distil_dtype dt, bool heads) {
     pr_check("fused loss", cs, dt, TU_LOSS_FUSED, tu_rel_err(lb[0], lr[0]), ec[0]);
     pr_check("fused CE", cs, dt, TU_LOSS_FUSED, tu_rel_err(lb[1], lr[1]), ec[3]);
     pr_check("fused JSD", cs, dt, TU_LOSS_FUSED, pr_part_err(lb[2], lr[2], lr[0]), ec[1]);
+    double gref = 0.0;
+    for (int64_t j = 0; j < c.t * c.h; j++) {
+        double g = tu_get(gr, dt, (size_t)j);
+        gref += g * g;
+    }
+    if (ties > 0.0 && gref > 0.0) { /* the careful error, at least the ties' share */
+        ec[2] = fmax(ec[2], ties / sqrt(gref));
+    }
     pr_check("fused gxs", cs, dt, TU_GRAD_FUSED, tu_norm_rel_err(gbk, gr, dt, c.t, c.h, c.h),
              ec[2]);
     free(gr), free(gbk), free(gc), free(c.xs), free(c.xt), free(c.ws), free(c.labels);
