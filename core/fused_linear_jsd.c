@@ -106,13 +106,7 @@ static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused
     /* Each head's buffers by its own rows (docs/SPEC.md §6). */
     const size_t t = (size_t)a->rows, v = (size_t)a->student_vocab, hs = (size_t)a->hs;
     const size_t vt = (size_t)a->teacher_vocab;
-    const struct {
-        const char *name;
-        distil_dptr p;
-        bool required;
-        size_t bytes;
-        bool out;
-    } ptrs[] = {
+    const distil_ptr_rule ptrs[] = {
         {"student_hidden", a->xs, a->rows > 0, t * hs * es, false},
         {"student_weight", a->ws, true, v * hs * es, false},
         {"student_bias", a->bs, false, v * es, false},
@@ -129,24 +123,12 @@ static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused
         {"teacher_lse", a->teacher_lse, false, t * sizeof(float), true},
     };
     enum { N = sizeof ptrs / sizeof ptrs[0] };
-    for (size_t i = 0; i < N; i++) {
-        if (ptrs[i].required) {
-            DISTIL_TRY(distil_check_not_null(ctx, fn, ptrs[i].name, ptrs[i].p.base));
-        }
-    }
-    for (size_t i = 0; i < N; i++) {
-        DISTIL_TRY(distil_check_device_ptr(ctx, fn, ptrs[i].name, ptrs[i].p.base));
-    }
+    DISTIL_TRY(distil_ptr_rules_present(ctx, fn, ptrs, N));
     if (distil_dptr_present(a->grad_bs) && !distil_dptr_present(a->bs)) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
                                 "%s: grad_student_bias is given but student_bias is NULL", fn);
     }
-    distil_span s[N + 1];
-    for (size_t i = 0; i < N; i++) {
-        s[i] = (distil_span){ptrs[i].name, ptrs[i].p.base, ptrs[i].bytes, ptrs[i].out};
-    }
-    s[N] = (distil_span){"workspace", ctx->work_lent, ctx->work_lent_bytes, true};
-    return distil_spans_check(ctx, fn, s, N + 1, -1, -1);
+    return distil_ptr_rules_spans(ctx, fn, ptrs, N);
 }
 
 static void distil_fused_fill_args(const distil_fused_linear_jsd_desc *d, distil_fused_args *a) {

@@ -108,13 +108,7 @@ static distil_status distil_flt_check_ptrs(distil_ctx *ctx, const distil_fused_l
     const distil_topk_fields f = distil_flt_fields(d);
     const size_t es = distil_dtype_size(a->dtype);
     const size_t t = (size_t)a->rows, v = (size_t)a->vocab, hs = (size_t)a->hs;
-    const struct {
-        const char *name;
-        distil_dptr p;
-        bool required;
-        size_t bytes;
-        bool out;
-    } ptrs[] = {
+    const distil_ptr_rule ptrs[] = {
         {"student_hidden", a->xs, a->rows > 0, t * hs * es, false},
         {"student_weight", a->ws, true, v * hs * es, false},
         {"student_bias", a->bs, false, v * es, false},
@@ -128,24 +122,12 @@ static distil_status distil_flt_check_ptrs(distil_ctx *ctx, const distil_fused_l
         {"grad_student_bias", a->grad_bs, false, v * es, true},
     };
     enum { N = sizeof ptrs / sizeof ptrs[0] };
-    for (size_t i = 0; i < N; i++) {
-        if (ptrs[i].required) {
-            DISTIL_TRY(distil_check_not_null(ctx, fn, ptrs[i].name, ptrs[i].p.base));
-        }
-    }
-    for (size_t i = 0; i < N; i++) {
-        DISTIL_TRY(distil_check_device_ptr(ctx, fn, ptrs[i].name, ptrs[i].p.base));
-    }
+    DISTIL_TRY(distil_ptr_rules_present(ctx, fn, ptrs, N));
     if (distil_dptr_present(a->grad_bs) && !distil_dptr_present(a->bs)) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
                                 "%s: grad_student_bias is given but student_bias is NULL", fn);
     }
-    distil_span s[N + 1];
-    for (size_t i = 0; i < N; i++) {
-        s[i] = (distil_span){ptrs[i].name, ptrs[i].p.base, ptrs[i].bytes, ptrs[i].out};
-    }
-    s[N] = (distil_span){"workspace", ctx->work_lent, ctx->work_lent_bytes, true};
-    return distil_spans_check(ctx, fn, s, N + 1, -1, -1);
+    return distil_ptr_rules_spans(ctx, fn, ptrs, N);
 }
 
 static void distil_flt_fill_args(const distil_fused_linear_topk_desc *d, distil_fused_args *a) {

@@ -133,16 +133,8 @@ static distil_status distil_jsd_check_ptrs(distil_ctx *ctx, const distil_jsd_arg
                               strides_equal ? JSD_X : -1);
 }
 
-/* Workspace layout of the composed path: [n (one fp32, padded)] [row_loss (rows) fp32]. */
 static size_t distil_jsd_work_bytes(const distil_ctx *ctx, const distil_jsd_args *a) {
-    if (ctx->be->jsd != NULL || a->rows == 0) {
-        return 0;
-    }
-    size_t bytes = DISTIL_WORKSPACE_ALIGN;
-    if (a->reduction != DISTIL_REDUCTION_NONE) {
-        bytes += distil_workspace_round((size_t)a->rows * sizeof(float));
-    }
-    return bytes;
+    return distil_workspace_row_loss(ctx->be->jsd != NULL, a->rows, a->reduction);
 }
 
 static distil_status distil_jsd_workspace_size_run(distil_ctx *ctx, const distil_jsd_desc *desc,

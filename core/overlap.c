@@ -2,6 +2,7 @@
 #include "overlap.h"
 #include "ctx.h"
 #include "error.h"
+#include "validate.h"
 
 #include <stdio.h>
 
@@ -86,4 +87,32 @@ distil_status distil_spans_check(distil_ctx *ctx, const char *fn, const distil_s
         }
     }
     return DISTIL_OK;
+}
+
+distil_status distil_ptr_rules_present(distil_ctx *ctx, const char *fn, const distil_ptr_rule *r,
+                                       size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (r[i].required) {
+            DISTIL_TRY(distil_check_not_null(ctx, fn, r[i].name, r[i].p.base));
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        DISTIL_TRY(distil_check_device_ptr(ctx, fn, r[i].name, r[i].p.base));
+    }
+    return DISTIL_OK;
+}
+
+distil_status distil_ptr_rules_spans(distil_ctx *ctx, const char *fn, const distil_ptr_rule *r,
+                                     size_t n) {
+    enum { MAX_RULES = 32 };
+    distil_span s[MAX_RULES + 1];
+    if (n > MAX_RULES) {
+        return distil_error_set(ctx, DISTIL_ERR_BACKEND, "%s: %zu pointer arguments (internal)", fn,
+                                n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        s[i] = (distil_span){r[i].name, r[i].p.base, r[i].bytes, r[i].out};
+    }
+    s[n] = (distil_span){"workspace", ctx->work_lent, ctx->work_lent_bytes, true};
+    return distil_spans_check(ctx, fn, s, (int)n + 1, -1, -1);
 }

@@ -39,4 +39,23 @@ distil_status distil_span_extent(distil_ctx *ctx, const char *fn, const char *na
 distil_status distil_spans_check(distil_ctx *ctx, const char *fn, const distil_span *s, int n,
                                  int in_place_out, int in_place_in);
 
+/* One pointer argument of a call, for the checks below: its name, where it is, whether the call
+ * needs it, the bytes the call touches from it and whether the call writes it. */
+typedef struct distil_ptr_rule {
+    const char *name;
+    distil_dptr p;
+    bool required;
+    size_t bytes;
+    bool out;
+} distil_ptr_rule;
+
+/* docs/SPEC.md §5's first two pointer checks over n rules, in this order: NULL where the call
+ * needs data, then the backend's ownership of every present pointer. */
+distil_status distil_ptr_rules_present(distil_ctx *ctx, const char *fn, const distil_ptr_rule *r,
+                                       size_t n);
+
+/* The last check: the n rules' sizes and overlaps, the lent workspace included as an output. */
+distil_status distil_ptr_rules_spans(distil_ctx *ctx, const char *fn, const distil_ptr_rule *r,
+                                     size_t n);
+
 #endif /* DISTIL_CORE_OVERLAP_H */

@@ -126,16 +126,8 @@ static distil_status distil_topk_check_ptrs(distil_ctx *ctx, const distil_topk_d
     return distil_spans_check(ctx, fn, s, TK_SPANS, -1, -1);
 }
 
-/* Workspace of the composed path: [n (one fp32, padded)] [row_loss (rows) fp32]. */
 static size_t distil_topk_work_bytes(const distil_ctx *ctx, const distil_topk_args *a) {
-    if (ctx->be->topk != NULL || a->rows == 0) {
-        return 0;
-    }
-    size_t bytes = DISTIL_WORKSPACE_ALIGN;
-    if (a->reduction != DISTIL_REDUCTION_NONE) {
-        bytes += distil_workspace_round((size_t)a->rows * sizeof(float));
-    }
-    return bytes;
+    return distil_workspace_row_loss(ctx->be->topk != NULL, a->rows, a->reduction);
 }
 
 static distil_status distil_topk_workspace_size_run(distil_ctx *ctx, const distil_topk_desc *desc,

@@ -14,6 +14,21 @@ static inline size_t distil_workspace_round(size_t bytes) {
     return (bytes + DISTIL_WORKSPACE_ALIGN - 1) / DISTIL_WORKSPACE_ALIGN * DISTIL_WORKSPACE_ALIGN;
 }
 
+/* Workspace of a composed row loss (distil_jsd, distil_topk): [n (one fp32, padded)]
+ * [row_loss (rows) fp32, unless the reduction is NONE]; nothing when the backend computes the
+ * loss whole (whole_op) or there are no rows. */
+static inline size_t distil_workspace_row_loss(bool whole_op, int64_t rows,
+                                               distil_reduction reduction) {
+    if (whole_op || rows == 0) {
+        return 0;
+    }
+    size_t bytes = DISTIL_WORKSPACE_ALIGN;
+    if (reduction != DISTIL_REDUCTION_NONE) {
+        bytes += distil_workspace_round((size_t)rows * sizeof(float));
+    }
+    return bytes;
+}
+
 /* Bytes the context can offer without allocating: the lent size, or SIZE_MAX when it may grow. */
 size_t distil_workspace_available(const distil_ctx *ctx);
 
