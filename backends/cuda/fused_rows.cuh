@@ -49,18 +49,10 @@ struct fused_params {
 constexpr float FUSED_LOG2E = 1.4426950408889634f;
 constexpr float FUSED_LN2 = 0.6931471805599453f;
 
-/* Calls f(MODE) with the row's jsd mode as a compile-time constant (std::integral_constant), so
- * that the element loops hold no branch on it: the branch is taken once per row. */
+/* Calls f(MODE) with the row's jsd mode as a compile-time constant (jsd_with_mode). */
 template <typename F>
 __device__ __forceinline__ void fused_with_mode(const fused_params &p, F &&f) {
-    /* One branch per mode of DE_MODES (distil_elem.h). */
-#define FUSED_MODE_CASE(M)                                                                         \
-    if (p.coef.mode == DE_##M) {                                                                   \
-        f(std::integral_constant<int, DE_##M>{});                                                  \
-        return;                                                                                    \
-    }
-    DE_MODES(FUSED_MODE_CASE)
-#undef FUSED_MODE_CASE
+    jsd_with_mode(p.coef, static_cast<F &&>(f));
 }
 
 /* The same with (tau == 1) as a second constant: f(MODE, UNIT). */

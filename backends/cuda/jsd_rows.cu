@@ -13,22 +13,25 @@ template <int DT, bool GRAD, int VW>
 __global__ void __launch_bounds__(512) distil_jsd_rows_kernel(jsd_rows_params p) {
     __shared__ double scratch[DISTIL_GPU_MAX_WARPS];
     const float gf = GRAD ? jsd_grad_factor(p) : 0.0f;
-    for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-        if (p.labels != nullptr && p.labels[row] == p.ignore_index) {
-            if (GRAD) {
-                jsd_zero_span<DT>(p, row, 0, p.vocab);
+    jsd_with_mode(p.coef, [&](auto mode) {
+        for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+            if (p.labels != nullptr && p.labels[row] == p.ignore_index) {
+                if (GRAD) {
+                    jsd_zero_span<DT>(p, row, 0, p.vocab);
+                }
+                if (threadIdx.x == 0) {
+                    p.row_loss[row] = 0.0f;
+                }
+                continue;
             }
+            const double acc =
+                jsd_span<DT, GRAD, VW, decltype(mode)::value>(p, row, 0, p.vocab / VW, true, gf);
+            const float loss = static_cast<float>(block_sum(acc, scratch));
             if (threadIdx.x == 0) {
-                p.row_loss[row] = 0.0f;
+                p.row_loss[row] = loss;
             }
-            continue;
         }
-        const float loss = static_cast<float>(
-            block_sum(jsd_span<DT, GRAD, VW>(p, row, 0, p.vocab / VW, true, gf), scratch));
-        if (threadIdx.x == 0) {
-            p.row_loss[row] = loss;
-        }
-    }
+    });
 }
 
 /* Threads per row: enough vectors per thread to keep loads in flight, at most 512 (1024 measured

@@ -1,6 +1,6 @@
 /*
  * jsd_rows.cuh - the JSD element loop of jsd_rows.cu (one block per row), over any span of a
- * row's vectors. x (rows, V) row stride x_stride, y likewise
+ * row's vectors, for one divergence mode MODE (distil_elem.h). x (rows, V) row stride x_stride, y likewise
  * (y_stride), dtype DT; grad (rows, V) row stride g_stride, optional, may be x itself: each thread
  * reads an element before it writes the same element.
  */
@@ -53,7 +53,7 @@ __device__ inline void jsd_zero_span(const jsd_rows_params &p, int64_t row, int6
  * the last whole vector when `tail`. Summed in double: a KL's row sum cancels, and fp32 partial
  * sums would add their rounding to it.
  */
-template <int DT, bool GRAD, int VW>
+template <int DT, bool GRAD, int VW, int MODE>
 __device__ inline double jsd_span(const jsd_rows_params &p, int64_t row, int64_t v_begin,
                                   int64_t v_end, bool tail, float gf) {
     const void *x = static_cast<const typename dt_traits<DT>::T *>(p.x) + row * p.x_stride;
@@ -80,8 +80,8 @@ __device__ inline double jsd_span(const jsd_rows_params &p, int64_t row, int64_t
                 float gv[VW];
 #pragma unroll
                 for (int k = 0; k < VW; k++) {
-                    float d;
-                    acc += jsd_elem(p.coef, xv[u][k], yv[u][k], &d);
+                    float d, q;
+                    acc += jsd_elem_q<MODE>(p.coef, xv[u][k], yv[u][k], &d, &q);
                     gv[k] = d * gf;
                 }
                 if (GRAD) {
@@ -92,8 +92,8 @@ __device__ inline double jsd_span(const jsd_rows_params &p, int64_t row, int64_t
     }
     const int64_t t0 = tail ? p.vocab / VW * VW : p.vocab;
     for (int64_t i = t0 + threadIdx.x; i < p.vocab; i += blockDim.x) {
-        float d;
-        acc += jsd_elem(p.coef, load1<DT>(x, i), load1<DT>(y, i), &d);
+        float d, q;
+        acc += jsd_elem_q<MODE>(p.coef, load1<DT>(x, i), load1<DT>(y, i), &d, &q);
         if (GRAD) {
             store1<DT>(g, i, d * gf);
         }

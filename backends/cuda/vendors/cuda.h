@@ -77,6 +77,15 @@ __device__ __forceinline__ float distil_exp2_ftz(float x) {
     return y;
 }
 
+/* a / b for b in [2^-126, 2^126], fast: one approximate reciprocal (1 ulp) and a product, so
+ * 2 ulp. (__fdividef carries a guard for |b| > 2^126 that costs five more instructions per
+ * division; distil_elem.h's DE_DIV divisors lie in [1/2, 3].) */
+__device__ __forceinline__ float distil_div_fast(float a, float b) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(b));
+    return a * r;
+}
+
 /* Pointer kind as the runtime sees it: 1 device (or managed) memory, 0 anything else. */
 static inline cudaError_t distil_gpu_pointer_device(const void *p, int *is_device, int *device) {
     cudaPointerAttributes at;

@@ -97,6 +97,12 @@ __device__ __forceinline__ float distil_exp2_ftz(float x) {
     return exp2f(x);
 }
 
+/* a / b for b in [2^-126, 2^126], fast (the CUDA side's contract; AMD's __fdividef is the
+ * reciprocal instruction and a product already). */
+__device__ __forceinline__ float distil_div_fast(float a, float b) {
+    return __fdividef(a, b);
+}
+
 /* fp32 -> bf16 bits, round to nearest even; NaN kept quiet. */
 __device__ __forceinline__ unsigned short distil_float_to_bf16_bits(float f) {
     unsigned u = __float_as_uint(f);
