@@ -1,8 +1,8 @@
 /*
  * jsd_rows.cuh - the JSD element loop of jsd_rows.cu (one block per row), over any span of a
- * row's vectors, for one divergence mode MODE (distil_elem.h). x (rows, V) row stride x_stride, y likewise
- * (y_stride), dtype DT; grad (rows, V) row stride g_stride, optional, may be x itself: each thread
- * reads an element before it writes the same element.
+ * row's vectors, for one divergence mode MODE (distil_elem.h). x (rows, V) row stride x_stride, y
+ * likewise (y_stride), dtype DT; grad (rows, V) row stride g_stride, optional, may be x itself:
+ * each thread reads an element before it writes the same element.
  */
 #ifndef DISTIL_GPU_JSD_ROWS_CUH
 #define DISTIL_GPU_JSD_ROWS_CUH
