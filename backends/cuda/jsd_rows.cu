@@ -12,10 +12,6 @@ namespace DISTIL_GPU_NS {
 template <int DT, bool GRAD, int VW>
 __global__ void __launch_bounds__(512) distil_jsd_rows_kernel(jsd_rows_params p) {
     __shared__ double scratch[DISTIL_GPU_MAX_WARPS];
-    /* The regime sort's buffers, one per warp (launched with JSD_SPLIT_THREADS at most then). */
-    __shared__ jsd_split_buf split[JSD_SPLIT_THREADS / DISTIL_GPU_WARP];
-    jsd_split_buf *const own =
-        &split[(threadIdx.x / DISTIL_GPU_WARP) % (JSD_SPLIT_THREADS / DISTIL_GPU_WARP)];
     const float gf = GRAD ? jsd_grad_factor(p) : 0.0f;
     jsd_with_mode(p.coef, [&](auto mode) {
         for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
@@ -28,8 +24,8 @@ __global__ void __launch_bounds__(512) distil_jsd_rows_kernel(jsd_rows_params p)
                 }
                 continue;
             }
-            const double acc = jsd_span<DT, GRAD, VW, decltype(mode)::value>(
-                p, row, 0, p.vocab / VW, true, gf, own);
+            const double acc =
+                jsd_span<DT, GRAD, VW, decltype(mode)::value>(p, row, 0, p.vocab / VW, true, gf);
             const float loss = static_cast<float>(block_sum(acc, scratch));
             if (threadIdx.x == 0) {
                 p.row_loss[row] = loss;
@@ -40,9 +36,9 @@ __global__ void __launch_bounds__(512) distil_jsd_rows_kernel(jsd_rows_params p)
 
 /* Threads per row: enough vectors per thread to keep loads in flight, at most 512 (1024 measured
  * slower on an H200, 2026-11-30: 0.326 against 0.312 ms for T = 1024, V = 128256). */
-static unsigned jsd_threads(int64_t n_vec, unsigned most) {
+static unsigned jsd_threads(int64_t n_vec) {
     unsigned t = 64;
-    while (t < most && static_cast<int64_t>(t) * JSD_UNROLL * 4 < n_vec) {
+    while (t < 512 && static_cast<int64_t>(t) * JSD_UNROLL * 4 < n_vec) {
         t *= 2;
     }
     return t;
@@ -53,11 +49,9 @@ static void jsd_launch(const jsd_rows_params &p, bool vec, cudaStream_t s) {
     constexpr int VW = vec16<DT>::N;
     const unsigned grid = gpu_grid_for(p.rows, 1, 0x7fffffff);
     if (vec) {
-        /* a sorting mode's blocks fit its buffers (jsd_splits) */
-        const unsigned most = DE_SPLITS(p.coef.mode) ? JSD_SPLIT_THREADS : 512;
-        distil_jsd_rows_kernel<DT, GRAD, VW><<<grid, jsd_threads(p.vocab / VW, most), 0, s>>>(p);
+        distil_jsd_rows_kernel<DT, GRAD, VW><<<grid, jsd_threads(p.vocab / VW), 0, s>>>(p);
     } else {
-        distil_jsd_rows_kernel<DT, GRAD, 1><<<grid, jsd_threads(p.vocab, 512), 0, s>>>(p);
+        distil_jsd_rows_kernel<DT, GRAD, 1><<<grid, jsd_threads(p.vocab), 0, s>>>(p);
     }
 }
 

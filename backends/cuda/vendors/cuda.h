@@ -35,16 +35,6 @@ __device__ __forceinline__ long long distil_warp_xor(long long v, int lane_mask)
     return __shfl_xor_sync(DISTIL_GPU_LANES_MASK, v, lane_mask);
 }
 
-/* A 32-lane ballot and the warp barrier: the JSD kernel's regime sort uses them (HIP's
- * 64-lane wavefronts do not take that path). */
-#define DISTIL_GPU_HAVE_BALLOT32 1
-__device__ __forceinline__ unsigned distil_warp_ballot(bool v) {
-    return __ballot_sync(DISTIL_GPU_LANES_MASK, v);
-}
-__device__ __forceinline__ void distil_warp_sync() {
-    __syncwarp(DISTIL_GPU_LANES_MASK);
-}
-
 /* fp16 bits <-> fp32, round to nearest even. */
 __device__ __forceinline__ float distil_f16_bits_to_float(unsigned short h) {
     return __half2float(__ushort_as_half(h));

@@ -81,12 +81,6 @@
  * DE_ value and branch of de_elem below), not one more case in each backend. */
 #define DE_MODES(X) X(MIX) X(FWD) X(REV) X(SKL) X(SRKL) X(TVD) X(ZERO)
 
-/* The modes whose near and far regimes (de_near) cost much more together than apart: the mixing
- * modes evaluate two series and the expm1 pair near, a third exp far. A SIMT kernel may evaluate
- * each regime's elements apart (de_elem_in with a constant `near`); elsewhere both are computed
- * and selected lane by lane. */
-#define DE_SPLITS(mode) ((mode) == DE_MIX || (mode) == DE_SKL || (mode) == DE_SRKL)
-
 /* Constants of one beta, rounded from float64 (see distil_elem_beta_make / DE_COEF_SET). For the
  * skew KLs "beta" is the teacher's weight in m (alpha, or 1 - alpha: distil_elem_div_make). */
 typedef struct de_coef {
@@ -167,12 +161,6 @@ DE_FN void de_expm1_pair(DE_T d, DE_T *u, DE_T *w) {
 #endif
 }
 
-/* The near regime of the header's forms: |d| <= 0.69 (u, w in [-1/2, 1], the series' range);
- * false for a NaN or infinite d. */
-DE_FN DE_M de_near(DE_T d) {
-    return DE_ABS(d) <= DE_K(0.69);
-}
-
 /* NaN when x or y is NaN, else e (docs/SPEC.md §1: NaN propagates where a probability is 0). */
 DE_FN DE_T de_nan_pass(DE_T x, DE_T y, DE_T e) {
     e = DE_SEL(x == x, e, x);
@@ -207,12 +195,12 @@ typedef struct de_mixp {
     DE_M near;
 } de_mixp;
 
-DE_FN de_mixp de_mix_parts(const de_coef *k, DE_T x, DE_T y, DE_M near) {
+DE_FN de_mixp de_mix_parts(const de_coef *k, DE_T x, DE_T y) {
     de_mixp m;
     m.p = DE_EXP(y);
     m.q = DE_EXP(x);
     DE_T d = x - y;
-    m.near = near;
+    m.near = DE_ABS(d) <= DE_K(0.69); /* u, w in [-1/2, 1]: the series' range */
     DE_M teach = d <= k->c;
     DE_T u, w;
     de_expm1_pair(d, &u, &w);
@@ -239,8 +227,8 @@ DE_FN de_mixp de_mix_parts(const de_coef *k, DE_T x, DE_T y, DE_M near) {
 }
 
 /* 0 < beta < 1: returns e, *g = de/dx = (1 - beta) q (x - log m), *q = q. */
-DE_FN DE_T de_mix(const de_coef *k, DE_T x, DE_T y, DE_M near, DE_T *g, DE_T *q) {
-    de_mixp m = de_mix_parts(k, x, y, near);
+DE_FN DE_T de_mix(const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    de_mixp m = de_mix_parts(k, x, y);
     DE_T ep = k->beta * m.p * DE_SEL(m.near, m.h1, m.lp);
     DE_T eq = k->omb * m.q * DE_SEL(m.near, m.h2, m.lq);
     DE_M p0 = m.p == DE_K(0.0);
@@ -253,8 +241,8 @@ DE_FN DE_T de_mix(const de_coef *k, DE_T x, DE_T y, DE_M near, DE_T *g, DE_T *q)
 
 /* Skew KL(p || m), m = alpha p + (1 - alpha) q (k's beta = alpha, 0 < alpha < 1):
  * e = p (y - log m), de/dx = -p (1 - alpha) q / m = -p sq. */
-DE_FN DE_T de_skl(const de_coef *k, DE_T x, DE_T y, DE_M near, DE_T *g, DE_T *q) {
-    de_mixp m = de_mix_parts(k, x, y, near);
+DE_FN DE_T de_skl(const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    de_mixp m = de_mix_parts(k, x, y);
     DE_M p0 = m.p == DE_K(0.0);
     *g = DE_SEL(p0, DE_V(DE_K(0.0)), -(m.p * m.sq));
     *q = m.q;
@@ -263,8 +251,8 @@ DE_FN DE_T de_skl(const de_coef *k, DE_T x, DE_T y, DE_M near, DE_T *g, DE_T *q)
 
 /* Skew reverse KL(q || m), m = (1 - alpha) p + alpha q (k's beta = 1 - alpha, 0 < alpha < 1):
  * e = q (x - log m), de/dx = q (x - log m) + q - alpha q^2 / m = q ((x - log m) + sp). */
-DE_FN DE_T de_srkl(const de_coef *k, DE_T x, DE_T y, DE_M near, DE_T *g, DE_T *q) {
-    de_mixp m = de_mix_parts(k, x, y, near);
+DE_FN DE_T de_srkl(const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    de_mixp m = de_mix_parts(k, x, y);
     DE_M q0 = m.q == DE_K(0.0);
     *g = DE_SEL(q0, DE_V(DE_K(0.0)), m.q * (m.lq + m.sp));
     *q = m.q;
@@ -273,14 +261,14 @@ DE_FN DE_T de_srkl(const de_coef *k, DE_T x, DE_T y, DE_M near, DE_T *g, DE_T *q
 
 /* Total variation: e = |p - q| / 2, de/dx = sign(q - p) q / 2 (0 where p = q). q - p is
  * p expm1(d) near (no cancellation as d -> 0), the plain difference far. */
-DE_FN DE_T de_tvd(DE_T x, DE_T y, DE_M near, DE_T *g, DE_T *q) {
+DE_FN DE_T de_tvd(DE_T x, DE_T y, DE_T *g, DE_T *q) {
     DE_T p = DE_EXP(y);
     DE_T qq = DE_EXP(x);
     DE_T d = x - y;
     DE_T u, w;
     de_expm1_pair(d, &u, &w);
-    DE_T diff = DE_SEL(near, p * u, qq - p); /* q - p */
-    DE_T hf = DE_V(DE_K(0.5));               /* not "half": a type in OpenCL C */
+    DE_T diff = DE_SEL(DE_ABS(d) <= DE_K(0.69), p * u, qq - p); /* q - p */
+    DE_T hf = DE_V(DE_K(0.5));                                  /* not "half": a type in OpenCL C */
     DE_T zero = DE_V(DE_K(0.0));
     DE_T sg = DE_SEL(diff > DE_K(0.0), hf, DE_SEL(diff < DE_K(0.0), -hf, zero));
     *g = sg * qq;
@@ -295,15 +283,11 @@ DE_FN DE_T de_zero(DE_T x, DE_T y, DE_T *g, DE_T *q) {
     return de_nan_pass(x, y, DE_V(DE_K(0.0)));
 }
 
-/* The element term of any mode on lanes whose regime is `near` (de_near of x - y, lane by lane;
- * a lane given the other regime's value gets a meaningless result): returns e, *g = de/dx,
- * *q = exp(x). With a constant mode (a template parameter, a kernel's per-row branch) the
- * compiler keeps only one formula; with a constant `near` only that regime's half of it (a GPU
- * kernel that sorts a warp's elements by regime evaluates each half on its own, see
- * DE_SPLITS). */
-DE_FN DE_T de_elem_in(int mode, const de_coef *k, DE_T x, DE_T y, DE_M near, DE_T *g, DE_T *q) {
+/* The element term of any mode: returns e, *g = de/dx, *q = exp(x). With a constant mode (a
+ * template parameter, a kernel's per-row branch) the compiler keeps only one formula. */
+DE_FN DE_T de_elem(int mode, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
     if (mode == DE_MIX) {
-        return de_mix(k, x, y, near, g, q);
+        return de_mix(k, x, y, g, q);
     }
     if (mode == DE_FWD) {
         return de_fwd(x, y, g, q);
@@ -312,20 +296,15 @@ DE_FN DE_T de_elem_in(int mode, const de_coef *k, DE_T x, DE_T y, DE_M near, DE_
         return de_rev(x, y, g, q);
     }
     if (mode == DE_SKL) {
-        return de_skl(k, x, y, near, g, q);
+        return de_skl(k, x, y, g, q);
     }
     if (mode == DE_SRKL) {
-        return de_srkl(k, x, y, near, g, q);
+        return de_srkl(k, x, y, g, q);
     }
     if (mode == DE_TVD) {
-        return de_tvd(x, y, near, g, q);
+        return de_tvd(x, y, g, q);
     }
     return de_zero(x, y, g, q);
-}
-
-/* The element term of any mode (both regimes, chosen lane by lane). */
-DE_FN DE_T de_elem(int mode, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
-    return de_elem_in(mode, k, x, y, de_near(x - y), g, q);
 }
 
 /* The soft part of the fused loss's logit gradient (docs/SPEC.md §2 step 5) before its weight and
