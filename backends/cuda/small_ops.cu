@@ -151,10 +151,16 @@ static void cast_launch(const void *src, void *dst, int64_t count, cudaStream_t 
     }
 }
 
+/* At most SCALE_BLOCKS blocks, each striding over the tensor: at s == 1 (the usual case) the whole
+ * launch is then one or two waves of blocks that read the scalar and return (the former cap of
+ * 65536 blocks made about sixty such waves after every distil.torch backward at T = 8192,
+ * V = 128256); at s != 1 that many blocks of 256 threads still keep the copy rate. */
+constexpr int64_t SCALE_BLOCKS = 2048;
+
 template <int DT>
 static void scale_launch(void *x, int64_t count, const float *scale, cudaStream_t s) {
     constexpr int N = 4;
-    const unsigned grid = gpu_grid_for(count, 256 * N, 65536);
+    const unsigned grid = gpu_grid_for(count, 256 * N, SCALE_BLOCKS);
     if (gpu_aligned(x, N * sizeof(typename dt_traits<DT>::T))) {
         distil_scale_kernel<DT, N><<<grid, 256, 0, s>>>(x, count, scale);
     } else {
