@@ -171,11 +171,26 @@ def _fused_impl(student_hidden: Tensor, student_weight: Tensor, student_bias: Op
              student_softcap: float = 0.0, teacher_logit_scale: float = 1.0,
              teacher_softcap: float = 0.0, teacher_temperature: float = 0.0,
              want_lse: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    xs, ws, bs, xt, wt, bt = (student_hidden, student_weight, student_bias, teacher_hidden,
-                              teacher_weight, teacher_bias)
+    return _fused_run(_out, student_hidden, student_weight, student_bias, teacher_hidden,
+                      teacher_weight, teacher_bias, labels, weight_hard, weight_soft, beta,
+                      temperature, ignore_index, chunk_rows, want_grad_hidden, want_grad_weight,
+                      want_grad_bias, divergence, alpha, normaliser, normaliser_device,
+                      temperature_squared, student_logit_scale, student_softcap,
+                      teacher_logit_scale, teacher_softcap, teacher_temperature, want_lse)
+
+
+def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, beta, temperature,
+               ignore_index, chunk_rows, want_grad_hidden, want_grad_weight, want_grad_bias,
+               divergence=0, alpha=0.1, normaliser=0.0, normaliser_device=None,
+               temperature_squared=False, student_logit_scale=1.0, student_softcap=0.0,
+               teacher_logit_scale=1.0, teacher_softcap=0.0, teacher_temperature=0.0,
+               want_lse=False):
+    """The fused op's kernel with its outputs made by make(like, shape or None, dtype): the op
+    needs a [0] tensor for each unwanted output, the eager path passes None for it (the library
+    takes NULL), saving an allocation each."""
     parts, gx, gw, gb = _fused_outputs(xs, ws, want_grad_hidden, want_grad_weight, want_grad_bias,
-                                       _out)
-    ls, lt = _lse_outputs(xs, want_lse, _out)
+                                       make)
+    ls, lt = _lse_outputs(xs, want_lse, make)
     heads = (student_logit_scale, student_softcap, teacher_logit_scale, teacher_softcap,
              teacher_temperature)
     ctx = context_for(xs)
@@ -199,14 +214,16 @@ fused_op = torch.library.custom_op("distil::fused_linear_jsd", _fused_impl, muta
 
 
 def _lse_outputs(xs, want_lse, make):
-    """(student_lse, teacher_lse) [T] fp32 each (docs/SPEC.md §6), [0] when unwanted."""
-    lse = (xs.shape[0],) if want_lse else (0,)
+    """(student_lse, teacher_lse) [T] fp32 each (docs/SPEC.md §6), make's unwanted (shape None)
+    otherwise."""
+    lse = (xs.shape[0],) if want_lse else None
     return make(xs, lse, torch.float32), make(xs, lse, torch.float32)
 
 
 def _fused_outputs(xs, ws, want_hidden, want_weight, want_bias, make):
-    """(loss parts [3] fp32, grad_xs, grad_Ws, grad_bs), [0] where a gradient is unwanted."""
-    empty = (0,)
+    """(loss parts [3] fp32, grad_xs, grad_Ws, grad_bs), make's unwanted (shape None) where a
+    gradient is unwanted."""
+    empty = None
     parts = make(xs, (3,), torch.float32)
     gx = make(xs, xs.shape if want_hidden else empty, xs.dtype)
     gw = make(ws, ws.shape if want_weight else empty, ws.dtype)
@@ -215,13 +232,24 @@ def _fused_outputs(xs, ws, want_hidden, want_weight, want_bias, make):
 
 
 def _out(like: Tensor, shape, dtype) -> Tensor:
+    """A new output like `like`'s device; shape None: an unwanted output, [0]."""
+    if shape is None:
+        shape = (0,)
     if POISON_OUTPUTS:
         return torch.full(shape, float("nan"), dtype=dtype, device=like.device)
-    return torch.empty(shape, dtype=dtype, device=like.device)
+    # The sizes as separate ints: torch parses them faster than a tuple (bench/host_overhead.py).
+    if shape:
+        return torch.empty(*shape, dtype=dtype, device=like.device)
+    return torch.empty((), dtype=dtype, device=like.device)
 
 
 def _fake(like: Tensor, shape, dtype) -> Tensor:
-    return like.new_empty(shape, dtype=dtype)
+    return like.new_empty((0,) if shape is None else shape, dtype=dtype)
+
+
+def _wanted(like: Tensor, shape, dtype) -> Optional[Tensor]:
+    """_out, but None for an unwanted output (the eager path: nothing to hand back)."""
+    return None if shape is None else _out(like, shape, dtype)
 
 
 @fused_op.register_fake
@@ -254,6 +282,10 @@ def _fused_backward(ctx, grad_parts, grad_gx=None, grad_gw=None, grad_gb=None, g
 fused_op.register_autograd(_fused_backward, setup_context=_fused_setup)
 
 
+_TWICE = ("backward through a distil loss ran twice (retain_graph): its gradients are computed "
+          "in the forward call and scaled in place; compute the loss again instead")
+
+
 def _scaled(ctx, grads: list, s: Tensor) -> list:
     """Each grad (None passes) times s, the upstream gradient: a 0-dim device tensor, never
     read on the host.
@@ -268,63 +300,139 @@ def _scaled(ctx, grads: list, s: Tensor) -> list:
     if any(type(t) is not torch.Tensor for t in present + [s]):
         return [g * s.to(g.dtype) if g is not None else None for g in grads]
     if getattr(ctx, "distil_scaled", False):
-        raise _errors.make_error(
-            _lib.ERR_UNSUPPORTED,
-            "backward through a distil loss ran twice (retain_graph): its gradients are "
-            "computed in the forward call and scaled in place; compute the loss again instead")
-    for g in present:
-        scale_(g, s)
+        raise _errors.make_error(_lib.ERR_UNSUPPORTED, _TWICE)
+    _scale_in_place(present, s)
     ctx.distil_scaled = True
     return grads
 
 
 # ------------------------------------------------------------------- eager fast path
 #
-# The dispatcher path of a Python custom op with autograd costs about 30 µs of host time per
-# call; an autograd.Function around the same implementation costs a few. Eager calls take the
-# Function, traced ones (torch.compile) the registered ops: the same kernels, the same saved
-# gradients, the same backward.
+# Host time per call matters at small shapes (bench/host_overhead.py breaks it down). The
+# dispatcher path of a Python custom op with autograd costs tens of µs per call; a plain
+# autograd.Function around the same kernels costs a few. So a plain eager call (nothing
+# compiling or tracing, no dispatch mode or functorch transform, plain tensors) takes the
+# Function, everything else the registered ops: the same kernels, the same gradients computed
+# in the forward call, the same in-place scale in backward. What the Function saves on top:
+#   - autograd sees the tensors and one tuple of the options, not every option one by one;
+#   - unwanted outputs are None (the library takes NULL), not [0] tensors;
+#   - the fused loss comes out as the 0-dim loss itself, so backward has no select node;
+#   - backward calls distil_scale through ctypes, not through the scale_ op's dispatcher.
+# The gradients sit on ctx, not in save_for_backward: they are outputs of our own, never
+# mutated by the caller, and backward takes them (a second backward through the same graph,
+# which would scale them twice, is refused) so that nothing keeps them once they are handed to
+# autograd.
+
+_PLAIN = (Tensor, torch.nn.Parameter)
+
+
+def _eager(*tensors) -> bool:
+    """Whether a call may take the autograd.Function: nothing traces and every tensor is plain."""
+    if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
+            or torch._C._are_functorch_transforms_active()):
+        return False
+    return all(t is None or type(t) in _PLAIN for t in tensors)
+
+
+def _take_grads(ctx) -> tuple:
+    """The gradients the forward call saved on ctx, once (see the comment above)."""
+    grads = ctx.grads
+    if grads is None:
+        raise _errors.make_error(_lib.ERR_UNSUPPORTED, _TWICE)
+    ctx.grads = None
+    return grads
+
+
+def _scale_in_place(grads, s: Tensor) -> None:
+    """Each present, non-empty grad *= s (a 0-dim device tensor, never read on the host) with
+    distil_scale on the current stream; it writes nothing when s == 1."""
+    s = s if s.dtype is torch.float32 else s.float()
+    ctx = None
+    for g in grads:
+        if g is not None and g.numel():
+            ctx = ctx or context_for(g)
+            _calls.run_scale(ctx, g.data_ptr(), _DTYPES[g.dtype], g.numel(), s.data_ptr())
 
 
 class _JsdFunction(torch.autograd.Function):
+    """jsd_op's loss: apply(student_logp, teacher_logp, labels, normaliser_device, options),
+    options = jsd_op's (beta, ignore_index, reduction, want_grad, divergence, alpha,
+    normaliser)."""
+
     @staticmethod
-    def forward(ctx, *args):
-        loss, grad = _jsd_impl(*args)
-        _jsd_setup(ctx, args, (loss, grad))
+    def forward(ctx, x, y, labels, n_dev, options):
+        beta, ignore_index, reduction, want_grad, divergence, alpha, normaliser = options
+        loss, grad = _jsd_impl(x, y, labels, beta, ignore_index, reduction, want_grad,
+                               divergence, alpha, normaliser, n_dev)
+        ctx.grads = (grad,) if want_grad else ()
+        ctx.per_row = reduction == "none"
         return loss
 
     @staticmethod
     def backward(ctx, grad_loss):
-        return _jsd_backward(ctx, grad_loss, None)
+        grads = _take_grads(ctx)
+        if not grads:
+            return None, None, None, None, None
+        (grad,) = grads
+        if ctx.per_row:  # loss [T]: row t's gradient times grad_loss[t]
+            return grad * grad_loss.unsqueeze(-1).to(grad.dtype), None, None, None, None
+        if type(grad_loss) not in _PLAIN:
+            return grad * grad_loss.to(grad.dtype), None, None, None, None
+        _scale_in_place(grads, grad_loss)
+        return grad, None, None, None, None
 
 
 class _FusedFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, *args):
-        out = _fused_impl(*args)
-        _fused_setup(ctx, args, out)
-        ctx.mark_non_differentiable(out[4], out[5])
-        return out[0], out[4], out[5]
+    """fused_op's loss: apply(xs, Ws, bs, xt, Wt, bt, labels, normaliser_device, options, out),
+    options = fused_op's other arguments in its order, out a list that receives the
+    non-differentiable results (loss parts [3], student_lse, teacher_lse) beside autograd,
+    which would otherwise process each as an output of its own."""
 
     @staticmethod
-    def backward(ctx, grad_parts, grad_ls, grad_lt):
-        return _fused_backward(ctx, grad_parts)
+    def forward(ctx, xs, ws, bs, xt, wt, bt, labels, n_dev, options, out):
+        (weight_hard, weight_soft, beta, temperature, ignore_index, chunk_rows, want_x, want_w,
+         want_b, divergence, alpha, normaliser, temperature_squared, *heads) = options
+        parts, gx, gw, gb, ls, lt = _fused_run(
+            _wanted, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, beta, temperature,
+            ignore_index, chunk_rows, want_x, want_w, want_b, divergence, alpha, normaliser,
+            n_dev, temperature_squared, *heads)
+        ctx.grads = (gx, gw, gb)
+        out.extend((parts, ls, lt))
+        # Not a view of parts as far as autograd knows, so the caller may modify it in place.
+        return parts[0].detach()
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grads = _take_grads(ctx)
+        if type(grad_loss) not in _PLAIN:
+            grads = tuple(g * grad_loss.to(g.dtype) if g is not None else None for g in grads)
+        else:
+            _scale_in_place(grads, grad_loss)
+        return grads + (None,) * 7
 
 
-def jsd(*args) -> Tensor:
+def jsd(x, y, labels, beta, ignore_index, reduction, want_grad, divergence=0, alpha=0.1,
+        normaliser=0.0, normaliser_device=None) -> Tensor:
     """The loss of jsd_op (arguments as there); autograd through the saved gradient."""
-    if torch.compiler.is_compiling():
-        return jsd_op(*args)[0]
-    return _JsdFunction.apply(*args)
+    if not _eager(x, y, labels, normaliser_device):
+        return jsd_op(x, y, labels, beta, ignore_index, reduction, want_grad, divergence, alpha,
+                      normaliser, normaliser_device)[0]
+    return _JsdFunction.apply(x, y, labels, normaliser_device,
+                              (beta, ignore_index, reduction, want_grad, divergence, alpha,
+                               normaliser))
 
 
-def fused(*args) -> tuple[Tensor, Tensor, Tensor]:
-    """(loss parts [3], student_lse, teacher_lse) of fused_op (arguments as there); only
-    parts[0] is differentiable."""
-    if torch.compiler.is_compiling():
+def fused(*args) -> tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor]]:
+    """(loss, loss parts [3] detached, student_lse, teacher_lse) of fused_op (arguments as
+    there, every one given); only the loss is differentiable; the LSEs are None (eager) or
+    [0] (traced) unless asked for."""
+    tensors = args[:7] + (args[19],)
+    if not _eager(*tensors):
         out = fused_op(*args)
-        return out[0], out[4], out[5]
-    return _FusedFunction.apply(*args)
+        return out[0][0], out[0].detach(), out[4], out[5]
+    out = []
+    loss = _FusedFunction.apply(*tensors, args[7:19] + args[20:], out)
+    return (loss,) + tuple(out)
 
 
 # --------------------------------------------------------------------------------- scale

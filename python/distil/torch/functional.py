@@ -153,8 +153,9 @@ def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, lab
            student_bias, teacher_bias, weight_hard, weight_soft, beta, ignore_index,
            temperature, chunk_rows, div=("jsd", 0.1, None, False),
            heads=_calls.DEFAULT_HEADS, want_lse=False):
-    """The fused op on 2-D views; returns (loss, hard, soft, student_lse, teacher_lse), the
-    parts detached, the LSEs shaped like the leading dimensions (None unless want_lse)."""
+    """The fused op on 2-D views; returns (loss, parts, student_lse, teacher_lse): parts the
+    detached [3] (loss, hard, soft), indexed only by callers that hand them out; the LSEs
+    shaped like the leading dimensions (None unless want_lse)."""
     _same(fn, _FUSED_NAMES, (student_input, student_weight, teacher_input, teacher_weight,
                              student_bias, teacher_bias))
     _check_temperature(fn, float(temperature))
@@ -176,15 +177,16 @@ def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, lab
     bs = student_bias.contiguous() if student_bias is not None else None
     bt = teacher_bias.contiguous() if teacher_bias is not None else None
     code, alpha, n_host, n_dev = _divergence(div[0], div[1], div[2], xs.device, fn)
-    parts, ls, lt = _ops.fused(xs, ws, bs, xt, wt, bt, lab, float(weight_hard), float(weight_soft),
-                       float(beta), float(temperature), int(ignore_index), int(chunk_rows),
-                       _wants_grad(student_input), _wants_grad(student_weight),
-                       _wants_grad(student_bias), code, alpha, n_host, n_dev, bool(div[3]),
-                       *heads, want_lse)
+    loss, parts, ls, lt = _ops.fused(xs, ws, bs, xt, wt, bt, lab, float(weight_hard),
+                                     float(weight_soft), float(beta), float(temperature),
+                                     int(ignore_index), int(chunk_rows),
+                                     _wants_grad(student_input), _wants_grad(student_weight),
+                                     _wants_grad(student_bias), code, alpha, n_host, n_dev,
+                                     bool(div[3]), *heads, want_lse)
     lead = student_input.shape[:-1]
     lse = (ls.reshape(lead), lt.reshape(lead)) if want_lse else (None, None)
     # Without labels (weight_hard == 0) every row counts and the library writes a hard part of 0.
-    return (parts[0], parts[1].detach(), parts[2].detach()) + lse
+    return (loss, parts) + lse
 
 
 def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
@@ -204,7 +206,7 @@ def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_inpu
     """
     heads, want_lse = _head_options(student_logit_scale, student_softcap, teacher_logit_scale,
                                     teacher_softcap, teacher_temperature, return_lse)
-    loss, _, _, ls, lt = _fused("fused_linear_jsd", student_input, student_weight, teacher_input,
+    loss, _, ls, lt = _fused("fused_linear_jsd", student_input, student_weight, teacher_input,
                                 teacher_weight, shift_labels, None, None, 0.0, 1.0, jsd_beta,
                                 ignore_index, temperature, chunk_rows,
                                 (divergence, alpha, normaliser, temperature_squared), heads,
@@ -244,13 +246,13 @@ def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher
     del compiled, chunk_size  # accepted for Liger compatibility, see the module docstring
     heads, want_lse = _head_options(student_logit_scale, student_softcap, teacher_logit_scale,
                                     teacher_softcap, teacher_temperature, return_lse)
-    loss, hard, soft, ls, lt = _fused("fused_linear_jsd_loss", student_input, student_weight,
-                                      teacher_input, teacher_weight, true_labels, student_bias,
-                                      teacher_bias, weight_hard_loss, weight_soft_loss, beta,
-                                      ignore_index, temperature, chunk_rows,
-                                      (divergence, alpha, normaliser, temperature_squared), heads,
-                                      want_lse)
-    out = (loss, soft, hard) if return_soft_hard_loss else (loss,)
+    loss, parts, ls, lt = _fused("fused_linear_jsd_loss", student_input, student_weight,
+                                 teacher_input, teacher_weight, true_labels, student_bias,
+                                 teacher_bias, weight_hard_loss, weight_soft_loss, beta,
+                                 ignore_index, temperature, chunk_rows,
+                                 (divergence, alpha, normaliser, temperature_squared), heads,
+                                 want_lse)
+    out = (loss, parts[2], parts[1]) if return_soft_hard_loss else (loss,)
     out += (ls, lt) if want_lse else ()
     return out if len(out) > 1 else loss
 

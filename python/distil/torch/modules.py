@@ -59,13 +59,15 @@ class JSD(torch.nn.Module):
 
     def forward(self, log_q: Tensor, log_p: Tensor,
                 shift_labels: Optional[torch.LongTensor] = None, *, normaliser=None) -> Tensor:
-        kw = dict(divergence=self.divergence, alpha=self.alpha,
-                  normaliser=normaliser if normaliser is not None else self.normaliser)
+        if normaliser is None:
+            normaliser = self.normaliser
         if self.process_group is not None:
             from .parallel import vocab_parallel_jsd
             return vocab_parallel_jsd(log_q, log_p, shift_labels, self.beta, self.ignore_index,
-                                      self.process_group, **kw)
-        return F.jsd(log_q, log_p, shift_labels, self.beta, self.ignore_index, **kw)
+                                      self.process_group, divergence=self.divergence,
+                                      alpha=self.alpha, normaliser=normaliser)
+        return F.jsd(log_q, log_p, shift_labels, self.beta, self.ignore_index,
+                     divergence=self.divergence, alpha=self.alpha, normaliser=normaliser)
 
 
 class FusedLinearJSD(torch.nn.Module):

@@ -1,0 +1,214 @@
+"""Host time of one distil.torch call, layer by layer, at a tiny shape (the work is negligible).
+
+    python bench/host_overhead.py [--device cpu|cuda] [--calls 2000] [--rounds 5] [--json F]
+
+For each loss (distil.torch.JSD, and FusedLinearJSDLoss with labels), from the bottom up:
+  C call        the library call through ctypes, descriptor cached, workspace lent: the floor
+  C scale       distil_scale, the one library call of backward (docs/SPEC.md §5)
+  op kernel     the op's Python kernel: outputs, plan lookup, workspace, the call
+  custom op     the torch.library op through the dispatcher, with its autograd (torch.compile's
+                path; eager calls do not take it)
+  eager op      the autograd.Function eager calls take
+  forward       the public module's forward
+  backward      loss.backward() after it (timed alone, in the same iteration)
+  fwd + bwd     both
+and, for scale, torch's own floor: an autograd.Function saving one tensor, forward + backward.
+"overhead" rows subtract the C calls from the public forward and from forward + backward.
+Each row is the median host time over --calls calls, the least such median over --rounds
+interleaved rounds (the machine may be shared); on cuda the queue is drained every 64 calls.
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+T, V, HS, HT = 8, 256, 64, 64  # tiny: the host time dominates
+
+
+clock = time.perf_counter  # --clock thread: time.thread_time
+
+
+def _median_us(fn, calls, drain):
+    """Median microseconds per call; fn returns None (timed whole) or a dict of its parts."""
+    samples = {}
+    for i in range(calls):
+        t0 = clock()
+        parts = fn()
+        total = (clock() - t0) * 1e6
+        for k, v in (parts if isinstance(parts, dict) else {"": total}).items():
+            samples.setdefault(k, []).append(v)
+        if drain and i % 64 == 63:
+            torch.cuda.synchronize()
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def _fwd_bwd(forward, params):
+    """A timer body: forward, then backward, each timed; gradients dropped untimed."""
+    def body():
+        for p in params:
+            p.grad = None
+        t0 = clock()
+        loss = forward()
+        t1 = clock()
+        loss.backward()
+        t2 = clock()
+        return {"forward": (t1 - t0) * 1e6, "backward": (t2 - t1) * 1e6,
+                "fwd + bwd": (t2 - t0) * 1e6}
+    return body
+
+
+class _Floor(torch.autograd.Function):
+    """torch's own cost of a loss Function: one saved [T, V] tensor, returned by backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        g = torch.empty_like(x)
+        ctx.save_for_backward(g)
+        return x.new_empty((), dtype=torch.float32)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.saved_tensors[0]
+
+
+def jsd_rows(device):
+    import distil.torch as dt
+    from distil import _calls, _lib
+    from distil.torch import _ops
+
+    x = torch.log_softmax(torch.randn(T, V, device=device), -1).requires_grad_()
+    y = torch.log_softmax(torch.randn(T, V, device=device), -1)
+    xd = x.detach()
+    ctx = _ops.context_for(xd)
+    desc, nbytes = _calls.jsd_plan(ctx, T, V, (V, V, V), _lib.F32, 0.5, -100, "batchmean")
+    work = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
+    loss, grad = torch.empty((), device=device), torch.empty_like(xd)
+    one = torch.ones((), device=device)
+    module = dt.JSD()
+    args = (xd, y, None, 0.5, -100, "batchmean", True, 0, 0.1, 0.0, None)
+
+    def c_call():
+        _calls.run_jsd(ctx, desc, work.data_ptr(), nbytes, xd.data_ptr(), y.data_ptr(), 0,
+                       loss.data_ptr(), grad.data_ptr())
+
+    def op_kernel():
+        _ops._jsd_impl(*args)
+    return {
+        "C call": c_call,
+        "C scale": lambda: _calls.run_scale(ctx, grad.data_ptr(), _lib.F32, grad.numel(),
+                                            one.data_ptr()),
+        "op kernel": op_kernel,
+        "custom op (dispatcher) fwd + bwd": _fwd_bwd(
+            lambda: _ops.jsd_op(x, y, None, 0.5, -100, "batchmean", True)[0], [x]),
+        "eager op fwd + bwd": _fwd_bwd(
+            lambda: _ops.jsd(x, y, None, 0.5, -100, "batchmean", True, 0, 0.1, 0.0, None),
+            [x]),
+        "public": _fwd_bwd(lambda: module(x, y), [x]),
+        "torch floor (Function, one saved tensor) fwd + bwd": _fwd_bwd(lambda: _Floor.apply(x),
+                                                                      [x]),
+    }
+
+
+def fused_rows(device):
+    import distil.torch as dt
+    from distil import _calls, _lib
+    from distil.torch import _ops
+
+    dtype = torch.bfloat16
+    xs = torch.randn(T, HS, device=device, dtype=dtype).requires_grad_()
+    ws = (torch.randn(V, HS, device=device, dtype=dtype) / 8).requires_grad_()
+    xt = torch.randn(T, HT, device=device, dtype=dtype)
+    wt = torch.randn(V, HT, device=device, dtype=dtype) / 8
+    lab = torch.randint(0, V, (T,), device=device)
+    d = [t.detach() for t in (xs, ws)]
+    ctx = _ops.context_for(d[0])
+    desc, nbytes = _calls.fused_plan(ctx, T, V, HS, HT, _lib.BF16, (0.5, 0.5), 0.5, 1.0, -100, 0,
+                                     True, (V, HS, HT))
+    work = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
+    parts = torch.empty(3, device=device)
+    gx, gw = torch.empty_like(d[0]), torch.empty_like(d[1])
+    one = torch.ones((), device=device)
+    module = dt.FusedLinearJSDLoss()
+    ptrs = [d[0].data_ptr(), d[1].data_ptr(), 0, xt.data_ptr(), wt.data_ptr(), 0,
+            lab.data_ptr(), parts.data_ptr(), gx.data_ptr(), gw.data_ptr(), 0]
+    op_args = (d[0], d[1], None, xt, wt, None, lab, 0.5, 0.5, 0.5, 1.0, -100, 0, True, True,
+               False)
+
+    keep = (work, parts, gx, gw, xt, wt, lab)  # ptrs holds bare addresses: keep their tensors
+
+    def scales():
+        for g in keep[2:4]:
+            _calls.run_scale(ctx, g.data_ptr(), _lib.BF16, g.numel(), one.data_ptr())
+
+    def eager():
+        loss = _ops.fused(xs, ws, None, xt, wt, None, lab, 0.5, 0.5, 0.5, 1.0, -100, 0, True,
+                          True, False, 0, 0.1, 0.0, None, False, 1.0, 0.0, 1.0, 0.0, 0.0,
+                          False)[0]
+        return loss if loss.dim() == 0 else loss[0]  # older trees returned the parts first
+    return {
+        "C call": lambda: _calls.run_fused(ctx, desc, keep[0].data_ptr(), nbytes, ptrs),
+        "C scale": scales,
+        "op kernel": lambda: _ops._fused_impl(*op_args),
+        "custom op (dispatcher) fwd + bwd": _fwd_bwd(
+            lambda: _ops.fused_op(xs, ws, None, xt, wt, None, lab, 0.5, 0.5, 0.5, 1.0, -100, 0,
+                                  True, True, False)[0][0], [xs, ws]),
+        "eager op fwd + bwd": _fwd_bwd(eager, [xs, ws]),
+        "public": _fwd_bwd(lambda: module(xs, ws, xt, wt, lab), [xs, ws]),
+    }
+
+
+def measure(rows, calls, rounds, drain):
+    """{row: µs}: each row's least median over the rounds (rows interleaved per round)."""
+    best = {}
+    for name, fn in rows.items():  # warm-up: plans, contexts, allocator blocks
+        for _ in range(50):
+            fn()
+    for _ in range(rounds):
+        for name, fn in rows.items():
+            for part, us in _median_us(fn, calls, drain).items():
+                key = f"{name} {part}".strip() if part else name
+                key = key.replace("fwd + bwd forward", "forward").replace(
+                    "fwd + bwd backward", "backward").replace("fwd + bwd fwd + bwd", "fwd + bwd")
+                best[key] = min(best.get(key, float("inf")), us)
+    for key in [k for k in best if k.endswith((" forward", " backward")) and
+                not k.startswith("public")]:
+        del best[key]  # the lower layers' split is not interesting; their sum is
+    best["overhead: forward - C call"] = best["public forward"] - best["C call"]
+    best["overhead: fwd + bwd - C calls"] = (best["public fwd + bwd"] - best["C call"] -
+                                             best["C scale"])
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--clock", choices=("wall", "thread"), default="wall",
+                    help="thread: this thread's CPU time, steadier on a shared machine (cpu "
+                    "tensors with OMP_NUM_THREADS=1 only: it misses other threads' work)")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    global clock
+    clock = time.thread_time if args.clock == "thread" else time.perf_counter
+    drain = args.device == "cuda"
+    res = {"device": torch.cuda.get_device_name() if drain else "cpu", "torch": torch.__version__,
+           "shape": dict(T=T, V=V, Hs=HS, Ht=HT), "clock": args.clock}
+    print(f"# distil.torch host time per call on {res['device']} (torch {torch.__version__}), "
+          f"T {T}, V {V}, fused Hs = Ht = {HS} bf16; least median of {args.rounds} x "
+          f"{args.calls} calls, {args.clock} clock\n")
+    for loss, rows in (("JSD", jsd_rows), ("FusedLinearJSDLoss", fused_rows)):
+        res[loss] = measure(rows(args.device), args.calls, args.rounds, drain)
+        print(f"| {loss} | µs |\n|---|---|")
+        for k, v in res[loss].items():
+            print(f"| {k} | {v:.1f} |")
+        print()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
