@@ -326,7 +326,7 @@ def _scaled(ctx, grads: list, s: Tensor) -> list:
 _PLAIN = (Tensor, torch.nn.Parameter)
 
 
-def _eager(*tensors) -> bool:
+def _untraced(*tensors) -> bool:
     """Whether a call may take the autograd.Function: nothing traces and every tensor is plain."""
     if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
             or torch._C._are_functorch_transforms_active()):
@@ -414,7 +414,7 @@ class _FusedFunction(torch.autograd.Function):
 def jsd(x, y, labels, beta, ignore_index, reduction, want_grad, divergence=0, alpha=0.1,
         normaliser=0.0, normaliser_device=None) -> Tensor:
     """The loss of jsd_op (arguments as there); autograd through the saved gradient."""
-    if not _eager(x, y, labels, normaliser_device):
+    if not _untraced(x, y, labels, normaliser_device):
         return jsd_op(x, y, labels, beta, ignore_index, reduction, want_grad, divergence, alpha,
                       normaliser, normaliser_device)[0]
     return _JsdFunction.apply(x, y, labels, normaliser_device,
@@ -427,7 +427,7 @@ def fused(*args) -> tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor]]:
     there, every one given); only the loss is differentiable; the LSEs are None (eager) or
     [0] (traced) unless asked for."""
     tensors = args[:7] + (args[19],)
-    if not _eager(*tensors):
+    if not _untraced(*tensors):
         out = fused_op(*args)
         return out[0][0], out[0].detach(), out[4], out[5]
     out = []
