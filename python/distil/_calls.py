@@ -77,8 +77,9 @@ DEFAULT_HEADS = (1.0, 0.0, 1.0, 0.0, 0.0)
 
 def fused_plan(ctx, rows, vocab, hs, ht, dtype, weights, beta, temperature, ignore_index,
                chunk_rows, want_grads, head_shapes, div=DIV_DEFAULT, temperature_squared=False,
-               heads=DEFAULT_HEADS):
-    """(descriptor, workspace bytes) of distil_fused_linear_jsd (always with the loss parts).
+               heads=DEFAULT_HEADS, parts=True):
+    """(descriptor, workspace bytes) of distil_fused_linear_jsd, with the loss parts (loss [3])
+    unless parts=False (loss [1]).
 
     weights = (weight_hard, weight_soft); head_shapes = (teacher vocab, Ws columns, Wt columns)
     as the caller holds them, so that the library refuses a mismatch; div as in jsd_plan;
@@ -89,7 +90,7 @@ def fused_plan(ctx, rows, vocab, hs, ht, dtype, weights, beta, temperature, igno
     div = (int(div[0]), float(div[1]), float(div[2]))
     key = ("fused", rows, vocab, hs, ht, dtype, weights, float(beta), float(temperature),
            ignore_index, chunk_rows, want_grads, head_shapes, div, bool(temperature_squared),
-           heads)
+           heads, parts)
     plan = ctx.plans.get(key)
     if plan is None:
         d = _lib.FusedDesc()
@@ -101,7 +102,7 @@ def fused_plan(ctx, rows, vocab, hs, ht, dtype, weights, beta, temperature, igno
         d.temperature = temperature
         d.ignore_index = _int64("ignore_index", ignore_index)
         d.chunk_rows = _int64("chunk_rows", chunk_rows)
-        d.return_parts = 1
+        d.return_parts = 1 if parts else 0
         d.teacher_vocab, d.student_weight_hidden, d.teacher_weight_hidden = head_shapes
         d.divergence, d.alpha, d.normaliser = div
         d.temperature_squared = 1 if temperature_squared else 0

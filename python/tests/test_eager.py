@@ -76,6 +76,12 @@ def test_eager_equals_the_op(device):
                                            0.5, 0.5, 1.0, -100, 0, True, True, False)
     assert torch.equal(torch.stack([loss, hard, soft]), parts)
     assert torch.equal(xs.grad, gx * -2.0) and torch.equal(ws.grad, gw * -2.0)
+    # Without return_soft_hard_loss the eager call asks the library for the loss alone.
+    xs.grad = ws.grad = None
+    loss = dt.fused_linear_jsd_loss(xs, ws, xt, wt, lab)
+    loss.backward()
+    assert torch.equal(loss, parts[0])
+    assert torch.equal(xs.grad, gx) and torch.equal(ws.grad, gw)
 
 
 @pytest.mark.parametrize("device", DEVICES)

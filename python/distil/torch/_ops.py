@@ -184,12 +184,13 @@ def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, b
                divergence=0, alpha=0.1, normaliser=0.0, normaliser_device=None,
                temperature_squared=False, student_logit_scale=1.0, student_softcap=0.0,
                teacher_logit_scale=1.0, teacher_softcap=0.0, teacher_temperature=0.0,
-               want_lse=False):
+               want_lse=False, want_parts=True):
     """The fused op's kernel with its outputs made by make(like, shape or None, dtype): the op
     needs a [0] tensor for each unwanted output, the eager path passes None for it (the library
-    takes NULL), saving an allocation each."""
+    takes NULL), saving an allocation each. want_parts=False: the loss alone, [] instead of the
+    [3] parts (the eager path, when the caller does not hand out the parts)."""
     parts, gx, gw, gb = _fused_outputs(xs, ws, want_grad_hidden, want_grad_weight, want_grad_bias,
-                                       make)
+                                       make, want_parts)
     ls, lt = _lse_outputs(xs, want_lse, make)
     heads = (student_logit_scale, student_softcap, teacher_logit_scale, teacher_softcap,
              teacher_temperature)
@@ -200,7 +201,7 @@ def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, b
     desc, nbytes = _calls.fused_plan(ctx, rows, ws.shape[0], hs, xt.shape[1], _dtype_code(xs),
                                      (weight_hard, weight_soft), beta, temperature, ignore_index,
                                      chunk_rows, want, head, (divergence, alpha, normaliser),
-                                     temperature_squared, heads)
+                                     temperature_squared, heads, want_parts)
     work = _workspace(xs, nbytes)
     _torch_errors(_calls.run_fused, ctx, desc, _addr(work), nbytes,
                   [_addr(xs), _addr(ws), _addr(bs), _addr(xt), _addr(wt), _addr(bt),
@@ -220,11 +221,11 @@ def _lse_outputs(xs, want_lse, make):
     return make(xs, lse, torch.float32), make(xs, lse, torch.float32)
 
 
-def _fused_outputs(xs, ws, want_hidden, want_weight, want_bias, make):
-    """(loss parts [3] fp32, grad_xs, grad_Ws, grad_bs), make's unwanted (shape None) where a
-    gradient is unwanted."""
+def _fused_outputs(xs, ws, want_hidden, want_weight, want_bias, make, parts=True):
+    """(loss parts [3] fp32, or the loss [] with parts=False, grad_xs, grad_Ws, grad_bs), make's
+    unwanted (shape None) where a gradient is unwanted."""
     empty = None
-    parts = make(xs, (3,), torch.float32)
+    parts = make(xs, (3,) if parts else (), torch.float32)
     gx = make(xs, xs.shape if want_hidden else empty, xs.dtype)
     gw = make(ws, ws.shape if want_weight else empty, ws.dtype)
     gb = make(ws, (ws.shape[0],) if want_bias else empty, ws.dtype)
@@ -384,9 +385,9 @@ class _JsdFunction(torch.autograd.Function):
 
 class _FusedFunction(torch.autograd.Function):
     """fused_op's loss: apply(xs, Ws, bs, xt, Wt, bt, labels, normaliser_device, options, out),
-    options = fused_op's other arguments in its order, out a list that receives the
-    non-differentiable results (loss parts [3], student_lse, teacher_lse) beside autograd,
-    which would otherwise process each as an output of its own."""
+    options = fused_op's other arguments in its order and want_parts, out a list that receives
+    the non-differentiable results (loss parts [3] or None, student_lse, teacher_lse) beside
+    autograd, which would otherwise process each as an output of its own."""
 
     @staticmethod
     def forward(ctx, xs, ws, bs, xt, wt, bt, labels, n_dev, options, out):
@@ -397,6 +398,9 @@ class _FusedFunction(torch.autograd.Function):
             ignore_index, chunk_rows, want_x, want_w, want_b, divergence, alpha, normaliser,
             n_dev, temperature_squared, *heads)
         ctx.grads = (gx, gw, gb)
+        if parts.dim() == 0:  # the loss alone (want_parts False)
+            out.extend((None, ls, lt))
+            return parts
         out.extend((parts, ls, lt))
         # Not a view of parts as far as autograd knows, so the caller may modify it in place.
         return parts[0].detach()
@@ -422,16 +426,18 @@ def jsd(x, y, labels, beta, ignore_index, reduction, want_grad, divergence=0, al
                                normaliser))
 
 
-def fused(*args) -> tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor]]:
+def fused(*args, parts: bool = True) -> tuple[Tensor, Optional[Tensor], Optional[Tensor],
+                                              Optional[Tensor]]:
     """(loss, loss parts [3] detached, student_lse, teacher_lse) of fused_op (arguments as
     there, every one given); only the loss is differentiable; the LSEs are None (eager) or
-    [0] (traced) unless asked for."""
+    [0] (traced) unless asked for; parts=False: the parts may be None (eager: the library
+    writes the loss alone)."""
     tensors = args[:7] + (args[19],)
     if not _untraced(*tensors):
         out = fused_op(*args)
         return out[0][0], out[0].detach(), out[4], out[5]
     out = []
-    loss = _FusedFunction.apply(*tensors, args[7:19] + args[20:], out)
+    loss = _FusedFunction.apply(*tensors, args[7:19] + args[20:] + (parts,), out)
     return (loss,) + tuple(out)
 
 

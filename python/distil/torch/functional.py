@@ -59,6 +59,8 @@ def _labels(name: str, labels: Optional[Tensor], rows: int, device) -> Optional[
         _fail(f"{name}: {labels.numel()} labels for {rows} rows (shape {tuple(labels.shape)})")
     if labels.device != device:
         _fail(f"{name}: labels are on {labels.device}, the inputs on {device}")
+    if labels.dtype is torch.int64 and labels.dim() == 1 and labels.is_contiguous():
+        return labels  # as the library takes them: no reshape, cast or copy to pay for
     return labels.reshape(rows).to(torch.int64).contiguous()
 
 
@@ -152,10 +154,11 @@ def _head_options(student_logit_scale=1.0, student_softcap=0.0, teacher_logit_sc
 def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, labels,
            student_bias, teacher_bias, weight_hard, weight_soft, beta, ignore_index,
            temperature, chunk_rows, div=("jsd", 0.1, None, False),
-           heads=_calls.DEFAULT_HEADS, want_lse=False):
+           heads=_calls.DEFAULT_HEADS, want_lse=False, want_parts=False):
     """The fused op on 2-D views; returns (loss, parts, student_lse, teacher_lse): parts the
-    detached [3] (loss, hard, soft), indexed only by callers that hand them out; the LSEs
-    shaped like the leading dimensions (None unless want_lse)."""
+    detached [3] (loss, hard, soft) with want_parts (else possibly None: the library then
+    writes the loss alone); the LSEs shaped like the leading dimensions (None unless
+    want_lse)."""
     _same(fn, _FUSED_NAMES, (student_input, student_weight, teacher_input, teacher_weight,
                              student_bias, teacher_bias))
     _check_temperature(fn, float(temperature))
@@ -182,7 +185,7 @@ def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, lab
                                      int(ignore_index), int(chunk_rows),
                                      _wants_grad(student_input), _wants_grad(student_weight),
                                      _wants_grad(student_bias), code, alpha, n_host, n_dev,
-                                     bool(div[3]), *heads, want_lse)
+                                     bool(div[3]), *heads, want_lse, parts=want_parts)
     lead = student_input.shape[:-1]
     lse = (ls.reshape(lead), lt.reshape(lead)) if want_lse else (None, None)
     # Without labels (weight_hard == 0) every row counts and the library writes a hard part of 0.
@@ -251,7 +254,7 @@ def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher
                                  teacher_bias, weight_hard_loss, weight_soft_loss, beta,
                                  ignore_index, temperature, chunk_rows,
                                  (divergence, alpha, normaliser, temperature_squared), heads,
-                                 want_lse)
+                                 want_lse, return_soft_hard_loss)
     out = (loss, parts[2], parts[1]) if return_soft_hard_loss else (loss,)
     out += (ls, lt) if want_lse else ()
     return out if len(out) > 1 else loss
