@@ -315,7 +315,8 @@ def _scaled(ctx, grads: list, s: Tensor) -> list:
 # compiling or tracing, no dispatch mode or functorch transform, plain tensors) takes the
 # Function, everything else the registered ops: the same kernels, the same gradients computed
 # in the forward call, the same in-place scale in backward. What the Function saves on top:
-#   - autograd sees the tensors and one tuple of the options, not every option one by one;
+#   - autograd sees the student's tensors (those distil computes gradients for) and one tuple
+#     of everything else (the teacher's tensors, labels, options), not each one by one;
 #   - unwanted outputs are None (the library takes NULL), not [0] tensors;
 #   - the fused loss comes out as the 0-dim loss itself, so backward has no select node;
 #   - backward calls distil_scale through ctypes, not through the scale_ op's dispatcher.
@@ -356,13 +357,14 @@ def _scale_in_place(grads, s: Tensor) -> None:
 
 
 class _JsdFunction(torch.autograd.Function):
-    """jsd_op's loss: apply(student_logp, teacher_logp, labels, normaliser_device, options),
-    options = jsd_op's (beta, ignore_index, reduction, want_grad, divergence, alpha,
-    normaliser)."""
+    """jsd_op's loss: apply(student_logp, options), options = (teacher_logp, labels,
+    normaliser_device) and jsd_op's (beta, ignore_index, reduction, want_grad, divergence,
+    alpha, normaliser)."""
 
     @staticmethod
-    def forward(ctx, x, y, labels, n_dev, options):
-        beta, ignore_index, reduction, want_grad, divergence, alpha, normaliser = options
+    def forward(ctx, x, options):
+        (y, labels, n_dev, beta, ignore_index, reduction, want_grad, divergence, alpha,
+         normaliser) = options
         loss, grad = _jsd_impl(x, y, labels, beta, ignore_index, reduction, want_grad,
                                divergence, alpha, normaliser, n_dev)
         ctx.grads = (grad,) if want_grad else ()
@@ -373,26 +375,28 @@ class _JsdFunction(torch.autograd.Function):
     def backward(ctx, grad_loss):
         grads = _take_grads(ctx)
         if not grads:
-            return None, None, None, None, None
+            return None, None
         (grad,) = grads
         if ctx.per_row:  # loss [T]: row t's gradient times grad_loss[t]
-            return grad * grad_loss.unsqueeze(-1).to(grad.dtype), None, None, None, None
+            return grad * grad_loss.unsqueeze(-1).to(grad.dtype), None
         if type(grad_loss) not in _PLAIN:
-            return grad * grad_loss.to(grad.dtype), None, None, None, None
+            return grad * grad_loss.to(grad.dtype), None
         _scale_in_place(grads, grad_loss)
-        return grad, None, None, None, None
+        return grad, None
 
 
 class _FusedFunction(torch.autograd.Function):
-    """fused_op's loss: apply(xs, Ws, bs, xt, Wt, bt, labels, normaliser_device, options, out),
-    options = fused_op's other arguments in its order and want_parts, out a list that receives
-    the non-differentiable results (loss parts [3] or None, student_lse, teacher_lse) beside
-    autograd, which would otherwise process each as an output of its own."""
+    """fused_op's loss: apply(xs, Ws, bs, options, out), options = (xt, Wt, bt, labels,
+    normaliser_device), fused_op's other arguments in its order and want_parts; out a list
+    that receives the non-differentiable results (loss parts [3] or None, student_lse,
+    teacher_lse) beside autograd, which would otherwise process each as an output of its
+    own."""
 
     @staticmethod
-    def forward(ctx, xs, ws, bs, xt, wt, bt, labels, n_dev, options, out):
-        (weight_hard, weight_soft, beta, temperature, ignore_index, chunk_rows, want_x, want_w,
-         want_b, divergence, alpha, normaliser, temperature_squared, *heads) = options
+    def forward(ctx, xs, ws, bs, options, out):
+        (xt, wt, bt, labels, n_dev, weight_hard, weight_soft, beta, temperature, ignore_index,
+         chunk_rows, want_x, want_w, want_b, divergence, alpha, normaliser, temperature_squared,
+         *heads) = options
         parts, gx, gw, gb, ls, lt = _fused_run(
             _wanted, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, beta, temperature,
             ignore_index, chunk_rows, want_x, want_w, want_b, divergence, alpha, normaliser,
@@ -412,7 +416,7 @@ class _FusedFunction(torch.autograd.Function):
             grads = tuple(g * grad_loss.to(g.dtype) if g is not None else None for g in grads)
         else:
             _scale_in_place(grads, grad_loss)
-        return grads + (None,) * 7
+        return grads + (None, None)
 
 
 def jsd(x, y, labels, beta, ignore_index, reduction, want_grad, divergence=0, alpha=0.1,
@@ -421,9 +425,8 @@ def jsd(x, y, labels, beta, ignore_index, reduction, want_grad, divergence=0, al
     if not _untraced(x, y, labels, normaliser_device):
         return jsd_op(x, y, labels, beta, ignore_index, reduction, want_grad, divergence, alpha,
                       normaliser, normaliser_device)[0]
-    return _JsdFunction.apply(x, y, labels, normaliser_device,
-                              (beta, ignore_index, reduction, want_grad, divergence, alpha,
-                               normaliser))
+    return _JsdFunction.apply(x, (y, labels, normaliser_device, beta, ignore_index, reduction,
+                                  want_grad, divergence, alpha, normaliser))
 
 
 def fused(*args, parts: bool = True) -> tuple[Tensor, Optional[Tensor], Optional[Tensor],
@@ -437,7 +440,8 @@ def fused(*args, parts: bool = True) -> tuple[Tensor, Optional[Tensor], Optional
         out = fused_op(*args)
         return out[0][0], out[0].detach(), out[4], out[5]
     out = []
-    loss = _FusedFunction.apply(*tensors, args[7:19] + args[20:] + (parts,), out)
+    loss = _FusedFunction.apply(args[0], args[1], args[2],
+                                args[3:7] + (args[19],) + args[7:19] + args[20:] + (parts,), out)
     return (loss,) + tuple(out)
 
 
