@@ -44,9 +44,12 @@ def _fail(message):
 
 def _rows(name: str, t: Tensor) -> Tensor:
     """t as a 2-D [rows, last] tensor whose rows are dense (a view when possible)."""
-    if t.dim() < 1:
+    dim = t.dim()
+    if dim == 2 and t.is_contiguous():  # the usual case, in one call
+        return t
+    if dim < 1:
         _fail(f"{name}: a tensor of at least 1 dimension is needed, got a scalar")
-    t = t.reshape(-1, t.shape[-1]) if t.dim() != 2 else t
+    t = t.reshape(-1, t.shape[-1]) if dim != 2 else t
     return t if t.stride(-1) == 1 and t.stride(0) >= t.shape[1] else t.contiguous()
 
 
