@@ -128,13 +128,12 @@ def jsd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None, be
     _same(fn, ("input", "target"), (input, target))
     if input.shape != target.shape:
         _fail(f"{fn}: input {tuple(input.shape)} and target {tuple(target.shape)} differ")
-    lead = input.shape[:-1]
     x, y = _rows("input", input), _rows("target", target)
     labels = _labels(fn, shift_labels, x.shape[0], x.device)
     code, alpha, n_host, n_dev = _divergence(divergence, alpha, normaliser, x.device, fn)
     loss = _ops.jsd(x, y, labels, float(beta), int(ignore_index), reduction,
                     _wants_grad(input), code, alpha, n_host, n_dev)
-    return loss.reshape(lead) if reduction == "none" else loss
+    return loss.reshape(input.shape[:-1]) if reduction == "none" else loss
 
 
 # ------------------------------------------------------------------------ fused linear JSD
