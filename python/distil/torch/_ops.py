@@ -320,10 +320,12 @@ def _scaled(ctx, grads: list, s: Tensor) -> list:
 #   - unwanted outputs are None (the library takes NULL), not [0] tensors;
 #   - the fused loss comes out as the 0-dim loss itself, so backward has no select node;
 #   - backward calls distil_scale through ctypes, not through the scale_ op's dispatcher.
-# The gradients sit on ctx, not in save_for_backward: they are outputs of our own, never
-# mutated by the caller, and backward takes them (a second backward through the same graph,
-# which would scale them twice, is refused) so that nothing keeps them once they are handed to
-# autograd.
+# The gradients sit on ctx, not in save_for_backward: they are neither inputs nor outputs of
+# the Function (autograd has no version counter to check), and backward takes them off ctx (a
+# second backward through the same graph, which would scale them twice, is refused), so that
+# nothing but the gradient autograd accumulates keeps them alive. Unlike saved tensors they
+# are not offered to saved-tensor hooks (save_on_cpu, checkpointing): they are results, not
+# activations to recompute.
 
 _PLAIN = (Tensor, torch.nn.Parameter)
 
