@@ -602,6 +602,9 @@ static void pr_fused_careful(const pr_fused *c, int order, float *loss, void *gx
  * JSD is small beside the rounding of the fp32 logits (docs/SPEC.md §2 step 1), and its own
  * relative error is set by those, not by the row math. */
 static double pr_part_err(double got, double ref, double loss) {
+    if (got == ref) { /* also where loss and part are both 0 (one-hot rows that agree) */
+        return 0.0;
+    }
     return isnan(got) != isnan(ref) ? NAN : fabs(got - ref) / fmax(fabs(loss), fabs(ref));
 }
 
