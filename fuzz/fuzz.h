@@ -15,11 +15,16 @@
 #include <stdint.h>
 
 /* Caps on what the target allocates: descriptors whose tensors fit are "backed" by real
- * buffers of exactly the described size; larger ones are called with NULL data. */
-#define FZ_MAX_ROWS   8
-#define FZ_MAX_VOCAB  48
-#define FZ_MAX_HIDDEN 12
-#define FZ_MAX_STRIDE 56
+ * buffers of exactly the described size; larger ones are called with NULL data. The vocabulary
+ * is mostly drawn up to FZ_NARROW_VOCAB, and one case in eight up to FZ_MAX_VOCAB (fz_vocab_cap):
+ * rows of more than two of the cpu kernels' 512-float tiles with a ragged tail, wider than an
+ * opencl work-group, so that the fuzzer reaches those paths too. */
+#define FZ_MAX_ROWS      8
+#define FZ_NARROW_VOCAB  48
+#define FZ_MAX_VOCAB     1100
+#define FZ_MAX_HIDDEN    12
+#define FZ_NARROW_STRIDE 56
+#define FZ_MAX_STRIDE    (FZ_MAX_VOCAB + 8)
 
 /* ---------------------------------------------------------------- input stream */
 
@@ -40,6 +45,11 @@ double fz_rand_normal(fz_in *in); /* from the seeded generator, not from the inp
 /* An int64 field: mostly the default or a small valid value in [lo, hi], sometimes an edge
  * value (0, -1, INT64_MIN, INT64_MAX, 2^31, 2^62, ...) or 8 raw bytes. */
 int64_t fz_i64_field(fz_in *in, int64_t dflt, int64_t lo, int64_t hi);
+/* The upper end of a drawn vocabulary: FZ_MAX_VOCAB one time in eight, else FZ_NARROW_VOCAB. */
+int64_t fz_vocab_cap(fz_in *in);
+/* The upper end of a drawn row stride for a vocabulary: a few past it (FZ_NARROW_STRIDE for the
+ * narrow ones). */
+int64_t fz_stride_cap(int64_t vocab);
 /* A float field: mostly the default or a value in [lo, hi], sometimes a special (+-0, subnormal,
  * FLT_MAX, +-inf, NaN, just outside [lo, hi]) or 4 raw bytes. */
 float fz_float_field(fz_in *in, float dflt, float lo, float hi);

@@ -66,7 +66,7 @@ static void fz_fused_read_desc(fz_in *in, distil_fused_linear_jsd_desc *d) {
         d->struct_size = (size_t)fz_i64_field(in, 0, 0, (int64_t)sizeof *d + 16);
     }
     d->rows = fz_i64_field(in, 3, 0, FZ_MAX_ROWS);
-    d->vocab = fz_i64_field(in, 16, 1, FZ_MAX_VOCAB);
+    d->vocab = fz_i64_field(in, 16, 1, fz_vocab_cap(in));
     d->student_hidden = fz_i64_field(in, 4, 1, FZ_MAX_HIDDEN);
     d->teacher_hidden = fz_i64_field(in, 6, 1, FZ_MAX_HIDDEN);
     d->dtype = (distil_dtype)fz_i64_field(in, fz_pick(in, 3), 0, 3);
@@ -74,11 +74,11 @@ static void fz_fused_read_desc(fz_in *in, distil_fused_linear_jsd_desc *d) {
     d->weight_soft = fz_float_field(in, 0.5f, 0.0f, 2.0f);
     d->beta = fz_float_field(in, 0.5f, 0.0f, 1.0f);
     d->temperature = fz_float_field(in, 1.0f, 0.1f, 4.0f);
-    d->ignore_index = fz_i64_field(in, -100, -100, FZ_MAX_VOCAB);
+    d->ignore_index = fz_i64_field(in, -100, -100, FZ_NARROW_VOCAB);
     d->chunk_rows = fz_i64_field(in, 0, 0, FZ_MAX_ROWS + 1);
     d->return_parts = fz_bool(in);
     if (fz_byte(in) >= 200) {
-        d->teacher_vocab = fz_bool(in) ? d->vocab : fz_i64_field(in, 0, 0, FZ_MAX_VOCAB);
+        d->teacher_vocab = fz_bool(in) ? d->vocab : fz_i64_field(in, 0, 0, fz_vocab_cap(in));
         d->student_weight_hidden = fz_bool(in) ? d->student_hidden : fz_i64_field(in, 0, 0, 16);
         d->teacher_weight_hidden = fz_bool(in) ? d->teacher_hidden : fz_i64_field(in, 0, 0, 16);
     }

@@ -81,6 +81,14 @@ int64_t fz_i64_field(fz_in *in, int64_t dflt, int64_t lo, int64_t hi) {
     return (int64_t)fz_u64(in);
 }
 
+int64_t fz_vocab_cap(fz_in *in) {
+    return fz_byte(in) >= 224 ? FZ_MAX_VOCAB : FZ_NARROW_VOCAB;
+}
+
+int64_t fz_stride_cap(int64_t vocab) {
+    return vocab > FZ_NARROW_VOCAB && vocab <= FZ_MAX_VOCAB ? vocab + 8 : FZ_NARROW_STRIDE;
+}
+
 static const float fz_specials[] = {0.0f,     -0.0f,     1.0f,    -1.0f,    0.5f,      1e4f,
                                     -1e4f,    1e-45f,    -1e-45f, 1e-38f,   FLT_MAX,   -FLT_MAX,
                                     INFINITY, -INFINITY, NAN,     -NAN,     88.7f,     -88.7f,

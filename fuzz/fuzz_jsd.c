@@ -34,13 +34,14 @@ static void fz_jsd_read_desc(fz_in *in, distil_jsd_desc *d) {
         d->struct_size = (size_t)fz_i64_field(in, 0, 0, (int64_t)sizeof *d + 16);
     }
     d->rows = fz_i64_field(in, 3, 0, FZ_MAX_ROWS);
-    d->vocab = fz_i64_field(in, 16, 1, FZ_MAX_VOCAB);
-    d->student_stride = fz_i64_field(in, 0, 0, FZ_MAX_STRIDE);
-    d->teacher_stride = fz_i64_field(in, 0, 0, FZ_MAX_STRIDE);
-    d->grad_stride = fz_i64_field(in, 0, 0, FZ_MAX_STRIDE);
+    d->vocab = fz_i64_field(in, 16, 1, fz_vocab_cap(in));
+    const int64_t stride_hi = fz_stride_cap(d->vocab);
+    d->student_stride = fz_i64_field(in, 0, 0, stride_hi);
+    d->teacher_stride = fz_i64_field(in, 0, 0, stride_hi);
+    d->grad_stride = fz_i64_field(in, 0, 0, stride_hi);
     d->dtype = (distil_dtype)fz_i64_field(in, fz_pick(in, 3), 0, 3);
     d->beta = fz_float_field(in, 0.5f, 0.0f, 1.0f);
-    d->ignore_index = fz_i64_field(in, -100, -100, FZ_MAX_VOCAB);
+    d->ignore_index = fz_i64_field(in, -100, -100, FZ_NARROW_VOCAB);
     d->reduction = (distil_reduction)fz_i64_field(in, fz_pick(in, 3), 0, 3);
     d->grad_scale = fz_float_field(in, 1.0f, -4.0f, 4.0f);
     fz_read_divergence(in, &d->divergence, &d->alpha, &d->normaliser);

@@ -301,10 +301,12 @@ static void k_fused_grad(const cpu_fused_row *r, const k_lsm *l1, double sg) {
         for (int64_t i = 0; i < n; i += CPU_VW) {
             vf q = vf_load(qs + off + i);
             vf s = unscaled ? q : vf_exp((vf_load(sp + i) - l1->m) - l1->l);
-            vf o = s * r->gh + de_soft_grad(vf_load(dqs + off + i), q, gsum) * gsi;
+            /* s - onehot before the weights and the soft part: s = 1 - 5e-10 at a confident label
+             * is 1 in fp32, and (gh s + soft) - gh would keep the soft part to an ulp of gh */
             if (r->label >= off + i && r->label < off + i + CPU_VW) {
-                o[r->label - off - i] -= r->gh;
+                s[r->label - off - i] -= 1.0f;
             }
+            vf o = s * r->gh + de_soft_grad(vf_load(dqs + off + i), q, gsum) * gsi;
             vf_store(gp + i, head ? o * vf_load(dp + i) : o);
         }
         if (!direct) {
