@@ -28,6 +28,7 @@ void distil_fused_linear_topk_desc_init(distil_fused_linear_topk_desc *desc) {
     d.tail = DISTIL_TOPK_TAIL;
     d.divergence = DISTIL_DIVERGENCE_FORWARD_KL;
     d.beta = 0.5f;
+    d.alpha = 0.1f;
     d.weight_hard = 0.5f;
     d.weight_soft = 0.5f;
     d.temperature = 1.0f;
@@ -46,6 +47,7 @@ static distil_topk_fields distil_flt_fields(const distil_fused_linear_topk_desc 
                             .tail = d->tail,
                             .divergence = d->divergence,
                             .beta = d->beta,
+                            .alpha = d->alpha,
                             .normaliser = d->normaliser,
                             .normaliser_device = d->normaliser_device};
     return f;
@@ -131,7 +133,6 @@ static distil_status distil_flt_check_ptrs(distil_ctx *ctx, const distil_fused_l
 }
 
 static void distil_flt_fill_args(const distil_fused_linear_topk_desc *d, distil_fused_args *a) {
-    distil_topk_fields f = distil_flt_fields(d);
     a->rows = d->rows;
     a->vocab = d->vocab;
     a->hs = d->student_hidden;
@@ -139,7 +140,9 @@ static void distil_flt_fill_args(const distil_fused_linear_topk_desc *d, distil_
     a->dtype = d->dtype;
     a->weight_hard = d->weight_hard;
     a->weight_soft = d->weight_soft;
-    a->beta = distil_topk_beta(&f);
+    a->beta = d->beta;
+    a->divergence = d->divergence;
+    a->alpha = d->alpha;
     a->inv_temperature = 1.0f / d->temperature;
     a->ignore_index = d->ignore_index;
     a->return_parts = d->return_parts != 0;

@@ -26,6 +26,7 @@ void distil_topk_desc_init(distil_topk_desc *desc) {
     d.tail = DISTIL_TOPK_TAIL;
     d.divergence = DISTIL_DIVERGENCE_FORWARD_KL;
     d.beta = 0.5f;
+    d.alpha = 0.1f;
     d.ignore_index = -100;
     d.reduction = DISTIL_REDUCTION_BATCHMEAN;
     d.grad_scale = 1.0f;
@@ -42,6 +43,7 @@ static distil_topk_fields distil_topk_fields_of(const distil_topk_desc *d) {
                             .tail = d->tail,
                             .divergence = d->divergence,
                             .beta = d->beta,
+                            .alpha = d->alpha,
                             .normaliser = d->normaliser,
                             .normaliser_device = d->normaliser_device};
     return f;
@@ -77,7 +79,9 @@ static distil_status distil_topk_check_desc(distil_ctx *ctx, const distil_topk_d
     a->rows = d->rows;
     a->vocab = d->vocab;
     a->dtype = d->dtype;
-    a->beta = distil_topk_beta(&f);
+    a->beta = d->beta;
+    a->divergence = d->divergence;
+    a->alpha = d->alpha;
     a->grad_scale = d->grad_scale;
     a->ignore_index = d->ignore_index;
     a->reduction = d->reduction;
@@ -180,6 +184,8 @@ static distil_status distil_topk_compose(distil_ctx *ctx, const distil_topk_args
                                .labels = a->labels,
                                .ignore_index = a->ignore_index,
                                .beta = a->beta,
+                               .divergence = a->divergence,
+                               .alpha = a->alpha,
                                .inv_temperature = 1.0f,
                                .weight_soft = a->grad_scale,
                                .soft_rows = row_loss,

@@ -106,12 +106,14 @@ static void test_logp_desc(void **state) {
     REFUSED(DISTIL_ERR_INVALID_ARG, lp_call(&d), "id_dtype");
     lp_desc(&d), d.teacher_dtype = (distil_dtype)9;
     REFUSED(DISTIL_ERR_INVALID_ARG, lp_call(&d), "teacher_dtype");
-    lp_desc(&d), d.divergence = DISTIL_DIVERGENCE_TVD;
-    REFUSED(DISTIL_ERR_UNSUPPORTED, lp_call(&d), "divergence");
     lp_desc(&d), d.divergence = (distil_divergence)42;
     REFUSED(DISTIL_ERR_INVALID_ARG, lp_call(&d), "divergence");
     lp_desc(&d), d.divergence = DISTIL_DIVERGENCE_JSD, d.beta = 1.5f;
     REFUSED(DISTIL_ERR_INVALID_ARG, lp_call(&d), "beta");
+    lp_desc(&d), d.divergence = DISTIL_DIVERGENCE_SKEW_KL, d.alpha = 1.5f;
+    REFUSED(DISTIL_ERR_INVALID_ARG, lp_call(&d), "alpha");
+    lp_desc(&d), d.divergence = DISTIL_DIVERGENCE_TVD, d.alpha = NAN; /* checked whatever the div */
+    REFUSED(DISTIL_ERR_INVALID_ARG, lp_call(&d), "alpha");
     lp_desc(&d), d.normaliser = -1.0f;
     REFUSED(DISTIL_ERR_INVALID_ARG, lp_call(&d), "normaliser");
     lp_desc(&d), d.normaliser = NAN;
@@ -147,8 +149,10 @@ static void test_fused_desc(void **state) {
     REFUSED(DISTIL_ERR_INVALID_ARG, fu_call(&d), "temperature");
     fu_desc(&d), d.reduction = DISTIL_REDUCTION_NONE;
     REFUSED(DISTIL_ERR_UNSUPPORTED, fu_call(&d), "reduction");
-    fu_desc(&d), d.divergence = DISTIL_DIVERGENCE_SKEW_KL;
-    REFUSED(DISTIL_ERR_UNSUPPORTED, fu_call(&d), "divergence");
+    fu_desc(&d), d.divergence = DISTIL_DIVERGENCE_SKEW_REVERSE_KL, d.alpha = -0.5f;
+    REFUSED(DISTIL_ERR_INVALID_ARG, fu_call(&d), "alpha");
+    fu_desc(&d), d.divergence = (distil_divergence)-1;
+    REFUSED(DISTIL_ERR_INVALID_ARG, fu_call(&d), "divergence");
     fu_desc(&d), d.student_weight_hidden = HS + 1;
     REFUSED(DISTIL_ERR_INVALID_ARG, fu_call(&d), "student_weight");
     fu_desc(&d), d.id_dtype = DISTIL_IDS_I32, d.pad_id = INT64_MIN;

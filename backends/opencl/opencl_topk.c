@@ -61,7 +61,7 @@ distil_status distil_ocl_topk_rows(void *vb, const distil_topk_rows_args *a) {
     cl_ulong g_stride = (cl_ulong)a->g_stride;
     cl_int logits = a->logits ? 1 : 0, tail = a->t.tail;
     cl_long kk = a->t.k, pad = a->t.pad_id, vocab = a->vocab, ignore = a->ignore_index;
-    cl_float8 coef = distil_ocl_coef(DISTIL_DIVERGENCE_JSD, a->beta, 0.0f);
+    cl_float8 coef = distil_ocl_coef(a->divergence, a->beta, a->alpha);
     cl_float inv_t = a->inv_temperature, w_hard = a->weight_hard, w_soft = a->weight_soft;
     cl_mem labels, ce, g, n_valid;
     cl_ulong lab_off, ce_off, g_off, n_off;
