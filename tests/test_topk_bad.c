@@ -201,6 +201,38 @@ static void test_bad_id(void **state) {
     repoison(g.loss, (T + 3) * 4), repoison(g.grad, T * V * 4);
 }
 
+/* docs/SPEC.md §7: every row's ids are checked, ignored rows' too, and the first bad row of the
+ * call is reported, whichever row's check finishes first (opencl and cuda check the rows in
+ * parallel): row 1 (label -100) repeats an id, row 3 has one out of range; both forms. */
+static void test_bad_id_first_row(void **state) {
+    (void)state;
+    int64_t ids[T * K] = {0, 1, 2, 3, 4, 3, 6, 7, -1, 2, 99, 6};
+    void *bad = tu_upload(g_ctx, ids, sizeof ids);
+    distil_topk_desc d;
+    lp_desc(&d);
+    distil_status s = distil_topk(g_ctx, &d, g.x, bad, g.logp, g.labels, g.loss, g.grad);
+    if (s == DISTIL_OK) {
+        s = distil_ctx_synchronize(g_ctx);
+    }
+    assert_int_equal(s, DISTIL_ERR_INVALID_LABEL);
+    TU_CHECK_MESSAGE(g_ctx, "teacher_ids: row 1 has id 3 twice");
+    assert_int_equal(distil_ctx_synchronize(g_ctx), DISTIL_OK);
+    distil_fused_linear_topk_desc f;
+    fu_desc(&f);
+    f.chunk_rows = 2; /* the bad rows in two chunks: the first chunk's stands */
+    s = distil_fused_linear_topk(g_ctx, &f, g.xs, g.ws, g.bs, bad, g.logp, g.labels, g.loss, g.gxs,
+                                 g.gws, g.gbs);
+    if (s == DISTIL_OK) {
+        s = distil_ctx_synchronize(g_ctx);
+    }
+    assert_int_equal(s, DISTIL_ERR_INVALID_LABEL);
+    TU_CHECK_MESSAGE(g_ctx, "teacher_ids: row 1 has id 3 twice");
+    assert_int_equal(distil_ctx_synchronize(g_ctx), DISTIL_OK);
+    distil_free(g_ctx, bad);
+    repoison(g.loss, (T + 3) * 4), repoison(g.grad, T * V * 4);
+    repoison(g.gxs, T * HS * 4);
+}
+
 /* docs/SPEC.md §5's memory rules: the workspace query's bytes, lent, run the call (same loss as
  * the context's own workspace); one byte less than one row's need is DISTIL_ERR_WORKSPACE; an
  * injected allocation failure is DISTIL_ERR_OUT_OF_MEMORY and the context stays usable. */
@@ -256,6 +288,7 @@ static int run_group(const char *backend) {
         cmocka_unit_test(test_logp_desc),
         cmocka_unit_test(test_fused_desc),
         cmocka_unit_test(test_bad_id),
+        cmocka_unit_test(test_bad_id_first_row),
         cmocka_unit_test(test_workspace_and_faults),
     };
     return cmocka_run_group_tests_name(tu_group_name("topk_bad", backend), tests, group_setup,
