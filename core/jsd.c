@@ -141,7 +141,7 @@ static size_t distil_jsd_work_bytes(const distil_ctx *ctx, const distil_jsd_args
 
 static distil_status distil_jsd_workspace_size_run(distil_ctx *ctx, const distil_jsd_desc *desc,
                                                    size_t *bytes) {
-    DISTIL_TRY(distil_row_loss_query_begin(ctx, "jsd_workspace_size", bytes));
+    DISTIL_TRY(distil_check_query(ctx, "jsd_workspace_size", bytes));
     distil_jsd_args a = {0};
     DISTIL_TRY(distil_jsd_check_desc(ctx, desc, &a));
     *bytes = distil_jsd_work_bytes(ctx, &a);

@@ -4,15 +4,7 @@
 #include "ctx.h"
 #include "divergence.h"
 #include "error.h"
-#include "validate.h"
 #include "workspace.h"
-
-distil_status distil_row_loss_query_begin(distil_ctx *ctx, const char *wfn, const size_t *bytes) {
-    if (ctx == NULL) {
-        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "%s: ctx is NULL", wfn);
-    }
-    return distil_check_not_null(ctx, wfn, "bytes", bytes);
-}
 
 distil_status distil_row_loss_empty(distil_ctx *ctx, const distil_row_loss *r) {
     if (r->reduction == DISTIL_REDUCTION_NONE) {

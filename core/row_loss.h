@@ -1,6 +1,6 @@
 /*
  * row_loss.h - the skeleton shared by the two row losses, distil_jsd (docs/SPEC.md §1) and
- * distil_topk (§7): the workspace query's first checks, rows == 0, and the composition of the
+ * distil_topk (§7): rows == 0, and the composition of the
  * loss on a backend's kernels, count (or the given N, §6) -> the loss's row pass -> reduce, with
  * the workspace of distil_workspace_row_loss. Each loss keeps its own checks and row pass.
  */
@@ -24,9 +24,6 @@ typedef struct distil_row_loss {
  * fp32 that the skeleton put there; else a NULL base, N = 1). op: the loss's own args. */
 typedef distil_status (*distil_row_pass)(distil_ctx *ctx, const void *op, distil_dptr row_loss,
                                          distil_dptr n);
-
-/* A workspace query's checks before the descriptor's: ctx (wfn: the query's name), bytes. */
-distil_status distil_row_loss_query_begin(distil_ctx *ctx, const char *wfn, const size_t *bytes);
 
 /* rows == 0: the loss is 0 (one fp32), nothing is written for NONE. */
 distil_status distil_row_loss_empty(distil_ctx *ctx, const distil_row_loss *r);

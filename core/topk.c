@@ -138,7 +138,7 @@ static size_t distil_topk_work_bytes(const distil_ctx *ctx, const distil_topk_ar
 
 static distil_status distil_topk_workspace_size_run(distil_ctx *ctx, const distil_topk_desc *desc,
                                                     size_t *bytes) {
-    DISTIL_TRY(distil_row_loss_query_begin(ctx, "topk_workspace_size", bytes));
+    DISTIL_TRY(distil_check_query(ctx, "topk_workspace_size", bytes));
     distil_topk_args a = {0};
     DISTIL_TRY(distil_topk_check_desc(ctx, desc, &a));
     *bytes = distil_topk_work_bytes(ctx, &a);
