@@ -7,6 +7,7 @@
 #include "ctx.h"
 #include "divergence.h"
 #include "error.h"
+#include "fused_entry.h"
 #include "fused_head.h"
 #include "fused_loop.h"
 #include "overlap.h"
@@ -158,19 +159,7 @@ static void distil_fused_fill_args(const distil_fused_linear_jsd_desc *d, distil
 /* The plan of this call: the asked chunk, or the chunk policy's fitted to a lent workspace. */
 static distil_status distil_fused_make_plan(distil_ctx *ctx, const distil_fused_linear_jsd_desc *d,
                                             const distil_fused_shape *s, distil_fused_plan *p) {
-    int64_t chunk = d->chunk_rows;
-    if (chunk == 0) {
-        chunk = distil_chunk_rows(&ctx->be->chunk, s->rows, s->vocab);
-        size_t avail = distil_workspace_available(ctx);
-        if (!distil_chunk_plan_fit(s, chunk, avail, p)) {
-            return distil_error_set(ctx, DISTIL_ERR_WORKSPACE,
-                                    "%s: lent workspace holds %zu bytes, one row needs %zu", fn,
-                                    avail, p->bytes);
-        }
-        return DISTIL_OK;
-    }
-    distil_chunk_plan(s, chunk, p);
-    return DISTIL_OK;
+    return distil_fused_plan_make(ctx, fn, s, d->chunk_rows, s->vocab, p);
 }
 
 /* The call's shape on ctx's backend: G stays fp32 where the backend's GEMMs compute in fp32
@@ -195,11 +184,7 @@ static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
 /* The workspace query, unsharded (tp NULL) or for a vocabulary shard (docs/SPEC.md §8). */
 distil_status distil_fused_workspace_call(distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc,
                                           const distil_tp *tp_in, int want_grads, size_t *bytes) {
-    if (ctx == NULL) {
-        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG,
-                                "fused_linear_jsd_workspace_size: ctx is NULL");
-    }
-    DISTIL_TRY(distil_check_not_null(ctx, "fused_linear_jsd_workspace_size", "bytes", bytes));
+    DISTIL_TRY(distil_check_query(ctx, "fused_linear_jsd_workspace_size", bytes));
     DISTIL_TRY(distil_fused_check_desc(ctx, desc));
     if (desc->rows == 0) {
         *bytes = 0;
@@ -222,30 +207,6 @@ distil_status distil_fused_linear_jsd_workspace_size(distil_ctx *ctx,
                                                      int want_grads, size_t *bytes) {
     DISTIL_GUARDED(ctx, "fused_linear_jsd_workspace_size",
                    distil_fused_workspace_call(ctx, desc, NULL, want_grads, bytes));
-}
-
-/* No labels (weight_hard == 0): label 0 for every row, in the plan's region of the workspace,
- * so that every row counts (N = rows) and the row kernels need no case of their own; the hard
- * part of G is then weight_hard / N = 0 times a finite value. Two fp32 zeros are an int64 0. */
-static distil_status distil_fused_stand_in_labels(distil_ctx *ctx, distil_fused_args *a,
-                                                  const distil_fused_plan *p) {
-    a->labels = distil_dptr_add(a->workspace, p->off_labels);
-    distil_fill_args f = {.dst = a->labels, .dtype = DISTIL_F32, .count = 2 * a->rows};
-    return ctx->be->fill(ctx->b, &f);
-}
-
-/* Without labels the hard part (loss[1]) is 0, whatever the stand-in labels gave. */
-static distil_status distil_fused_no_hard_part(distil_ctx *ctx, const distil_fused_args *a) {
-    distil_fill_args f = {
-        .dst = distil_dptr_add(a->loss, sizeof(float)), .dtype = DISTIL_F32, .count = 1};
-    return ctx->be->fill(ctx->b, &f);
-}
-
-/* rows == 0: loss (and parts) 0, nothing else written. */
-static distil_status distil_fused_empty(distil_ctx *ctx, const distil_fused_args *a) {
-    distil_fill_args f = {
-        .dst = a->loss, .dtype = DISTIL_F32, .count = a->return_parts ? 3 : 1, .value = 0.0f};
-    return ctx->be->fill(ctx->b, &f);
 }
 
 /* The body of the fused loss, unsharded (tp NULL) or on a vocabulary shard (docs/SPEC.md §8).
@@ -281,26 +242,7 @@ distil_status distil_fused_call(distil_ctx *ctx, const distil_fused_linear_jsd_d
         tp = &tp_plan;
         DISTIL_TRY(distil_tp_fused_plan(ctx, tp, &s, desc->chunk_rows == 0, &p));
     }
-    DISTIL_TRY(distil_workspace_acquire(ctx, p.bytes, fn, &a.workspace));
-    if (tp != NULL) {
-        distil_tp_fused_bind(tp, a.workspace);
-    }
-    a.workspace_bytes = p.bytes;
-    a.chunk_rows = p.chunk_rows;
-    const bool own_labels = !distil_dptr_present(a.labels);
-    if (own_labels) {
-        DISTIL_TRY(distil_fused_stand_in_labels(ctx, &a, &p));
-    }
-    distil_status st = tp != NULL ? distil_fused_loop_run_tp(ctx, &a, &p, tp)
-                       : ctx->be->fused_linear_jsd != NULL ? ctx->be->fused_linear_jsd(ctx->b, &a)
-                                                           : distil_fused_loop_run(ctx, &a, &p);
-    if (st == DISTIL_OK && own_labels && a.return_parts) {
-        st = distil_fused_no_hard_part(ctx, &a); /* the rows' CE against the stand-in is moot */
-    }
-    if (st == DISTIL_OK && ctx->be->host_memory) {
-        st = ctx->be->synchronize(ctx->b); /* reports an invalid label from this call */
-    }
-    return st;
+    return distil_fused_run_planned(ctx, fn, &a, &p, tp);
 }
 
 distil_status distil_fused_linear_jsd(distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc,

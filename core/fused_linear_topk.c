@@ -1,11 +1,13 @@
 /*
  * fused_linear_topk.c - the public entry points of the fused loss against a cached top-k teacher
  * (docs/SPEC.md §2 with §7's soft part): validate, plan chunks and workspace, then the chunk loop
- * of fused_loop.c with args.topk set (or the reference's whole fused op, which sees it too).
+ * of fused_loop.c with args.topk set (or the reference's whole fused op, which sees it too), by
+ * the steps it shares with distil_fused_linear_jsd (fused_entry.h).
  */
 #include "chunk.h"
 #include "ctx.h"
 #include "error.h"
+#include "fused_entry.h"
 #include "fused_head.h"
 #include "fused_loop.h"
 #include "overlap.h"
@@ -28,6 +30,7 @@ void distil_fused_linear_topk_desc_init(distil_fused_linear_topk_desc *desc) {
     d.tail = DISTIL_TOPK_TAIL;
     d.divergence = DISTIL_DIVERGENCE_FORWARD_KL;
     d.beta = 0.5f;
+    d.alpha = 0.1f;
     d.weight_hard = 0.5f;
     d.weight_soft = 0.5f;
     d.temperature = 1.0f;
@@ -46,6 +49,7 @@ static distil_topk_fields distil_flt_fields(const distil_fused_linear_topk_desc 
                             .tail = d->tail,
                             .divergence = d->divergence,
                             .beta = d->beta,
+                            .alpha = d->alpha,
                             .normaliser = d->normaliser,
                             .normaliser_device = d->normaliser_device};
     return f;
@@ -131,7 +135,6 @@ static distil_status distil_flt_check_ptrs(distil_ctx *ctx, const distil_fused_l
 }
 
 static void distil_flt_fill_args(const distil_fused_linear_topk_desc *d, distil_fused_args *a) {
-    distil_topk_fields f = distil_flt_fields(d);
     a->rows = d->rows;
     a->vocab = d->vocab;
     a->hs = d->student_hidden;
@@ -139,7 +142,9 @@ static void distil_flt_fill_args(const distil_fused_linear_topk_desc *d, distil_
     a->dtype = d->dtype;
     a->weight_hard = d->weight_hard;
     a->weight_soft = d->weight_soft;
-    a->beta = distil_topk_beta(&f);
+    a->beta = d->beta;
+    a->divergence = d->divergence;
+    a->alpha = d->alpha;
     a->inv_temperature = 1.0f / d->temperature;
     a->ignore_index = d->ignore_index;
     a->return_parts = d->return_parts != 0;
@@ -171,29 +176,13 @@ static distil_fused_shape distil_flt_shape_of(const distil_ctx *ctx,
  * for zs and zt; with no zt the same budget holds twice the rows. */
 static distil_status distil_flt_make_plan(distil_ctx *ctx, const distil_fused_linear_topk_desc *d,
                                           const distil_fused_shape *s, distil_fused_plan *p) {
-    int64_t chunk = d->chunk_rows;
-    if (chunk != 0) {
-        distil_chunk_plan(s, chunk, p);
-        return DISTIL_OK;
-    }
-    chunk = distil_chunk_rows(&ctx->be->chunk, s->rows, (s->vocab + 1) / 2);
-    size_t avail = distil_workspace_available(ctx);
-    if (!distil_chunk_plan_fit(s, chunk, avail, p)) {
-        return distil_error_set(ctx, DISTIL_ERR_WORKSPACE,
-                                "%s: lent workspace holds %zu bytes, one row needs %zu", fn, avail,
-                                p->bytes);
-    }
-    return DISTIL_OK;
+    return distil_fused_plan_make(ctx, fn, s, d->chunk_rows, (s->vocab + 1) / 2, p);
 }
 
 static distil_status distil_flt_workspace_size_run(distil_ctx *ctx,
                                                    const distil_fused_linear_topk_desc *desc,
                                                    int want_grads, size_t *bytes) {
-    static const char *const wfn = "fused_linear_topk_workspace_size";
-    if (ctx == NULL) {
-        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "%s: ctx is NULL", wfn);
-    }
-    DISTIL_TRY(distil_check_not_null(ctx, wfn, "bytes", bytes));
+    DISTIL_TRY(distil_check_query(ctx, "fused_linear_topk_workspace_size", bytes));
     DISTIL_TRY(distil_flt_check_desc(ctx, desc));
     if (desc->rows == 0) {
         *bytes = 0;
@@ -214,21 +203,6 @@ distil_status distil_fused_linear_topk_workspace_size(distil_ctx *ctx,
                    distil_flt_workspace_size_run(ctx, desc, want_grads, bytes));
 }
 
-/* rows == 0: loss (and parts) 0, nothing else written. No labels: the hard part is 0. */
-static distil_status distil_flt_fill_loss(distil_ctx *ctx, distil_dptr loss, int64_t count) {
-    distil_fill_args f = {.dst = loss, .dtype = DISTIL_F32, .count = count, .value = 0.0f};
-    return ctx->be->fill(ctx->b, &f);
-}
-
-/* No labels (weight_hard == 0): label 0 for every row in the plan's region, as the dense fused
- * loss does (every row counts; the hard part of G is 0 times a finite value). */
-static distil_status distil_flt_stand_in_labels(distil_ctx *ctx, distil_fused_args *a,
-                                                const distil_fused_plan *p) {
-    a->labels = distil_dptr_add(a->workspace, p->off_labels);
-    distil_fill_args f = {.dst = a->labels, .dtype = DISTIL_F32, .count = 2 * a->rows};
-    return ctx->be->fill(ctx->b, &f);
-}
-
 static distil_status distil_flt_execute(distil_ctx *ctx, const distil_fused_linear_topk_desc *desc,
                                         distil_fused_args *a) {
     distil_fused_shape s =
@@ -236,22 +210,7 @@ static distil_status distil_flt_execute(distil_ctx *ctx, const distil_fused_line
                             distil_dptr_present(a->grad_ws), distil_dptr_present(a->grad_bs));
     distil_fused_plan p;
     DISTIL_TRY(distil_flt_make_plan(ctx, desc, &s, &p));
-    DISTIL_TRY(distil_workspace_acquire(ctx, p.bytes, fn, &a->workspace));
-    a->workspace_bytes = p.bytes;
-    a->chunk_rows = p.chunk_rows;
-    const bool own_labels = !distil_dptr_present(a->labels);
-    if (own_labels) {
-        DISTIL_TRY(distil_flt_stand_in_labels(ctx, a, &p));
-    }
-    distil_status st = ctx->be->fused_linear_jsd != NULL ? ctx->be->fused_linear_jsd(ctx->b, a)
-                                                         : distil_fused_loop_run(ctx, a, &p);
-    if (st == DISTIL_OK && own_labels && a->return_parts) {
-        st = distil_flt_fill_loss(ctx, distil_dptr_add(a->loss, sizeof(float)), 1);
-    }
-    if (st == DISTIL_OK && ctx->be->host_memory) {
-        st = ctx->be->synchronize(ctx->b); /* reports an invalid label or id from this call */
-    }
-    return st;
+    return distil_fused_run_planned(ctx, fn, a, &p, NULL);
 }
 
 static distil_status distil_flt_run(distil_ctx *ctx, const distil_fused_linear_topk_desc *desc,
@@ -280,7 +239,7 @@ static distil_status distil_flt_run(distil_ctx *ctx, const distil_fused_linear_t
     distil_flt_fill_args(desc, &a);
     DISTIL_TRY(distil_flt_check_ptrs(ctx, desc, &a));
     if (a.rows == 0) {
-        return distil_flt_fill_loss(ctx, a.loss, a.return_parts ? 3 : 1);
+        return distil_fused_empty(ctx, &a);
     }
     return distil_flt_execute(ctx, desc, &a);
 }

@@ -120,7 +120,9 @@ static distil_status distil_fused_topk_rows(const distil_fused_loop *L, int64_t 
         .g = L->grads ? distil_fused_ws(L, p->off_g) : distil_dptr_make(NULL, 0),
         .g_dtype = p->g_dtype,
         .g_stride = a->vocab,
-        .n_valid = distil_fused_ws(L, p->off_n)};
+        .n_valid = distil_fused_ws(L, p->off_n),
+        .divergence = a->divergence,
+        .alpha = a->alpha};
     return L->be->topk_rows(L->b, &r);
 }
 

@@ -1,12 +1,14 @@
 /*
  * jsd.c - the public entry point distil_jsd: validate, plan the workspace, then either the
- * backend's whole `jsd` op or count_valid -> jsd_rows -> reduce (docs/SPEC.md §1).
+ * backend's whole `jsd` op or count_valid -> jsd_rows -> reduce (docs/SPEC.md §1), on the row
+ * loss skeleton of row_loss.h (shared with distil_topk).
  */
 #include "ctx.h"
 #include "divergence.h"
 #include "tp.h"
 #include "error.h"
 #include "overlap.h"
+#include "row_loss.h"
 #include "validate.h"
 #include "workspace.h"
 
@@ -139,10 +141,7 @@ static size_t distil_jsd_work_bytes(const distil_ctx *ctx, const distil_jsd_args
 
 static distil_status distil_jsd_workspace_size_run(distil_ctx *ctx, const distil_jsd_desc *desc,
                                                    size_t *bytes) {
-    if (ctx == NULL) {
-        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "jsd_workspace_size: ctx is NULL");
-    }
-    DISTIL_TRY(distil_check_not_null(ctx, "jsd_workspace_size", "bytes", bytes));
+    DISTIL_TRY(distil_check_query(ctx, "jsd_workspace_size", bytes));
     distil_jsd_args a = {0};
     DISTIL_TRY(distil_jsd_check_desc(ctx, desc, &a));
     *bytes = distil_jsd_work_bytes(ctx, &a);
@@ -154,28 +153,22 @@ distil_status distil_jsd_workspace_size(distil_ctx *ctx, const distil_jsd_desc *
     DISTIL_GUARDED(ctx, "jsd_workspace_size", distil_jsd_workspace_size_run(ctx, desc, bytes));
 }
 
-/* count_valid -> jsd_rows -> reduce on the backend's kernels. */
-static distil_status distil_jsd_compose(distil_ctx *ctx, const distil_jsd_args *a) {
-    const distil_backend *be = ctx->be;
-    if (be->jsd_rows == NULL || be->count_valid == NULL || be->reduce == NULL) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED, "%s: backend '%s' lacks JSD kernels",
-                                fn, be->name);
-    }
-    distil_dptr work;
-    DISTIL_TRY(distil_workspace_acquire(ctx, distil_jsd_work_bytes(ctx, a), fn, &work));
-    bool mean = a->reduction == DISTIL_REDUCTION_BATCHMEAN;
-    bool none = a->reduction == DISTIL_REDUCTION_NONE;
-    distil_dptr n = mean ? work : distil_dptr_make(NULL, 0);
-    distil_dptr row_loss = none ? a->loss : distil_dptr_add(work, DISTIL_WORKSPACE_ALIGN);
-    if (mean) {
-        distil_count_args c = {.labels = a->labels,
-                               .rows = a->rows,
-                               .ignore_index = a->ignore_index,
-                               .vocab = 0,
-                               .min_one = false,
-                               .n_out = n};
-        DISTIL_TRY(distil_normaliser_put(ctx, &c, a->normaliser, a->normaliser_device));
-    }
+/* The row loss skeleton's view of a call. */
+static distil_row_loss distil_jsd_row_loss(const distil_jsd_args *a) {
+    distil_row_loss r = {.rows = a->rows,
+                         .reduction = a->reduction,
+                         .labels = a->labels,
+                         .ignore_index = a->ignore_index,
+                         .normaliser = a->normaliser,
+                         .normaliser_device = a->normaliser_device,
+                         .loss = a->loss};
+    return r;
+}
+
+/* The row pass of the composed loss (distil_row_pass): jsd_rows. */
+static distil_status distil_jsd_pass(distil_ctx *ctx, const void *op, distil_dptr row_loss,
+                                     distil_dptr n) {
+    const distil_jsd_args *a = op;
     distil_jsd_rows_args r = {.x = a->x,
                               .y = a->y,
                               .x_stride = a->x_stride,
@@ -193,13 +186,18 @@ static distil_status distil_jsd_compose(distil_ctx *ctx, const distil_jsd_args *
                               .n_valid = n,
                               .divergence = a->divergence,
                               .alpha = a->alpha};
-    DISTIL_TRY(be->jsd_rows(ctx->b, &r));
-    if (none) {
-        return DISTIL_OK;
+    return ctx->be->jsd_rows(ctx->b, &r);
+}
+
+/* count_valid -> jsd_rows -> reduce on the backend's kernels. */
+static distil_status distil_jsd_compose(distil_ctx *ctx, const distil_jsd_args *a) {
+    const distil_backend *be = ctx->be;
+    if (be->jsd_rows == NULL || be->count_valid == NULL || be->reduce == NULL) {
+        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED, "%s: backend '%s' lacks JSD kernels",
+                                fn, be->name);
     }
-    distil_reduce_args red = {
-        .a = row_loss, .count = a->rows, .wa = 1.0f, .n_valid = n, .out = a->loss};
-    return be->reduce(ctx->b, &red);
+    distil_row_loss r = distil_jsd_row_loss(a);
+    return distil_row_loss_compose(ctx, fn, &r, distil_jsd_pass, a);
 }
 
 distil_status distil_jsd_run(distil_ctx *ctx, const distil_jsd_desc *desc, const void *student_logp,
@@ -218,11 +216,8 @@ distil_status distil_jsd_run(distil_ctx *ctx, const distil_jsd_desc *desc, const
     a.loss = distil_dptr_make(loss, 0);
     a.grad = distil_dptr_make(grad_student, 0);
     if (a.rows == 0) {
-        if (a.reduction == DISTIL_REDUCTION_NONE) {
-            return DISTIL_OK;
-        }
-        distil_fill_args f = {.dst = a.loss, .dtype = DISTIL_F32, .count = 1, .value = 0.0f};
-        return ctx->be->fill(ctx->b, &f);
+        distil_row_loss r = distil_jsd_row_loss(&a);
+        return distil_row_loss_empty(ctx, &r);
     }
     if (ctx->be->jsd != NULL) {
         return ctx->be->jsd(ctx->b, &a);

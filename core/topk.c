@@ -1,12 +1,14 @@
 /*
  * topk.c - the public entry point distil_topk (docs/SPEC.md §7, the log-prob-input form):
  * validate, plan the workspace, then the backend's whole `topk` op (the float64 reference) or
- * count_valid -> topk_rows -> reduce, as distil_jsd composes its loss.
+ * count_valid -> topk_rows -> reduce, on the row loss skeleton that distil_jsd shares
+ * (row_loss.h).
  */
 #include "ctx.h"
 #include "error.h"
 #include "divergence.h"
 #include "overlap.h"
+#include "row_loss.h"
 #include "topk_check.h"
 #include "validate.h"
 #include "workspace.h"
@@ -26,6 +28,7 @@ void distil_topk_desc_init(distil_topk_desc *desc) {
     d.tail = DISTIL_TOPK_TAIL;
     d.divergence = DISTIL_DIVERGENCE_FORWARD_KL;
     d.beta = 0.5f;
+    d.alpha = 0.1f;
     d.ignore_index = -100;
     d.reduction = DISTIL_REDUCTION_BATCHMEAN;
     d.grad_scale = 1.0f;
@@ -42,6 +45,7 @@ static distil_topk_fields distil_topk_fields_of(const distil_topk_desc *d) {
                             .tail = d->tail,
                             .divergence = d->divergence,
                             .beta = d->beta,
+                            .alpha = d->alpha,
                             .normaliser = d->normaliser,
                             .normaliser_device = d->normaliser_device};
     return f;
@@ -77,7 +81,9 @@ static distil_status distil_topk_check_desc(distil_ctx *ctx, const distil_topk_d
     a->rows = d->rows;
     a->vocab = d->vocab;
     a->dtype = d->dtype;
-    a->beta = distil_topk_beta(&f);
+    a->beta = d->beta;
+    a->divergence = d->divergence;
+    a->alpha = d->alpha;
     a->grad_scale = d->grad_scale;
     a->ignore_index = d->ignore_index;
     a->reduction = d->reduction;
@@ -132,10 +138,7 @@ static size_t distil_topk_work_bytes(const distil_ctx *ctx, const distil_topk_ar
 
 static distil_status distil_topk_workspace_size_run(distil_ctx *ctx, const distil_topk_desc *desc,
                                                     size_t *bytes) {
-    if (ctx == NULL) {
-        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "topk_workspace_size: ctx is NULL");
-    }
-    DISTIL_TRY(distil_check_not_null(ctx, "topk_workspace_size", "bytes", bytes));
+    DISTIL_TRY(distil_check_query(ctx, "topk_workspace_size", bytes));
     distil_topk_args a = {0};
     DISTIL_TRY(distil_topk_check_desc(ctx, desc, &a));
     *bytes = distil_topk_work_bytes(ctx, &a);
@@ -147,29 +150,22 @@ distil_status distil_topk_workspace_size(distil_ctx *ctx, const distil_topk_desc
     DISTIL_GUARDED(ctx, "topk_workspace_size", distil_topk_workspace_size_run(ctx, desc, bytes));
 }
 
-/* N of batchmean on the device: counted from the labels, or the caller's. */
-static distil_status distil_topk_count(distil_ctx *ctx, const distil_topk_args *a, distil_dptr n) {
-    distil_count_args c = {
-        .labels = a->labels, .rows = a->rows, .ignore_index = a->ignore_index, .n_out = n};
-    return distil_normaliser_put(ctx, &c, a->normaliser, a->normaliser_device);
+/* The row loss skeleton's view of a call. */
+static distil_row_loss distil_topk_row_loss(const distil_topk_args *a) {
+    distil_row_loss r = {.rows = a->rows,
+                         .reduction = a->reduction,
+                         .labels = a->labels,
+                         .ignore_index = a->ignore_index,
+                         .normaliser = a->normaliser,
+                         .normaliser_device = a->normaliser_device,
+                         .loss = a->loss};
+    return r;
 }
 
-/* count_valid -> topk_rows -> reduce on the backend's kernels. */
-static distil_status distil_topk_compose(distil_ctx *ctx, const distil_topk_args *a) {
-    const distil_backend *be = ctx->be;
-    if (be->topk_rows == NULL || be->count_valid == NULL || be->reduce == NULL) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "%s: backend '%s' lacks the top-k kernels", fn, be->name);
-    }
-    distil_dptr work;
-    DISTIL_TRY(distil_workspace_acquire(ctx, distil_topk_work_bytes(ctx, a), fn, &work));
-    bool mean = a->reduction == DISTIL_REDUCTION_BATCHMEAN;
-    bool none = a->reduction == DISTIL_REDUCTION_NONE;
-    distil_dptr n = mean ? work : distil_dptr_make(NULL, 0);
-    distil_dptr row_loss = none ? a->loss : distil_dptr_add(work, DISTIL_WORKSPACE_ALIGN);
-    if (mean) {
-        DISTIL_TRY(distil_topk_count(ctx, a, n));
-    }
+/* The row pass of the composed loss (distil_row_pass): topk_rows on the log-probs as given. */
+static distil_status distil_topk_pass(distil_ctx *ctx, const void *op, distil_dptr row_loss,
+                                      distil_dptr n) {
+    const distil_topk_args *a = op;
     distil_topk_rows_args r = {.x = a->x,
                                .x_stride = a->x_stride,
                                .x_dtype = a->dtype,
@@ -180,6 +176,8 @@ static distil_status distil_topk_compose(distil_ctx *ctx, const distil_topk_args
                                .labels = a->labels,
                                .ignore_index = a->ignore_index,
                                .beta = a->beta,
+                               .divergence = a->divergence,
+                               .alpha = a->alpha,
                                .inv_temperature = 1.0f,
                                .weight_soft = a->grad_scale,
                                .soft_rows = row_loss,
@@ -187,13 +185,18 @@ static distil_status distil_topk_compose(distil_ctx *ctx, const distil_topk_args
                                .g_dtype = a->dtype,
                                .g_stride = a->grad_stride,
                                .n_valid = n};
-    DISTIL_TRY(be->topk_rows(ctx->b, &r));
-    if (none) {
-        return DISTIL_OK;
+    return ctx->be->topk_rows(ctx->b, &r);
+}
+
+/* count_valid -> topk_rows -> reduce on the backend's kernels. */
+static distil_status distil_topk_compose(distil_ctx *ctx, const distil_topk_args *a) {
+    const distil_backend *be = ctx->be;
+    if (be->topk_rows == NULL || be->count_valid == NULL || be->reduce == NULL) {
+        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
+                                "%s: backend '%s' lacks the top-k kernels", fn, be->name);
     }
-    distil_reduce_args red = {
-        .a = row_loss, .count = a->rows, .wa = 1.0f, .n_valid = n, .out = a->loss};
-    return be->reduce(ctx->b, &red);
+    distil_row_loss r = distil_topk_row_loss(a);
+    return distil_row_loss_compose(ctx, fn, &r, distil_topk_pass, a);
 }
 
 static distil_status distil_topk_run(distil_ctx *ctx, const distil_topk_desc *desc,
@@ -214,11 +217,8 @@ static distil_status distil_topk_run(distil_ctx *ctx, const distil_topk_desc *de
     a.loss = distil_dptr_make(loss, 0);
     a.grad = distil_dptr_make(grad_student, 0);
     if (a.rows == 0) {
-        if (a.reduction == DISTIL_REDUCTION_NONE) {
-            return DISTIL_OK;
-        }
-        distil_fill_args fl = {.dst = a.loss, .dtype = DISTIL_F32, .count = 1, .value = 0.0f};
-        return ctx->be->fill(ctx->b, &fl);
+        distil_row_loss r = distil_topk_row_loss(&a);
+        return distil_row_loss_empty(ctx, &r);
     }
     distil_status st =
         ctx->be->topk != NULL ? ctx->be->topk(ctx->b, &a) : distil_topk_compose(ctx, &a);

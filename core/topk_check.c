@@ -19,19 +19,7 @@ static distil_status distil_topk_check_enums(distil_ctx *ctx, const char *fn,
                                 "%s: tail %d is not one of TAIL, RENORMALISE, ZERO", fn,
                                 (int)f->tail);
     }
-    if (f->divergence != DISTIL_DIVERGENCE_FORWARD_KL &&
-        f->divergence != DISTIL_DIVERGENCE_REVERSE_KL && f->divergence != DISTIL_DIVERGENCE_JSD) {
-        if (f->divergence >= DISTIL_DIVERGENCE_SKEW_KL && f->divergence <= DISTIL_DIVERGENCE_TVD) {
-            return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                    "%s: divergence %d: the top-k losses compute FORWARD_KL, "
-                                    "REVERSE_KL and JSD only",
-                                    fn, (int)f->divergence);
-        }
-        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
-                                "%s: divergence %d is not a distil_divergence", fn,
-                                (int)f->divergence);
-    }
-    return DISTIL_OK;
+    return distil_check_divergence(ctx, fn, f->divergence, f->alpha); /* alpha too (§6) */
 }
 
 distil_status distil_topk_check_fields(distil_ctx *ctx, const char *fn,
@@ -57,17 +45,6 @@ distil_status distil_topk_check_fields(distil_ctx *ctx, const char *fn,
     DISTIL_TRY(distil_check_normaliser(ctx, fn, f->normaliser, f->normaliser_device));
     DISTIL_TRY(distil_check_size(ctx, fn, "teacher_ids", f->rows, f->k, sizeof(int64_t)));
     return distil_check_size(ctx, fn, "teacher_logp", f->rows, f->k, sizeof(float));
-}
-
-float distil_topk_beta(const distil_topk_fields *f) {
-    switch (f->divergence) {
-    case DISTIL_DIVERGENCE_FORWARD_KL:
-        return 0.0f;
-    case DISTIL_DIVERGENCE_REVERSE_KL:
-        return 1.0f;
-    default:
-        return f->beta;
-    }
 }
 
 distil_topk_teacher distil_topk_teacher_of(const distil_topk_fields *f, const void *ids,

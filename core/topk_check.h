@@ -14,19 +14,15 @@ typedef struct distil_topk_fields {
     distil_id_dtype id_dtype;
     distil_topk_tail tail;
     distil_divergence divergence;
-    float beta, normaliser;
+    float beta, alpha, normaliser;
     const float *normaliser_device;
 } distil_topk_fields;
 
-/* k in [1, vocab], the dtypes, pad_id outside [0, vocab), the tail policy, the divergence
- * (FORWARD_KL, REVERSE_KL, JSD; others UNSUPPORTED), beta, the normaliser (finite, >= 0, not
- * both forms), and the (rows, k) sizes. */
+/* The dtypes, the tail policy, the divergence (any of docs/SPEC.md §6) and alpha, k in [1, vocab],
+ * pad_id outside [0, vocab), beta, the normaliser (finite, >= 0, not both forms), and the (rows,
+ * k) sizes. */
 distil_status distil_topk_check_fields(distil_ctx *ctx, const char *fn,
                                        const distil_topk_fields *f);
-
-/* The beta of the element terms (distil_elem.h) that computes the divergence: 0 for forward KL,
- * 1 for reverse KL, beta for JSD. */
-float distil_topk_beta(const distil_topk_fields *f);
 
 /* The teacher of a call (ids, logp as given). */
 distil_topk_teacher distil_topk_teacher_of(const distil_topk_fields *f, const void *ids,

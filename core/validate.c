@@ -114,3 +114,10 @@ distil_status distil_check_size(distil_ctx *ctx, const char *fn, const char *nam
     }
     return DISTIL_OK;
 }
+
+distil_status distil_check_query(distil_ctx *ctx, const char *wfn, const size_t *bytes) {
+    if (ctx == NULL) {
+        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "%s: ctx is NULL", wfn);
+    }
+    return distil_check_not_null(ctx, wfn, "bytes", bytes);
+}

@@ -31,4 +31,7 @@ distil_status distil_check_finite(distil_ctx *ctx, const char *fn, const char *n
 distil_status distil_check_size(distil_ctx *ctx, const char *fn, const char *name, int64_t rows,
                                 int64_t cols, size_t elem);
 
+/* The first checks of a workspace query (wfn: its name): ctx, then bytes, not NULL. */
+distil_status distil_check_query(distil_ctx *ctx, const char *wfn, const size_t *bytes);
+
 #endif /* DISTIL_CORE_VALIDATE_H */

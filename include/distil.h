@@ -432,13 +432,14 @@ typedef struct distil_topk_desc {
     distil_id_dtype id_dtype;       /* of teacher_ids (default I64) */
     int64_t pad_id;                 /* marks an unused slot (default -1) */
     distil_topk_tail tail;          /* default DISTIL_TOPK_TAIL */
-    distil_divergence divergence;   /* FORWARD_KL (default), REVERSE_KL or JSD (uses beta) */
+    distil_divergence divergence;   /* any (default FORWARD_KL); JSD uses beta, SKEW_* alpha */
     float beta;                     /* JSD beta in [0, 1] (default 0.5) */
     int64_t ignore_index;           /* default -100 */
     distil_reduction reduction;     /* default BATCHMEAN */
     float grad_scale;               /* default 1 */
     float normaliser;               /* > 0: N given on the host; 0 = counted (default) */
     const float *normaliser_device; /* or N as one fp32 in the context's memory; NULL = none */
+    float alpha;                    /* skew in [0, 1] of the SKEW_* divergences (default 0.1) */
 } distil_topk_desc;
 
 DISTIL_API void distil_topk_desc_init(distil_topk_desc *desc);
@@ -481,7 +482,7 @@ typedef struct distil_fused_linear_topk_desc {
     distil_id_dtype id_dtype;       /* of teacher_ids (default I64) */
     int64_t pad_id;                 /* default -1 */
     distil_topk_tail tail;          /* default DISTIL_TOPK_TAIL */
-    distil_divergence divergence;   /* FORWARD_KL (default), REVERSE_KL or JSD (uses beta) */
+    distil_divergence divergence;   /* any (default FORWARD_KL); JSD uses beta, SKEW_* alpha */
     float beta;                     /* default 0.5 */
     float weight_hard;              /* >= 0 (default 0.5) */
     float weight_soft;              /* >= 0 (default 0.5); not both 0 */
@@ -493,6 +494,7 @@ typedef struct distil_fused_linear_topk_desc {
     float normaliser;               /* > 0: N given on the host; 0 = counted (default) */
     const float *normaliser_device; /* or N as one fp32 in the context's memory; NULL = none */
     int64_t student_weight_hidden;  /* columns of Ws; 0 = student_hidden */
+    float alpha;                    /* skew in [0, 1] of the SKEW_* divergences (default 0.1) */
 } distil_fused_linear_topk_desc;
 
 DISTIL_API void distil_fused_linear_topk_desc_init(distil_fused_linear_topk_desc *desc);

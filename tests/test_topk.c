@@ -1,6 +1,7 @@
 /*
  * test_topk.c - both losses against a cached top-k teacher (docs/SPEC.md §7) on every backend
- * against the float64 reference: parity (every tail policy, divergence, dtype, id type, padding,
+ * against the float64 reference: parity (every tail policy, every divergence of docs/SPEC.md §6,
+ * dtype, id type, padding,
  * ignored rows, the given normaliser, sum, no labels), precision (peaky and Zipf-like teachers,
  * k from 1 to 128 and k = V), chunking (chunk_rows 1, 7, T and auto against the reference),
  * determinism (bitwise reruns and a fresh context) and bad ids (a duplicate id: the row ignored,
@@ -55,6 +56,25 @@ static const tk_spec parity_cases[] = {
       .beta = 0.2f, .teacher = TK_PEAKY, .normaliser = 7.0f),
     L(.t = 25, .v = 300, .k = 12, .tail = DISTIL_TOPK_ZERO, .div = DISTIL_DIVERGENCE_JSD,
       .beta = 0.9f, .mixed_labels = true),
+    /* the rest of docs/SPEC.md §6: skew KLs (alpha) and TVD (kept off its kink: topk_untie.c) */
+    F(.t = 23, .v = 640, .k = 8, .tail = DISTIL_TOPK_TAIL, .div = DISTIL_DIVERGENCE_SKEW_KL,
+      .alpha = 0.1f, .tau = 1.3f, .mixed_labels = true, .bias = true, .parts = true),
+    F(.t = 21, .v = 500, .k = 16, .tail = DISTIL_TOPK_RENORMALISE,
+      .div = DISTIL_DIVERGENCE_SKEW_REVERSE_KL, .alpha = 0.7f, .chunk = 5, .parts = true),
+    F(.t = 29, .v = 777, .k = 32, .tail = DISTIL_TOPK_ZERO, .div = DISTIL_DIVERGENCE_TVD,
+      .teacher = TK_ZIPF, .tdtype = DISTIL_BF16, .pad = true, .parts = true),
+    F(.t = 21, .v = 500, .k = 16, .tail = DISTIL_TOPK_TAIL, .div = DISTIL_DIVERGENCE_TVD,
+      .tau = 0.7f, .bias = true, .mixed_labels = true, .parts = true),
+    F(.t = 19, .v = 300, .k = 8, .tail = DISTIL_TOPK_ZERO, .div = DISTIL_DIVERGENCE_SKEW_REVERSE_KL,
+      .alpha = 0.05f, .teacher = TK_PEAKY, .parts = true),
+    L(.t = 25, .v = 300, .k = 12, .tail = DISTIL_TOPK_ZERO, .div = DISTIL_DIVERGENCE_SKEW_KL,
+      .alpha = 0.4f, .mixed_labels = true),
+    L(.t = 33, .v = 1000, .k = 8, .tail = DISTIL_TOPK_TAIL,
+      .div = DISTIL_DIVERGENCE_SKEW_REVERSE_KL, .alpha = 0.2f, .pad = true, .idt = DISTIL_IDS_I32),
+    L(.t = 33, .v = 1000, .k = 8, .tail = DISTIL_TOPK_RENORMALISE, .div = DISTIL_DIVERGENCE_TVD,
+      .red = DISTIL_REDUCTION_NONE, .tdtype = DISTIL_F16),
+    L(.t = 25, .v = 900, .k = 64, .tail = DISTIL_TOPK_TAIL, .div = DISTIL_DIVERGENCE_TVD,
+      .teacher = TK_ZIPF, .mixed_labels = true, .normaliser = 9.0f),
 };
 
 enum { N_PARITY = TU_LEN(parity_cases) };
@@ -74,6 +94,7 @@ static void run_against_ref(const tk_spec *s, distil_dtype dt, uint64_t seed) {
     if (o.st != DISTIL_OK) {
         print_error("%s\n", o.msg);
     }
+    assert_int_equal(r.st, DISTIL_OK); /* a case both refuse would compare poison with poison */
     tk_check(&p, &o, &r);
     tk_out_free(&o), tk_out_free(&r);
     tk_free(&p);
@@ -102,6 +123,10 @@ static void test_precision(void **state) {
             s.div = DISTIL_DIVERGENCE_JSD;
             s.beta = 0.5f;
             run_against_ref(&s, dt, 310 + i);
+            s.tail = DISTIL_TOPK_TAIL;
+            s.div = DISTIL_DIVERGENCE_SKEW_REVERSE_KL;
+            s.alpha = 0.2f;
+            run_against_ref(&s, dt, 320 + i);
         }
     }
 }

@@ -106,12 +106,14 @@ static void test_logp_desc(void **state) {
     REFUSED(DISTIL_ERR_INVALID_ARG, lp_call(&d), "id_dtype");
     lp_desc(&d), d.teacher_dtype = (distil_dtype)9;
     REFUSED(DISTIL_ERR_INVALID_ARG, lp_call(&d), "teacher_dtype");
-    lp_desc(&d), d.divergence = DISTIL_DIVERGENCE_TVD;
-    REFUSED(DISTIL_ERR_UNSUPPORTED, lp_call(&d), "divergence");
     lp_desc(&d), d.divergence = (distil_divergence)42;
     REFUSED(DISTIL_ERR_INVALID_ARG, lp_call(&d), "divergence");
     lp_desc(&d), d.divergence = DISTIL_DIVERGENCE_JSD, d.beta = 1.5f;
     REFUSED(DISTIL_ERR_INVALID_ARG, lp_call(&d), "beta");
+    lp_desc(&d), d.divergence = DISTIL_DIVERGENCE_SKEW_KL, d.alpha = 1.5f;
+    REFUSED(DISTIL_ERR_INVALID_ARG, lp_call(&d), "alpha");
+    lp_desc(&d), d.divergence = DISTIL_DIVERGENCE_TVD, d.alpha = NAN; /* checked whatever the div */
+    REFUSED(DISTIL_ERR_INVALID_ARG, lp_call(&d), "alpha");
     lp_desc(&d), d.normaliser = -1.0f;
     REFUSED(DISTIL_ERR_INVALID_ARG, lp_call(&d), "normaliser");
     lp_desc(&d), d.normaliser = NAN;
@@ -147,8 +149,10 @@ static void test_fused_desc(void **state) {
     REFUSED(DISTIL_ERR_INVALID_ARG, fu_call(&d), "temperature");
     fu_desc(&d), d.reduction = DISTIL_REDUCTION_NONE;
     REFUSED(DISTIL_ERR_UNSUPPORTED, fu_call(&d), "reduction");
-    fu_desc(&d), d.divergence = DISTIL_DIVERGENCE_SKEW_KL;
-    REFUSED(DISTIL_ERR_UNSUPPORTED, fu_call(&d), "divergence");
+    fu_desc(&d), d.divergence = DISTIL_DIVERGENCE_SKEW_REVERSE_KL, d.alpha = -0.5f;
+    REFUSED(DISTIL_ERR_INVALID_ARG, fu_call(&d), "alpha");
+    fu_desc(&d), d.divergence = (distil_divergence)-1;
+    REFUSED(DISTIL_ERR_INVALID_ARG, fu_call(&d), "divergence");
     fu_desc(&d), d.student_weight_hidden = HS + 1;
     REFUSED(DISTIL_ERR_INVALID_ARG, fu_call(&d), "student_weight");
     fu_desc(&d), d.id_dtype = DISTIL_IDS_I32, d.pad_id = INT64_MIN;
@@ -195,6 +199,38 @@ static void test_bad_id(void **state) {
     assert_int_equal(distil_ctx_synchronize(g_ctx), DISTIL_OK);
     distil_free(g_ctx, bad);
     repoison(g.loss, (T + 3) * 4), repoison(g.grad, T * V * 4);
+}
+
+/* docs/SPEC.md §7: every row's ids are checked, ignored rows' too, and the first bad row of the
+ * call is reported, whichever row's check finishes first (opencl and cuda check the rows in
+ * parallel): row 1 (label -100) repeats an id, row 3 has one out of range; both forms. */
+static void test_bad_id_first_row(void **state) {
+    (void)state;
+    int64_t ids[T * K] = {0, 1, 2, 3, 4, 3, 6, 7, -1, 2, 99, 6};
+    void *bad = tu_upload(g_ctx, ids, sizeof ids);
+    distil_topk_desc d;
+    lp_desc(&d);
+    distil_status s = distil_topk(g_ctx, &d, g.x, bad, g.logp, g.labels, g.loss, g.grad);
+    if (s == DISTIL_OK) {
+        s = distil_ctx_synchronize(g_ctx);
+    }
+    assert_int_equal(s, DISTIL_ERR_INVALID_LABEL);
+    TU_CHECK_MESSAGE(g_ctx, "teacher_ids: row 1 has id 3 twice");
+    assert_int_equal(distil_ctx_synchronize(g_ctx), DISTIL_OK);
+    distil_fused_linear_topk_desc f;
+    fu_desc(&f);
+    f.chunk_rows = 2; /* the bad rows in two chunks: the first chunk's stands */
+    s = distil_fused_linear_topk(g_ctx, &f, g.xs, g.ws, g.bs, bad, g.logp, g.labels, g.loss, g.gxs,
+                                 g.gws, g.gbs);
+    if (s == DISTIL_OK) {
+        s = distil_ctx_synchronize(g_ctx);
+    }
+    assert_int_equal(s, DISTIL_ERR_INVALID_LABEL);
+    TU_CHECK_MESSAGE(g_ctx, "teacher_ids: row 1 has id 3 twice");
+    assert_int_equal(distil_ctx_synchronize(g_ctx), DISTIL_OK);
+    distil_free(g_ctx, bad);
+    repoison(g.loss, (T + 3) * 4), repoison(g.grad, T * V * 4);
+    repoison(g.gxs, T * HS * 4);
 }
 
 /* docs/SPEC.md §5's memory rules: the workspace query's bytes, lent, run the call (same loss as
@@ -252,6 +288,7 @@ static int run_group(const char *backend) {
         cmocka_unit_test(test_logp_desc),
         cmocka_unit_test(test_fused_desc),
         cmocka_unit_test(test_bad_id),
+        cmocka_unit_test(test_bad_id_first_row),
         cmocka_unit_test(test_workspace_and_faults),
     };
     return cmocka_run_group_tests_name(tu_group_name("topk_bad", backend), tests, group_setup,

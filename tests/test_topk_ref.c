@@ -1,8 +1,9 @@
 /*
  * test_topk_ref.c - the float64 reference of the top-k losses (docs/SPEC.md §7) against central
- * finite differences of its own loss: for every tail policy and divergence (forward KL, reverse
- * KL, JSD(0.3)), the gradient of the log-prob form with respect to every student log-prob, and of
- * the fused form with respect to every student bias and hidden-state element (the CE, the
+ * finite differences of its own loss: for every tail policy and divergence of docs/SPEC.md §6
+ * (forward KL, reverse KL, JSD(0.3), skew KL and skew reverse KL (alpha 0.3), TVD away from its
+ * kink: topk_untie.c), the gradient of the log-prob form with respect to every student log-prob,
+ * and of the fused form with respect to every student bias and hidden-state element (the CE, the
  * temperature and the softmax Jacobian included). This holds §7's gradient formulas to the loss
  * they differentiate; test_topk.c then holds every backend to the reference.
  */
@@ -16,8 +17,9 @@ static distil_ctx *g_ref;
 
 static const distil_topk_tail tails[] = {DISTIL_TOPK_TAIL, DISTIL_TOPK_RENORMALISE,
                                          DISTIL_TOPK_ZERO};
-static const distil_divergence divs[] = {DISTIL_DIVERGENCE_FORWARD_KL, DISTIL_DIVERGENCE_REVERSE_KL,
-                                         DISTIL_DIVERGENCE_JSD};
+static const distil_divergence divs[] = {
+    DISTIL_DIVERGENCE_FORWARD_KL, DISTIL_DIVERGENCE_REVERSE_KL,      DISTIL_DIVERGENCE_JSD,
+    DISTIL_DIVERGENCE_SKEW_KL,    DISTIL_DIVERGENCE_SKEW_REVERSE_KL, DISTIL_DIVERGENCE_TVD};
 
 static double loss_of(const tk_problem *p) {
     tk_out o;
@@ -72,10 +74,11 @@ static void test_logp(void **state) {
                          .tail = tails[a],
                          .div = divs[b],
                          .beta = 0.3f,
+                         .alpha = 0.3f,
                          .red = DISTIL_REDUCTION_SUM,
                          .pad = true};
             tk_problem p;
-            tk_make(&p, &s, DISTIL_F32, 700 + 3 * a + b);
+            tk_make(&p, &s, DISTIL_F32, 700 + 8 * a + b);
             tk_out o;
             tk_run(g_ref, &p, &o);
             check_fd("grad_student", &p, p.x, o.gx, (size_t)(s.t * s.v));
@@ -100,6 +103,7 @@ static void test_fused(void **state) {
                          .tail = tails[a],
                          .div = divs[b],
                          .beta = 0.3f,
+                         .alpha = 0.3f,
                          .w_hard = 0.3f,
                          .w_soft = 0.7f,
                          .tau = 1.5f,
@@ -107,7 +111,7 @@ static void test_fused(void **state) {
                          .red = DISTIL_REDUCTION_SUM,
                          .pad = true};
             tk_problem p;
-            tk_make(&p, &s, DISTIL_F32, 720 + 3 * a + b);
+            tk_make(&p, &s, DISTIL_F32, 800 + 8 * a + b);
             tk_out o;
             tk_run(g_ref, &p, &o);
             check_fd("grad_student_bias", &p, p.bs, o.gb, (size_t)s.v);
@@ -115,6 +119,54 @@ static void test_fused(void **state) {
             tk_out_free(&o);
             tk_free(&p);
         }
+    }
+}
+
+/* docs/SPEC.md §7's argument for the zero policy: every element term is linear in q where p = 0,
+ * so the dense loss (distil_jsd) against the teacher p on K and 0 (log-prob -inf) elsewhere
+ * equals the top-k loss with its one tail outcome (log Q_t, -inf), loss and gradient, for each
+ * divergence (reverse KL: both +inf, compared as such). */
+static void test_zero_is_dense(void **state) {
+    (void)state;
+    for (size_t b = 0; b < TU_LEN(divs); b++) {
+        tk_spec s = {.t = 3,
+                     .v = 11,
+                     .k = 4,
+                     .tail = DISTIL_TOPK_ZERO,
+                     .div = divs[b],
+                     .beta = 0.3f,
+                     .alpha = 0.3f,
+                     .red = DISTIL_REDUCTION_SUM,
+                     .pad = true};
+        tk_problem p;
+        tk_make(&p, &s, DISTIL_F32, 900 + b);
+        float y[3 * 11], loss, *g = malloc(sizeof(float) * 3 * 11);
+        for (size_t e = 0; e < TU_LEN(y); e++) {
+            y[e] = -INFINITY;
+        }
+        for (int64_t e = 0; e < s.t * s.k; e++) {
+            int64_t id = ((const int64_t *)p.ids)[e];
+            if (id >= 0) {
+                y[(e / s.k) * s.v + id] = ((const float *)p.logp)[e];
+            }
+        }
+        distil_jsd_desc d;
+        distil_jsd_desc_init(&d);
+        d.rows = s.t, d.vocab = s.v, d.reduction = DISTIL_REDUCTION_SUM;
+        d.divergence = s.div, d.beta = s.beta, d.alpha = s.alpha;
+        assert_int_equal(distil_jsd(g_ref, &d, p.x, y, NULL, &loss, g), DISTIL_OK);
+        tk_out o;
+        tk_run(g_ref, &p, &o);
+        assert_int_equal(o.st, DISTIL_OK);
+        if (isinf(loss) || isinf(o.loss[0])) {
+            assert_true(loss == o.loss[0]); /* reverse KL: q > 0 = p off K */
+        } else {
+            TU_CHECK_REL("loss", o.loss[0], loss, 1e-6);
+            TU_CHECK_TENSOR("grad", o.gx, g, DISTIL_F32, s.t, s.v, s.v, 1e-6);
+        }
+        tk_out_free(&o);
+        free(g);
+        tk_free(&p);
     }
 }
 
@@ -158,6 +210,7 @@ int main(void) {
         cmocka_unit_test(test_logp),
         cmocka_unit_test(test_fused),
         cmocka_unit_test(test_closed_forms),
+        cmocka_unit_test(test_zero_is_dense),
     };
     int rc = cmocka_run_group_tests_name("topk_ref", tests, NULL, NULL);
     distil_ctx_destroy(g_ref);

@@ -330,7 +330,7 @@ distil_status distil_cpu_topk_rows(void *b, const distil_topk_rows_args *a) {
     const float *nv = distil_dptr_addr(a->n_valid);
     const float n = nv ? *nv : 1.0f;
     cpu_topk_call C = {.st = st, .a = a, .zero_grad = n == 0.0f};
-    distil_elem_beta kb = distil_elem_beta_make(a->beta);
+    distil_elem_beta kb = distil_elem_div_make(a->divergence, a->beta, a->alpha);
     DE_COEF_SET(C.kc, kb);
     C.gh = n != 0.0f ? a->weight_hard / n : 0.0f;
     C.gsi = n != 0.0f ? a->weight_soft / n * (a->logits ? a->inv_temperature : 1.0f) : 0.0f;

@@ -285,8 +285,7 @@ static topk_params topk_params_of(gpu_state *b, const distil_topk_rows_args *a) 
     p.row0 = a->row0;
     p.labels = gpu_ptr<const int64_t>(a->labels);
     p.ignore_index = a->ignore_index;
-    p.coef =
-        jsd_coef_make(DISTIL_DIVERGENCE_JSD, a->beta, 0.0f); /* beta: 0 forward, 1 reverse KL */
+    p.coef = jsd_coef_make(a->divergence, a->beta, a->alpha);
     p.inv_t = a->inv_temperature;
     p.weight_hard = a->weight_hard;
     p.weight_soft = a->weight_soft;

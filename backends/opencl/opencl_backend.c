@@ -47,6 +47,15 @@ static distil_status ocl_label_state_reset(distil_ocl *b) {
     return err == CL_SUCCESS ? DISTIL_OK : distil_ocl_fail(b, err, "resetting the label state");
 }
 
+/* topk_bad_row, holding "none" (INT_MAX) from the start; distil_topk_commit keeps it so. */
+static distil_status ocl_topk_bad_row_new(distil_ocl *b) {
+    DISTIL_TRY(distil_ocl_buffer_new(b, sizeof(cl_int), &b->topk_bad_row));
+    const cl_int none = CL_INT_MAX;
+    cl_int err = clEnqueueWriteBuffer(b->queue, b->topk_bad_row, CL_TRUE, 0, sizeof none, &none, 0,
+                                      NULL, NULL);
+    return err == CL_SUCCESS ? DISTIL_OK : distil_ocl_fail(b, err, "initialising topk_bad_row");
+}
+
 static void ocl_pipe_open(distil_ocl *b) {
     b->probe_pipe[0] = b->probe_pipe[1] = -1;
 #ifdef OCL_HAVE_PIPE
@@ -70,6 +79,9 @@ static void ocl_destroy(void *vb) {
     distil_ocl_scratch_release(b);
     if (b->label_state != NULL) {
         clReleaseMemObject(b->label_state);
+    }
+    if (b->topk_bad_row != NULL) {
+        clReleaseMemObject(b->topk_bad_row);
     }
     if (b->alloc_queue != NULL) {
         clReleaseCommandQueue(b->alloc_queue);
@@ -133,6 +145,7 @@ static distil_status ocl_open(distil_ocl *b) {
     DISTIL_TRY(ocl_describe_device(b));
     DISTIL_TRY(distil_ocl_buffer_new(b, DISTIL_OCL_LABEL_LONGS * sizeof(cl_long), &b->label_state));
     DISTIL_TRY(ocl_label_state_reset(b));
+    DISTIL_TRY(ocl_topk_bad_row_new(b));
     /* Every cl_mem of this platform starts with the same dispatch pointer (check_pointer). */
     memcpy(&b->mem_dispatch, (const void *)b->label_state, sizeof b->mem_dispatch);
     ocl_pipe_open(b);

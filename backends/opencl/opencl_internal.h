@@ -126,10 +126,13 @@ typedef struct distil_ocl {
     distil_ocl_scratch scratch[DISTIL_OCL_SCRATCH_N];
     /* Deferred invalid label: long[DISTIL_OCL_LABEL_LONGS] {first bad row or -1, its label, V,
      * kind: 0 label, 1 / 2 a teacher id out of range / twice}, written by count_valid (reduce.cl)
-     * or distil_topk_check (topk.cl). label_pending: the label check ran since the last
+     * or distil_topk_commit (topk.cl). label_pending: the label check ran since the last
      * synchronize. */
     cl_mem label_state;
     bool label_pending;
+    /* One int: the smallest bad row of a topk_rows launch (INT_MAX: none), atomic_min'd by
+     * distil_topk_rows and read and reset by distil_topk_commit (kernels/topk.cl). */
+    cl_mem topk_bad_row;
     void *mem_dispatch;       /* first word of a cl_mem of this platform (check_pointer) */
     bool gemm_attached;       /* fully created: destroy clears CLBlast's cache */
     int probe_pipe[2];        /* for reading unknown pointers safely (check_pointer), -1 if none */

@@ -1,7 +1,8 @@
 /*
- * opencl_topk.c - topk_rows of the opencl backend (docs/SPEC.md §7, kernels/topk.cl): the id check
- * of the block in row order (one work-group, recording the first bad row like count_valid), then
- * one work-group per row. The slots of a row live in local memory: k <= DISTIL_OCL_TOPK_MAX.
+ * opencl_topk.c - topk_rows of the opencl backend (docs/SPEC.md §7, kernels/topk.cl): one
+ * work-group per row, which also checks its row's ids (in parallel over the rows; the smallest
+ * bad row goes to topk_bad_row), then one work-group that records that row like count_valid
+ * records a label. The slots of a row live in local memory: k <= DISTIL_OCL_TOPK_MAX.
  */
 #include "opencl_internal.h"
 
@@ -24,31 +25,30 @@ static size_t ocl_topk_id_size(const distil_topk_rows_args *a) {
     return a->t.ids_i64 ? sizeof(int64_t) : sizeof(int32_t);
 }
 
-static distil_status ocl_topk_check(distil_ocl *b, const distil_topk_rows_args *a) {
+/* After the rows: the block's first bad row (topk_bad_row) into the label state. */
+static distil_status ocl_topk_commit(distil_ocl *b, const distil_topk_rows_args *a) {
     distil_ocl_kernel k;
-    DISTIL_TRY(ocl_topk_kernel(b, a, "distil_topk_check", &k));
+    DISTIL_TRY(ocl_topk_kernel(b, a, "distil_topk_commit", &k));
     cl_mem ids = distil_ocl_mem(a->t.ids);
     cl_ulong ids_off = distil_ocl_elems(a->t.ids, ocl_topk_id_size(a));
-    cl_long kk = a->t.k, pad = a->t.pad_id, rows = a->rows, vocab = a->vocab, row0 = a->row0;
+    cl_long kk = a->t.k, pad = a->t.pad_id, vocab = a->vocab, row0 = a->row0;
     const distil_ocl_arg args[] = {
-        DISTIL_OCL_ARG(ids),  DISTIL_OCL_ARG(ids_off),        DISTIL_OCL_ARG(kk),
-        DISTIL_OCL_ARG(pad),  DISTIL_OCL_ARG(rows),           DISTIL_OCL_ARG(vocab),
-        DISTIL_OCL_ARG(row0), DISTIL_OCL_ARG(b->label_state),
+        DISTIL_OCL_ARG(ids),
+        DISTIL_OCL_ARG(ids_off),
+        DISTIL_OCL_ARG(kk),
+        DISTIL_OCL_ARG(pad),
+        DISTIL_OCL_ARG(vocab),
+        DISTIL_OCL_ARG(row0),
+        DISTIL_OCL_ARG(b->topk_bad_row),
+        DISTIL_OCL_ARG(b->label_state),
     };
     DISTIL_TRY(distil_ocl_launch(b, &k, args, (int)(sizeof args / sizeof args[0]), 1, 0));
     b->label_pending = true;
     return DISTIL_OK;
 }
 
-distil_status distil_ocl_topk_rows(void *vb, const distil_topk_rows_args *a) {
-    distil_ocl *b = vb;
-    if (a->t.k > DISTIL_OCL_TOPK_MAX) {
-        return distil_error_set(b->ctx, DISTIL_ERR_UNSUPPORTED,
-                                "topk: k %lld > %d: the opencl backend holds at most %d teacher "
-                                "entries per row",
-                                (long long)a->t.k, DISTIL_OCL_TOPK_MAX, DISTIL_OCL_TOPK_MAX);
-    }
-    DISTIL_TRY(ocl_topk_check(b, a));
+/* One work-group per row (kernels/topk.cl distil_topk_rows). */
+static distil_status ocl_topk_rows_launch(distil_ocl *b, const distil_topk_rows_args *a) {
     distil_ocl_kernel k;
     DISTIL_TRY(ocl_topk_kernel(b, a, "distil_topk_rows", &k));
     const size_t xes = distil_dtype_size(a->x_dtype), ges = distil_dtype_size(a->g_dtype);
@@ -61,7 +61,7 @@ distil_status distil_ocl_topk_rows(void *vb, const distil_topk_rows_args *a) {
     cl_ulong g_stride = (cl_ulong)a->g_stride;
     cl_int logits = a->logits ? 1 : 0, tail = a->t.tail;
     cl_long kk = a->t.k, pad = a->t.pad_id, vocab = a->vocab, ignore = a->ignore_index;
-    cl_float8 coef = distil_ocl_coef(DISTIL_DIVERGENCE_JSD, a->beta, 0.0f);
+    cl_float8 coef = distil_ocl_coef(a->divergence, a->beta, a->alpha);
     cl_float inv_t = a->inv_temperature, w_hard = a->weight_hard, w_soft = a->weight_soft;
     cl_mem labels, ce, g, n_valid;
     cl_ulong lab_off, ce_off, g_off, n_off;
@@ -80,7 +80,28 @@ distil_status distil_ocl_topk_rows(void *vb, const distil_topk_rows_args *a) {
         DISTIL_OCL_ARG(ce_off),   DISTIL_OCL_ARG(has_ce),  DISTIL_OCL_ARG(soft),
         DISTIL_OCL_ARG(soft_off), DISTIL_OCL_ARG(g),       DISTIL_OCL_ARG(g_off),
         DISTIL_OCL_ARG(g_stride), DISTIL_OCL_ARG(has_g),   DISTIL_OCL_ARG(n_valid),
-        DISTIL_OCL_ARG(n_off),    DISTIL_OCL_ARG(has_n),
+        DISTIL_OCL_ARG(n_off),    DISTIL_OCL_ARG(has_n),   DISTIL_OCL_ARG(b->topk_bad_row),
     };
     return distil_ocl_launch(b, &k, args, (int)(sizeof args / sizeof args[0]), (size_t)a->rows, 0);
+}
+
+distil_status distil_ocl_topk_rows(void *vb, const distil_topk_rows_args *a) {
+    distil_ocl *b = vb;
+    if (a->t.k > DISTIL_OCL_TOPK_MAX) {
+        return distil_error_set(b->ctx, DISTIL_ERR_UNSUPPORTED,
+                                "topk: k %lld > %d: the opencl backend holds at most %d teacher "
+                                "entries per row",
+                                (long long)a->t.k, DISTIL_OCL_TOPK_MAX, DISTIL_OCL_TOPK_MAX);
+    }
+    if (a->rows <= 0) {
+        return DISTIL_OK;
+    }
+    if (a->rows > INT32_MAX) { /* the bad row is an int (atomic_min) */
+        return distil_error_set(b->ctx, DISTIL_ERR_UNSUPPORTED,
+                                "topk: %lld rows: the opencl backend takes at most 2^31 - 1 rows "
+                                "per call",
+                                (long long)a->rows);
+    }
+    DISTIL_TRY(ocl_topk_rows_launch(b, a));
+    return ocl_topk_commit(b, a);
 }

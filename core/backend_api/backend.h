@@ -298,6 +298,10 @@ typedef struct distil_topk_rows_args {
     distil_dtype g_dtype;
     int64_t g_stride;
     distil_dptr n_valid;
+    /* docs/SPEC.md §7 takes every divergence of §6: distil_elem_div_make maps it, beta and alpha
+     * to the element terms' mode. */
+    distil_divergence divergence;
+    float alpha;
 } distil_topk_rows_args;
 
 /* The whole of distil_topk in one backend call (optional op `topk`, the float64 reference).
@@ -312,6 +316,9 @@ typedef struct distil_topk_args {
     distil_reduction reduction;
     float normaliser;
     distil_dptr normaliser_device;
+    /* the divergence, as in distil_topk_rows_args */
+    distil_divergence divergence;
+    float alpha;
 } distil_topk_args;
 
 /* Where a buffer lies (backend mem_extent): `parent` names the allocation it is part of (NULL on

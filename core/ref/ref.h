@@ -72,8 +72,9 @@ int64_t distil_ref_count_valid(distil_ref_state *st, const distil_fused_args *a)
 
 enum { DISTIL_REF_BAD_LABEL = 0, DISTIL_REF_BAD_ID_RANGE = 1, DISTIL_REF_BAD_ID_TWICE = 2 };
 
-/* One element term of docs/SPEC.md §1 in float64 (distil_elem.h): e, and *g = de/dx. */
-double distil_ref_elem(double beta, double x, double y, double *g);
+/* One element term of docs/SPEC.md §1 / §6 in float64 (distil_elem.h) for k (distil_elem_div_make):
+ * e, and *g = de/dx. */
+double distil_ref_elem(const distil_elem_beta *k, double x, double y, double *g);
 
 distil_status distil_ref_topk(void *b, const distil_topk_args *a);
 distil_status distil_ref_fused_topk(distil_ref_state *st, const distil_fused_args *a);

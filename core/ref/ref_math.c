@@ -105,10 +105,9 @@ double distil_ref_normaliser(float normaliser, distil_dptr normaliser_device, do
     return n > 0.0 ? n : 0.0;
 }
 
-double distil_ref_elem(double beta, double x, double y, double *g) {
-    distil_elem_beta kb = distil_elem_beta_make((float)beta);
+double distil_ref_elem(const distil_elem_beta *kb, double x, double y, double *g) {
     de_coef k;
-    DE_COEF_SET(k, kb);
+    DE_COEF_SET(k, *kb);
     double q;
     return de_elem(k.mode, &k, x, y, g, &q);
 }

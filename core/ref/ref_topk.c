@@ -66,8 +66,8 @@ static void ref_topk_record(distil_ref_state *st, int64_t row, const ref_topk_ro
 
 /* The soft row loss for student log-probs x (V) and, when grad != NULL, its gradient with
  * respect to a free x (V). */
-static double ref_topk_soft(int tail, double beta, const ref_topk_row *R, const double *x,
-                            int64_t V, double *grad) {
+static double ref_topk_soft(int tail, const distil_elem_beta *k, const ref_topk_row *R,
+                            const double *x, int64_t V, double *grad) {
     double qt = 0.0, qk = 0.0, pk = 0.0;
     for (int64_t v = 0; v < V; v++) {
         qt += R->mark[v] ? 0.0 : exp(x[v]);
@@ -84,7 +84,7 @@ static double ref_topk_soft(int tail, double beta, const ref_topk_row *R, const 
         /* x^_j = x_j - log Q_K: d x^_j / d x_v = [v = id_j] - q_v / Q_K on K, 0 off K. */
         double lqk = log(qk), lpk = log(pk), S = 0.0;
         for (int64_t j = 0; j < R->n; j++) {
-            loss += distil_ref_elem(beta, x[R->id[j]] - lqk, R->y[j] - lpk, &g);
+            loss += distil_ref_elem(k, x[R->id[j]] - lqk, R->y[j] - lpk, &g);
             S += g;
             if (grad != NULL) {
                 grad[R->id[j]] = g;
@@ -96,13 +96,13 @@ static double ref_topk_soft(int tail, double beta, const ref_topk_row *R, const 
         return loss;
     }
     for (int64_t j = 0; j < R->n; j++) {
-        loss += distil_ref_elem(beta, x[R->id[j]], R->y[j], &g);
+        loss += distil_ref_elem(k, x[R->id[j]], R->y[j], &g);
         if (grad != NULL) {
             grad[R->id[j]] = g;
         }
     }
     double pt = (tail == DISTIL_TOPK_ZERO || R->n == V) ? 0.0 : fmax(0.0, 1.0 - pk);
-    loss += distil_ref_elem(beta, log(qt), log(pt), &g);
+    loss += distil_ref_elem(k, log(qt), log(pt), &g);
     /* X_t = log sum_{v not in K} exp(x_v): d X_t / d x_v = q_v / Q_t off K. */
     for (int64_t v = 0; grad != NULL && qt > 0.0 && v < V; v++) {
         if (!R->mark[v]) {
@@ -145,6 +145,7 @@ distil_status distil_ref_topk(void *b, const distil_topk_args *a) {
     double *x;
     DISTIL_TRY(ref_topk_alloc(st, a->t.k, V, &R, &x, 2));
     double *g = x + V;
+    const distil_elem_beta kb = distil_elem_div_make(a->divergence, a->beta, a->alpha);
     int64_t counted = 0;
     for (int64_t i = 0; i < a->rows; i++) {
         counted += labels == NULL || labels[i] != a->ignore_index;
@@ -166,7 +167,7 @@ distil_status distil_ref_topk(void *b, const distil_topk_args *a) {
             for (int64_t v = 0; v < V; v++) {
                 x[v] = distil_ref_load(distil_dptr_addr(a->x), a->dtype, i * a->x_stride + v);
             }
-            row = ref_topk_soft(a->t.tail, a->beta, &R, x, V, g);
+            row = ref_topk_soft(a->t.tail, &kb, &R, x, V, g);
         }
         ref_topk_unmark(&R);
         total += row;
@@ -196,7 +197,8 @@ static void ref_topk_fused_row(const distil_fused_args *a, distil_ref_fused_buf 
         B->x[v] = B->zs[v] * it - lse_s;
     }
     *ce = lse - B->zs[label];
-    *soft = ref_topk_soft(a->topk->tail, a->beta, R, B->x, V, B->g);
+    const distil_elem_beta kb = distil_elem_div_make(a->divergence, a->beta, a->alpha);
+    *soft = ref_topk_soft(a->topk->tail, &kb, R, B->x, V, B->g);
     double gsum = 0.0;
     for (int64_t v = 0; v < V; v++) {
         gsum += B->g[v];

@@ -9,10 +9,10 @@ from ctypes import POINTER, c_float, c_int, c_int64, c_size_t, c_void_p
 
 from . import _calls, _errors, _lib
 
-# distil_topk_tail, distil_id_dtype, distil_divergence (the ones the top-k losses take).
+# distil_topk_tail, distil_id_dtype, distil_divergence (every one of docs/SPEC.md §6).
 TAILS = {"tail": 0, "renormalise": 1, "renormalize": 1, "zero": 2}
 IDS_I64, IDS_I32 = 0, 1
-DIVERGENCES = {"forward_kl": 1, "reverse_kl": 2, "jsd": 0}
+DIVERGENCES = _lib.DIVERGENCES
 
 
 class TopkDesc(ctypes.Structure):
@@ -37,6 +37,7 @@ class TopkDesc(ctypes.Structure):
         ("grad_scale", c_float),
         ("normaliser", c_float),
         ("normaliser_device", c_void_p),
+        ("alpha", c_float),
     ]
 
 
@@ -66,6 +67,7 @@ class FusedTopkDesc(ctypes.Structure):
         ("normaliser", c_float),
         ("normaliser_device", c_void_p),
         ("student_weight_hidden", c_int64),
+        ("alpha", c_float),
     ]
 
 
@@ -107,7 +109,8 @@ def _choice(fn, name, value, table):
     return table[value]
 
 
-def _teacher(d, fn, k, teacher_dtype, id_dtype, pad_id, tail, divergence, beta, normaliser):
+def _teacher(d, fn, k, teacher_dtype, id_dtype, pad_id, tail, divergence, beta, normaliser,
+             alpha):
     d.k = _calls._int64("k", k)
     d.teacher_dtype, d.id_dtype = teacher_dtype, id_dtype
     d.pad_id = _calls._int64("pad_id", pad_id)
@@ -115,11 +118,12 @@ def _teacher(d, fn, k, teacher_dtype, id_dtype, pad_id, tail, divergence, beta, 
     d.divergence = _choice(fn, "divergence", divergence, DIVERGENCES)
     d.beta = beta
     d.normaliser = normaliser
+    d.alpha = alpha
 
 
 def topk_plan(ctx, rows, vocab, strides, dtype, teacher, ignore_index, reduction):
     """(descriptor, workspace bytes) of distil_topk; strides = (student, grad); teacher =
-    (k, teacher dtype, id dtype, pad_id, tail, divergence, beta, normaliser)."""
+    (k, teacher dtype, id dtype, pad_id, tail, divergence, beta, normaliser, alpha)."""
     key = ("topk", rows, vocab, strides, dtype, teacher, ignore_index, reduction)
     plan = ctx.plans.get(key)
     if plan is None:

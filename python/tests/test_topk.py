@@ -12,41 +12,77 @@ import distil.torch as dt
 from conftest import DEVICES, bounds, check, gen, labels_for, leaf, log_probs, normal
 
 TAILS = ["tail", "renormalise", "zero"]
-DIVS = [("forward_kl", 0.5), ("reverse_kl", 0.5), ("jsd", 0.3)]
+# (divergence, beta, alpha): every divergence of docs/SPEC.md §6
+DIVS = [("forward_kl", 0.5, 0.1), ("reverse_kl", 0.5, 0.1), ("jsd", 0.3, 0.1),
+        ("skew_kl", 0.5, 0.2), ("skew_reverse_kl", 0.5, 0.7), ("tvd", 0.5, 0.1)]
+TIE_GAP = 0.03  # TVD: outcomes kept this far (log space) from p = q, as tests/common/topk_untie.c
 
 
-def ref_elem(X, Y, divergence, beta):
-    """docs/SPEC.md §1's element term in float64; 0 where the weighting probability is 0."""
+def ref_elem(X, Y, divergence, beta, alpha=0.1):
+    """docs/SPEC.md §1 / §6's element term in float64; 0 where the weighting probability is 0."""
     q, p = X.exp(), Y.exp()
     zero = torch.zeros_like(X)
     if divergence == "forward_kl":
         return torch.where(p > 0, p * (Y - X), zero)
     if divergence == "reverse_kl":
         return torch.where(q > 0, q * (X - Y), zero)
+    if divergence == "tvd":
+        return 0.5 * (p - q).abs()
+    if divergence == "skew_kl":  # KL(p || m), m = alpha p + (1 - alpha) q
+        m = torch.logaddexp(math.log(alpha) + Y, math.log1p(-alpha) + X)
+        return torch.where(p > 0, p * (Y - m), zero)
+    if divergence == "skew_reverse_kl":  # KL(q || m), m = (1 - alpha) p + alpha q
+        m = torch.logaddexp(math.log1p(-alpha) + Y, math.log(alpha) + X)
+        return torch.where(q > 0, q * (X - m), zero)
     m = torch.logaddexp(math.log(beta) + Y, math.log1p(-beta) + X)
     return (torch.where(p > 0, beta * p * (Y - m), zero)
             + torch.where(q > 0, (1 - beta) * q * (X - m), zero))
 
 
-def ref_topk_rows(x, ids, y, tail, divergence, beta, pad_id=-1):
-    """Per-row loss of docs/SPEC.md §7 for student log-probs x [T, V] (a free variable: Q_t is
-    the sum of exp(x) outside the ids) and the teacher (ids, y) [T, k], float64."""
+def outcomes(x, ids, y, tail, pad_id=-1):
+    """The outcomes (X, Y) of docs/SPEC.md §7 per row, float64: the k slots [T, k] (pads masked
+    out by `valid`), and the tail [T] (None for renormalise)."""
     valid = ids != pad_id
     safe = torch.where(valid, ids, torch.zeros_like(ids))
     mask = torch.zeros_like(x, dtype=torch.bool)
     for r, c in valid.nonzero().tolist():  # (a scatter of the pads' False could race a real id)
         mask[r, ids[r, c]] = True
     xk = x.gather(1, safe)
-    yk = torch.where(valid, y, torch.zeros_like(y))  # pads: finite stand-ins, zeroed below
+    yk = torch.where(valid, y, torch.zeros_like(y))  # pads: finite stand-ins, zeroed by callers
     qk = torch.where(valid, xk.exp(), torch.zeros_like(xk)).sum(-1)
     pk = torch.where(valid, yk.exp(), torch.zeros_like(yk)).sum(-1)
     if tail == "renormalise":
-        e = ref_elem(xk - qk.log()[:, None], yk - pk.log()[:, None], divergence, beta)
-        return torch.where(valid, e, torch.zeros_like(e)).sum(-1)
-    e = torch.where(valid, ref_elem(xk, yk, divergence, beta), torch.zeros_like(xk)).sum(-1)
+        return valid, (xk - qk.log()[:, None], yk - pk.log()[:, None]), None
     qt = torch.where(mask, torch.zeros_like(x), x.exp()).sum(-1)
     pt = (1 - pk).clamp_min(0) if tail == "tail" else torch.zeros_like(pk)
-    return e + ref_elem(qt.log(), pt.log(), divergence, beta)
+    return valid, (xk, yk), (qt.log(), pt.log())
+
+
+def untie(x, ids, logp, tail):
+    """TVD's gradient jumps where p = q and rounding picks the side there (docs/SPEC.md §6):
+    move the teacher's log-probs (slot j, or slot 0 for the tail) down until every outcome of
+    the student log-probs x (float64) is TIE_GAP from a tie. Returns the new logp (its dtype)."""
+    y = logp.double().clone()
+    for _ in range(64):
+        valid, (xk, yk), t = outcomes(x, ids, y.to(logp.dtype).double(), tail)
+        near = valid & ((xk - yk).abs() < TIE_GAP)
+        if tail == "renormalise":
+            near &= valid.sum(-1, keepdim=True) > 1  # one slot: X = Y = 0, gradient 0 anyway
+        if t is not None:
+            near[:, 0] |= torch.isfinite(t[1]) & ((t[0] - t[1]).abs() < TIE_GAP)
+        if not near.any():
+            break
+        y = torch.where(near, y - 2 * TIE_GAP, y)
+    return y.to(logp.dtype)
+
+
+def ref_topk_rows(x, ids, y, tail, divergence, beta, alpha=0.1, pad_id=-1):
+    """Per-row loss of docs/SPEC.md §7 for student log-probs x [T, V] (a free variable: Q_t is
+    the sum of exp(x) outside the ids) and the teacher (ids, y) [T, k], float64."""
+    valid, (xk, yk), t = outcomes(x, ids, y, tail, pad_id)
+    e = ref_elem(xk, yk, divergence, beta, alpha)
+    e = torch.where(valid, e, torch.zeros_like(e)).sum(-1)
+    return e if t is None else e + ref_elem(t[0], t[1], divergence, beta, alpha)
 
 
 def make(seed, dtype, t=20, v=300, k=8, hs=16, pad=True, tdtype=torch.float32):
@@ -73,17 +109,19 @@ def test_topk_cache():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("tail", TAILS)
-@pytest.mark.parametrize("divergence,beta", DIVS)
-def test_topk_loss(device, dtype, tail, divergence, beta):
+@pytest.mark.parametrize("divergence,beta,alpha", DIVS)
+def test_topk_loss(device, dtype, tail, divergence, beta, alpha):
     if tail == "zero" and divergence == "reverse_kl":
         pytest.skip("reverse KL against a teacher that is 0 off the ids is +inf")
     i = make(1, dtype)
+    if divergence == "tvd":
+        i["logp"] = untie(i["x"].double(), i["ids"], i["logp"], tail)
     x = leaf(i["x"], device)
     loss = dt.topk_loss(x, i["ids"].to(device), i["logp"].to(device), i["labels"].to(device),
-                        tail=tail, divergence=divergence, beta=beta)
+                        tail=tail, divergence=divergence, beta=beta, alpha=alpha)
     (loss * 0.75).backward()
     rx = i["x"].double().requires_grad_(True)
-    rows = ref_topk_rows(rx, i["ids"], i["logp"].double(), tail, divergence, beta)
+    rows = ref_topk_rows(rx, i["ids"], i["logp"].double(), tail, divergence, beta, alpha)
     valid = i["labels"] != -100
     ref = torch.where(valid, rows, torch.zeros_like(rows)).sum() / valid.sum()
     (ref * 0.75).backward()
@@ -104,18 +142,28 @@ def test_topk_loss_none_int32_f16_teacher(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("tail,divergence,beta", [("tail", "forward_kl", 0.5),
-                                                  ("renormalise", "jsd", 0.4),
-                                                  ("zero", "forward_kl", 0.5),
-                                                  ("tail", "reverse_kl", 0.5)])
-def test_fused_topk(device, dtype, tail, divergence, beta):
+@pytest.mark.parametrize("tail,divergence,beta,alpha", [("tail", "forward_kl", 0.5, 0.1),
+                                                        ("renormalise", "jsd", 0.4, 0.1),
+                                                        ("zero", "forward_kl", 0.5, 0.1),
+                                                        ("tail", "reverse_kl", 0.5, 0.1),
+                                                        ("tail", "skew_kl", 0.5, 0.3),
+                                                        ("renormalise", "skew_reverse_kl", 0.5,
+                                                         0.6),
+                                                        ("zero", "skew_reverse_kl", 0.5, 0.1),
+                                                        ("tail", "tvd", 0.5, 0.1),
+                                                        ("zero", "tvd", 0.5, 0.1)])
+def test_fused_topk(device, dtype, tail, divergence, beta, alpha):
     i = make(3, dtype)
-    xs, ws, bs = (leaf(i[k], device) for k in ("xs", "ws", "bs"))
     tau = 1.5
-    loss, soft, hard = dt.fused_linear_topk_loss(
-        xs, ws, i["ids"].to(device), i["logp"].to(device), i["labels"].to(device), bs, 0.3, 0.7,
-        tail=tail, divergence=divergence, beta=beta, temperature=tau, chunk_rows=7,
-        return_soft_hard_loss=True)
+    if divergence == "tvd":
+        z = i["xs"].double() @ i["ws"].double().T + i["bs"].double()
+        i["logp"] = untie(torch.log_softmax(z / tau, -1), i["ids"], i["logp"], tail)
+    xs, ws, bs = (leaf(i[k], device) for k in ("xs", "ws", "bs"))
+    module = dt.FusedLinearTopKLoss(0.3, 0.7, tail=tail, divergence=divergence, beta=beta,
+                                    alpha=alpha, temperature=tau, chunk_rows=7,
+                                    return_soft_hard_loss=True)
+    loss, soft, hard = module(xs, ws, i["ids"].to(device), i["logp"].to(device),
+                              i["labels"].to(device), bs)
     (loss * 2.0).backward()
     r = {k: (v.double() if v.is_floating_point() else v) for k, v in i.items()}
     rxs, rws, rbs = (r[k].requires_grad_(True) for k in ("xs", "ws", "bs"))
@@ -124,7 +172,7 @@ def test_fused_topk(device, dtype, tail, divergence, beta):
     safe = torch.where(valid, r["labels"], torch.zeros_like(r["labels"]))
     ce = torch.logsumexp(z, -1) - z.gather(1, safe[:, None])[:, 0]
     rows = ref_topk_rows(torch.log_softmax(z / tau, -1), r["ids"], r["logp"], tail, divergence,
-                         beta)
+                         beta, alpha)
     n = valid.sum()
     rhard = torch.where(valid, ce, torch.zeros_like(ce)).sum() / n
     rsoft = torch.where(valid, rows, torch.zeros_like(rows)).sum() / n
@@ -164,20 +212,21 @@ def test_opcheck(device):
     i = {k: v.to(device) for k, v in make(5, torch.float32).items()}
     x = i["x"].detach().requires_grad_(True)
     for args in [(x, i["ids"], i["logp"], i["labels"], "tail", "forward_kl", 0.5, -100,
-                  "batchmean", -1, True, 0.0, None),
+                  "batchmean", -1, True, 0.0, None, 0.1),
                  (x, i["ids"].int(), i["logp"], None, "renormalise", "jsd", 0.3, -100, "none",
-                  -1, True, 0.0, None),
-                 (x, i["ids"], i["logp"], None, "tail", "jsd", 0.3, -100, "batchmean", -1, True,
-                  0.0, torch.tensor(7.0, device=device))]:
+                  -1, True, 0.0, None, 0.1),
+                 (x, i["ids"], i["logp"], None, "tail", "skew_kl", 0.3, -100, "batchmean", -1,
+                  True, 0.0, torch.tensor(7.0, device=device), 0.25)]:
         torch.library.opcheck(topk.topk_op, args)
     req = [i[k].detach().requires_grad_(True) for k in ("xs", "ws", "bs")]
     for args in [(req[0], req[1], req[2], i["ids"], i["logp"], i["labels"], 0.5, 0.5, "tail",
-                  "forward_kl", 0.5, 1.0, -100, "batchmean", -1, 0, True, True, True, 0.0, None),
+                  "forward_kl", 0.5, 1.0, -100, "batchmean", -1, 0, True, True, True, 0.0, None,
+                  0.1),
                  (req[0], i["ws"], None, i["ids"], i["logp"].bfloat16(), None, 0.0, 1.0, "zero",
-                  "jsd", 0.5, 2.0, -100, "sum", -1, 4, True, False, False, 0.0, None),
+                  "jsd", 0.5, 2.0, -100, "sum", -1, 4, True, False, False, 0.0, None, 0.1),
                  (req[0], req[1], None, i["ids"], i["logp"], i["labels"], 0.5, 0.5, "tail",
-                  "forward_kl", 0.5, 1.0, -100, "batchmean", -1, 0, True, True, False, 12.5,
-                  None)]:
+                  "skew_reverse_kl", 0.5, 1.0, -100, "batchmean", -1, 0, True, True, False, 12.5,
+                  None, 0.4)]:
         torch.library.opcheck(topk.fused_topk_op, args)
 
 
@@ -187,7 +236,12 @@ def test_bad_arguments_raise_with_message(device):
     with pytest.raises(ValueError, match="tail"):
         dt.topk_loss(i["x"], i["ids"], i["logp"], tail="none")
     with pytest.raises(ValueError, match="divergence"):
-        dt.topk_loss(i["x"], i["ids"], i["logp"], divergence="tvd")
+        dt.topk_loss(i["x"], i["ids"], i["logp"], divergence="hellinger")
+    with pytest.raises(ValueError, match="alpha"):
+        dt.topk_loss(i["x"], i["ids"], i["logp"], divergence="skew_kl", alpha=1.5)
+    with pytest.raises(ValueError, match="alpha"):
+        dt.fused_linear_topk_loss(i["xs"], i["ws"], i["ids"], i["logp"], i["labels"],
+                                  divergence="skew_reverse_kl", alpha=-0.1)
     with pytest.raises(ValueError, match="teacher_ids"):
         dt.topk_loss(i["x"], i["ids"].float(), i["logp"])
     with pytest.raises(ValueError, match="rows"):

@@ -113,6 +113,9 @@ void tk_make(tk_problem *p, const tk_spec *s, distil_dtype dtype, uint64_t seed)
     }
     free(z);
     free(order);
+    if (s->div == DISTIL_DIVERGENCE_TVD) {
+        tk_untie(p);
+    }
 }
 
 void tk_free(tk_problem *p) {
@@ -151,7 +154,7 @@ static void tk_run_fused(distil_ctx *ctx, const tk_problem *p, tk_out *o, void *
     distil_fused_linear_topk_desc_init(&d);
     d.rows = s->t, d.vocab = s->v, d.student_hidden = s->hs, d.k = s->k, d.dtype = p->dtype;
     d.teacher_dtype = s->tdtype, d.id_dtype = s->idt, d.tail = s->tail, d.divergence = s->div;
-    d.beta = s->beta, d.weight_hard = s->w_hard, d.weight_soft = s->w_soft;
+    d.beta = s->beta, d.alpha = s->alpha, d.weight_hard = s->w_hard, d.weight_soft = s->w_soft;
     d.temperature = s->tau, d.chunk_rows = s->chunk, d.return_parts = s->parts;
     d.reduction = s->red, d.normaliser = s->normaliser;
     void *xs = tu_upload(ctx, p->xs, t * (size_t)s->hs * es);
@@ -184,6 +187,7 @@ static void tk_run_logp(distil_ctx *ctx, const tk_problem *p, tk_out *o, void *d
     distil_topk_desc_init(&d);
     d.rows = s->t, d.vocab = s->v, d.k = s->k, d.dtype = p->dtype, d.teacher_dtype = s->tdtype;
     d.id_dtype = s->idt, d.tail = s->tail, d.divergence = s->div, d.beta = s->beta;
+    d.alpha = s->alpha;
     d.reduction = s->red, d.normaliser = s->normaliser;
     void *x = tu_upload(ctx, p->x, t * v * es);
     void *ids = tu_upload(ctx, p->ids, tk_ids_bytes(p));
@@ -266,9 +270,9 @@ void tk_name(char *buf, size_t n, const tk_spec *s, distil_dtype dtype) {
     static const char *const tails[] = {"tail", "renormalise", "zero"};
     static const char *const divs[] = {"jsd", "fkl", "rkl", "skew", "skewr", "tvd"};
     static const char *const teachers[] = {"normal", "peaky", "zipf"};
-    snprintf(buf, n, "%s %s T%lld V%lld k%lld %s %s b%.2f %s tau%.1f teacher-%s%s%s",
+    snprintf(buf, n, "%s %s T%lld V%lld k%lld %s %s b%.2f a%.2f %s tau%.1f teacher-%s%s%s",
              s->fused ? "fused" : "logp", distil_dtype_name(dtype), (long long)s->t,
              (long long)s->v, (long long)s->k, tails[s->tail], divs[s->div], (double)s->beta,
-             distil_dtype_name(s->tdtype), (double)s->tau, teachers[s->teacher],
+             (double)s->alpha, distil_dtype_name(s->tdtype), (double)s->tau, teachers[s->teacher],
              s->pad ? " pad" : "", s->chunk ? " chunked" : "");
 }

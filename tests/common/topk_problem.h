@@ -23,6 +23,7 @@ typedef struct tk_spec {
     distil_topk_tail tail;
     distil_divergence div;
     float beta, w_hard, w_soft, tau; /* both weights 0: 0.5 each; tau 0: 1 */
+    float alpha;                     /* of the SKEW_* divergences (docs/SPEC.md §6), as given */
     tk_teacher teacher;
     bool pad;          /* rows 2, 5, 8, ...: only k / 2 slots used, the rest pad_id */
     bool mixed_labels; /* rows 1, 4, 7, ... ignored */
@@ -52,6 +53,8 @@ typedef struct tk_out {
 } tk_out;
 
 void tk_make(tk_problem *p, const tk_spec *s, distil_dtype dtype, uint64_t seed);
+/* TVD: move the teacher's log-probs away from p = q (topk_untie.c); tk_make calls it. */
+void tk_untie(tk_problem *p);
 void tk_free(tk_problem *p);
 /* Run on ctx: every output poisoned first, then downloaded; synchronizes. */
 void tk_run(distil_ctx *ctx, const tk_problem *p, tk_out *o);

@@ -60,31 +60,32 @@ void distil_topk_load_ids(__global const distil_id_t *ids, ulong off, long k, __
 }
 
 /*
- * The id check of rows [0, rows) in row order, one work-group (launched once per block, before
- * distil_topk_rows, like count_valid): the first bad row goes to state {row0 + row, its id,
- * vocab, 1 out of range | 2 twice} when nothing is recorded (state[0] < 0), so the first error
- * of a call stands.
+ * After distil_topk_rows, one work-group: each row's group checked its own ids (in parallel over
+ * the rows) and put the smallest bad row of the block in bad_row[0] (atomic_min: the same row
+ * whatever the order; INT_MAX: none). That row's first bad slot is found again and goes to
+ * state {row0 + row, its id, vocab, 1 out of range | 2 twice} when nothing is recorded
+ * (state[0] < 0, so the first error of a call stands: a label found by count_valid, or an
+ * earlier block's); bad_row is reset for the next launch.
  */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
-distil_topk_check(__global const distil_id_t *ids, ulong ids_off, long k, long pad_id, long rows,
-                  long vocab, long row0, __global long *state) {
+distil_topk_commit(__global const distil_id_t *ids, ulong ids_off, long k, long pad_id, long vocab,
+                   long row0, __global int *bad_row, __global long *state) {
     __local long sid[TK_MAX];
     __local long red[WG_SIZE];
-    long first_row = -1, first_id = 0;
-    for (long row = 0; row < rows; row++) { /* a uniform trip count, no early exit (PoCL) */
-        distil_topk_load_ids(ids, ids_off + (ulong)(row * k), k, sid);
-        const long bad = distil_topk_first_bad(sid, k, pad_id, vocab, red);
-        if (first_row < 0 && bad != LONG_MAX) {
-            first_row = row;
-            first_id = sid[bad];
+    const int first = bad_row[0]; /* read by every item before item 0 resets it below */
+    const bool any = first != INT_MAX;
+    const long row = any ? (long)first : 0; /* no early exit: every item meets the barriers */
+    distil_topk_load_ids(ids, ids_off + (ulong)(row * k), k, sid);
+    const long bad = distil_topk_first_bad(sid, k, pad_id, vocab, red);
+    if (get_local_id(0) == 0) {
+        if (any && bad != LONG_MAX && state[0] < 0) {
+            const long id = sid[bad];
+            state[0] = row0 + row;
+            state[1] = id;
+            state[2] = vocab;
+            state[3] = (id < 0 || id >= vocab) ? 1 : 2;
         }
-        barrier(CLK_LOCAL_MEM_FENCE); /* sid is reloaded */
-    }
-    if (first_row >= 0 && get_local_id(0) == 0 && state[0] < 0) {
-        state[0] = row0 + first_row;
-        state[1] = first_id;
-        state[2] = vocab;
-        state[3] = (first_id < 0 || first_id >= vocab) ? 1 : 2;
+        bad_row[0] = INT_MAX;
     }
 }
 
@@ -116,7 +117,9 @@ distil_acc distil_topk_row_q(__global const SRC_T *xr, long vocab, float it, flo
  * ids, tlogp (rows, k) at ids_off / t_off; pad_id; tail (DK_*)
  * labels (rows) long, optional; ce (optional), soft (rows) float; g (rows, vocab) DTYPE row
  *       stride g_stride, optional: G = w_hard / n (s - onehot) + w_soft / n (/ tau) dsoft/dx
- * A row with a bad id (distil_topk_check recorded it) is ignored like an ignored label.
+ * bad_row (1) int: every row's ids are checked here, ignored rows' too (docs/SPEC.md §7); a row
+ *       with a bad id is ignored like an ignored label and atomic_min's its index into bad_row
+ *       (distil_topk_commit records it).
  */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void distil_topk_rows(
     __global SRC_T *x, ulong x_off, ulong x_stride, int logits, __global const distil_id_t *ids,
@@ -124,7 +127,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void distil_topk_r
     __global const long *labels, ulong lab_off, int has_labels, long ignore_index, float8 coef,
     float inv_t, float w_hard, float w_soft, __global float *ce, ulong ce_off, int has_ce,
     __global float *soft, ulong soft_off, __global T *g, ulong g_off, ulong g_stride, int has_g,
-    __global const float *n_valid, ulong n_off, int has_n) {
+    __global const float *n_valid, ulong n_off, int has_n, __global int *bad_row) {
     __local long sid[TK_MAX];
     __local float sz[TK_MAX], sg[TK_MAX];
     __local long red_l[WG_SIZE];
@@ -137,9 +140,12 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void distil_topk_r
     __global const TT *yr = tlogp + t_off + row * (ulong)k;
     const long label = has_labels ? labels[lab_off + row] : -1;
     bool skip = has_labels && (label == ignore_index || (logits && (label < 0 || label >= vocab)));
-    if (!skip) {
-        distil_topk_load_ids(ids, ids_off + row * (ulong)k, k, sid);
-        skip = distil_topk_first_bad(sid, k, pad_id, vocab, red_l) != LONG_MAX;
+    distil_topk_load_ids(ids, ids_off + row * (ulong)k, k, sid);
+    if (distil_topk_first_bad(sid, k, pad_id, vocab, red_l) != LONG_MAX) {
+        skip = true;
+        if (lid == 0) {
+            atomic_min(bad_row, (int)row); /* rows <= INT_MAX: checked on the host */
+        }
     }
     if (skip) { /* uniform over the group */
         if (lid == 0) {

@@ -4,18 +4,19 @@
       the cache a teacher pass writes once: its top-k token ids and log-softmax(logits / T)
   topk_loss(student_logp, teacher_ids, teacher_logp, labels=None, *, tail="tail",
             divergence="forward_kl", beta=0.5, ignore_index=-100, reduction="batchmean",
-            pad_id=-1)
+            pad_id=-1, normaliser=None, alpha=0.1)
       the divergence between student log-probs [..., V] and the cached teacher (like jsd)
   fused_linear_topk_loss(student_input, student_weight, teacher_ids, teacher_logp, labels,
             student_bias=None, weight_hard_loss=0.5, weight_soft_loss=0.5, *, tail="tail",
             divergence="forward_kl", beta=0.5, temperature=1.0, ignore_index=-100,
             reduction="batchmean", pad_id=-1, chunk_rows=0, return_soft_hard_loss=False,
-            normaliser=None)
+            normaliser=None, alpha=0.1)
       hard CE + the soft divergence through the student's head, chunked: the [T, V] logits never
       exist, and the teacher costs O(T k)
   TopKLoss, FusedLinearTopKLoss: the same as modules.
 tail: "tail" (the teacher's mass outside the top k as one more outcome), "renormalise" or
-"zero"; divergence: "forward_kl", "reverse_kl" or "jsd" (with beta). The teacher's log-probs are
+"zero"; divergence: any of the dense losses' (docs/SPEC.md §6): "forward_kl", "reverse_kl",
+"jsd" (with beta), "skew_kl", "skew_reverse_kl" (with alpha) or "tvd". The teacher's log-probs are
 used as given (fp32, bf16 or fp16; ids int64 or int32): a teacher temperature belongs in
 topk_cache. Ops: distil::topk and distil::fused_linear_topk, with fake kernels and autograd as
 distil::jsd and distil::fused_linear_jsd (gradients computed in the forward call, scaled by the
@@ -63,9 +64,9 @@ def _teacher_tensors(fn, ids: Tensor, logp: Tensor, rows: int, device):
     return ids, logp
 
 
-def _teacher_key(ids, logp, pad_id, tail, divergence, beta, normaliser=0.0):
+def _teacher_key(ids, logp, pad_id, tail, divergence, beta, normaliser, alpha):
     return (ids.shape[1], _ops._DTYPES[logp.dtype], _IDS[ids.dtype], int(pad_id), tail,
-            divergence, float(beta), float(normaliser))
+            divergence, float(beta), float(normaliser), float(alpha))
 
 
 # ---------------------------------------------------------------------- log-prob form op
@@ -74,12 +75,14 @@ def _teacher_key(ids, logp, pad_id, tail, divergence, beta, normaliser=0.0):
 def _topk_impl(student_logp: Tensor, teacher_ids: Tensor, teacher_logp: Tensor,
                labels: Optional[Tensor], tail: str, divergence: str, beta: float,
                ignore_index: int, reduction: str, pad_id: int, want_grad: bool,
-               normaliser: float, normaliser_tensor: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+               normaliser: float, normaliser_tensor: Optional[Tensor],
+               alpha: float) -> tuple[Tensor, Tensor]:
     rows, vocab = student_logp.shape
     loss = _ops._out(student_logp, (rows,) if reduction == "none" else (), torch.float32)
     grad = _ops._out(student_logp, (rows, vocab) if want_grad else (0,), student_logp.dtype)
     ctx = _ops.context_for(student_logp)
-    teacher = _teacher_key(teacher_ids, teacher_logp, pad_id, tail, divergence, beta, normaliser)
+    teacher = _teacher_key(teacher_ids, teacher_logp, pad_id, tail, divergence, beta, normaliser,
+                           alpha)
     desc, nbytes = _topk.topk_plan(ctx, rows, vocab, (student_logp.stride(0), vocab),
                                    _ops._DTYPES[student_logp.dtype], teacher, ignore_index,
                                    reduction)
@@ -97,14 +100,14 @@ topk_op = torch.library.custom_op("distil::topk", _topk_impl, mutates_args=())
 
 @topk_op.register_fake
 def _topk_fake(student_logp, teacher_ids, teacher_logp, labels, tail, divergence, beta,
-               ignore_index, reduction, pad_id, want_grad, normaliser, normaliser_tensor):
+               ignore_index, reduction, pad_id, want_grad, normaliser, normaliser_tensor, alpha):
     rows, vocab = student_logp.shape
     loss = student_logp.new_empty((rows,) if reduction == "none" else (), dtype=torch.float32)
     grad = student_logp.new_empty((rows, vocab) if want_grad else (0,))
     return loss, grad
 
 
-_TOPK_NARGS = 13
+_TOPK_NARGS = 14
 
 
 def _topk_setup(ctx, inputs, output):
@@ -153,14 +156,16 @@ def _fused_topk_impl(student_hidden: Tensor, student_weight: Tensor,
                      divergence: str, beta: float, temperature: float, ignore_index: int,
                      reduction: str, pad_id: int, chunk_rows: int, want_grad_hidden: bool,
                      want_grad_weight: bool, want_grad_bias: bool, normaliser: float,
-                     normaliser_tensor: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                     normaliser_tensor: Optional[Tensor],
+                     alpha: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     xs, ws, bs = student_hidden, student_weight, student_bias
     parts, gx, gw, gb = _ops._fused_outputs(xs, ws, want_grad_hidden, want_grad_weight,
                                             want_grad_bias, _ops._out)
     ctx = _ops.context_for(xs)
     rows, hs = xs.shape
     want = want_grad_hidden or want_grad_weight or want_grad_bias
-    teacher = _teacher_key(teacher_ids, teacher_logp, pad_id, tail, divergence, beta, normaliser)
+    teacher = _teacher_key(teacher_ids, teacher_logp, pad_id, tail, divergence, beta, normaliser,
+                           alpha)
     desc, nbytes = _topk.fused_topk_plan(ctx, rows, ws.shape[0], hs, _ops._dtype_code(xs), teacher,
                                          (weight_hard, weight_soft), temperature, ignore_index,
                                          reduction, chunk_rows, want, ws.shape[1])
@@ -181,12 +186,12 @@ fused_topk_op = torch.library.custom_op("distil::fused_linear_topk", _fused_topk
 def _fused_topk_fake(student_hidden, student_weight, student_bias, teacher_ids, teacher_logp,
                      labels, weight_hard, weight_soft, tail, divergence, beta, temperature,
                      ignore_index, reduction, pad_id, chunk_rows, want_grad_hidden,
-                     want_grad_weight, want_grad_bias, normaliser, normaliser_tensor):
+                     want_grad_weight, want_grad_bias, normaliser, normaliser_tensor, alpha):
     return _ops._fused_outputs(student_hidden, student_weight, want_grad_hidden,
                                want_grad_weight, want_grad_bias, _ops._fake)
 
 
-_FUSED_NARGS = 21
+_FUSED_NARGS = 22
 
 
 def _fused_topk_setup(ctx, inputs, output):
@@ -241,10 +246,12 @@ def _normaliser_args(fn, normaliser, device):
 def topk_loss(student_logp: Tensor, teacher_ids: Tensor, teacher_logp: Tensor,
               labels: Optional[Tensor] = None, *, tail: str = "tail",
               divergence: str = "forward_kl", beta: float = 0.5, ignore_index: int = -100,
-              reduction: str = "batchmean", pad_id: int = -1, normaliser=None) -> Tensor:
+              reduction: str = "batchmean", pad_id: int = -1, normaliser=None,
+              alpha: float = 0.1) -> Tensor:
     """The divergence between student log-probs [..., V] (taken as given, as in jsd) and a
     cached teacher (ids, log-probs [..., k]); fp32, per row for reduction="none". normaliser:
-    batchmean's N given instead of counted, a float or a 0-dim fp32 tensor on the device."""
+    batchmean's N given instead of counted, a float or a 0-dim fp32 tensor on the device.
+    alpha: the skew of "skew_kl" / "skew_reverse_kl" (docs/SPEC.md §6)."""
     fn = "topk_loss"
     _same(fn, ("student_logp",), (student_logp,))
     lead = student_logp.shape[:-1]
@@ -253,7 +260,7 @@ def topk_loss(student_logp: Tensor, teacher_ids: Tensor, teacher_logp: Tensor,
     lab = _labels(fn, labels, x.shape[0], x.device)
     loss = _topk_call(x, ids, logp, lab, tail, divergence, float(beta), int(ignore_index),
                       reduction, int(pad_id), _wants_grad(student_logp),
-                      *_normaliser_args(fn, normaliser, x.device))
+                      *_normaliser_args(fn, normaliser, x.device), float(alpha))
     return loss.reshape(lead) if reduction == "none" else loss
 
 
@@ -264,7 +271,8 @@ def fused_linear_topk_loss(student_input: Tensor, student_weight: Tensor, teache
                            divergence: str = "forward_kl", beta: float = 0.5,
                            temperature: float = 1.0, ignore_index: int = -100,
                            reduction: str = "batchmean", pad_id: int = -1, chunk_rows: int = 0,
-                           return_soft_hard_loss: bool = False, normaliser=None):
+                           return_soft_hard_loss: bool = False, normaliser=None,
+                           alpha: float = 0.1):
     """weight_hard_loss * CE / N + weight_soft_loss * soft / N through the student's head
     (reduction "sum": N = 1). Returns the fp32 loss, or (loss, soft, hard) with
     return_soft_hard_loss (the parts detached). labels may be None when weight_hard_loss == 0."""
@@ -288,7 +296,8 @@ def fused_linear_topk_loss(student_input: Tensor, student_weight: Tensor, teache
                         float(weight_soft_loss), tail, divergence, float(beta),
                         float(temperature), int(ignore_index), reduction, int(pad_id),
                         int(chunk_rows), _wants_grad(student_input), _wants_grad(student_weight),
-                        _wants_grad(student_bias), *_normaliser_args(fn, normaliser, xs.device))
+                        _wants_grad(student_bias), *_normaliser_args(fn, normaliser, xs.device),
+                        float(alpha))
     loss, hard, soft = parts[0], parts[1].detach(), parts[2].detach()
     return (loss, soft, hard) if return_soft_hard_loss else loss
 
@@ -300,10 +309,10 @@ class TopKLoss(torch.nn.Module):
     """topk_loss as a module: forward(student_logp, teacher_ids, teacher_logp, labels=None)."""
 
     def __init__(self, tail="tail", divergence="forward_kl", beta=0.5, ignore_index=-100,
-                 reduction="batchmean", pad_id=-1):
+                 reduction="batchmean", pad_id=-1, alpha=0.1):
         super().__init__()
         self.kw = dict(tail=tail, divergence=divergence, beta=beta, ignore_index=ignore_index,
-                       reduction=reduction, pad_id=pad_id)
+                       reduction=reduction, pad_id=pad_id, alpha=alpha)
 
     def forward(self, student_logp, teacher_ids, teacher_logp, labels=None, normaliser=None):
         return topk_loss(student_logp, teacher_ids, teacher_logp, labels, **self.kw,
@@ -317,12 +326,13 @@ class FusedLinearTopKLoss(torch.nn.Module):
     def __init__(self, weight_hard_loss=0.5, weight_soft_loss=0.5, tail="tail",
                  divergence="forward_kl", beta=0.5, temperature=1.0, ignore_index=-100,
                  reduction="batchmean", pad_id=-1, chunk_rows=0, return_soft_hard_loss=False,
-            normaliser=None):
+                 normaliser=None, alpha=0.1):
         super().__init__()
         self.weights = (weight_hard_loss, weight_soft_loss)
         self.kw = dict(tail=tail, divergence=divergence, beta=beta, temperature=temperature,
                        ignore_index=ignore_index, reduction=reduction, pad_id=pad_id,
-                       chunk_rows=chunk_rows, return_soft_hard_loss=return_soft_hard_loss)
+                       chunk_rows=chunk_rows, return_soft_hard_loss=return_soft_hard_loss,
+                       alpha=alpha)
 
     def forward(self, student_input, student_weight, teacher_ids, teacher_logp, labels,
                 student_bias=None, normaliser=None):
