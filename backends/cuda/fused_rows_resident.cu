@@ -160,10 +160,12 @@ struct res_row_stats {
 };
 
 /* Pass 3: the JSD terms once; with G wanted, P into sa and q into sb (in place). Sums of e and
- * g (in double) go to acc[0], acc[1]. */
+ * g (in double) go to acc[0], acc[1]. lc: the label's column in the slice (-1: not in it), where
+ * P is hw (s - 1) + sw g: s - 1 is taken first, so that a confident correct label (s = 1 in fp32)
+ * keeps the soft part whole (adding hw s + sw g before taking hw off kept it to an ulp of hw). */
 template <bool HAS_G, int VW, int MODE, bool UNIT>
 __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st, float *sa,
-                                    float *sb, int n, const float *dz, double (&acc)[2]) {
+                                    float *sb, int n, const float *dz, int lc, double (&acc)[2]) {
     res_for_vectors<VW>(sa, sb, n, [&](const float(&a)[VW], const float(&b)[VW], int j) {
         float pv[VW], qv[VW];
 #pragma unroll
@@ -175,7 +177,8 @@ __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st
             acc[1] += g;
             if (HAS_G) {
                 const float s = UNIT ? q : distil_exp2_ftz((a[k] - st.ms) * FUSED_LOG2E - st.lce);
-                pv[k] = st.hw * s + st.sw * g;
+                const float oh = j + k == lc ? 1.0f : 0.0f;
+                pv[k] = st.hw * (s - oh) + st.sw * g;
                 qv[k] = q;
                 if (dz != nullptr) { /* docs/SPEC.md §6: G = f (P - kappa q), f = dz'/dz */
                     const float f = dz[j + k];
@@ -319,14 +322,12 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
     res_load_wait<VW>();
     res_row_stats_of<VW>(p, sm, sa, sb, n, st);
     double acc[2] = {0.0, 0.0};
+    const int64_t lc = label - c0; /* the label's column in this block's slice */
+    const int lcol = lc >= 0 && lc < n ? static_cast<int>(lc) : -1;
     fused_with_mode_unit(p, [&](auto mode, auto unit) {
         res_pass_jsd<HAS_G, VW, decltype(mode)::value, decltype(unit)::value>(p, st, sa, sb, n, dzs,
-                                                                              acc);
+                                                                              lcol, acc);
     });
-    const int64_t lc = label - c0; /* the label's column: its owner takes hw off P there */
-    if (HAS_G && lc >= 0 && lc < n && (lc / VW) % RES_THREADS == threadIdx.x) {
-        sa[lc] -= dzs != nullptr ? st.hw * dzs[lc] : st.hw; /* P carries dz'/dz (§6) */
-    }
     double tot[2];
     res_row_sums<2>(p, sm, sm.xjsd, acc, tot);
     if (threadIdx.x == 0) {

@@ -221,14 +221,19 @@ __global__ void __launch_bounds__(TOPK_THREADS) topk_rows_kernel(topk_params p) 
     sk = block_sum(sk, sm.dscr);
     ym = -block_min(-ym, sm.fscr);
     used = block_sum(used, sm.lscr);
-    for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
-        ys += sm.sid[j] == p.pad_id ? 0.0f : expf(topk_y(p, row * p.k + j) - ym);
+    /* As cpu_topk_lse: a maximum of -inf (every used slot's teacher log-prob -inf), +inf or NaN
+     * is the log-sum-exp itself (exp(y - ym) would be exp(NaN) there). ym is uniform. */
+    const bool ym_finite = ym > -INFINITY && ym < INFINITY;
+    if (ym_finite) {
+        for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+            ys += sm.sid[j] == p.pad_id ? 0.0f : expf(topk_y(p, row * p.k + j) - ym);
+        }
+        ys = block_sum(ys, sm.dscr);
     }
-    ys = block_sum(ys, sm.dscr);
     const double scale = exp(static_cast<double>(m) - static_cast<double>(lnorm));
     const float qt = static_cast<float>(fmax(a - sk, 0.0) * scale);
     const float qk = static_cast<float>(sk * scale);
-    const float lqk = logf(qk), lpk = ym + static_cast<float>(log(ys));
+    const float lqk = logf(qk), lpk = ym_finite ? ym + static_cast<float>(log(ys)) : ym;
     double se = 0.0, sg = 0.0;
     for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
         float gj = 0.0f, q;
