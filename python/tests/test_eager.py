@@ -120,3 +120,20 @@ def test_eager_errors_switch_keeps_the_path():
     check("eager errors off", dt.jsd(x, y), want, 1e-5)
     with pytest.raises(distil.InvalidArgument, match="beta"):
         dt.jsd(x, y, beta=2.0)
+
+
+def test_topk_fake_tensors_and_make_fx_take_the_op():
+    """The top-k losses decide their path as the dense ones do (_ops._untraced): under
+    FakeTensorMode and make_fx they take the ops (the plain Function broke there before)."""
+    x = log_probs(gen(7), (5, 29), torch.float32)
+    ids, logp = dt.topk_cache(normal(gen(8), (5, 29), torch.float32), 4)
+    xs, ws, _, _, lab = (t.detach() for t in _fused_inputs("cpu", t=5, v=29))
+    with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+        f = [mode.from_tensor(t) for t in (x, ids, logp, xs, ws, lab)]
+        loss = dt.topk_loss(f[0], f[1], f[2], reduction="none")
+        assert (tuple(loss.shape), loss.dtype) == ((5,), torch.float32)
+        loss = dt.fused_linear_topk_loss(f[3], f[4], f[1], f[2], f[5])
+        assert (tuple(loss.shape), loss.dtype) == ((), torch.float32)
+    gm = make_fx(lambda a, b, c: dt.topk_loss(a, b, c))(x, ids, logp)
+    assert torch.ops.distil.topk.default in [n.target for n in gm.graph.nodes]
+    assert torch.equal(gm(x, ids, logp), dt.topk_loss(x, ids, logp))

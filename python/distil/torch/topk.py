@@ -141,8 +141,14 @@ class _TopkFunction(torch.autograd.Function):
         return _topk_backward(ctx, grad_loss, None)
 
 
+def _tensors(args) -> tuple:
+    return tuple(a for a in args if isinstance(a, Tensor))
+
+
 def _topk_call(*args) -> Tensor:
-    if torch.compiler.is_compiling():
+    # The plain Function only where nothing traces (torch.compile, FakeTensorMode, make_fx,
+    # functorch) and every tensor is plain, as the dense losses decide (_ops._untraced).
+    if not _ops._untraced(*_tensors(args)):
         return topk_op(*args)[0]
     return _TopkFunction.apply(*args)
 
@@ -221,7 +227,7 @@ class _FusedTopkFunction(torch.autograd.Function):
 
 
 def _fused_topk(*args) -> Tensor:
-    if torch.compiler.is_compiling():
+    if not _ops._untraced(*_tensors(args)):
         return fused_topk_op(*args)[0]
     return _FusedTopkFunction.apply(*args)
 
