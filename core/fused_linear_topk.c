@@ -77,22 +77,13 @@ static distil_status distil_flt_check_shapes(distil_ctx *ctx,
 static distil_status distil_flt_check_desc(distil_ctx *ctx,
                                            const distil_fused_linear_topk_desc *d) {
     DISTIL_TRY(distil_check_not_null(ctx, fn, "desc", d));
-    if (d->struct_size != sizeof *d) {
-        return distil_error_set(ctx, DISTIL_ERR_VERSION,
-                                "%s: desc.struct_size %zu != %zu (use "
-                                "distil_fused_linear_topk_desc_init)",
-                                fn, d->struct_size, sizeof *d);
-    }
+    DISTIL_TRY(distil_check_struct_size(ctx, fn, "desc", d->struct_size, sizeof *d,
+                                        "distil_fused_linear_topk_desc_init"));
     DISTIL_TRY(distil_check_dtype(ctx, fn, "dtype", d->dtype));
     DISTIL_TRY(distil_flt_check_shapes(ctx, d));
     distil_topk_fields f = distil_flt_fields(d);
     DISTIL_TRY(distil_topk_check_fields(ctx, fn, &f));
-    DISTIL_TRY(distil_check_nonneg(ctx, fn, "weight_hard", d->weight_hard));
-    DISTIL_TRY(distil_check_nonneg(ctx, fn, "weight_soft", d->weight_soft));
-    if (d->weight_hard == 0.0f && d->weight_soft == 0.0f) {
-        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
-                                "%s: weight_hard and weight_soft are both 0", fn);
-    }
+    DISTIL_TRY(distil_check_weights(ctx, fn, d->weight_hard, d->weight_soft));
     DISTIL_TRY(distil_check_temperature(ctx, fn, "temperature", d->temperature));
     if (d->reduction == DISTIL_REDUCTION_NONE) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,

@@ -34,11 +34,8 @@ void distil_jsd_desc_init(distil_jsd_desc *desc) {
 static distil_status distil_jsd_check_desc(distil_ctx *ctx, const distil_jsd_desc *d,
                                            distil_jsd_args *a) {
     DISTIL_TRY(distil_check_not_null(ctx, fn, "desc", d));
-    if (d->struct_size != sizeof *d) {
-        return distil_error_set(ctx, DISTIL_ERR_VERSION,
-                                "%s: desc.struct_size %zu != %zu (use distil_jsd_desc_init)", fn,
-                                d->struct_size, sizeof *d);
-    }
+    DISTIL_TRY(distil_check_struct_size(ctx, fn, "desc", d->struct_size, sizeof *d,
+                                        "distil_jsd_desc_init"));
     DISTIL_TRY(distil_check_dtype(ctx, fn, "dtype", d->dtype));
     if (d->reduction < DISTIL_REDUCTION_BATCHMEAN || d->reduction > DISTIL_REDUCTION_NONE) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,

@@ -55,11 +55,8 @@ static distil_topk_fields distil_topk_fields_of(const distil_topk_desc *d) {
 static distil_status distil_topk_check_desc(distil_ctx *ctx, const distil_topk_desc *d,
                                             distil_topk_args *a) {
     DISTIL_TRY(distil_check_not_null(ctx, fn, "desc", d));
-    if (d->struct_size != sizeof *d) {
-        return distil_error_set(ctx, DISTIL_ERR_VERSION,
-                                "%s: desc.struct_size %zu != %zu (use distil_topk_desc_init)", fn,
-                                d->struct_size, sizeof *d);
-    }
+    DISTIL_TRY(distil_check_struct_size(ctx, fn, "desc", d->struct_size, sizeof *d,
+                                        "distil_topk_desc_init"));
     DISTIL_TRY(distil_check_dtype(ctx, fn, "dtype", d->dtype));
     if (d->reduction < DISTIL_REDUCTION_BATCHMEAN || d->reduction > DISTIL_REDUCTION_NONE) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,

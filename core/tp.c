@@ -16,11 +16,8 @@ void distil_vocab_shard_init(distil_vocab_shard *shard) {
 distil_status distil_tp_check(distil_ctx *ctx, const char *fn, const distil_vocab_shard *shard,
                               int64_t vocab, bool need_comm, distil_tp *out) {
     DISTIL_TRY(distil_check_not_null(ctx, fn, "shard", shard));
-    if (shard->struct_size != sizeof *shard) {
-        return distil_error_set(ctx, DISTIL_ERR_VERSION,
-                                "%s: shard.struct_size %zu != %zu (use distil_vocab_shard_init)",
-                                fn, shard->struct_size, sizeof *shard);
-    }
+    DISTIL_TRY(distil_check_struct_size(ctx, fn, "shard", shard->struct_size, sizeof *shard,
+                                        "distil_vocab_shard_init"));
     DISTIL_TRY(distil_check_min(ctx, fn, "shard.vocab_offset", shard->vocab_offset, 0));
     if (shard->vocab_total < 1 || shard->vocab_offset > shard->vocab_total - vocab) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,

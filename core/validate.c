@@ -121,3 +121,23 @@ distil_status distil_check_query(distil_ctx *ctx, const char *wfn, const size_t 
     }
     return distil_check_not_null(ctx, wfn, "bytes", bytes);
 }
+
+distil_status distil_check_struct_size(distil_ctx *ctx, const char *fn, const char *name,
+                                       size_t got, size_t want, const char *init) {
+    if (got != want) {
+        return distil_error_set(ctx, DISTIL_ERR_VERSION, "%s: %s.struct_size %zu != %zu (use %s)",
+                                fn, name, got, want, init);
+    }
+    return DISTIL_OK;
+}
+
+distil_status distil_check_weights(distil_ctx *ctx, const char *fn, float weight_hard,
+                                   float weight_soft) {
+    DISTIL_TRY(distil_check_nonneg(ctx, fn, "weight_hard", weight_hard));
+    DISTIL_TRY(distil_check_nonneg(ctx, fn, "weight_soft", weight_soft));
+    if (weight_hard == 0.0f && weight_soft == 0.0f) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
+                                "%s: weight_hard and weight_soft are both 0", fn);
+    }
+    return DISTIL_OK;
+}

@@ -31,6 +31,15 @@ distil_status distil_check_finite(distil_ctx *ctx, const char *fn, const char *n
 distil_status distil_check_size(distil_ctx *ctx, const char *fn, const char *name, int64_t rows,
                                 int64_t cols, size_t elem);
 
+/* The version rule of the public structs (docs/SPEC.md §5): `name`.struct_size, as `init` set it,
+ * equals the library's sizeof. */
+distil_status distil_check_struct_size(distil_ctx *ctx, const char *fn, const char *name,
+                                       size_t got, size_t want, const char *init);
+
+/* The fused losses' weights (docs/SPEC.md §2): each >= 0 and finite, not both 0. */
+distil_status distil_check_weights(distil_ctx *ctx, const char *fn, float weight_hard,
+                                   float weight_soft);
+
 /* The first checks of a workspace query (wfn: its name): ctx, then bytes, not NULL. */
 distil_status distil_check_query(distil_ctx *ctx, const char *wfn, const size_t *bytes);
 
