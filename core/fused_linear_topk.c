@@ -24,13 +24,7 @@ void distil_fused_linear_topk_desc_init(distil_fused_linear_topk_desc *desc) {
     distil_fused_linear_topk_desc d = {0};
     d.struct_size = sizeof d;
     d.dtype = DISTIL_BF16;
-    d.teacher_dtype = DISTIL_F32;
-    d.id_dtype = DISTIL_IDS_I64;
-    d.pad_id = -1;
-    d.tail = DISTIL_TOPK_TAIL;
-    d.divergence = DISTIL_DIVERGENCE_FORWARD_KL;
-    d.beta = 0.5f;
-    d.alpha = 0.1f;
+    DISTIL_TOPK_TEACHER_DEFAULTS(d);
     d.weight_hard = 0.5f;
     d.weight_soft = 0.5f;
     d.temperature = 1.0f;

@@ -18,6 +18,18 @@ typedef struct distil_topk_fields {
     const float *normaliser_device;
 } distil_topk_fields;
 
+/* The cached teacher's defaults of docs/SPEC.md §7, the same in both descriptors (d: either). */
+#define DISTIL_TOPK_TEACHER_DEFAULTS(d)                                                            \
+    do {                                                                                           \
+        (d).teacher_dtype = DISTIL_F32;                                                            \
+        (d).id_dtype = DISTIL_IDS_I64;                                                             \
+        (d).pad_id = -1;                                                                           \
+        (d).tail = DISTIL_TOPK_TAIL;                                                               \
+        (d).divergence = DISTIL_DIVERGENCE_FORWARD_KL;                                             \
+        (d).beta = 0.5f;                                                                           \
+        (d).alpha = 0.1f;                                                                          \
+    } while (0)
+
 /* The dtypes, the tail policy, the divergence (any of docs/SPEC.md §6) and alpha, k in [1, vocab],
  * pad_id outside [0, vocab), beta, the normaliser (finite, >= 0, not both forms), and the (rows,
  * k) sizes. */
