@@ -6,7 +6,6 @@
 #include "opencl_internal.h"
 
 #include "error.h"
-#include "math/distil_elem_beta.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,14 +24,6 @@ static bool ocl_has_fp64(distil_ocl *b) {
     }
     free(ext);
     return yes;
-}
-
-/* The divergence's constants for distil_coef_of (jsd.cl), as opencl_rows.c makes them. */
-static cl_float8 ocl_tp_coef(distil_divergence divergence, float beta, float alpha) {
-    distil_elem_beta k = distil_elem_div_make(divergence, beta, alpha);
-    cl_float8 c = {{(cl_float)k.beta, (cl_float)k.omb, (cl_float)k.lb, (cl_float)k.l1b,
-                    (cl_float)k.c, (cl_float)k.ka, (cl_float)k.kb, (cl_float)k.mode}};
-    return c;
 }
 
 distil_status distil_ocl_tp_rows(void *vb, const distil_tp_rows_args *a) {
@@ -61,7 +52,7 @@ distil_status distil_ocl_tp_rows(void *vb, const distil_tp_rows_args *a) {
     cl_ulong jsd_off = distil_ocl_elems(a->jsd_rows, sizeof(float));
     cl_long vocab = a->vocab, v0 = a->vocab_offset, total = a->vocab_total;
     cl_long ignore = a->ignore_index;
-    cl_float8 coef = ocl_tp_coef(a->divergence, a->beta, a->alpha);
+    cl_float8 coef = distil_ocl_coef(a->divergence, a->beta, a->alpha);
     cl_float inv_t = a->inv_temperature, w_hard = a->weight_hard, w_soft = a->weight_soft;
     const bool has_g_now = a->phase == DISTIL_TP_FINISH && distil_dptr_present(a->g);
     cl_mem g = has_g_now ? distil_ocl_mem(a->g) : b->label_state;

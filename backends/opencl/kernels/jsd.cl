@@ -5,8 +5,8 @@
  * float whatever DTYPE is.
  */
 
-/* The constants of one beta as the host packs them (distil_elem_beta: beta, 1 - beta, log beta,
- * log1p(-beta), their difference, (1 - beta) / beta, beta / (1 - beta), mode). */
+/* The constants of one beta as the host packs them (distil_ocl_coef: beta, 1 - beta, log beta,
+ * log1p(-beta), their difference, the mode, two unused). */
 de_coef distil_coef_of(float8 c) {
     de_coef k;
     k.beta = c.s0;
@@ -14,9 +14,7 @@ de_coef distil_coef_of(float8 c) {
     k.lb = c.s2;
     k.l1b = c.s3;
     k.c = c.s4;
-    k.ka = c.s5;
-    k.kb = c.s6;
-    k.mode = (int)c.s7;
+    k.mode = (int)c.s5;
     return k;
 }
 

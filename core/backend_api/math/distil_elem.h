@@ -33,13 +33,15 @@
  *    a sum of two non-negative terms, second order in d, exact at d = 0 (the plain form adds two
  *    first-order terms of opposite sign and loses digits as d -> 0).
  *  - 0 < beta < 1, |d| > 0.69: log m = logaddexp(log beta + y, log(1 - beta) + x), taken from the
- *    larger argument: with r = ((1 - beta) q) / (beta p) = ka e^d when that is <= 1, else
- *    r = (beta p) / ((1 - beta) q) = kb e^-d, and L = log1p(r) (r in [0, 1]),
+ *    larger argument: with c = log beta - log1p(-beta), r = ((1 - beta) q) / (beta p) = e^(d - c)
+ *    when d <= c, else r = (beta p) / ((1 - beta) q) = e^(c - d); so r = e^-|d - c| in [0, 1], and
+ *    L = log1p(r),
  *      teacher part larger:  y - log m = -(log beta + L),      x - log m = d + (y - log m)
  *      student part larger:  x - log m = -(log1p(-beta) + L),  y - log m = (x - log m) - d.
- *    The ratios ka = (1 - beta) / beta and kb = beta / (1 - beta) and the logs are constants
- *    rounded once from float64 (distil_elem_beta_make), so beta = 1e-9 or 1 - 6e-8 loses nothing
- *    (log(1 - beta) is log1p(-beta), not log of a rounded 1 - beta).
+ *    The logs and c are constants rounded once from float64 (distil_elem_beta_make), so beta =
+ *    1e-9 or 1 - 6e-8 loses nothing (log(1 - beta) is log1p(-beta), not log of a rounded 1 - beta),
+ *    and r is an exponential of a difference, never a ratio of the weights times e^d: that ratio
+ *    overflows fp32 for a subnormal beta (1.4e-45: (1 - beta) / beta = 7e44) and gave inf * 0.
  *  - beta == 0: e = p (y - x), de/dx = -p;  beta == 1: e = q (x - y), de/dx = q (x - y + 1).
  *  - The skew KLs (docs/SPEC.md §6) take y - log m and x - log m from the same two forms, with the
  *    teacher's weight in m as "beta"; their gradients need the shares of m, beta p / m and
@@ -87,7 +89,6 @@ typedef struct de_coef {
     DE_S beta, omb; /* beta, 1 - beta */
     DE_S lb, l1b;   /* log beta, log1p(-beta) */
     DE_S c;         /* lb - l1b: d <= c where the teacher's part beta p of m is the larger */
-    DE_S ka, kb;    /* (1 - beta) / beta, beta / (1 - beta) */
     int mode;       /* a DE_ mode */
 } de_coef;
 
@@ -99,8 +100,6 @@ typedef struct de_coef {
         (k).lb = (DE_S)(b).lb;                                                                     \
         (k).l1b = (DE_S)(b).l1b;                                                                   \
         (k).c = (DE_S)(b).c;                                                                       \
-        (k).ka = (DE_S)(b).ka;                                                                     \
-        (k).kb = (DE_S)(b).kb;                                                                     \
         (k).mode = (b).mode;                                                                       \
     } while (0)
 
@@ -210,7 +209,7 @@ DE_FN de_mixp de_mix_parts(const de_coef *k, DE_T x, DE_T y) {
     DE_M teach = d <= k->c;
     DE_T u, w;
     de_expm1_pair(d, &u, &w);
-    DE_T r = DE_SEL(teach, DE_V(k->ka), DE_V(k->kb)) * DE_EXP(DE_SEL(teach, d, -d));
+    DE_T r = DE_EXP(-DE_ABS(d - k->c)); /* the smaller part of m over the larger */
     /* One series serves h((1 - beta) u) near and log1p(r) far; the other h and log1p of beta w. */
     DE_T l1, l2;
     DE_T tu = DE_SEL(m.near, k->omb * u, r);

@@ -17,8 +17,6 @@ distil_elem_beta distil_elem_beta_make(float beta) {
     k.lb = log(b);
     k.l1b = log1p(-b);
     k.c = k.lb - k.l1b;
-    k.ka = k.omb / b;
-    k.kb = b / k.omb;
     k.mode = DISTIL_ELEM_MIX;
     return k;
 }
@@ -31,8 +29,6 @@ static distil_elem_beta distil_elem_beta_swap(distil_elem_beta k) {
     s.lb = k.l1b;
     s.l1b = k.lb;
     s.c = -k.c;
-    s.ka = k.kb;
-    s.kb = k.ka;
     return s;
 }
 

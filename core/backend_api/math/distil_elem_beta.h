@@ -1,7 +1,7 @@
 /*
  * distil_elem_beta.h - the constants of one beta for the element terms of distil_elem.h, computed
  * once on the host in float64 and rounded once by each backend (DE_COEF_SET): log(1 - beta) as
- * log1p(-beta), and the ratios of the weights, so that no backend rounds 1 - beta before a log.
+ * log1p(-beta) and their difference, so that no backend rounds 1 - beta before a log.
  * distil_elem_div_make maps a divergence of docs/SPEC.md §6 and its parameter to the same
  * constants and a mode.
  */
@@ -27,7 +27,6 @@ typedef struct distil_elem_beta {
     double beta, omb; /* beta, 1 - beta: the teacher's and the student's weight in m */
     double lb, l1b;   /* log beta, log(1 - beta) (0 where a mode has no m) */
     double c;         /* lb - l1b */
-    double ka, kb;    /* (1 - beta) / beta, beta / (1 - beta) (0 where a mode has no m) */
     int mode;         /* a DISTIL_ELEM_ mode */
 } distil_elem_beta;
 
