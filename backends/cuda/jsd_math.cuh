@@ -45,11 +45,12 @@ static inline jsd_coef jsd_coef_make(int divergence, float beta, float alpha) {
     return c;
 }
 
-/* The element term e of the row's mode; *g = de/dx, *q = exp(x). MODE: a DE_ mode of DE_MODES. */
-template <int MODE>
+/* The element term e of the row's mode; *g = de/dx, *q = exp(x). MODE: a DE_ mode of DE_MODES;
+ * SV: false only where x - y is known to be finite (distil_elem.h's de_elem_finite). */
+template <int MODE, bool SV = true>
 __device__ __forceinline__ float jsd_elem_q(const jsd_coef &c, float x, float y, float *g,
                                             float *q) {
-    return de_elem(MODE, &c, x, y, g, q);
+    return de_elem_sv(MODE, SV ? 1 : 0, &c, x, y, g, q);
 }
 
 /* Calls f(MODE) with c's mode as a compile-time constant (std::integral_constant), so that the
