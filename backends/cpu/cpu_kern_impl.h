@@ -142,6 +142,17 @@ static void k_jsd_init(de_coef *k, const distil_elem_beta *b) {
     DE_COEF_SET(*k, *b);
 }
 
+/* de_elem of a vector, the special values' masks left out when every lane's x - y is finite
+ * (distil_elem.h's de_elem_finite: the same values there; x - y is finite only where x and y
+ * both are). */
+static inline __attribute__((always_inline)) vf k_elem(int mode, const de_coef *k, vf x, vf y,
+                                                       vf *dq, vf *q) {
+    if (__builtin_expect(!vf_any_nonfinite(x - y), 1)) {
+        return de_elem_finite(mode, k, x, y, dq, q);
+    }
+    return de_elem(mode, k, x, y, dq, q);
+}
+
 /* ------------------------------------------------------------------ jsd_row */
 
 /* n (a multiple of CPU_VW) elements: returns the lane sums of e (in double: the row sum of a KL
@@ -155,7 +166,7 @@ static inline __attribute__((always_inline)) double k_jsd_tile(int mode, bool wa
     for (int64_t i = 0; i < n; i += CPU_VW) {
         vf dq;
         vf q;
-        acc += VF_TO_VD(de_elem(mode, k, vf_load(x + i), vf_load(y + i), &dq, &q));
+        acc += VF_TO_VD(k_elem(mode, k, vf_load(x + i), vf_load(y + i), &dq, &q));
         if (want_g) {
             vf_store(g + i, dq * gscale);
         }
@@ -267,7 +278,7 @@ static inline __attribute__((always_inline)) double k_fused_jsd(int mode, const 
             vf y = (vf_load(tp + i) - lt->m) * lt->s - lt->l;
             vf dq;
             vf q;
-            ae += VF_TO_VD(de_elem(mode, k, x, y, &dq, &q));
+            ae += VF_TO_VD(k_elem(mode, k, x, y, &dq, &q));
             ad += VF_TO_VD(dq);
             vf_store(dqs + off + i, dq);
             vf_store(qs + off + i, q);

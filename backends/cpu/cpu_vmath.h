@@ -40,6 +40,16 @@ static inline vf vf_and(vi m, vf a) {
 static inline vf vf_abs(vf a) {
     return (vf)((vi)a & 0x7fffffff);
 }
+/* Whether any lane is inf or NaN (its exponent bits all ones): an OR of integer lanes, which the
+ * compiler reduces in log2(CPU_VW) steps (a float sum of the lanes may not be reassociated). */
+static inline int vf_any_nonfinite(vf a) {
+    vi e = ((vi)a & 0x7f800000) == 0x7f800000;
+    int32_t r = 0;
+    for (int i = 0; i < CPU_VW; i++) {
+        r |= e[i];
+    }
+    return r != 0;
+}
 /* Lane-wise maximum that ignores NaN in b (a NaN row is caught by the sum that follows). */
 static inline vf vf_max(vf a, vf b) {
     return vf_sel(b > a, b, a);
