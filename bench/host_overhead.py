@@ -1,6 +1,7 @@
 """Host time of one distil.torch call, layer by layer, at a tiny shape (the work is negligible).
 
     python bench/host_overhead.py [--device cpu|cuda] [--calls 2000] [--rounds 5] [--json F]
+                                  [--T 8] [--V 256] [--hidden 64]
 
 For each loss (distil.torch.JSD, and FusedLinearJSDLoss with labels), from the bottom up:
   C call        the library call through ctypes, descriptor cached, workspace lent: the floor
@@ -182,6 +183,7 @@ def measure(rows, calls, rounds, drain):
 
 
 def main():
+    global clock, T, V, HS, HT
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--calls", type=int, default=2000)
@@ -190,8 +192,11 @@ def main():
                     help="thread: this thread's CPU time, steadier on a shared machine (cpu "
                     "tensors with OMP_NUM_THREADS=1 only: it misses other threads' work)")
     ap.add_argument("--json")
+    ap.add_argument("--T", type=int, default=T, help="rows (default %(default)s)")
+    ap.add_argument("--V", type=int, default=V, help="vocabulary (default %(default)s)")
+    ap.add_argument("--hidden", type=int, default=HS, help="fused Hs = Ht (default %(default)s)")
     args = ap.parse_args()
-    global clock
+    T, V, HS, HT = args.T, args.V, args.hidden, args.hidden
     clock = time.thread_time if args.clock == "thread" else time.perf_counter
     drain = args.device == "cuda"
     res = {"device": torch.cuda.get_device_name() if drain else "cpu", "torch": torch.__version__,

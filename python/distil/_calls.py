@@ -45,10 +45,12 @@ DIV_DEFAULT = (0, 0.1, 0.0)
 def jsd_plan(ctx, rows, vocab, strides, dtype, beta, ignore_index, reduction, div=DIV_DEFAULT):
     """(descriptor, workspace bytes) of distil_jsd; `strides` = (student, teacher, grad);
     div = (divergence code, alpha, host normaliser or 0.0)."""
-    div = (int(div[0]), float(div[1]), float(div[2]))
-    key = ("jsd", rows, vocab, strides, dtype, float(beta), ignore_index, reduction, div)
+    # Numbers that compare equal hash equal (1 == 1.0): the key takes the values as given, and
+    # only a new plan converts them.
+    key = ("jsd", rows, vocab, strides, dtype, beta, ignore_index, reduction, div)
     plan = ctx.plans.get(key)
     if plan is None:
+        div = (int(div[0]), float(div[1]), float(div[2]))
         if reduction not in _lib.REDUCTIONS:
             raise _errors.make_error(_lib.ERR_INVALID_ARG,
                                      f"jsd: reduction '{reduction}' is not one of "
@@ -87,12 +89,11 @@ def fused_plan(ctx, rows, vocab, hs, ht, dtype, weights, beta, temperature, igno
     (the head options of docs/SPEC.md §6, checked by the library; the teacher's vocabulary in
     head_shapes may differ).
     """
-    div = (int(div[0]), float(div[1]), float(div[2]))
-    key = ("fused", rows, vocab, hs, ht, dtype, weights, float(beta), float(temperature),
-           ignore_index, chunk_rows, want_grads, head_shapes, div, bool(temperature_squared),
-           heads, parts)
-    plan = ctx.plans.get(key)
+    key = ("fused", rows, vocab, hs, ht, dtype, weights, beta, temperature, ignore_index,
+           chunk_rows, want_grads, head_shapes, div, temperature_squared, heads, parts)
+    plan = ctx.plans.get(key)  # as in jsd_plan: values as given, converted for a new plan
     if plan is None:
+        div = (int(div[0]), float(div[1]), float(div[2]))
         d = _lib.FusedDesc()
         _lib.lib.distil_fused_linear_jsd_desc_init(ctypes.byref(d))
         d.rows, d.vocab, d.student_hidden, d.teacher_hidden = rows, vocab, hs, ht
@@ -174,4 +175,6 @@ def run_fused(ctx, desc, workspace, nbytes, ptrs, normaliser_device=0, lse=(0, 0
 
 
 def run_scale(ctx, x, dtype, count, scale):
-    ctx.check(_lib.lib.distil_scale(ctx.handle, x or None, dtype, count, scale))
+    status = _lib.lib.distil_scale(ctx.handle, x or None, dtype, count, scale)
+    if status:
+        ctx.check(status)

@@ -50,35 +50,48 @@ def set_eager_errors(on: bool) -> None:
 
 
 _GPU = "hip" if torch.version.hip else "cuda"
+# The raw handle of a device's current stream (0: the legacy default stream) without making a
+# torch.cuda.Stream object per call (torch has had it since 2.0; the fallback makes the object),
+# and whether that stream is being captured. Looked up once: a CPU-only torch has neither.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream)
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or (
+    lambda: torch.cuda.is_current_stream_capturing())
 
 
 def context_for(t: Tensor) -> "_context.Context":
     """The calling thread's context for t's device, bound to the current stream."""
-    device = t.device
-    if device.type == "cpu":
+    if t.is_cpu:  # is_cpu / is_cuda / get_device: no torch.device object made per call
         return _context.get("cpu", 0)
-    if device.type != "cuda":
-        raise _errors.make_error(_lib.ERR_UNSUPPORTED, f"tensors on '{device.type}' are not "
+    if not t.is_cuda:
+        raise _errors.make_error(_lib.ERR_UNSUPPORTED, f"tensors on '{t.device.type}' are not "
                                  "supported (cpu or cuda)")
-    index = device.index
+    index = t.get_device()
     ctx = _context.lookup(_GPU, index)
     if ctx is None:
-        if torch._C._cuda_isCurrentStreamCapturing():
+        if _capturing():
             raise _errors.make_error(
                 _lib.ERR_UNSUPPORTED,
                 f"the first call on {_GPU}:{index} is being captured into a CUDA graph; creating "
                 "its context allocates device memory, which capture forbids: call "
                 "distil.torch.prepare(device) or run one eager step before capturing")
         ctx = _context.get(_GPU, index)
-    # The raw handle of the current stream (0: the legacy default stream), without making a
-    # torch.cuda.Stream object per call.
-    ctx.bind_stream(torch._C._cuda_getCurrentRawStream(index))
+    ctx.bind_stream(_raw_stream(index))
     return ctx
 
 
+# A cpu call's workspace up to this size is the context's own (grown once, kept): torch's CPU
+# allocator has no pools or graphs to see it, and a per-call tensor costs host time. Larger ones
+# are lent from torch per call, so that the context does not keep a large block for good.
+_CPU_OWN_BYTES = 1 << 20
+
+
 def _workspace(t: Tensor, nbytes: int):
-    """A uint8 tensor of nbytes from torch's allocator on t's device (None for 0 bytes)."""
-    return torch.empty(nbytes, dtype=torch.uint8, device=t.device) if nbytes else None
+    """A uint8 tensor of nbytes from torch's allocator on t's device, or None for none: 0
+    bytes, or a small cpu workspace (_CPU_OWN_BYTES) that the context provides itself."""
+    if not nbytes or (nbytes <= _CPU_OWN_BYTES and t.is_cpu):
+        return None
+    return torch.empty(nbytes, dtype=torch.uint8, device=t.device)
 
 
 def _addr(t: Optional[Tensor]) -> int:
@@ -94,7 +107,7 @@ def _torch_errors(call, *args):
 
 
 def _after_call(ctx, t: Tensor):
-    if _eager and t.is_cuda and not torch._C._cuda_isCurrentStreamCapturing():
+    if _eager and t.is_cuda and not _capturing():
         ctx.synchronize()
 
 
@@ -110,16 +123,19 @@ def _jsd_impl(student_logp: Tensor, teacher_logp: Tensor, labels: Optional[Tenso
               alpha: float = 0.1, normaliser: float = 0.0,
               normaliser_device: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     rows, vocab = student_logp.shape
-    loss = _out(student_logp, (rows,) if reduction == "none" else (), torch.float32)
-    grad = _out(student_logp, (rows, vocab) if want_grad else (0,), student_logp.dtype)
     ctx = context_for(student_logp)
     strides = (student_logp.stride(0), teacher_logp.stride(0), vocab)
     desc, nbytes = _calls.jsd_plan(ctx, rows, vocab, strides, _DTYPES[student_logp.dtype], beta,
                                    ignore_index, reduction, (divergence, alpha, normaliser))
+    loss = _out(student_logp, (rows,) if reduction == "none" else (), torch.float32)
+    grad = _out(student_logp, (rows, vocab) if want_grad else (0,), student_logp.dtype)
     ws = _workspace(student_logp, nbytes)
-    _torch_errors(_calls.run_jsd, ctx, desc, _addr(ws), nbytes, student_logp.data_ptr(),
-                  teacher_logp.data_ptr(), _addr(labels), _addr(loss), _addr(grad) if want_grad
-                  else 0, _addr(normaliser_device))
+    try:
+        _calls.run_jsd(ctx, desc, _addr(ws), nbytes, student_logp.data_ptr(),
+                       teacher_logp.data_ptr(), _addr(labels), _addr(loss),
+                       _addr(grad) if want_grad else 0, _addr(normaliser_device))
+    except _errors.OutOfMemory as e:
+        raise _OutOfMemoryError(str(e)) from e
     _after_call(ctx, student_logp)
     return loss, grad
 
@@ -238,10 +254,9 @@ def _out(like: Tensor, shape, dtype) -> Tensor:
         shape = (0,)
     if POISON_OUTPUTS:
         return torch.full(shape, float("nan"), dtype=dtype, device=like.device)
-    # The sizes as separate ints: torch parses them faster than a tuple (bench/host_overhead.py).
-    if shape:
-        return torch.empty(*shape, dtype=dtype, device=like.device)
-    return torch.empty((), dtype=dtype, device=like.device)
+    # size= as a keyword: torch parses it faster than a positional tuple, () included
+    # (bench/host_overhead.py).
+    return torch.empty(size=shape, dtype=dtype, device=like.device)
 
 
 def _fake(like: Tensor, shape, dtype) -> Tensor:
@@ -335,7 +350,10 @@ def _untraced(*tensors) -> bool:
     if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
             or torch._C._are_functorch_transforms_active()):
         return False
-    return all(t is None or type(t) in _PLAIN for t in tensors)
+    for t in tensors:  # a loop, not all() over a generator: half the host time
+        if t is not None and type(t) not in _PLAIN:
+            return False
+    return True
 
 
 def _take_grads(ctx) -> tuple:
@@ -350,12 +368,17 @@ def _take_grads(ctx) -> tuple:
 def _scale_in_place(grads, s: Tensor) -> None:
     """Each present, non-empty grad *= s (a 0-dim device tensor, never read on the host) with
     distil_scale on the current stream; it writes nothing when s == 1."""
-    s = s if s.dtype is torch.float32 else s.float()
+    if s.dtype is not torch.float32:
+        s = s.float()
     ctx = None
     for g in grads:
-        if g is not None and g.numel():
-            ctx = ctx or context_for(g)
-            _calls.run_scale(ctx, g.data_ptr(), _DTYPES[g.dtype], g.numel(), s.data_ptr())
+        if g is None:
+            continue
+        count = g.numel()
+        if count:
+            if ctx is None:
+                ctx = context_for(g)
+            _calls.run_scale(ctx, g.data_ptr(), _DTYPES[g.dtype], count, s.data_ptr())
 
 
 class _JsdFunction(torch.autograd.Function):
@@ -427,6 +450,10 @@ def jsd(x, y, labels, beta, ignore_index, reduction, want_grad, divergence=0, al
     if not _untraced(x, y, labels, normaliser_device):
         return jsd_op(x, y, labels, beta, ignore_index, reduction, want_grad, divergence, alpha,
                       normaliser, normaliser_device)[0]
+    if not want_grad and not (x.requires_grad and torch.is_grad_enabled()):
+        # Nothing for autograd to record (evaluation): the kernel alone, no Function.
+        return _jsd_impl(x, y, labels, beta, ignore_index, reduction, False, divergence, alpha,
+                         normaliser, normaliser_device)[0]
     return _JsdFunction.apply(x, (y, labels, normaliser_device, beta, ignore_index, reduction,
                                   want_grad, divergence, alpha, normaliser))
 

@@ -87,18 +87,20 @@ def _wants_grad(t: Optional[Tensor]) -> bool:
     return t is not None and t.requires_grad and torch.is_grad_enabled()
 
 
-def _divergence(divergence, alpha, normaliser, device, fn: str):
-    """(code, alpha, host normaliser, device normaliser tensor or None) for the ops."""
+def _divergence(divergence, alpha, normaliser, like: Tensor, fn: str):
+    """(code, alpha, host normaliser, device normaliser tensor or None) for the ops; a device
+    normaliser must be on like's device."""
     code = _calls.divergence_code(divergence)
+    if normaliser is None:  # the usual case first
+        return code, float(alpha), 0.0, None
     if isinstance(normaliser, Tensor):
+        device = like.device
         if normaliser.numel() != 1:
             _fail(f"{fn}: normaliser: a tensor of one element is needed, got shape "
                   f"{tuple(normaliser.shape)}")
         if normaliser.device != device:
             _fail(f"{fn}: normaliser is on {normaliser.device}, the inputs on {device}")
         return code, float(alpha), 0.0, normaliser.detach().reshape(()).to(torch.float32)
-    if normaliser is None:
-        return code, float(alpha), 0.0, None
     n = float(normaliser)
     if not n > 0:  # 0 would mean "counted" to the library: refuse it here, with the same rule
         _fail(f"{fn}: normaliser {n} must be > 0")
@@ -129,8 +131,8 @@ def jsd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None, be
     if input.shape != target.shape:
         _fail(f"{fn}: input {tuple(input.shape)} and target {tuple(target.shape)} differ")
     x, y = _rows("input", input), _rows("target", target)
-    labels = _labels(fn, shift_labels, x.shape[0], x.device)
-    code, alpha, n_host, n_dev = _divergence(divergence, alpha, normaliser, x.device, fn)
+    labels = None if shift_labels is None else _labels(fn, shift_labels, x.shape[0], x.device)
+    code, alpha, n_host, n_dev = _divergence(divergence, alpha, normaliser, x, fn)
     loss = _ops.jsd(x, y, labels, float(beta), int(ignore_index), reduction,
                     _wants_grad(input), code, alpha, n_host, n_dev)
     return loss.reshape(input.shape[:-1]) if reduction == "none" else loss
@@ -177,11 +179,11 @@ def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, lab
     if labels is None and weight_hard != 0:
         _fail(f"{fn}: labels are None but weight_hard_loss is {weight_hard}: the hard loss "
               "needs labels (give them, or set weight_hard_loss=0)")
-    lab = _labels(fn, labels, xs.shape[0], xs.device)
+    lab = None if labels is None else _labels(fn, labels, xs.shape[0], xs.device)
     ws, wt = student_weight.contiguous(), teacher_weight.contiguous()
     bs = student_bias.contiguous() if student_bias is not None else None
     bt = teacher_bias.contiguous() if teacher_bias is not None else None
-    code, alpha, n_host, n_dev = _divergence(div[0], div[1], div[2], xs.device, fn)
+    code, alpha, n_host, n_dev = _divergence(div[0], div[1], div[2], xs, fn)
     loss, parts, ls, lt = _ops.fused(xs, ws, bs, xt, wt, bt, lab, float(weight_hard),
                                      float(weight_soft), float(beta), float(temperature),
                                      int(ignore_index), int(chunk_rows),
