@@ -28,6 +28,9 @@ class Context:
         self._stream = _lib.STREAM_OWN.value  # a new context starts on its own stream
         self.plans = {}  # descriptor key -> (descriptor, workspace bytes)
         self.lent = None  # (address, bytes) of the workspace lent now (_calls._lend)
+        # (stream, block): a small workspace a caller keeps between calls on that stream
+        # (distil.torch: _ops._kept_workspace); dropped with the context.
+        self.kept = None
         _all.add(self)
 
     def check(self, status):
@@ -40,6 +43,11 @@ class Context:
             self.check(_lib.lib.distil_ctx_set_stream(self.handle, ctypes.c_void_p(value)))
             self._stream = value
 
+    @property
+    def stream(self):
+        """The native stream handle bound now (_lib.STREAM_OWN's value: the context's own)."""
+        return self._stream
+
     def synchronize(self):
         """Wait for this context's work; raise a deferred error (an invalid label) once."""
         self.check(_lib.lib.distil_ctx_synchronize(self.handle))
@@ -48,6 +56,7 @@ class Context:
         if self.handle is not None and self.handle.value:
             _lib.lib.distil_ctx_destroy(self.handle)
         self.handle = None
+        self.kept = None
 
     def __del__(self):
         try:

@@ -80,18 +80,41 @@ def context_for(t: Tensor) -> "_context.Context":
     return ctx
 
 
-# A cpu call's workspace up to this size is the context's own (grown once, kept): torch's CPU
-# allocator has no pools or graphs to see it, and a per-call tensor costs host time. Larger ones
-# are lent from torch per call, so that the context does not keep a large block for good.
-_CPU_OWN_BYTES = 1 << 20
+# A workspace up to this size is small. On the cpu it is the context's own (grown once, kept):
+# torch's CPU allocator has no pools or graphs to see it, and a per-call tensor costs host time.
+# On a GPU the eager path keeps one block per context (_kept_workspace). Larger workspaces, and
+# every one under CUDA-graph capture or from the ops, come from torch's allocator per call.
+_SMALL_WORKSPACE = 1 << 20
+_KEPT_MIN = 64 << 10  # the kept block's least size, so that growing shapes rarely replace it
 
 
-def _workspace(t: Tensor, nbytes: int):
-    """A uint8 tensor of nbytes from torch's allocator on t's device, or None for none: 0
-    bytes, or a small cpu workspace (_CPU_OWN_BYTES) that the context provides itself."""
-    if not nbytes or (nbytes <= _CPU_OWN_BYTES and t.is_cpu):
+def _workspace(t: Tensor, nbytes: int, ctx=None):
+    """A uint8 workspace of at least nbytes on t's device, or None for none (0 bytes, or a
+    small cpu workspace that the context provides itself); ctx given (the eager path, bound to
+    the call's stream): a small GPU one is the context's kept block."""
+    if not nbytes:
         return None
+    if nbytes <= _SMALL_WORKSPACE:
+        if t.is_cpu:
+            return None
+        if ctx is not None and not _capturing():
+            return _kept_workspace(ctx, t, nbytes)
     return torch.empty(nbytes, dtype=torch.uint8, device=t.device)
+
+
+def _kept_workspace(ctx, t: Tensor, nbytes: int) -> Tensor:
+    """ctx's kept GPU workspace for the stream it is bound to, of at least nbytes.
+
+    torch's allocator gave the block to that stream, so the calls queued there use it one after
+    the other, as they would use per-call blocks handed out again; a call on another stream gets
+    a block of its own, and the old one goes back to torch, which reuses it on its stream only.
+    Never used under capture (_workspace): a graph's workspace must live in its own pool.
+    """
+    kept = ctx.kept
+    if kept is None or kept[0] != ctx.stream or kept[1].numel() < nbytes:
+        block = torch.empty(max(nbytes, _KEPT_MIN), dtype=torch.uint8, device=t.device)
+        kept = ctx.kept = (ctx.stream, block)
+    return kept[1]
 
 
 def _addr(t: Optional[Tensor]) -> int:
@@ -122,6 +145,14 @@ def _jsd_impl(student_logp: Tensor, teacher_logp: Tensor, labels: Optional[Tenso
               ignore_index: int, reduction: str, want_grad: bool, divergence: int = 0,
               alpha: float = 0.1, normaliser: float = 0.0,
               normaliser_device: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    return _jsd_run(False, student_logp, teacher_logp, labels, beta, ignore_index, reduction,
+                    want_grad, divergence, alpha, normaliser, normaliser_device)
+
+
+def _jsd_run(keep, student_logp, teacher_logp, labels, beta, ignore_index, reduction, want_grad,
+             divergence, alpha, normaliser, normaliser_device):
+    """The jsd kernel; keep: a small GPU workspace may be the context's kept block (the eager
+    path; _workspace)."""
     rows, vocab = student_logp.shape
     ctx = context_for(student_logp)
     strides = (student_logp.stride(0), teacher_logp.stride(0), vocab)
@@ -129,7 +160,7 @@ def _jsd_impl(student_logp: Tensor, teacher_logp: Tensor, labels: Optional[Tenso
                                    ignore_index, reduction, (divergence, alpha, normaliser))
     loss = _out(student_logp, (rows,) if reduction == "none" else (), torch.float32)
     grad = _out(student_logp, (rows, vocab) if want_grad else (0,), student_logp.dtype)
-    ws = _workspace(student_logp, nbytes)
+    ws = _workspace(student_logp, nbytes, ctx if keep else None)
     try:
         _calls.run_jsd(ctx, desc, _addr(ws), nbytes, student_logp.data_ptr(),
                        teacher_logp.data_ptr(), _addr(labels), _addr(loss),
@@ -204,7 +235,9 @@ def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, b
     """The fused op's kernel with its outputs made by make(like, shape or None, dtype): the op
     needs a [0] tensor for each unwanted output, the eager path passes None for it (the library
     takes NULL), saving an allocation each. want_parts=False: the loss alone, [] instead of the
-    [3] parts (the eager path, when the caller does not hand out the parts)."""
+    [3] parts (the eager path, when the caller does not hand out the parts). With make
+    _wanted (the eager path) a small GPU workspace may be the context's kept block
+    (_workspace)."""
     parts, gx, gw, gb = _fused_outputs(xs, ws, want_grad_hidden, want_grad_weight, want_grad_bias,
                                        make, want_parts)
     ls, lt = _lse_outputs(xs, want_lse, make)
@@ -218,7 +251,7 @@ def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, b
                                      (weight_hard, weight_soft), beta, temperature, ignore_index,
                                      chunk_rows, want, head, (divergence, alpha, normaliser),
                                      temperature_squared, heads, want_parts)
-    work = _workspace(xs, nbytes)
+    work = _workspace(xs, nbytes, ctx if make is _wanted else None)
     _torch_errors(_calls.run_fused, ctx, desc, _addr(work), nbytes,
                   [_addr(xs), _addr(ws), _addr(bs), _addr(xt), _addr(wt), _addr(bt),
                    _addr(labels), _addr(parts), _addr(gx), _addr(gw), _addr(gb)],
@@ -390,8 +423,8 @@ class _JsdFunction(torch.autograd.Function):
     def forward(ctx, x, options):
         (y, labels, n_dev, beta, ignore_index, reduction, want_grad, divergence, alpha,
          normaliser) = options
-        loss, grad = _jsd_impl(x, y, labels, beta, ignore_index, reduction, want_grad,
-                               divergence, alpha, normaliser, n_dev)
+        loss, grad = _jsd_run(True, x, y, labels, beta, ignore_index, reduction, want_grad,
+                              divergence, alpha, normaliser, n_dev)
         ctx.grads = (grad,) if want_grad else ()
         ctx.per_row = reduction == "none"
         return loss
@@ -452,8 +485,8 @@ def jsd(x, y, labels, beta, ignore_index, reduction, want_grad, divergence=0, al
                       normaliser, normaliser_device)[0]
     if not want_grad and not (x.requires_grad and torch.is_grad_enabled()):
         # Nothing for autograd to record (evaluation): the kernel alone, no Function.
-        return _jsd_impl(x, y, labels, beta, ignore_index, reduction, False, divergence, alpha,
-                         normaliser, normaliser_device)[0]
+        return _jsd_run(True, x, y, labels, beta, ignore_index, reduction, False, divergence,
+                        alpha, normaliser, normaliser_device)[0]
     return _JsdFunction.apply(x, (y, labels, normaliser_device, beta, ignore_index, reduction,
                                   want_grad, divergence, alpha, normaliser))
 
