@@ -149,8 +149,8 @@ def run_jsd(ctx, desc, workspace, nbytes, x, y, labels, loss, grad, normaliser_d
     see _normaliser_on."""
     _lend(ctx, workspace, nbytes)
     _normaliser_on(desc, normaliser_device)
-    status = _lib.lib.distil_jsd(ctx.handle, desc.ref, x, y, labels or None, loss or None,
-                                 grad or None)
+    # Addresses as ints: a c_void_p argument takes 0 as NULL.
+    status = _lib.lib.distil_jsd(ctx.handle, desc.ref, x, y, labels, loss, grad)
     if status:
         ctx.check(status)
 
@@ -161,20 +161,19 @@ def run_fused(ctx, desc, workspace, nbytes, ptrs, normaliser_device=0, lse=(0, 0
     (docs/SPEC.md §6), 0 = not wanted: they sit in the plan's descriptor for this call only."""
     _lend(ctx, workspace, nbytes)
     _normaliser_on(desc, normaliser_device)
-    args = [p or None for p in ptrs]
     if lse[0] or lse[1]:
         desc.student_lse, desc.teacher_lse = lse[0] or None, lse[1] or None
         try:
-            status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *args)
+            status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *ptrs)
         finally:
             desc.student_lse = desc.teacher_lse = None
-    else:
-        status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *args)
+    else:  # addresses as ints: a c_void_p argument takes 0 as NULL
+        status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *ptrs)
     if status:
         ctx.check(status)
 
 
 def run_scale(ctx, x, dtype, count, scale):
-    status = _lib.lib.distil_scale(ctx.handle, x or None, dtype, count, scale)
+    status = _lib.lib.distil_scale(ctx.handle, x, dtype, count, scale)
     if status:
         ctx.check(status)

@@ -245,22 +245,27 @@ def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, b
              teacher_temperature)
     ctx = context_for(xs)
     rows, hs = xs.shape
-    head = (wt.shape[0], ws.shape[1], wt.shape[1])
+    (vocab, ws_hidden), (t_vocab, wt_hidden) = ws.shape, wt.shape  # 2-D: the wrappers check
     want = want_grad_hidden or want_grad_weight or want_grad_bias
-    desc, nbytes = _calls.fused_plan(ctx, rows, ws.shape[0], hs, xt.shape[1], _dtype_code(xs),
+    desc, nbytes = _calls.fused_plan(ctx, rows, vocab, hs, xt.shape[1], _DTYPES[xs.dtype],
                                      (weight_hard, weight_soft), beta, temperature, ignore_index,
-                                     chunk_rows, want, head, (divergence, alpha, normaliser),
-                                     temperature_squared, heads, want_parts)
+                                     chunk_rows, want, (t_vocab, ws_hidden, wt_hidden),
+                                     (divergence, alpha, normaliser), temperature_squared, heads,
+                                     want_parts)
     work = _workspace(xs, nbytes, ctx if make is _wanted else None)
-    _torch_errors(_calls.run_fused, ctx, desc, _addr(work), nbytes,
-                  [_addr(xs), _addr(ws), _addr(bs), _addr(xt), _addr(wt), _addr(bt),
-                   _addr(labels), _addr(parts), _addr(gx), _addr(gw), _addr(gb)],
-                  _addr(normaliser_device), (_addr(ls), _addr(lt)))
+    try:
+        _calls.run_fused(ctx, desc, _addr(work), nbytes,
+                         (_addr(xs), _addr(ws), _addr(bs), _addr(xt), _addr(wt), _addr(bt),
+                          _addr(labels), _addr(parts), _addr(gx), _addr(gw), _addr(gb)),
+                         _addr(normaliser_device), (_addr(ls), _addr(lt)) if want_lse else _NO_LSE)
+    except _errors.OutOfMemory as e:
+        raise _OutOfMemoryError(str(e)) from e
     _after_call(ctx, xs)
     return parts, gx, gw, gb, ls, lt
 
 
 fused_op = torch.library.custom_op("distil::fused_linear_jsd", _fused_impl, mutates_args=())
+_NO_LSE = (0, 0)
 
 
 def _lse_outputs(xs, want_lse, make):
