@@ -15,7 +15,6 @@ Ops (namespace ``distil``), on 2-D row-major tensors prepared by the public wrap
   teacher_logit_scale, teacher_softcap, teacher_temperature, want_lse, with two more outputs
   student_lse [T], teacher_lse [T] ([0] unless want_lse). Wt may have more or fewer rows than Ws
   (the loss over the common prefix); the LSEs are not differentiable.
-  scale_(x, s): x *= s in place, s a 0-dim fp32 tensor, nothing written when s == 1.
 The gradients are computed in the forward call (as Liger does) and saved; backward scales them
 by the upstream gradient on the device (distil_scale), so the usual `loss.backward()` reads
 nothing back to the host and makes no extra pass over them. Every call runs on the caller's
@@ -372,7 +371,7 @@ def _scaled(ctx, grads: list, s: Tensor) -> list:
 #     of everything else (the teacher's tensors, labels, options), not each one by one;
 #   - unwanted outputs are None (the library takes NULL), not [0] tensors;
 #   - the fused loss comes out as the 0-dim loss itself, so backward has no select node;
-#   - backward calls distil_scale through ctypes, not through the scale_ op's dispatcher.
+#   - backward calls distil_scale through ctypes (as the ops' autograd does too).
 # The gradients sit on ctx, not in save_for_backward: they are neither inputs nor outputs of
 # the Function (autograd has no version counter to check), and backward takes them off ctx (a
 # second backward through the same graph, which would scale them twice, is refused), so that
@@ -510,20 +509,3 @@ def fused(*args, parts: bool = True) -> tuple[Tensor, Optional[Tensor], Optional
     loss = _FusedFunction.apply(args[0], args[1], args[2],
                                 args[3:7] + (args[19],) + args[7:19] + args[20:] + (parts,), out)
     return (loss,) + tuple(out)
-
-
-# --------------------------------------------------------------------------------- scale
-
-
-@torch.library.custom_op("distil::scale_", mutates_args=("x",))
-def scale_(x: Tensor, scale: Tensor) -> None:
-    if x.numel() == 0:
-        return
-    s = scale if scale.dtype == torch.float32 else scale.float()
-    ctx = context_for(x)
-    _calls.run_scale(ctx, x.data_ptr(), _dtype_code(x), x.numel(), s.data_ptr())
-
-
-@scale_.register_fake
-def _scale_fake(x, scale):
-    return None
