@@ -128,9 +128,10 @@ distil_status distil_cpu_fill(void *b, const distil_fill_args *a) {
 }
 
 /* x *= s with s read from host memory; s == 1 writes nothing. Element-wise, so the thread
- * count changes no result. */
+ * count changes no result; on the context's threads, and on one below a cast block (an OpenMP
+ * region costs more than a small scale). */
 distil_status distil_cpu_scale(void *b, const distil_scale_args *a) {
-    (void)b;
+    const cpu_state *st = b;
     const float s = *(const float *)distil_dptr_addr(a->scale);
     if (s == 1.0f) {
         return DISTIL_OK;
@@ -139,7 +140,7 @@ distil_status distil_cpu_scale(void *b, const distil_scale_args *a) {
     const int64_t n = a->count;
     if (a->dtype == DISTIL_F32) {
         float *f = x;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(st->threads) schedule(static) if (n > CPU_CAST_BLOCK)
         for (int64_t i = 0; i < n; i++) {
             f[i] *= s;
         }
@@ -147,7 +148,7 @@ distil_status distil_cpu_scale(void *b, const distil_scale_args *a) {
     }
     uint16_t *h = x;
     const bool bf = a->dtype == DISTIL_BF16;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(st->threads) schedule(static) if (n > CPU_CAST_BLOCK)
     for (int64_t i = 0; i < n; i++) {
         float v = (bf ? distil_bf16_to_f32(h[i]) : distil_f16_to_f32(h[i])) * s;
         h[i] = bf ? distil_f32_to_bf16(v) : distil_f32_to_f16(v);
