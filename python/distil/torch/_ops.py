@@ -394,7 +394,8 @@ def _untraced(*tensors) -> bool:
 
 
 def _take_grads(ctx) -> tuple:
-    """The gradients the forward call saved on ctx, once (see the comment above)."""
+    """The gradients the forward call saved on ctx, once (see the comment above); backward then
+    scales them as the ops' autograd does (_scaled)."""
     grads = ctx.grads
     if grads is None:
         raise _errors.make_error(_lib.ERR_UNSUPPORTED, _TWICE)
@@ -441,10 +442,7 @@ class _JsdFunction(torch.autograd.Function):
         (grad,) = grads
         if ctx.per_row:  # loss [T]: row t's gradient times grad_loss[t]
             return grad * grad_loss.unsqueeze(-1).to(grad.dtype), None
-        if type(grad_loss) not in _PLAIN:
-            return grad * grad_loss.to(grad.dtype), None
-        _scale_in_place(grads, grad_loss)
-        return grad, None
+        return _scaled(ctx, [grad], grad_loss)[0], None
 
 
 class _FusedFunction(torch.autograd.Function):
@@ -473,12 +471,7 @@ class _FusedFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss):
-        grads = _take_grads(ctx)
-        if type(grad_loss) not in _PLAIN:
-            grads = tuple(g * grad_loss.to(g.dtype) if g is not None else None for g in grads)
-        else:
-            _scale_in_place(grads, grad_loss)
-        return grads + (None, None)
+        return tuple(_scaled(ctx, list(_take_grads(ctx)), grad_loss)) + (None, None)
 
 
 def jsd(x, y, labels, beta, ignore_index, reduction, want_grad, divergence=0, alpha=0.1,
