@@ -1,0 +1,80 @@
+/*
+ * distil_e4m3.h - the fp8 e4m3 rounding of the fp8 teacher head (docs/SPEC.md §6, "fp8 teacher
+ * head"), written once on the bits of an fp32, so that it compiles as C (ref, cpu, tests), CUDA /
+ * HIP device code and OpenCL C and gives the same bits everywhere.
+ *
+ * e4m3 (OCP "E4M3FN", CUDA's __nv_fp8_e4m3): 1 sign, 4 exponent (bias 7), 3 mantissa bits; no
+ * infinities; S.1111.111 is NaN. Finite values: normals 2^(e-7) (1 + m/8), e = 1..15 (e = 15 with
+ * m <= 6), up to 448; subnormals m 2^-9, m = 1..7; and +-0.
+ * fp32 -> e4m3: round to nearest, ties to even; a magnitude that rounds above 448, and +-inf,
+ * saturate to +-448; NaN gives NaN (0x7f with the sign). This is __nv_cvt_float_to_fp8(x,
+ * __NV_SATFINITE, __NV_E4M3), which tests/test_cuda_e4m3.cu checks against this text bit for bit
+ * over every fp32.
+ *
+ * The includer may define DE8_FN (the qualifier: __host__ __device__ inline for CUDA); the
+ * default is static inline (C) / inline (OpenCL C). Types: unsigned int is 32 bits on every target.
+ */
+#ifndef DISTIL_E4M3_H
+#define DISTIL_E4M3_H
+
+#ifndef DE8_FN
+#ifdef __OPENCL_VERSION__
+#define DE8_FN inline
+#else
+#define DE8_FN static inline
+#endif
+#endif
+
+/* The largest finite e4m3 magnitude and its code. */
+#define DISTIL_E4M3_MAX 448.0f
+#define DISTIL_E4M3_MAX_CODE 0x7eu
+
+/* fp32 (as its bits) -> e4m3 code (low 8 bits). */
+DE8_FN unsigned int distil_e4m3_from_bits(unsigned int u) {
+    const unsigned int sign = (u >> 24) & 0x80u;
+    const unsigned int a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) {
+        return sign | 0x7fu; /* NaN */
+    }
+    if (a >= 0x3c800000u) { /* >= 2^-6: an e4m3 normal (or saturation) */
+        if (a >= 0x43e00000u) {
+            return sign | DISTIL_E4M3_MAX_CODE; /* >= 448 (inf included): 448 */
+        }
+        /* keep 3 of 23 mantissa bits, ties to even; the carry moves into the exponent */
+        const unsigned int r = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20;
+        const unsigned int code = r - (120u << 3); /* fp32 exponent bias 127 -> e4m3 bias 7 */
+        return sign | (code > DISTIL_E4M3_MAX_CODE ? DISTIL_E4M3_MAX_CODE : code);
+    }
+    /* below 2^-6: the multiple of 2^-9 nearest to |x|, ties to even (8 is the smallest normal) */
+    const unsigned int e = a >> 23;
+    if (e < 117u) {
+        return sign; /* < 2^-10: rounds to 0 (fp32 subnormals included) */
+    }
+    const unsigned int m = (a & 0x7fffffu) | 0x800000u; /* |x| = m 2^(e - 150) */
+    const unsigned int shift = 141u - e;                /* |x| / 2^-9 = m / 2^shift, 21..24 */
+    const unsigned int q = m >> shift;
+    const unsigned int rem = m & ((1u << shift) - 1u);
+    const unsigned int half = 1u << (shift - 1u);
+    return sign | (q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u));
+}
+
+/* e4m3 code (low 8 bits) -> the bits of the fp32 of the same value (exact). */
+DE8_FN unsigned int distil_e4m3_to_bits(unsigned int c) {
+    const unsigned int sign = (c & 0x80u) << 24;
+    const unsigned int e = (c >> 3) & 15u;
+    const unsigned int m = c & 7u;
+    if (e == 15u && m == 7u) {
+        return sign | 0x7fc00000u;
+    }
+    if (e != 0u) {
+        return sign | ((e + 120u) << 23) | (m << 20);
+    }
+    if (m == 0u) {
+        return sign;
+    }
+    /* subnormal m 2^-9 = 2^(p - 9) (1 + (m - 2^p) / 2^p), p the top bit of m */
+    const unsigned int p = m >= 4u ? 2u : (m >= 2u ? 1u : 0u);
+    return sign | ((p + 118u) << 23) | ((m ^ (1u << p)) << (23u - p));
+}
+
+#endif /* DISTIL_E4M3_H */
