@@ -30,6 +30,18 @@ static size_t distil_take(size_t *cursor, size_t bytes) {
     return off;
 }
 
+/* The fp8 teacher head's regions (docs/SPEC.md §6): none with the exact head. */
+static void distil_chunk_plan_fp8(const distil_fused_shape *s, size_t c, distil_fused_plan *p,
+                                  size_t *cur) {
+    const bool on = s->e4m3_bytes > 0;
+    const size_t v = (size_t)s->vocab, eb = (size_t)s->e4m3_bytes;
+    p->ldq = on ? (s->ht + 15) / 16 * 16 : 0;
+    p->off_wq = distil_take(cur, on ? v * (size_t)p->ldq * eb : 0);
+    p->off_sw = distil_take(cur, on ? v * sizeof(float) : 0);
+    p->off_xq = distil_take(cur, on ? c * (size_t)p->ldq * eb : 0);
+    p->off_sx = distil_take(cur, on ? c * sizeof(float) : 0);
+}
+
 void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_fused_plan *p) {
     size_t es = distil_dtype_size(s->dtype);
     size_t ges = distil_dtype_size(s->g_dtype);
@@ -55,6 +67,7 @@ void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_f
     p->off_g = p->g_in_place ? p->off_zs : distil_take(&cur, grads ? c * v * ges : 0);
     p->off_ones = distil_take(&cur, s->want_gb ? c * es : 0);
     p->off_dz = distil_take(&cur, s->want_dz && grads ? c * v * sizeof(float) : 0);
+    distil_chunk_plan_fp8(s, c, p, &cur);
     p->bytes = cur;
 }
 

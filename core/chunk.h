@@ -6,6 +6,8 @@
  *            labels (T) int64
  *   chunk    zs (C, V) fp32 | zt (C, V) fp32 | g (C, V) g_dtype | ones (C) dtype | dz (C, V) fp32
  * dz (docs/SPEC.md §6) exists only with gradients and a scaled or capped student head.
+ * fp8 teacher head (docs/SPEC.md §6): fixed wq (V, ldq) e4m3 | sw (V) fp32, chunk xq (C, ldq)
+ * e4m3 | sx (C) fp32, e4m3 elements of the backend's e4m3_bytes.
  * gw / gb exist only when that gradient is wanted, the dtype is not F32 (an F32 output is
  * accumulated in place) and there is more than one chunk (one chunk writes grad_Ws / grad_bs in
  * the output dtype directly, rounded once, beta = 0: no accumulator); g exists only when gradients
@@ -31,6 +33,8 @@ typedef struct distil_fused_shape {
     /* A cached top-k teacher (docs/SPEC.md §7): no teacher logits, zt takes no room. */
     bool topk_teacher;
     bool want_dz; /* the student's head scaled or capped, with gradients: room for dz'/dz */
+    /* docs/SPEC.md §6 fp8 teacher head: bytes of one stored e4m3 element (0: the exact head) */
+    int e4m3_bytes;
 } distil_fused_shape;
 
 typedef struct distil_fused_plan {
@@ -40,6 +44,11 @@ typedef struct distil_fused_plan {
     bool gw_acc, gb_acc;  /* fp32 accumulators in the workspace (several chunks, half dtype) */
     size_t off_n, off_ce, off_jsd, off_gw, off_gb, off_labels, off_zs, off_zt, off_g, off_ones;
     size_t off_dz; /* (C, V) fp32 dz'/dz of the student's head (docs/SPEC.md §6), want_dz only */
+    /* fp8 teacher head (docs/SPEC.md §6), e4m3_bytes only: Wt's e4m3 rows (V, ldq) and scales
+     * (V), once per call; the chunk's xt rows (C, ldq) and scales (C). ldq = Ht rounded up to 16.
+     */
+    int64_t ldq;
+    size_t off_wq, off_sw, off_xq, off_sx;
     size_t bytes;
 } distil_fused_plan;
 

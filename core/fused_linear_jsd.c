@@ -8,6 +8,7 @@
 #include "divergence.h"
 #include "error.h"
 #include "fused_entry.h"
+#include "fused_fp8.h"
 #include "fused_head.h"
 #include "fused_loop.h"
 #include "overlap.h"
@@ -88,7 +89,8 @@ static distil_status distil_fused_check_desc(distil_ctx *ctx,
     DISTIL_TRY(distil_check_divergence(ctx, fn, d->divergence, d->alpha));
     DISTIL_TRY(distil_check_normaliser(ctx, fn, d->normaliser, d->normaliser_device));
     /* docs/SPEC.md §6 head options (fused_head.c) */
-    return distil_fused_head_check_desc(ctx, fn, d);
+    DISTIL_TRY(distil_fused_head_check_desc(ctx, fn, d));
+    return distil_fused_fp8_check(ctx, fn, d); /* docs/SPEC.md §6 fp8 teacher head */
 }
 
 /* Pointer checks: NULL where data is required, then backend ownership, then bias rules, then
@@ -145,6 +147,7 @@ static void distil_fused_fill_args(const distil_fused_linear_jsd_desc *d, distil
     a->normaliser = d->normaliser;
     a->normaliser_device = distil_dptr_make(d->normaliser_device, 0);
     distil_fused_head_fill(d, a); /* vocab becomes the common prefix */
+    a->teacher_fp8 = d->teacher_head_precision == DISTIL_HEAD_PRECISION_FP8_E4M3;
 }
 
 /* The plan of this call: the asked chunk, or the chunk policy's fitted to a lent workspace. */
@@ -168,7 +171,8 @@ static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
                             .want_gw = gw,
                             .want_gb = gb,
                             .own_labels = d->weight_hard == 0.0f,
-                            .want_dz = distil_fused_desc_student_head(d)};
+                            .want_dz = distil_fused_desc_student_head(d),
+                            .e4m3_bytes = distil_fused_fp8_bytes(ctx, d)};
     return s;
 }
 

@@ -11,7 +11,9 @@
  * gw / gb are the workspace's fp32 accumulators, or the outputs themselves when there is one
  * chunk (written in the output dtype, rounded once, beta = 0) or the dtype is F32. With a cached
  * top-k teacher (docs/SPEC.md §7, args.topk) the teacher side is its ids and log-probs instead of
- * zt: no teacher GEMM, and topk_rows instead of fused_rows. A backend with
+ * zt: no teacher GEMM, and topk_rows instead of fused_rows. With the fp8 teacher head (docs/SPEC.md
+ * §6, args.teacher_fp8) Wt is quantised once before the loop and each chunk's zt comes from
+ * quant_rows of its xt and gemm_e4m3 (fused_fp8.c). A backend with
  * a second lane (side_begin) computes chunk k + 1's logits there while the stream runs chunk k's
  * gradient GEMMs. The accumulation order over chunks is fixed, so results are reproducible.
  */
@@ -19,6 +21,7 @@
 
 #include "divergence.h"
 #include "error.h"
+#include "fused_fp8.h"
 #include "fused_head.h"
 #include "tp.h"
 
@@ -84,6 +87,9 @@ static distil_status distil_fused_logits_of(const distil_fused_loop *L, int64_t 
  * §7, has none). */
 static distil_status distil_fused_teacher_logits(const distil_fused_loop *L, int64_t r0,
                                                  int64_t c) {
+    if (L->a->teacher_fp8) { /* docs/SPEC.md §6 fp8 teacher head (fused_fp8.c) */
+        return distil_fused_fp8_logits(L->be, L->b, L->a, L->p, r0, c);
+    }
     return L->a->topk != NULL ? DISTIL_OK : distil_fused_logits_of(L, r0, c, true);
 }
 
@@ -302,6 +308,9 @@ static distil_status distil_fused_step(const distil_fused_loop *L, int64_t r0) {
 /* Before the loop: n on the device, and the ones vector of the bias gradient. */
 static distil_status distil_fused_prologue(const distil_fused_loop *L) {
     const distil_fused_args *a = L->a;
+    if (a->teacher_fp8) { /* first: a device without fp8 refuses here, before any write */
+        DISTIL_TRY(distil_fused_fp8_weights(L->be, L->b, a, L->p));
+    }
     distil_count_args c = {.labels = a->labels,
                            .rows = a->rows,
                            .ignore_index = a->ignore_index,

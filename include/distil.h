@@ -298,6 +298,13 @@ DISTIL_API DISTIL_NODISCARD distil_status distil_jsd_workspace_size(distil_ctx *
 
 /* ---------------------------------------------------------------- fused linear JSD */
 
+/* How a fused loss's teacher logits are computed (docs/SPEC.md §6, fp8 teacher head). Pinned
+ * forever. */
+typedef enum distil_head_precision {
+    DISTIL_HEAD_PRECISION_DEFAULT = 0,  /* the exact head of docs/SPEC.md §2 step 1 */
+    DISTIL_HEAD_PRECISION_FP8_E4M3 = 1, /* e4m3 operands with per-row scales, fp32 logits */
+} distil_head_precision;
+
 /* Descriptor of distil_fused_linear_jsd. Always fill it with distil_fused_linear_jsd_desc_init. */
 typedef struct distil_fused_linear_jsd_desc {
     size_t struct_size;     /* set by _init */
@@ -339,6 +346,11 @@ typedef struct distil_fused_linear_jsd_desc {
      * included. NULL (the default): not written. */
     float *student_lse;
     float *teacher_lse;
+    /* docs/SPEC.md §6 "fp8 teacher head": how the teacher's logits xt Wt^T are computed.
+     * DEFAULT: as the student's (§2 step 1). FP8_E4M3: xt's rows and Wt's rows rounded to e4m3
+     * with a scale per row, multiplied with fp32 accumulation (cuBLASLt fp8 on sm_89+); cuda
+     * before sm_89, hip and opencl: DISTIL_ERR_UNSUPPORTED. The student's head is untouched. */
+    distil_head_precision teacher_head_precision;
 } distil_fused_linear_jsd_desc;
 
 DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *desc);

@@ -86,7 +86,7 @@ static void test_special(void **state) {
     assert_int_equal(enc(-0.0f), 0x80);
     assert_int_equal(enc(ldexpf(1.0f, -10)), 0x00); /* half the smallest subnormal: tie to 0 */
     assert_int_equal(enc(nextafterf(ldexpf(1.0f, -10), 1.0f)), 0x01);
-    assert_int_equal(enc(ldexpf(3.0f, -10)), 0x02); /* between 1 and 2 x 2^-9: to even */
+    assert_int_equal(enc(ldexpf(3.0f, -10)), 0x02);  /* between 1 and 2 x 2^-9: to even */
     assert_int_equal(enc(ldexpf(15.0f, -10)), 0x08); /* 7.5 x 2^-9 rounds to the smallest normal */
     assert_int_equal(enc(1e-30f), 0x00);
     assert_int_equal(enc(float_of(1u)), 0x00); /* the smallest fp32 subnormal */
@@ -121,12 +121,28 @@ static void test_sweep(void **state) {
     }
 }
 
+/* The row scale and the quantisation of a row (docs/SPEC.md §6). */
+static void test_row_scale(void **state) {
+    (void)state;
+    assert_true(distil_e4m3_row_scale(448.0f) == 1.0f);
+    assert_true(distil_e4m3_row_scale(3.0f) == 3.0f / 448.0f);
+    assert_true(distil_e4m3_row_scale(0.0f) == 1.0f);
+    assert_true(distil_e4m3_row_scale(float_of(1u)) == 1.0f); /* quotient underflows to 0 */
+    assert_true(isnan(distil_e4m3_row_scale(INFINITY)));
+    assert_true(isnan(distil_e4m3_row_scale(NAN)));
+    const float s = distil_e4m3_row_scale(3.0f);
+    assert_int_equal(distil_e4m3_quant(3.0f, s), 0x7e); /* the row's amax is 448 */
+    assert_int_equal(distil_e4m3_quant(-3.0f, s), 0xfe);
+    assert_int_equal(distil_e4m3_quant(0.0f, s), 0x00);
+    assert_int_equal(distil_e4m3_quant(1.0f, NAN) & 0x7fu, 0x7f); /* a non-finite row: NaN */
+    assert_true(distil_e4m3_value(0x7e) == 448.0f);
+}
+
 int main(void) {
     static const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_code),
-        cmocka_unit_test(test_ties_and_neighbours),
-        cmocka_unit_test(test_special),
-        cmocka_unit_test(test_sweep),
+        cmocka_unit_test(test_every_code), cmocka_unit_test(test_ties_and_neighbours),
+        cmocka_unit_test(test_special),    cmocka_unit_test(test_sweep),
+        cmocka_unit_test(test_row_scale),
     };
     tu_apply_filter();
     return cmocka_run_group_tests_name("e4m3", tests, NULL, NULL);

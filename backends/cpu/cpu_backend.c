@@ -199,4 +199,8 @@ const distil_backend distil_backend_cpu = {
     .scale = distil_cpu_scale,
     .topk_rows = distil_cpu_topk_rows,
     .head_rows = distil_cpu_head_rows,
+    /* docs/SPEC.md §6 fp8 teacher head: codes kept as their fp16 values (cpu_fp8.c) */
+    .quant_rows = distil_cpu_quant_rows,
+    .gemm_e4m3 = distil_cpu_gemm_e4m3,
+    .e4m3_bytes = 2,
 };

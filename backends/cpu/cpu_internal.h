@@ -117,5 +117,8 @@ distil_status distil_cpu_head_rows(void *b, const distil_head_rows_args *a);
 enum { CPU_BAD_LABEL = 0, CPU_BAD_ID_RANGE = 1, CPU_BAD_ID_TWICE = 2 };
 distil_status distil_cpu_topk_rows(void *b, const distil_topk_rows_args *a);
 distil_status distil_cpu_tp_rows(void *b, const distil_tp_rows_args *a);
+/* docs/SPEC.md §6 fp8 teacher head (cpu_fp8.c): e4m3 values stored as fp16 */
+distil_status distil_cpu_quant_rows(void *b, const distil_quant_rows_args *a);
+distil_status distil_cpu_gemm_e4m3(void *b, const distil_gemm_e4m3_args *a);
 
 #endif /* DISTIL_CPU_INTERNAL_H */

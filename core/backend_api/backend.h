@@ -254,6 +254,9 @@ typedef struct distil_fused_args {
     float student_scale, student_cap, teacher_scale, teacher_cap;
     float inv_teacher_temperature;
     distil_dptr student_lse, teacher_lse;
+    /* docs/SPEC.md §6 fp8 teacher head: the teacher's logits from e4m3 rows of xt and Wt with
+     * per-row scales (quant_rows, gemm_e4m3) instead of the exact GEMM. */
+    bool teacher_fp8;
 } distil_fused_args;
 
 /* ---- cached top-k teacher (docs/SPEC.md §7) */
@@ -320,6 +323,47 @@ typedef struct distil_topk_args {
     distil_divergence divergence;
     float alpha;
 } distil_topk_args;
+
+/* ---- fp8 teacher head (docs/SPEC.md §6) */
+
+/*
+ * Rows of src (rows, cols) src_dtype, row stride src_ld, rounded to e4m3 with one scale per row,
+ * as docs/SPEC.md §6 defines it (math/distil_e4m3.h): a = max_j |src[i][j]|;
+ *   a finite and a / 448 > 0 in fp32:  scale[i] = a / 448,  dst[i][j] = e4m3(src[i][j] / scale[i])
+ *   a == 0 (or a / 448 underflows to 0): scale[i] = 1, dst[i][j] = e4m3(src[i][j])
+ *   a not finite (a NaN or an inf in the row): scale[i] = NaN, dst[i][j] = NaN
+ * with both divisions correctly rounded in fp32. dst (rows, dst_ld) holds the codes in the
+ * backend's e4m3 form (e4m3_bytes per element: the e4m3 byte, or its value in fp16); scale (rows)
+ * fp32. dst_ld is a multiple of 16 elements; the padding columns are not written.
+ */
+typedef struct distil_quant_rows_args {
+    distil_dptr src;
+    int64_t src_ld;
+    distil_dtype src_dtype;
+    int64_t rows, cols;
+    distil_dptr dst;
+    int64_t dst_ld;
+    distil_dptr scale;
+} distil_quant_rows_args;
+
+/*
+ * C (m, n) fp32, row stride ldc: C[i][j] = sa[i] sb[j] sum_k A[i][k] B[j][k] + bias[j], fp32
+ * accumulation. A (m, k) and B (n, k) are quant_rows outputs (row strides lda, ldb elements),
+ * sa (m) and sb (n) their scales; bias (n) bias_dtype, optional.
+ */
+typedef struct distil_gemm_e4m3_args {
+    int64_t m, n, k;
+    distil_dptr a;
+    int64_t lda;
+    distil_dptr sa;
+    distil_dptr b;
+    int64_t ldb;
+    distil_dptr sb;
+    distil_dptr c;
+    int64_t ldc;
+    distil_dptr bias;
+    distil_dtype bias_dtype;
+} distil_gemm_e4m3_args;
 
 /* Where a buffer lies (backend mem_extent): `parent` names the allocation it is part of (NULL on
  * pointer backends: one address space), `origin` is its first byte within that allocation (the
@@ -462,6 +506,13 @@ typedef struct distil_backend {
     /* The native stream bound now (cudaStream_t, hipStream_t), handed to a communicator's
      * all-reduce. NULL op: NULL (host backends). */
     void *(*native_stream)(void *b);
+    /* ---- fp8 teacher head (docs/SPEC.md §6), optional: both ops, and the bytes of one stored
+     * e4m3 element (1: the code; 2: its value as fp16, exact). NULL: the fp8 head is UNSUPPORTED
+     * (unless the backend has the whole fused_linear_jsd op). Either op may return UNSUPPORTED
+     * (a device without fp8), before it writes anything. */
+    distil_status (*quant_rows)(void *b, const distil_quant_rows_args *a);
+    distil_status (*gemm_e4m3)(void *b, const distil_gemm_e4m3_args *a);
+    int e4m3_bytes;
 } distil_backend;
 
 #ifdef __cplusplus

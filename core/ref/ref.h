@@ -56,7 +56,17 @@ typedef struct distil_ref_fused_buf {
     double *xs_row;                  /* (Hs) */
     double *gw;                      /* (V, Hs) or NULL */
     double *gb;                      /* (V) or NULL */
+    /* fp8 teacher head (docs/SPEC.md §6, ref_fp8.c): Wt's e4m3 values (V, Ht) and scales (V),
+     * one xt row's values (Ht); one allocation at wq, NULL with the exact head */
+    float *wq, *sw, *xq;
 } distil_ref_fused_buf;
+
+/* The fp8 teacher head (ref_fp8.c): Wt quantised into B (nothing with the exact head), and row
+ * i's teacher logits z (V) from the e4m3 rows. */
+distil_status distil_ref_fp8_alloc(distil_ref_state *st, const distil_fused_args *a,
+                                   distil_ref_fused_buf *B);
+void distil_ref_fp8_logits(const distil_fused_args *a, distil_ref_fused_buf *B, int64_t i,
+                           double *z);
 
 /* z[v] = sum_h x[h] W[v, h] + bias[v] for row i of hidden states (H wide). */
 void distil_ref_logits(const distil_fused_args *a, distil_dptr xp, distil_dptr wp, distil_dptr bp,

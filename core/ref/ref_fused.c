@@ -31,7 +31,11 @@ static bool distil_ref_lse_wanted(const distil_fused_args *a) {
  * temperature 1 where asked for (docs/SPEC.md §6: every row, ignored ones included). */
 static void distil_ref_head_logits(const distil_fused_args *a, distil_ref_fused_buf *B, int64_t i) {
     distil_ref_logits(a, a->xs, a->ws, a->bs, a->hs, i, B->zs);
-    distil_ref_logits(a, a->xt, a->wt, a->bt, a->ht, i, B->zt);
+    if (a->teacher_fp8) { /* docs/SPEC.md §6 fp8 teacher head */
+        distil_ref_fp8_logits(a, B, i, B->zt);
+    } else {
+        distil_ref_logits(a, a->xt, a->wt, a->bt, a->ht, i, B->zt);
+    }
     distil_ref_head_apply(B->zs, B->dz, a->vocab, a->student_scale, a->student_cap);
     distil_ref_head_apply(B->zt, NULL, a->vocab, a->teacher_scale, a->teacher_cap);
     float *ls = distil_dptr_addr(a->student_lse), *lt = distil_dptr_addr(a->teacher_lse);
@@ -122,7 +126,13 @@ distil_status distil_ref_fused_alloc(distil_ref_state *st, const distil_fused_ar
     B->G = row + 5 * V;
     B->xs_row = row + 6 * V;
     B->dz = row + 6 * V + H;
-    return DISTIL_OK;
+    distil_status s = distil_ref_fp8_alloc(st, a, B);
+    if (s != DISTIL_OK) {
+        free(row);
+        free(B->gw);
+        free(B->gb);
+    }
+    return s;
 }
 
 /* Valid rows for the mean; records the first invalid label. */
@@ -197,5 +207,6 @@ distil_status distil_ref_fused(void *b, const distil_fused_args *a) {
     free(B.zs);
     free(B.gw);
     free(B.gb);
+    free(B.wq);
     return DISTIL_OK;
 }

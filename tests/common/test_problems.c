@@ -217,6 +217,8 @@ void tp_fused_make(tp_fused *p, const tp_fused_spec *s, distil_dtype dt, uint64_
         p->d.teacher_logit_scale = hd->t_scale > 0 ? hd->t_scale : 1.0f;
         p->d.teacher_softcap = hd->t_cap;
         p->d.teacher_temperature = hd->tau_t;
+        p->d.teacher_head_precision =
+            hd->t_fp8 ? DISTIL_HEAD_PRECISION_FP8_E4M3 : DISTIL_HEAD_PRECISION_DEFAULT;
     }
     double std = s->logit_std > 0 ? s->logit_std : 3.0; /* logits ~ N(0, std^2) */
     p->n_xs = (size_t)(s->t * s->hs), p->n_ws = (size_t)(s->v * s->hs);
@@ -274,6 +276,17 @@ void tp_fused_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o) {
     distil_free(ctx, dn);
 }
 
+bool tp_fused_skip_unsupported(distil_ctx *ctx, const tp_fused *p) {
+    size_t bytes = 0;
+    const distil_status st = distil_fused_linear_jsd_workspace_size(ctx, &p->d, 1, &bytes);
+    if (st == DISTIL_ERR_UNSUPPORTED) {
+        print_message("skipped: %s\n", distil_ctx_last_error(ctx));
+        return true;
+    }
+    TU_OK(ctx, st);
+    return false;
+}
+
 void tp_fused_out_free(tp_fused_out *o) {
     free(o->gxs), free(o->gws), free(o->gbs), free(o->lse_s), free(o->lse_t);
 }
@@ -294,8 +307,8 @@ void tp_fused_name(char *buf, size_t n, const tp_fused_spec *s, distil_dtype dt)
     const tp_head *h = s->head;
     size_t used = strlen(buf);
     if (h != NULL && used < n) {
-        snprintf(buf + used, n - used, " Vt=%lld s=%g/%g cap=%g/%g tau_t=%g%s", (long long)h->vt,
+        snprintf(buf + used, n - used, " Vt=%lld s=%g/%g cap=%g/%g tau_t=%g%s%s", (long long)h->vt,
                  (double)h->s_scale, (double)h->t_scale, (double)h->s_cap, (double)h->t_cap,
-                 (double)h->tau_t, h->lse ? " lse" : "");
+                 (double)h->tau_t, h->lse ? " lse" : "", h->t_fp8 ? " fp8" : "");
     }
 }

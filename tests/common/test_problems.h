@@ -80,6 +80,7 @@ typedef struct tp_head {
     float t_scale, t_cap; /* teacher's */
     float tau_t;          /* teacher temperature; 0 = tau */
     bool lse;             /* ask for both LSE outputs */
+    bool t_fp8;           /* the fp8 teacher head (teacher_head_precision FP8_E4M3) */
 } tp_head;
 
 typedef struct tp_fused_spec {
@@ -123,6 +124,9 @@ void tp_fused_make(tp_fused *p, const tp_fused_spec *s, distil_dtype dtype, uint
 void tp_fused_free(tp_fused *p);
 void tp_fused_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o);
 void tp_fused_out_free(tp_fused_out *o);
+/* True (with a message) when ctx's backend refuses the problem as UNSUPPORTED (the fp8
+ * teacher head on opencl, hip): the caller skips it. Any other status of the query fails. */
+bool tp_fused_skip_unsupported(distil_ctx *ctx, const tp_fused *p);
 void tp_fused_name(char *buf, size_t n, const tp_fused_spec *s, distil_dtype dtype);
 
 #endif /* DISTIL_TEST_PROBLEMS_H */

@@ -11,8 +11,12 @@
  * __NV_SATFINITE, __NV_E4M3), which tests/test_cuda_e4m3.cu checks against this text bit for bit
  * over every fp32.
  *
+ * The row scale of docs/SPEC.md §6 is here too (distil_e4m3_row_scale, distil_e4m3_quant), so
+ * that every backend quantises a row to the same codes.
+ *
  * The includer may define DE8_FN (the qualifier: __host__ __device__ inline for CUDA); the
- * default is static inline (C) / inline (OpenCL C). Types: unsigned int is 32 bits on every target.
+ * default is static inline (C) / inline (OpenCL C). Types: unsigned int is 32 bits on every
+ * target. DE8_BITS(f) / DE8_FLOAT(u) reinterpret an fp32 (defaults per language below).
  */
 #ifndef DISTIL_E4M3_H
 #define DISTIL_E4M3_H
@@ -25,8 +29,32 @@
 #endif
 #endif
 
+#ifndef DE8_BITS
+#if defined(__OPENCL_VERSION__)
+#define DE8_BITS(f)  as_uint(f)
+#define DE8_FLOAT(u) as_float(u)
+#elif defined(__CUDACC__) || defined(__HIPCC__)
+#define DE8_BITS(f)  __float_as_uint(f)
+#define DE8_FLOAT(u) __uint_as_float(u)
+#else
+#include <string.h>
+static inline unsigned int distil_e4m3_bits_of(float f) {
+    unsigned int u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline float distil_e4m3_float_of(unsigned int u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+#define DE8_BITS(f)  distil_e4m3_bits_of(f)
+#define DE8_FLOAT(u) distil_e4m3_float_of(u)
+#endif
+#endif
+
 /* The largest finite e4m3 magnitude and its code. */
-#define DISTIL_E4M3_MAX 448.0f
+#define DISTIL_E4M3_MAX      448.0f
 #define DISTIL_E4M3_MAX_CODE 0x7eu
 
 /* fp32 (as its bits) -> e4m3 code (low 8 bits). */
@@ -75,6 +103,28 @@ DE8_FN unsigned int distil_e4m3_to_bits(unsigned int c) {
     /* subnormal m 2^-9 = 2^(p - 9) (1 + (m - 2^p) / 2^p), p the top bit of m */
     const unsigned int p = m >= 4u ? 2u : (m >= 2u ? 1u : 0u);
     return sign | ((p + 118u) << 23) | ((m ^ (1u << p)) << (23u - p));
+}
+
+/* The fp32 value of a code. */
+DE8_FN float distil_e4m3_value(unsigned int c) {
+    return DE8_FLOAT(distil_e4m3_to_bits(c));
+}
+
+/* docs/SPEC.md §6: the scale of a row whose largest magnitude is amax: amax / 448 (correctly
+ * rounded fp32 division); 1 where that is 0 (an all-zero row, or an amax so small that the
+ * quotient underflows); NaN for an amax that is not finite (a NaN or an inf in the row). */
+DE8_FN float distil_e4m3_row_scale(float amax) {
+    if (!(amax <= 3.40282347e38f)) {
+        return DE8_FLOAT(0x7fc00000u);
+    }
+    const float s = amax / DISTIL_E4M3_MAX;
+    return s > 0.0f ? s : 1.0f;
+}
+
+/* docs/SPEC.md §6: the code of x in a row of scale s: e4m3(x / s) (correctly rounded fp32
+ * division); NaN where s is NaN (the whole row). */
+DE8_FN unsigned int distil_e4m3_quant(float x, float s) {
+    return s != s ? 0x7fu : distil_e4m3_from_bits(DE8_BITS(x / s));
 }
 
 #endif /* DISTIL_E4M3_H */

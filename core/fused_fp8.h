@@ -1,0 +1,29 @@
+/*
+ * fused_fp8.h - the fp8 teacher head of the fused loss (docs/SPEC.md §6): the teacher's logits
+ * from e4m3 rows of Wt (quantised once per call) and of each chunk's xt, with a scale per row, in
+ * the chunk loop's place of the teacher's exact GEMM.
+ */
+#ifndef DISTIL_CORE_FUSED_FP8_H
+#define DISTIL_CORE_FUSED_FP8_H
+
+#include "chunk.h"
+#include "ctx.h"
+
+/* teacher_head_precision is a known value, and the context's backend computes it. */
+distil_status distil_fused_fp8_check(distil_ctx *ctx, const char *fn,
+                                     const distil_fused_linear_jsd_desc *d);
+
+/* Bytes of a stored e4m3 element of this call's plan: 0 for the exact head, and for a backend
+ * that computes the loss whole (ref). */
+int distil_fused_fp8_bytes(const distil_ctx *ctx, const distil_fused_linear_jsd_desc *d);
+
+/* Before the loop: Wt's rows [0, vocab) into the plan's wq and sw. */
+distil_status distil_fused_fp8_weights(const distil_backend *be, void *b,
+                                       const distil_fused_args *a, const distil_fused_plan *p);
+
+/* zt of rows [r0, r0 + c): xt's rows into xq and sx, then zt = sx sw^T (xq wq^T) + bt. */
+distil_status distil_fused_fp8_logits(const distil_backend *be, void *b,
+                                      const distil_fused_args *a, const distil_fused_plan *p,
+                                      int64_t r0, int64_t c);
+
+#endif /* DISTIL_CORE_FUSED_FP8_H */
