@@ -58,9 +58,8 @@ distil_status distil_fused_fp8_weights(const distil_backend *be, void *b,
     return distil_fused_fp8_quant(be, b, a, p, a->wt, a->vocab, p->off_wq, p->off_sw);
 }
 
-distil_status distil_fused_fp8_logits(const distil_backend *be, void *b,
-                                      const distil_fused_args *a, const distil_fused_plan *p,
-                                      int64_t r0, int64_t c) {
+distil_status distil_fused_fp8_logits(const distil_backend *be, void *b, const distil_fused_args *a,
+                                      const distil_fused_plan *p, int64_t r0, int64_t c) {
     const size_t es = distil_dtype_size(a->dtype);
     const distil_dptr xt = distil_dptr_add(a->xt, (size_t)(r0 * a->ht) * es);
     DISTIL_TRY(distil_fused_fp8_quant(be, b, a, p, xt, c, p->off_xq, p->off_sx));

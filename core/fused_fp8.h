@@ -22,8 +22,7 @@ distil_status distil_fused_fp8_weights(const distil_backend *be, void *b,
                                        const distil_fused_args *a, const distil_fused_plan *p);
 
 /* zt of rows [r0, r0 + c): xt's rows into xq and sx, then zt = sx sw^T (xq wq^T) + bt. */
-distil_status distil_fused_fp8_logits(const distil_backend *be, void *b,
-                                      const distil_fused_args *a, const distil_fused_plan *p,
-                                      int64_t r0, int64_t c);
+distil_status distil_fused_fp8_logits(const distil_backend *be, void *b, const distil_fused_args *a,
+                                      const distil_fused_plan *p, int64_t r0, int64_t c);
 
 #endif /* DISTIL_CORE_FUSED_FP8_H */

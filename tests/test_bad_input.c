@@ -552,6 +552,28 @@ static void test_fused_divergence(void **state) {
     fused_refused(c, DISTIL_ERR_INVALID_ARG, "normaliser_device");
 }
 
+/* docs/SPEC.md §6 fp8 teacher head: an unknown teacher_head_precision is refused; a backend
+ * without the fp8 head refuses it as UNSUPPORTED, naming the option, and writes nothing. */
+static void test_fused_fp8(void **state) {
+    (void)state;
+    const int bad[] = {-1, 2, 77};
+    for (size_t i = 0; i < TU_LEN(bad); i++) {
+        fused_call c = fused_valid();
+        c.d.teacher_head_precision = (distil_head_precision)bad[i];
+        fused_desc_refused(c, DISTIL_ERR_INVALID_ARG, "teacher_head_precision");
+    }
+    fused_call c = fused_valid();
+    c.d.teacher_head_precision = DISTIL_HEAD_PRECISION_FP8_E4M3;
+    const bool has_fp8 = strcmp(g_backend, "opencl") != 0;
+    if (!has_fp8) {
+        fused_desc_refused(c, DISTIL_ERR_UNSUPPORTED, "teacher_head_precision");
+        return;
+    }
+    poison_outputs();
+    TU_OK(g_ctx, fused_run(&c));
+    TU_OK(g_ctx, distil_ctx_synchronize(g_ctx));
+}
+
 static int run_group(const char *backend) {
     static const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jsd_null),          cmocka_unit_test(test_jsd_shapes),
@@ -561,7 +583,7 @@ static int run_group(const char *backend) {
         cmocka_unit_test(test_fused_zero_rows),   cmocka_unit_test(test_fused_invalid_label),
         cmocka_unit_test(test_foreign_memory),    cmocka_unit_test(test_jsd_divergence),
         cmocka_unit_test(test_fused_divergence),  cmocka_unit_test(test_fused_head_values),
-        cmocka_unit_test(test_fused_head_labels),
+        cmocka_unit_test(test_fused_head_labels), cmocka_unit_test(test_fused_fp8),
     };
     g_backend = backend;
     return cmocka_run_group_tests_name(tu_group_name("bad_input", backend), tests, group_setup,

@@ -51,4 +51,8 @@ const distil_backend DISTIL_GPU_TABLE = {
     .topk_rows = DISTIL_GPU_FN(topk_rows), /* docs/SPEC.md §7, topk_rows.cu */
     .tp_rows = DISTIL_GPU_FN(tp_rows),
     .native_stream = DISTIL_GPU_FN(native_stream),
+    /* docs/SPEC.md §6 fp8 teacher head (fp8.cu): e4m3 codes, one byte each */
+    .quant_rows = DISTIL_GPU_FN(quant_rows),
+    .gemm_e4m3 = DISTIL_GPU_FN(gemm_e4m3),
+    .e4m3_bytes = 1,
 };

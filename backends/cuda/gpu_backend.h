@@ -48,6 +48,9 @@ distil_status DISTIL_GPU_FN(topk_rows)(void *b, const distil_topk_rows_args *a);
 /* docs/SPEC.md §8 (tp_rows.cu) */
 distil_status DISTIL_GPU_FN(tp_rows)(void *b, const distil_tp_rows_args *a);
 void *DISTIL_GPU_FN(native_stream)(void *b);
+/* docs/SPEC.md §6 fp8 teacher head (fp8.cu) */
+distil_status DISTIL_GPU_FN(quant_rows)(void *b, const distil_quant_rows_args *a);
+distil_status DISTIL_GPU_FN(gemm_e4m3)(void *b, const distil_gemm_e4m3_args *a);
 
 #ifdef __cplusplus
 }

@@ -36,7 +36,8 @@ distil_status gpu_check_launch(gpu_state *b, const char *what) {
  * devices take: DISTIL_CUDA_GEMM=portable (the GEMM of HIP without hipBLAS) and
  * DISTIL_CUDA_DISTILL=stream (the row kernel of HIP and of rows too long for shared memory);
  * DISTIL_CUDA_OVERLAP=off runs the fused loss on one stream and creates no second lane (A/B);
- * DISTIL_CUDA_SIDE_DELAY_US delays the second lane after each fork (tests of the join). */
+ * DISTIL_CUDA_SIDE_DELAY_US delays the second lane after each fork (tests of the join);
+ * DISTIL_CUDA_FP8=lt|emulate picks the fp8 teacher head's product (fp8.cu). */
 static void gpu_read_env(gpu_state *b) {
     const char *g = getenv("DISTIL_CUDA_GEMM");
     b->portable_gemm = !DISTIL_GPU_HAVE_BLAS || (g != nullptr && strcmp(g, "portable") == 0);
@@ -47,6 +48,11 @@ static void gpu_read_env(gpu_state *b) {
     const char *d = getenv("DISTIL_CUDA_SIDE_DELAY_US"); /* tests: see gpu_side_delay */
     const long long us = d != nullptr ? atoll(d) : 0;
     b->side_delay = us > 0 && us < 1000000 ? us * 2000 : 0; /* ~2 GHz: a test knob, not a clock */
+    const char *f = getenv("DISTIL_CUDA_FP8"); /* the fp8 teacher head's product, fp8.cu */
+    b->fp8_mode = f == nullptr                ? GPU_FP8_AUTO
+                  : strcmp(f, "lt") == 0      ? GPU_FP8_LT
+                  : strcmp(f, "emulate") == 0 ? GPU_FP8_EMULATE
+                                              : GPU_FP8_AUTO;
 }
 
 static distil_status gpu_query_device(gpu_state *b) {
@@ -55,6 +61,7 @@ static distil_status gpu_query_device(gpu_state *b) {
     snprintf(b->name, sizeof b->name, "%s", prop.name);
     b->sm_count = prop.multiProcessorCount;
     b->cc_major = prop.major;
+    b->cc_minor = prop.minor;
 #ifdef DISTIL_USE_HIP /* ROCm 5.2 has no opt-in limit: the plain one */
     b->smem_optin = prop.sharedMemPerBlock;
 #else

@@ -53,6 +53,7 @@ struct gpu_state {
     int device;
     int sm_count;
     int cc_major;
+    int cc_minor;
     size_t smem_optin; /* most shared memory one block may opt in to (static + dynamic) */
     char name[256];
     cudaStream_t own_stream; /* created at create, used when no stream is bound */
@@ -71,7 +72,10 @@ struct gpu_state {
     bool side_joinable;     /* join was recorded by side_end and not yet waited for */
     long long side_delay;   /* test knob: clock cycles the side lane spins after each fork */
     resident_plan resident;
+    int fp8_mode; /* DISTIL_CUDA_FP8: GPU_FP8_AUTO, _LT (cuBLASLt only), _EMULATE (fp8.cu) */
 };
+
+enum { GPU_FP8_AUTO = 0, GPU_FP8_LT = 1, GPU_FP8_EMULATE = 2 };
 
 static inline gpu_state *gpu_of(void *b) {
     return static_cast<gpu_state *>(b);

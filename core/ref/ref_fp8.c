@@ -11,8 +11,7 @@
 #include <stdlib.h>
 
 /* Row i (n wide) of x in dtype into the e4m3 values q (fp32, exact) and its scale. */
-static float distil_ref_fp8_row(const void *x, distil_dtype dtype, int64_t i, int64_t n,
-                                float *q) {
+static float distil_ref_fp8_row(const void *x, distil_dtype dtype, int64_t i, int64_t n, float *q) {
     float amax = 0.0f;
     for (int64_t h = 0; h < n; h++) {
         q[h] = (float)distil_ref_load(x, dtype, i * n + h); /* exact: an fp32, bf16 or fp16 */
@@ -40,8 +39,8 @@ distil_status distil_ref_fp8_alloc(distil_ref_state *st, const distil_fused_args
     B->sw = B->wq + V * H;
     B->xq = B->sw + V;
     for (int64_t v = 0; v < a->vocab; v++) {
-        B->sw[v] = distil_ref_fp8_row(distil_dptr_addr(a->wt), a->dtype, v, a->ht,
-                                      B->wq + (size_t)v * H);
+        B->sw[v] =
+            distil_ref_fp8_row(distil_dptr_addr(a->wt), a->dtype, v, a->ht, B->wq + (size_t)v * H);
     }
     return DISTIL_OK;
 }

@@ -9,6 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -18,6 +19,8 @@
 #define DISTIL_GPU_NS          distil_cuda_impl
 #define DISTIL_GPU_HAVE_BLAS   1
 #define DISTIL_GPU_HAVE_BLASLT 1
+/* fp8 e4m3 conversions (cuda_fp8.h) and cuBLASLt fp8 GEMMs (sm_89+: checked at run time). */
+#define DISTIL_GPU_HAVE_FP8 1
 /* Thread block clusters (distributed shared memory) exist from sm_90 on. */
 #define DISTIL_GPU_HAVE_CLUSTERS 1
 

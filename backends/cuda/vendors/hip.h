@@ -9,10 +9,12 @@
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
 
-#define DISTIL_GPU_NAME          "hip"
-#define DISTIL_GPU_PRIORITY      300
-#define DISTIL_GPU_NS            distil_hip_impl
-#define DISTIL_GPU_HAVE_BLASLT   0
+#define DISTIL_GPU_NAME        "hip"
+#define DISTIL_GPU_PRIORITY    300
+#define DISTIL_GPU_NS          distil_hip_impl
+#define DISTIL_GPU_HAVE_BLASLT 0
+/* No fp8 GEMM: the fp8 teacher head runs fp8.cu's emulation. */
+#define DISTIL_GPU_HAVE_FP8      0
 #define DISTIL_GPU_HAVE_CLUSTERS 0
 
 /* The wavefront width of the target (the compiler defines it for host and device passes). */

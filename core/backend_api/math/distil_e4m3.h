@@ -14,7 +14,7 @@
  * The row scale of docs/SPEC.md §6 is here too (distil_e4m3_row_scale, distil_e4m3_quant), so
  * that every backend quantises a row to the same codes.
  *
- * The includer may define DE8_FN (the qualifier: __host__ __device__ inline for CUDA); the
+ * The includer may define DE8_FN (the qualifier: __device__ __forceinline__ for CUDA); the
  * default is static inline (C) / inline (OpenCL C). Types: unsigned int is 32 bits on every
  * target. DE8_BITS(f) / DE8_FLOAT(u) reinterpret an fp32 (defaults per language below).
  */
