@@ -46,6 +46,7 @@ typedef struct bench_shape {
     /* docs/SPEC.md §6 head options (fused only) */
     int64_t teacher_vocab; /* rows of the teacher's head; 0 = vocab */
     float softcap;         /* both heads' softcap (Gemma 2); 0 = none */
+    int teacher_fp8;       /* the fp8 teacher head, docs/SPEC.md §6 (--teacher-fp8) */
 } bench_shape;
 
 /* The command line, after defaults and presets. */

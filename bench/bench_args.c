@@ -81,6 +81,8 @@ static const bench_flag bench_flags[] = {
      "N     rows of the teacher's head (fused; default 0: V), docs/SPEC.md §6"},
     {"softcap", K_FLT, OFF(fused.softcap), NONE, 0, 1e30,
      "F     softcap of both heads (fused; default 0: none), docs/SPEC.md §6"},
+    {"teacher-fp8", K_SWITCH, OFF(fused.teacher_fp8), NONE, 0, 0,
+     "      fused: the fp8 (e4m3) teacher head, docs/SPEC.md §6"},
     {"ignore-frac", K_DBL, OFF(jsd.ignore_frac), OFF(fused.ignore_frac), 0, 1,
      "F     fraction of rows labelled ignore_index (default 0)"},
     {"warmup", K_INT, OFF(warmup), NONE, 0, 1e6, "N     untimed calls first (default 3)"},

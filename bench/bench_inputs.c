@@ -382,6 +382,8 @@ static void bench_fused_desc_of(const bench_shape *s, distil_fused_linear_jsd_de
     d->teacher_vocab = s->teacher_vocab; /* docs/SPEC.md §6 head options */
     d->student_softcap = s->softcap;
     d->teacher_softcap = s->softcap;
+    d->teacher_head_precision =
+        s->teacher_fp8 ? DISTIL_HEAD_PRECISION_FP8_E4M3 : DISTIL_HEAD_PRECISION_DEFAULT;
 }
 
 static void bench_topk_desc_of(const bench_shape *s, distil_fused_linear_topk_desc *d) {

@@ -75,6 +75,19 @@ def jsd_plan(ctx, rows, vocab, strides, dtype, beta, ignore_index, reduction, di
 # docs/SPEC.md §6 head options: (student_logit_scale, student_softcap, teacher_logit_scale,
 # teacher_softcap, teacher_temperature), the descriptor's defaults.
 DEFAULT_HEADS = (1.0, 0.0, 1.0, 0.0, 0.0)
+# teacher_head_precision names (docs/SPEC.md §6) -> distil_head_precision
+HEAD_PRECISIONS = {"default": 0, "fp8": 1, "fp8_e4m3": 1}
+
+
+def head_precision_code(name):
+    """The distil_head_precision of a name of HEAD_PRECISIONS (None: default)."""
+    code = HEAD_PRECISIONS.get("default" if name is None else name) if (
+        name is None or isinstance(name, str)) else None
+    if code is None:
+        raise _errors.make_error(_lib.ERR_INVALID_ARG,
+                                 f"teacher_head_precision {name!r} is not one of "
+                                 f"{', '.join(HEAD_PRECISIONS)}")
+    return code
 
 
 def fused_plan(ctx, rows, vocab, hs, ht, dtype, weights, beta, temperature, ignore_index,
@@ -108,7 +121,9 @@ def fused_plan(ctx, rows, vocab, hs, ht, dtype, weights, beta, temperature, igno
         d.divergence, d.alpha, d.normaliser = div
         d.temperature_squared = 1 if temperature_squared else 0
         (d.student_logit_scale, d.student_softcap, d.teacher_logit_scale, d.teacher_softcap,
-         d.teacher_temperature) = heads
+         d.teacher_temperature) = heads[:5]
+        # docs/SPEC.md §6 fp8 teacher head: heads[5], a distil_head_precision (0 = exact)
+        d.teacher_head_precision = int(heads[5]) if len(heads) > 5 else 0
         n = ctypes.c_size_t()
         _lend(ctx, 0, 0)  # the size query plans for a lent workspace: ask for the whole need
         ctx.check(_lib.lib.distil_fused_linear_jsd_workspace_size(

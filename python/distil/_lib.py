@@ -94,6 +94,7 @@ class FusedDesc(ctypes.Structure):
         ("teacher_softcap", c_float),
         ("student_lse", c_void_p),
         ("teacher_lse", c_void_p),
+        ("teacher_head_precision", c_int),  # docs/SPEC.md §6 fp8 teacher head
     ]
 
 

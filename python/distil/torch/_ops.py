@@ -14,7 +14,8 @@ Ops (namespace ``distil``), on 2-D row-major tensors prepared by the public wrap
   and the head options (docs/SPEC.md §6): student_logit_scale, student_softcap,
   teacher_logit_scale, teacher_softcap, teacher_temperature, want_lse, with two more outputs
   student_lse [T], teacher_lse [T] ([0] unless want_lse). Wt may have more or fewer rows than Ws
-  (the loss over the common prefix); the LSEs are not differentiable.
+  (the loss over the common prefix); the LSEs are not differentiable. Last,
+  teacher_head_precision: 0 the exact teacher head, 1 the fp8 (e4m3) one.
 The gradients are computed in the forward call (as Liger does) and saved; backward scales them
 by the upstream gradient on the device (distil_scale), so the usual `loss.backward()` reads
 nothing back to the host and makes no extra pass over them. Every call runs on the caller's
@@ -216,13 +217,15 @@ def _fused_impl(student_hidden: Tensor, student_weight: Tensor, student_bias: Op
              temperature_squared: bool = False, student_logit_scale: float = 1.0,
              student_softcap: float = 0.0, teacher_logit_scale: float = 1.0,
              teacher_softcap: float = 0.0, teacher_temperature: float = 0.0,
-             want_lse: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+             want_lse: bool = False, teacher_head_precision: int = 0
+             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     return _fused_run(_out, student_hidden, student_weight, student_bias, teacher_hidden,
                       teacher_weight, teacher_bias, labels, weight_hard, weight_soft, beta,
                       temperature, ignore_index, chunk_rows, want_grad_hidden, want_grad_weight,
                       want_grad_bias, divergence, alpha, normaliser, normaliser_device,
                       temperature_squared, student_logit_scale, student_softcap,
-                      teacher_logit_scale, teacher_softcap, teacher_temperature, want_lse)
+                      teacher_logit_scale, teacher_softcap, teacher_temperature, want_lse,
+                      teacher_head_precision)
 
 
 def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, beta, temperature,
@@ -230,18 +233,19 @@ def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, b
                divergence=0, alpha=0.1, normaliser=0.0, normaliser_device=None,
                temperature_squared=False, student_logit_scale=1.0, student_softcap=0.0,
                teacher_logit_scale=1.0, teacher_softcap=0.0, teacher_temperature=0.0,
-               want_lse=False, want_parts=True):
+               want_lse=False, teacher_head_precision=0, want_parts=True):
     """The fused op's kernel with its outputs made by make(like, shape or None, dtype): the op
     needs a [0] tensor for each unwanted output, the eager path passes None for it (the library
     takes NULL), saving an allocation each. want_parts=False: the loss alone, [] instead of the
     [3] parts (the eager path, when the caller does not hand out the parts). With make
     _wanted (the eager path) a small GPU workspace may be the context's kept block
-    (_workspace)."""
+    (_workspace). teacher_head_precision: a distil_head_precision (docs/SPEC.md §6; 1 = the fp8
+    head)."""
     parts, gx, gw, gb = _fused_outputs(xs, ws, want_grad_hidden, want_grad_weight, want_grad_bias,
                                        make, want_parts)
     ls, lt = _lse_outputs(xs, want_lse, make)
     heads = (student_logit_scale, student_softcap, teacher_logit_scale, teacher_softcap,
-             teacher_temperature)
+             teacher_temperature, teacher_head_precision)
     ctx = context_for(xs)
     rows, hs = xs.shape
     (vocab, ws_hidden), (t_vocab, wt_hidden) = ws.shape, wt.shape  # 2-D: the wrappers check
@@ -311,12 +315,13 @@ def _fused_fake(student_hidden, student_weight, student_bias, teacher_hidden, te
                 chunk_rows, want_grad_hidden, want_grad_weight, want_grad_bias, divergence=0,
                 alpha=0.1, normaliser=0.0, normaliser_device=None, temperature_squared=False,
                 student_logit_scale=1.0, student_softcap=0.0, teacher_logit_scale=1.0,
-                teacher_softcap=0.0, teacher_temperature=0.0, want_lse=False):
+                teacher_softcap=0.0, teacher_temperature=0.0, want_lse=False,
+                teacher_head_precision=0):
     return _fused_outputs(student_hidden, student_weight, want_grad_hidden, want_grad_weight,
                           want_grad_bias, _fake) + _lse_outputs(student_hidden, want_lse, _fake)
 
 
-_FUSED_ARGS = 27  # inputs of fused_op: three gradients (xs, Ws, bs), None for the others
+_FUSED_ARGS = 28  # inputs of fused_op: three gradients (xs, Ws, bs), None for the others
 
 
 def _fused_setup(ctx, inputs, output):

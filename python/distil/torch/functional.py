@@ -146,12 +146,15 @@ _FUSED_NAMES = ("student_input", "student_weight", "teacher_input", "teacher_wei
 
 
 def _head_options(student_logit_scale=1.0, student_softcap=0.0, teacher_logit_scale=1.0,
-                  teacher_softcap=0.0, teacher_temperature=None, return_lse=False):
+                  teacher_softcap=0.0, teacher_temperature=None, return_lse=False,
+                  teacher_head_precision=None):
     """The head options of docs/SPEC.md §6 as the op takes them: (heads tuple, want_lse). The
     library checks the values (scales > 0, caps >= 0, finite) and names the bad one.
-    teacher_temperature None (or 0) is the student's temperature."""
+    teacher_temperature None (or 0) is the student's temperature; teacher_head_precision None
+    / "default" or "fp8" (the fp8 teacher head, docs/SPEC.md §6), as the op's code last."""
     heads = (float(student_logit_scale), float(student_softcap), float(teacher_logit_scale),
-             float(teacher_softcap), float(teacher_temperature or 0.0))
+             float(teacher_softcap), float(teacher_temperature or 0.0),
+             _calls.head_precision_code(teacher_head_precision))
     return heads, bool(return_lse)
 
 
@@ -189,7 +192,8 @@ def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, lab
                                      int(ignore_index), int(chunk_rows),
                                      _wants_grad(student_input), _wants_grad(student_weight),
                                      _wants_grad(student_bias), code, alpha, n_host, n_dev,
-                                     bool(div[3]), *heads, want_lse, parts=want_parts)
+                                     bool(div[3]), *heads[:5], want_lse, heads[5],
+                                     parts=want_parts)
     lead = student_input.shape[:-1]
     lse = (ls.reshape(lead), lt.reshape(lead)) if want_lse else (None, None)
     # Without labels (weight_hard == 0) every row counts and the library writes a hard part of 0.
@@ -203,7 +207,8 @@ def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_inpu
                      normaliser=None, temperature_squared: bool = False,
                      student_logit_scale: float = 1.0, student_softcap: float = 0.0,
                      teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
-                     teacher_temperature: Optional[float] = None, return_lse: bool = False):
+                     teacher_temperature: Optional[float] = None, return_lse: bool = False,
+                     teacher_head_precision: Optional[str] = None):
     """JSD of the two heads' tempered distributions (Liger's LigerFusedLinearJSD), fp32.
 
     student_input [..., Hs], student_weight [V, Hs], teacher_input [..., Ht], teacher_weight
@@ -212,7 +217,8 @@ def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_inpu
     result is (loss, student_lse, teacher_lse).
     """
     heads, want_lse = _head_options(student_logit_scale, student_softcap, teacher_logit_scale,
-                                    teacher_softcap, teacher_temperature, return_lse)
+                                    teacher_softcap, teacher_temperature, return_lse,
+                                    teacher_head_precision)
     loss, _, ls, lt = _fused("fused_linear_jsd", student_input, student_weight, teacher_input,
                                 teacher_weight, shift_labels, None, None, 0.0, 1.0, jsd_beta,
                                 ignore_index, temperature, chunk_rows,
@@ -233,7 +239,8 @@ def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher
                           temperature_squared: bool = False,
                           student_logit_scale: float = 1.0, student_softcap: float = 0.0,
                           teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
-                          teacher_temperature: Optional[float] = None, return_lse: bool = False):
+                          teacher_temperature: Optional[float] = None, return_lse: bool = False,
+                          teacher_head_precision: Optional[str] = None):
     """Hard CE + soft JSD through both heads (Liger's LigerFusedLinearJSDLoss).
 
     loss = weight_hard_loss * CE / N + weight_soft_loss * JSD(beta, temperature) / N with
@@ -249,10 +256,18 @@ def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher
     logit_scale); teacher_temperature (default None: temperature) divides the teacher's logits
     in the soft part; return_lse=True appends (student_lse, teacher_lse), each row's logsumexp
     of the transformed logits at temperature 1 (detached; every row, ignored ones included).
+
+    teacher_head_precision="fp8" (docs/SPEC.md §6, fp8 teacher head; default None: exact): the
+    teacher's logits from its hidden states and head rounded to fp8 e4m3 with a scale per row
+    (amax / 448), multiplied with fp32 accumulation, logits in fp32: faster on GPUs with fp8
+    tensor cores (cuda sm_89+; slower emulation elsewhere on cuda / hip; cpu computes the same
+    numbers; opencl refuses it). The teacher is frozen, so only its distribution changes (by
+    e4m3's rounding); the student's head is exact.
     """
     del compiled, chunk_size  # accepted for Liger compatibility, see the module docstring
     heads, want_lse = _head_options(student_logit_scale, student_softcap, teacher_logit_scale,
-                                    teacher_softcap, teacher_temperature, return_lse)
+                                    teacher_softcap, teacher_temperature, return_lse,
+                                    teacher_head_precision)
     loss, parts, ls, lt = _fused("fused_linear_jsd_loss", student_input, student_weight,
                                  teacher_input, teacher_weight, true_labels, student_bias,
                                  teacher_bias, weight_hard_loss, weight_soft_loss, beta,

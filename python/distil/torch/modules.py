@@ -28,7 +28,7 @@ def _check_temperature(temperature):
 # docs/SPEC.md §6 head options of the fused modules: keyword-only constructor arguments (the
 # defaults leave Liger's signatures and results as they are), kept as attributes of these names.
 _HEAD_OPTIONS = ("student_logit_scale", "student_softcap", "teacher_logit_scale",
-                 "teacher_softcap", "teacher_temperature", "return_lse")
+                 "teacher_softcap", "teacher_temperature", "return_lse", "teacher_head_precision")
 
 
 def _set_head_options(module, *values):
@@ -73,14 +73,16 @@ class JSD(torch.nn.Module):
 class FusedLinearJSD(torch.nn.Module):
     """The JSD of log_softmax(student_input Ws^T / T) and log_softmax(teacher_input Wt^T / T),
     computed chunk by chunk without holding the [BT, V] logits; gradients for student_input and
-    student_weight. No hard loss, no biases (as Liger's LigerFusedLinearJSD)."""
+    student_weight. No hard loss, no biases (as Liger's LigerFusedLinearJSD). Keyword
+    teacher_head_precision="fp8": the fp8 teacher head (docs/SPEC.md §6)."""
 
     def __init__(self, jsd_beta: float = 0.5, ignore_index: int = -100,
                  temperature: float = 1.0, *, divergence: str = "jsd", alpha: float = 0.1,
                  normaliser=None, temperature_squared: bool = False,
                  student_logit_scale: float = 1.0, student_softcap: float = 0.0,
                  teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
-                 teacher_temperature: Optional[float] = None, return_lse: bool = False):
+                 teacher_temperature: Optional[float] = None, return_lse: bool = False,
+                 teacher_head_precision: Optional[str] = None):
         super().__init__()
         _check_temperature(temperature)
         self.jsd_beta = jsd_beta
@@ -89,7 +91,8 @@ class FusedLinearJSD(torch.nn.Module):
         self.divergence, self.alpha, self.normaliser = divergence, alpha, normaliser
         self.temperature_squared = temperature_squared
         _set_head_options(self, student_logit_scale, student_softcap, teacher_logit_scale,
-                          teacher_softcap, teacher_temperature, return_lse)
+                          teacher_softcap, teacher_temperature, return_lse,
+                          teacher_head_precision)
 
     def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
                 teacher_weight: Tensor, shift_labels: Optional[torch.LongTensor] = None, *,
@@ -112,7 +115,8 @@ class FusedLinearJSDLoss(torch.nn.Module):
     Liger and TRL). Gradients for student_input, student_weight and student_bias. With
     return_soft_hard_loss, forward returns (loss, soft_loss, hard_loss), the parts detached.
     `compiled` and `chunk_size` are accepted for compatibility and ignored: distil plans its
-    own chunks (keyword `chunk_rows` to force one).
+    own chunks (keyword `chunk_rows` to force one). Keyword teacher_head_precision="fp8": the
+    fp8 teacher head (docs/SPEC.md §6), as in distil.torch.functional.fused_linear_jsd_loss.
     """
 
     def __init__(self, weight_hard_loss: float = 0.5, weight_soft_loss: float = 0.5,
@@ -124,7 +128,8 @@ class FusedLinearJSDLoss(torch.nn.Module):
                  student_logit_scale: float = 1.0, student_softcap: float = 0.0,
                  teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
                  teacher_temperature: Optional[float] = None, return_lse: bool = False,
-                 process_group=None, vocab_offset: Optional[int] = None):
+                 process_group=None, vocab_offset: Optional[int] = None,
+                 teacher_head_precision: Optional[str] = None):
         super().__init__()
         self.divergence, self.alpha, self.normaliser = divergence, alpha, normaliser
         self.temperature_squared = temperature_squared
@@ -144,7 +149,8 @@ class FusedLinearJSDLoss(torch.nn.Module):
         self.return_soft_hard_loss = return_soft_hard_loss
         self.chunk_rows = chunk_rows
         _set_head_options(self, student_logit_scale, student_softcap, teacher_logit_scale,
-                          teacher_softcap, teacher_temperature, return_lse)
+                          teacher_softcap, teacher_temperature, return_lse,
+                          teacher_head_precision)
 
     def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
                 teacher_weight: Tensor, true_labels: Optional[torch.LongTensor],
@@ -152,9 +158,11 @@ class FusedLinearJSDLoss(torch.nn.Module):
                 normaliser=None):
         if self.parallel is not None:
             heads = (self.student_logit_scale, self.student_softcap, self.teacher_logit_scale,
-                     self.teacher_softcap, self.teacher_temperature, self.return_lse)
+                     self.teacher_softcap, self.teacher_temperature, self.return_lse,
+                     self.teacher_head_precision in (None, "default"))
             if (self.divergence != "jsd" or self.temperature_squared or normaliser is not None
-                    or self.normaliser is not None or heads != (1.0, 0.0, 1.0, 0.0, None, False)):
+                    or self.normaliser is not None
+                    or heads != (1.0, 0.0, 1.0, 0.0, None, False, True)):
                 raise NotImplementedError("distil: FusedLinearJSDLoss(process_group=) takes the "
                                           "default divergence, normaliser, temperature and head "
                                           "options only")

@@ -1,0 +1,100 @@
+"""The fp8 teacher head (docs/SPEC.md §6) through distil.torch: teacher_head_precision="fp8" on
+FusedLinearJSDLoss, FusedLinearJSD and the functional forms, against a float64 torch reference
+of the SPEC's formula (rows rounded to e4m3 with scale amax / 448 in fp32, the product of the
+codes times both scales in float64), in every dtype; the result must also be far from the exact
+head's (self-distillation: the exact soft part is 0). Bad names are refused."""
+
+import pytest
+import torch
+
+import distil.torch as dt
+import distil.torch.functional as F
+from conftest import DEVICES, DTYPES, bounds, check, gen, labels_for, leaf, normal, ref_jsd_rows
+
+
+def e4m3_rows(x):
+    """(codes' values as float64, scales [rows] float64) of docs/SPEC.md §6: s = amax / 448 in
+    fp32 (1 where that is 0), e4m3(x / s) by round to nearest even with saturation at 448."""
+    x = x.float()
+    amax = x.abs().amax(-1)
+    s = amax / 448.0
+    s = torch.where(s > 0, s, torch.ones_like(s))
+    q = (x / s[:, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return q.double(), s.double()
+
+
+def ref_fp8(xs, ws, xt, wt, labels, bs, bt, weight_hard=0.5, weight_soft=0.5, beta=0.5,
+            temperature=1.0, ignore_index=-100, fp8=True):
+    """(loss, soft part, teacher_lse) in float64 with the fp8 teacher head (fp8=False: the exact
+    one)."""
+    zs = xs.double() @ ws.double().T + bs.double()
+    if fp8:
+        qx, sx = e4m3_rows(xt)
+        qw, sw = e4m3_rows(wt)
+        zt = sx[:, None] * sw[None, :] * (qx @ qw.T) + bt.double()
+    else:
+        zt = xt.double() @ wt.double().T + bt.double()
+    valid = labels != ignore_index
+    safe = torch.where(valid, labels, torch.zeros_like(labels))
+    ce = torch.logsumexp(zs, -1) - zs.gather(1, safe[:, None])[:, 0]
+    soft_rows = ref_jsd_rows(torch.log_softmax(zs / temperature, -1),
+                             torch.log_softmax(zt / temperature, -1), beta)
+    n = valid.sum().clamp_min(1)
+    zero = torch.zeros_like(ce)
+    soft = torch.where(valid, soft_rows, zero).sum() / n
+    loss = weight_hard * torch.where(valid, ce, zero).sum() / n + weight_soft * soft
+    return loss, soft, torch.logsumexp(zt, -1)
+
+
+def make(seed, dtype, t=20, v=300, h=40):
+    """Self-distillation inputs: the student is the teacher (same rows, head and bias)."""
+    g = gen(seed)
+    x, w, b = normal(g, (t, h), dtype), normal(g, (v, h), dtype, 0.5), normal(g, (v,), dtype, 0.5)
+    return dict(xs=x, ws=w, bs=b, xt=x.clone(), wt=w.clone(), bt=b.clone(),
+                labels=labels_for(g, t, v))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_module_against_reference(device, dtype):
+    inp = make(7, dtype)
+    xs, ws, bs = (leaf(inp[k], device) for k in ("xs", "ws", "bs"))
+    xt, wt, bt, lab = (inp[k].to(device) for k in ("xt", "wt", "bt", "labels"))
+    loss, soft, _, _, lt = dt.FusedLinearJSDLoss(
+        temperature=2.0, teacher_head_precision="fp8", return_lse=True, chunk_rows=7,
+        return_soft_hard_loss=True)(xs, ws, xt, wt, lab, bs, bt)
+    loss.backward()
+    r = {k: v.double() for k, v in inp.items() if k != "labels"}
+    want, want_soft, want_lt = ref_fp8(r["xs"], r["ws"], r["xt"], r["wt"], inp["labels"], r["bs"], r["bt"],
+                            temperature=2.0)
+    _, exact_soft, _ = ref_fp8(r["xs"], r["ws"], r["xt"], r["wt"], inp["labels"], r["bs"], r["bt"],
+                       temperature=2.0, fp8=False)
+    lb, _ = bounds(dtype)
+    check("loss", loss.detach().cpu(), want, lb)
+    check("soft part", soft.cpu(), want_soft, lb)
+    check("teacher_lse", lt.cpu(), want_lt, lb)
+    # the fp8 head is not the exact one: its soft part is e4m3's alone (the exact head's is 0)
+    assert abs(float(exact_soft)) < 1e-12 and float(soft) > 1e-5
+    assert xs.grad is not None and torch.isfinite(xs.grad).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_functional_forms(device):
+    inp = make(8, torch.bfloat16)
+    xs, ws, xt, wt = (inp[k].to(device) for k in ("xs", "ws", "xt", "wt"))
+    lab = inp["labels"].to(device)
+    a = F.fused_linear_jsd_loss(xs, ws, xt, wt, lab, teacher_head_precision="fp8",
+                                weight_hard_loss=0.0, weight_soft_loss=1.0)
+    b = F.fused_linear_jsd(xs, ws, xt, wt, lab, teacher_head_precision="fp8")
+    c = dt.FusedLinearJSD(teacher_head_precision="fp8")(xs, ws, xt, wt, lab)
+    exact = F.fused_linear_jsd(xs, ws, xt, wt, lab)
+    assert float(a) == pytest.approx(float(b), rel=1e-6)
+    assert float(b) == float(c)
+    assert float(b) > 0 and float(exact) < 1e-6 * float(b)
+
+
+def test_bad_name():
+    inp = make(9, torch.float32)
+    with pytest.raises(ValueError, match="teacher_head_precision"):
+        F.fused_linear_jsd(inp["xs"], inp["ws"], inp["xt"], inp["wt"], inp["labels"],
+                           teacher_head_precision="int4")
