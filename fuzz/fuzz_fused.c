@@ -53,6 +53,7 @@ typedef struct fz_fused {
     size_t es;
     int64_t rows, vocab, hs, ht; /* the descriptor's, clamped to what buffers hold */
     int64_t vt, common;          /* the teacher's rows (clamped), the common prefix */
+    bool no_fp8; /* the backend has no fp8 teacher head (opencl): UNSUPPORTED (docs/SPEC.md §6) */
     fz_buf b[B_COUNT], work;
 } fz_fused;
 
@@ -108,6 +109,12 @@ static void fz_fused_read(fz_in *in, fz_fused *c) {
                   (optional & 16 ? 1u << B_GBS : 0) | (optional & 32 ? 1u << B_LSES : 0) |
                   (optional & 64 ? 1u << B_LSET : 0);
     c->desc_null = nulls & (1u << 31);
+    /* docs/SPEC.md §6 fp8 teacher head, from bits no other draw uses (the corpus keeps its
+     * meaning otherwise): the optional byte's top bit, and now and then a value out of range. */
+    c->d.teacher_head_precision = (nulls & (1u << 29))
+                                      ? (distil_head_precision)(2 + (nulls >> 24) % 4)
+                                  : (optional & 128) ? DISTIL_HEAD_PRECISION_FP8_E4M3
+                                                     : DISTIL_HEAD_PRECISION_DEFAULT;
     c->lend = fz_byte(in) >= 224 ? fz_u32(in) % 65536 : 0;
     c->fault = fz_fault_countdown(in);
     c->backed = d->rows >= 0 && d->rows <= FZ_MAX_ROWS && d->vocab <= FZ_MAX_VOCAB &&
@@ -168,7 +175,10 @@ static fz_statuses fz_fused_expect_desc(const fz_fused *c) {
                fz_bad_divergence(d->divergence, d->alpha, d->normaliser) ||
                (d->temperature_squared &&
                 !isfinite((float)((double)d->weight_soft * d->temperature * d->temperature))) ||
-               fz_bad_head(d);
+               fz_bad_head(d) || (unsigned)d->teacher_head_precision > 1u;
+    if (!bad && d->teacher_head_precision == DISTIL_HEAD_PRECISION_FP8_E4M3 && c->no_fp8) {
+        return FZ_S(DISTIL_ERR_UNSUPPORTED);
+    }
     return bad ? FZ_S(DISTIL_ERR_INVALID_ARG) : FZ_S(DISTIL_OK);
 }
 
@@ -553,7 +563,8 @@ static void fz_fused_print(const fz_fused *c, const char *backend) {
     fprintf(stderr,
             "fused on %s: struct_size %zu rows %lld vocab %lld hidden %lld %lld dtype %d "
             "weights %g %g beta %g tau %g ignore %lld chunk %lld parts %d heads %lld %lld %lld "
-            "divergence %d alpha %g normaliser %g tau^2 %d scale %g %g cap %g %g tau_t %g | "
+            "divergence %d alpha %g normaliser %g tau^2 %d scale %g %g cap %g %g tau_t %g "
+            "precision %d | "
             "desc_null %d present 0x%x lend %zu fault %ld backed %d\n",
             backend, d->struct_size, (long long)d->rows, (long long)d->vocab,
             (long long)d->student_hidden, (long long)d->teacher_hidden, (int)d->dtype,
@@ -563,12 +574,14 @@ static void fz_fused_print(const fz_fused *c, const char *backend) {
             (long long)d->teacher_weight_hidden, (int)d->divergence, (double)d->alpha,
             (double)d->normaliser, d->temperature_squared, (double)d->student_logit_scale,
             (double)d->teacher_logit_scale, (double)d->student_softcap, (double)d->teacher_softcap,
-            (double)d->teacher_temperature, c->desc_null, c->present, c->lend, c->fault, c->backed);
+            (double)d->teacher_temperature, (int)d->teacher_head_precision, c->desc_null,
+            c->present, c->lend, c->fault, c->backed);
 }
 
 void fz_case_fused(fz_in *in, distil_ctx *ctx) {
     fz_fused c;
     fz_fused_read(in, &c);
+    c.no_fp8 = strcmp(distil_ctx_backend_name(ctx), "opencl") == 0;
     if (fz_verbose()) {
         fz_fused_print(&c, distil_ctx_backend_name(ctx));
     }
