@@ -75,6 +75,16 @@ DISTIL_CUDA_DISTILL=stream timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -R 
     --timeout 180 --output-on-failure > "$OUT/ctest-cuda-stream.log" 2>&1
 grep -E "tests passed|Test +#" "$OUT/ctest-cuda-stream.log"
 
+log "fp8 teacher head (docs/SPEC.md §6): its suites with the emulation kernel forced, and the aligned parity cases with cuBLASLt fp8 required"
+DISTIL_CUDA_FP8=emulate timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -R 'fp8|parity' -j8 \
+    --timeout 180 --output-on-failure > "$OUT/ctest-cuda-fp8-emulate.log" 2>&1
+grep -E "tests passed|Test +#" "$OUT/ctest-cuda-fp8-emulate.log"
+DISTIL_CUDA_FP8=lt DISTIL_TEST_BACKEND=cuda DISTIL_TEST_FILTER='*V=65536*fp8*' timeout 120 \
+    "$BUILD/tests/test_parity" > "$OUT/fp8-lt.log" 2>&1
+DISTIL_CUDA_FP8=lt DISTIL_TEST_BACKEND=cuda DISTIL_TEST_FILTER='*V=2048 *fp8*' timeout 120 \
+    "$BUILD/tests/test_parity" >> "$OUT/fp8-lt.log" 2>&1
+grep -E "PASSED|FAILED|SKIPPED|error" "$OUT/fp8-lt.log" | head -12
+
 log "ctest -L opencl (NVIDIA OpenCL)"
 DISTIL_OPENCL_PLATFORM=NVIDIA timeout 200 ctest --test-dir "$BUILD" -L '^opencl$' -j4 \
     --timeout 180 --output-on-failure > "$OUT/ctest-opencl.log" 2>&1

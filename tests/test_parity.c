@@ -237,6 +237,9 @@ static const tp_fused_spec fused_cases[] = {
     FH(40, 2053,  32, 48, 0.7f, 0.3f, 0.5f, 1.5f, BIAS_ST, true,  ALL,      MIXED,       8,   7,  &H_FP8_NARROW),
     FH(13, 1271,  24, 40, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   3,  &H_FP8_ALL),
     FH(5,  32003, 16, 32, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   2,  &H_FP8),
+    /* aligned shapes (V % 16 == 0, Ht % 16 == 0) that cuBLASLt's fp8 product takes on cuda */
+    FH(9,  65536, 16, 32, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   4,  &H_FP8),
+    FH(40, 2048,  32, 64, 0.3f, 0.7f, 0.9f, 2.0f, NO_BIAS, false, XS,       NONE,        0,   16, &H_FP8),
 };
 // clang-format on
 

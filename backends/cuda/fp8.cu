@@ -9,11 +9,13 @@
  *      leaves the GEMM already scaled; the bias by the BIAS epilogue. The logits are written
  *      once and not read again before the row pass.
  *   2. the same without the bias epilogue, then the bias added by a kernel (one more pass);
- *   3. the emulation kernel below (a tiled product of the decoded codes with fp32 accumulation,
+ *   3. cuBLASLt fp8 with unit scales (a cuBLASLt without outer-vector scaling), then one kernel
+ *      applies both scales and the bias (one more pass over the logits);
+ *   4. the emulation kernel below (a tiled product of the decoded codes with fp32 accumulation,
  *      scales and bias in its epilogue): GPUs before sm_89, hip, and shapes for which cuBLASLt
  *      has no fp8 kernel (e.g. a vocabulary that is not a multiple of 4: D's leading dimension is
  *      then not 16-byte aligned). Correct everywhere, not fast.
- * DISTIL_CUDA_FP8=lt refuses step 3 (DISTIL_ERR_UNSUPPORTED naming the reason) so that a benchmark
+ * DISTIL_CUDA_FP8=lt refuses step 4 (DISTIL_ERR_UNSUPPORTED naming the reason) so that a benchmark
  * cannot measure the emulation unknowingly; DISTIL_CUDA_FP8=emulate forces it (tests).
  * The codes: __nv_cvt_float_to_fp8(x / s, __NV_SATFINITE, __NV_E4M3) on cuda (the hardware
  * converter on sm_89+), which tests/test_cuda_e4m3.cu checks bit for bit against
@@ -133,6 +135,30 @@ static distil_status fp8_emulate(gpu_state *b, const distil_gemm_e4m3_args *a) {
 }
 
 #if DISTIL_GPU_HAVE_FP8
+/* C (m, n) = (sa_i sb_j) C_ij + bias_j in place: the scales of a unit-scale product (step 3). */
+template <int DT>
+__global__ void fp8_scale_bias_kernel(float *c, int64_t m, int64_t n, int64_t ldc, const float *sa,
+                                      const float *sb, const typename dt_traits<DT>::T *bias) {
+    const int64_t total = m * n;
+    for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+         e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t i = e / n, j = e % n;
+        const float z = (sa[i] * sb[j]) * c[i * ldc + j];
+        c[i * ldc + j] = bias != nullptr ? z + dt_traits<DT>::to_f(bias[j]) : z;
+    }
+}
+
+static distil_status fp8_scale_bias(gpu_state *b, const distil_gemm_e4m3_args *a) {
+    const unsigned grid = gpu_grid_for(a->m * a->n, 256, 65535);
+    dt_dispatch(a->bias_dtype, [&](auto d) {
+        constexpr int DT = decltype(d)::value;
+        fp8_scale_bias_kernel<DT><<<grid, 256, 0, b->lane.stream>>>(
+            gpu_ptr<float>(a->c), a->m, a->n, a->ldc, gpu_ptr<const float>(a->sa),
+            gpu_ptr<const float>(a->sb), gpu_ptr<const typename dt_traits<DT>::T>(a->bias));
+    });
+    return gpu_check_launch(b, "gemm_e4m3 scales");
+}
+
 /* Descriptors of one cuBLASLt fp8 product, destroyed together. */
 struct fp8_plan {
     cublasLtMatmulDesc_t op = nullptr;
@@ -168,8 +194,13 @@ static cublasStatus_t fp8_attr(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttrib
  * vectors: A' has n rows (sb), B' has m columns (sa). K runs over the padded row (lda = ldb,
  * zeros past k: quant_rows), so K is a multiple of 16.
  */
-static cublasStatus_t fp8_describe(const gpu_state *b, const distil_gemm_e4m3_args *a, bool bias,
-                                   fp8_plan &pl) {
+/* What cuBLASLt is asked for: the scales as outer vectors and the bias in the epilogue; the
+ * scales only; neither (unit scales: the caller applies them). */
+enum fp8_lt_kind { FP8_LT_FULL, FP8_LT_SCALES, FP8_LT_UNIT };
+
+static cublasStatus_t fp8_describe(const gpu_state *b, const distil_gemm_e4m3_args *a,
+                                   fp8_lt_kind kind, fp8_plan &pl) {
+    const bool bias = kind == FP8_LT_FULL;
     const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     const void *sa = distil_dptr_addr(a->sb), *sb = distil_dptr_addr(a->sa);
@@ -183,10 +214,12 @@ static cublasStatus_t fp8_describe(const gpu_state *b, const distil_gemm_e4m3_ar
     cublasStatus_t st = cublasLtMatmulDescCreate(&pl.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t, st);
     st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n, st);
-    st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode, st);
-    st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode, st);
-    st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa, st);
-    st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb, st);
+    if (kind != FP8_LT_UNIT) {
+        st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode, st);
+        st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode, st);
+        st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa, st);
+        st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb, st);
+    }
     st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi, st);
     if (bias) {
         st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp, st);
@@ -203,9 +236,9 @@ static cublasStatus_t fp8_describe(const gpu_state *b, const distil_gemm_e4m3_ar
 }
 
 /* One cuBLASLt attempt; false when it has no kernel for it (nothing was enqueued then). */
-static bool fp8_lt(gpu_state *b, const distil_gemm_e4m3_args *a, bool bias) {
+static bool fp8_lt(gpu_state *b, const distil_gemm_e4m3_args *a, fp8_lt_kind kind) {
     fp8_plan pl;
-    if (fp8_describe(b, a, bias, pl) != CUBLAS_STATUS_SUCCESS) {
+    if (fp8_describe(b, a, kind, pl) != CUBLAS_STATUS_SUCCESS) {
         return false;
     }
     cublasLtMatmulHeuristicResult_t h;
@@ -227,21 +260,25 @@ static bool fp8_device(const gpu_state *b) {
     return b->cc_major > 8 || (b->cc_major == 8 && b->cc_minor >= 9);
 }
 
-/* Steps 1 and 2 of the file comment; false: neither ran. */
+/* Steps 1, 2 and 3 of the file comment; false: none ran (nothing was enqueued). */
 static bool fp8_vendor(gpu_state *b, const distil_gemm_e4m3_args *a, distil_status *s) {
     *s = DISTIL_OK;
     const bool bias = distil_dptr_present(a->bias);
-    if (fp8_lt(b, a, bias)) {
+    if (fp8_lt(b, a, bias ? FP8_LT_FULL : FP8_LT_SCALES)) {
         return true;
     }
-    if (!bias || !fp8_lt(b, a, false)) {
+    if (bias && fp8_lt(b, a, FP8_LT_SCALES)) {
+        distil_gemm_args g = {};
+        g.m = a->m, g.n = a->n, g.c = a->c, g.ldc = a->ldc, g.c_dtype = DISTIL_F32;
+        g.bias = a->bias, g.b_dtype = a->bias_dtype;
+        const cudaError_t e = gemm_bias_add_launch(&g, b->lane.stream);
+        *s = e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm_e4m3 bias");
+        return true;
+    }
+    if (!fp8_lt(b, a, FP8_LT_UNIT)) {
         return false;
     }
-    distil_gemm_args g = {};
-    g.m = a->m, g.n = a->n, g.c = a->c, g.ldc = a->ldc, g.c_dtype = DISTIL_F32;
-    g.bias = a->bias, g.b_dtype = a->bias_dtype;
-    const cudaError_t e = gemm_bias_add_launch(&g, b->lane.stream);
-    *s = e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm_e4m3 bias");
+    *s = fp8_scale_bias(b, a);
     return true;
 }
 #endif

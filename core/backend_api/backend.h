@@ -334,7 +334,8 @@ typedef struct distil_topk_args {
  *   a not finite (a NaN or an inf in the row): scale[i] = NaN, dst[i][j] = NaN
  * with both divisions correctly rounded in fp32. dst (rows, dst_ld) holds the codes in the
  * backend's e4m3 form (e4m3_bytes per element: the e4m3 byte, or its value in fp16); scale (rows)
- * fp32. dst_ld is a multiple of 16 elements; the padding columns are not written.
+ * fp32. dst_ld is a multiple of 16 elements; the padding columns [cols, dst_ld) are written 0
+ * where the backend's gemm_e4m3 runs over them (cuda), else left as they are (cpu).
  */
 typedef struct distil_quant_rows_args {
     distil_dptr src;
