@@ -514,6 +514,10 @@ typedef struct distil_backend {
     distil_status (*quant_rows)(void *b, const distil_quant_rows_args *a);
     distil_status (*gemm_e4m3)(void *b, const distil_gemm_e4m3_args *a);
     int e4m3_bytes;
+    /* Optional: whether this context runs the fp8 head now (DISTIL_OK, or UNSUPPORTED with a
+     * message set), asked by the call's and the workspace query's checks before any work. NULL:
+     * wherever both ops are there. */
+    distil_status (*fp8_ready)(void *b);
 } distil_backend;
 
 #ifdef __cplusplus
