@@ -43,6 +43,7 @@ typedef struct bench_shape {
     /* fused only: > 0 runs distil_fused_linear_topk against a cached top-k teacher of this k
      * (docs/SPEC.md §7: fp32 log-probs, int64 ids) instead of the teacher head (--topk K) */
     int64_t topk_k;
+    distil_topk_tail topk_tail; /* --topk-tail (docs/SPEC.md §7; default tail) */
     /* docs/SPEC.md §6 head options (fused only) */
     int64_t teacher_vocab; /* rows of the teacher's head; 0 = vocab */
     float softcap;         /* both heads' softcap (Gemma 2); 0 = none */
@@ -79,6 +80,7 @@ typedef struct bench_options {
     int isolate;         /* host backends: run each point in a child process; -1 = auto */
     int quiet;
     uint64_t seed;
+    int divergence_given; /* --divergence was given (else each loss's own default) */
 } bench_options;
 
 /* The rates a time is compared with, and where they came from. */
@@ -156,6 +158,8 @@ void bench_floor_apply(bench_result *r);
 const char *bench_workload_name(bench_workload w);
 /* "jsd", "forward_kl", "reverse_kl", "skew_kl", "skew_reverse_kl", "tvd" (--divergence). */
 const char *bench_divergence_name(distil_divergence d);
+/* "tail", "renormalise", "zero" (--topk-tail). */
+const char *bench_topk_tail_name(distil_topk_tail t);
 const char *bench_mode_name(bench_mode m);
 void bench_print_header(FILE *f);
 void bench_print_row(FILE *f, const bench_result *r);

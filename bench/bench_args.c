@@ -25,6 +25,7 @@ typedef enum bench_kind {
     K_MODE,     /* forward | full | all */
     K_TIMING,   /* auto | sync | batch */
     K_DIV,      /* a divergence of docs/SPEC.md §6, by bench_divergence_name */
+    K_TAIL,     /* a tail policy of docs/SPEC.md §7, by bench_topk_tail_name */
     K_SWITCH,   /* no value: sets an int to 1 */
 } bench_kind;
 
@@ -67,7 +68,8 @@ static const bench_flag bench_flags[] = {
      "D     dtype of the fused workload (gpu default bf16, cpu f32)"},
     {"beta", K_FLT, OFF(jsd.beta), OFF(fused.beta), 0, 1, "F     JSD beta in [0, 1] (default 0.5)"},
     {"divergence", K_DIV, OFF(jsd.divergence), OFF(fused.divergence), 0, 0,
-     "NAME  jsd | forward_kl | reverse_kl | skew_kl | skew_reverse_kl | tvd (default jsd)"},
+     "NAME  jsd | forward_kl | reverse_kl | skew_kl | skew_reverse_kl | tvd (default jsd; "
+     "--topk: forward_kl, distil_fused_linear_topk's default)"},
     {"alpha", K_FLT, OFF(jsd.alpha), OFF(fused.alpha), 0, 1,
      "F     skew of skew_kl / skew_reverse_kl in [0, 1] (default 0.1)"},
     {"tau", K_FLT, OFF(fused.tau), NONE, 1e-30, 1e30, "F     temperature > 0 (default 1)"},
@@ -77,6 +79,8 @@ static const bench_flag bench_flags[] = {
      "N     fused chunk rows (default 0: auto)"},
     {"topk", K_I64, OFF(fused.topk_k), NONE, 0, 1e9,
      "K     fused: a cached top-K teacher (distil_fused_linear_topk) instead of the teacher head"},
+    {"topk-tail", K_TAIL, OFF(fused.topk_tail), NONE, 0, 0,
+     "P     tail | renormalise | zero: the --topk teacher's tail policy (default tail)"},
     {"teacher-vocab", K_I64, OFF(fused.teacher_vocab), NONE, 0, 1e9,
      "N     rows of the teacher's head (fused; default 0: V), docs/SPEC.md §6"},
     {"softcap", K_FLT, OFF(fused.softcap), NONE, 0, 1e30,
@@ -269,6 +273,10 @@ static int bench_set_one(const bench_flag *fl, char *v, void *field) {
         w = bench_word(v, "jsd|forward_kl|reverse_kl|skew_kl|skew_reverse_kl|tvd");
         *(distil_divergence *)field = (distil_divergence)(w >= 0 ? w : 0);
         return w >= 0 ? 0 : -1;
+    case K_TAIL:
+        w = bench_word(v, "tail|renormalise|zero");
+        *(distil_topk_tail *)field = (distil_topk_tail)(w >= 0 ? w : 0);
+        return w >= 0 ? 0 : -1;
     case K_SWITCH:
         *(int *)field = 1;
         return 0;
@@ -393,6 +401,8 @@ static const char *bench_expected(const bench_flag *fl) {
         return "expected auto, sync or batch";
     case K_DIV:
         return "expected jsd, forward_kl, reverse_kl, skew_kl, skew_reverse_kl or tvd";
+    case K_TAIL:
+        return "expected tail, renormalise or zero";
     case K_STR:
         return "expected a non-empty value";
     default:
@@ -406,6 +416,7 @@ static int bench_pass_set(const bench_flag *fl, char *v, bench_options *opt) {
         (fl->off2 != NONE && bench_set_one(fl, v, base + fl->off2) != 0)) {
         return bench_bad(fl->name, v, bench_expected(fl));
     }
+    opt->divergence_given |= fl->kind == K_DIV;
     return 0;
 }
 
@@ -437,6 +448,9 @@ int bench_args_parse(int argc, char **argv, bench_options *opt) {
     if (rc == BENCH_ARGS_RUN && !(opt->fused.weight_hard + opt->fused.weight_soft > 0.0f)) {
         fprintf(stderr, "distil-bench: --weight-hard and --weight-soft are both 0\n");
         rc = BENCH_ARGS_BAD;
+    }
+    if (!opt->divergence_given && opt->fused.topk_k > 0) {
+        opt->fused.divergence = DISTIL_DIVERGENCE_FORWARD_KL; /* the top-k loss's default */
     }
     if (opt->max_reps < opt->min_reps) {
         opt->max_reps = opt->min_reps;

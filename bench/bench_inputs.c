@@ -229,7 +229,8 @@ static void bench_fill_labels(int64_t *lab, int64_t n, const bench_shape *s, ben
 }
 
 /* A cached top-k teacher row by row: K consecutive ids from a random start (distinct while
- * K <= V), and log-probs -1 - j / 4, falling, whose mass stays below 1 (a tail remains). */
+ * K <= V), and log-probs -2 - j / 4, falling, whose mass stays below 1 for every K (at most
+ * e^-2 / (1 - e^-1/4) = 0.61, so a tail remains and reverse KL is finite). */
 static void bench_fill_topk(void *dst, const bench_tensor *t, const bench_shape *s, bench_rng *r) {
     for (int64_t i = 0; i < t->rows; i++) {
         int64_t start = (int64_t)(bench_rng_next(r) % (uint64_t)s->vocab);
@@ -237,7 +238,7 @@ static void bench_fill_topk(void *dst, const bench_tensor *t, const bench_shape 
             if (t->logp == BENCH_TOPK_IDS) {
                 ((int64_t *)dst)[i * t->cols + j] = (start + j) % s->vocab;
             } else {
-                ((float *)dst)[i * t->cols + j] = -1.0f - 0.25f * (float)j;
+                ((float *)dst)[i * t->cols + j] = -2.0f - 0.25f * (float)j;
             }
         }
     }
@@ -397,6 +398,10 @@ static void bench_topk_desc_of(const bench_shape *s, distil_fused_linear_topk_de
     d->weight_soft = s->weight_soft;
     d->temperature = s->tau;
     d->chunk_rows = s->chunk_rows;
+    d->tail = s->topk_tail; /* docs/SPEC.md §7 */
+    d->divergence = s->divergence;
+    d->beta = s->beta;
+    d->alpha = s->alpha;
 }
 
 distil_status bench_call(distil_ctx *ctx, const bench_shape *s, bench_mode mode,

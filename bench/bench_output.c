@@ -18,6 +18,11 @@ const char *bench_divergence_name(distil_divergence d) {
     return (unsigned)d < sizeof names / sizeof names[0] ? names[d] : "?";
 }
 
+const char *bench_topk_tail_name(distil_topk_tail t) {
+    static const char *const names[] = {"tail", "renormalise", "zero"};
+    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
+}
+
 const char *bench_workload_name(bench_workload w) {
     return w == BENCH_JSD ? "jsd" : "fused";
 }
@@ -51,6 +56,7 @@ static void bench_fields(const bench_result *r, bench_field_fn fn, void *u) {
     fn(u, "chunk_rows", NULL, s->workload == BENCH_FUSED ? (double)s->chunk_rows : NAN);
     fn(u, "topk", NULL, s->workload == BENCH_FUSED ? (double)s->topk_k : NAN);
     fn(u, "teacher_fp8", NULL, s->workload == BENCH_FUSED ? (double)s->teacher_fp8 : NAN);
+    fn(u, "topk_tail", s->topk_k > 0 ? bench_topk_tail_name(s->topk_tail) : NULL, NAN);
     fn(u, "ignore_frac", NULL, s->ignore_frac);
     fn(u, "status", ok ? "ok" : distil_status_string(r->status), 0);
     fn(u, "message", r->message, 0);
@@ -93,10 +99,27 @@ static const char *bench_size_str(char *buf, size_t n, double bytes) {
     return buf;
 }
 
+/* The soft part's divergence and its parameter, and for --topk k and the tail policy:
+ * "jsd b=0.5", "skew_kl a=0.1", "forward_kl k=32 tail". */
+static const char *bench_soft_str(char *buf, size_t n, const bench_shape *s) {
+    int w = snprintf(buf, n, "%s", bench_divergence_name(s->divergence));
+    if (s->divergence == DISTIL_DIVERGENCE_JSD) {
+        w += snprintf(buf + w, n - (size_t)w, " b=%g", (double)s->beta);
+    } else if (s->divergence == DISTIL_DIVERGENCE_SKEW_KL ||
+               s->divergence == DISTIL_DIVERGENCE_SKEW_REVERSE_KL) {
+        w += snprintf(buf + w, n - (size_t)w, " a=%g", (double)s->alpha);
+    }
+    if (s->topk_k > 0) {
+        snprintf(buf + w, n - (size_t)w, " k=%lld %s", (long long)s->topk_k,
+                 bench_topk_tail_name(s->topk_tail));
+    }
+    return buf;
+}
+
 void bench_print_header(FILE *f) {
-    fprintf(f, "%-5s %-7s %-7s %-4s %6s %7s %10s %21s %9s %7s %10s %10s %10s\n", "work", "mode",
+    fprintf(f, "%-5s %-7s %-7s %-4s %6s %7s %10s %21s %9s %7s %10s %10s %10s  %s\n", "work", "mode",
             "backend", "type", "T", "V", "ms(med)", "[p20 .. p80]", "rate", "xfloor", "memory",
-            "working", "workspace");
+            "working", "workspace", "soft part");
 }
 
 void bench_print_row(FILE *f, const bench_result *r) {
@@ -113,15 +136,16 @@ void bench_print_row(FILE *f, const bench_result *r) {
     double sec = r->ms_med * 1e-3;
     double rate = r->flops > 0 ? r->flops / sec / 1e12 : r->bytes / sec / 1e12;
     char ratio[16] = "-";
-    char m[3][24];
+    char m[3][24], soft[64];
     if (r->floor_ms > 0) {
         snprintf(ratio, sizeof ratio, "%.2f", r->ms_med / r->floor_ms);
     }
-    fprintf(f, "%10.3f [%8.3f .. %8.3f] %5.2f %-3s %7s %10s %10s %10s\n", r->ms_med, r->ms_p20,
+    fprintf(f, "%10.3f [%8.3f .. %8.3f] %5.2f %-3s %7s %10s %10s %10s  %s\n", r->ms_med, r->ms_p20,
             r->ms_p80, rate, r->flops > 0 ? "TF" : "TB", ratio,
             bench_size_str(m[0], sizeof m[0], r->mem_bytes),
             bench_size_str(m[1], sizeof m[1], r->working_bytes),
-            bench_size_str(m[2], sizeof m[2], r->workspace_bytes));
+            bench_size_str(m[2], sizeof m[2], r->workspace_bytes),
+            bench_soft_str(soft, sizeof soft, s));
 }
 
 /* ---------------------------------------------------------------- JSON and CSV */
