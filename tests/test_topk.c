@@ -5,10 +5,12 @@
  * ignored rows, the given normaliser, sum, no labels), precision (peaky and Zipf-like teachers,
  * k from 1 to 128 and k = V), chunking (chunk_rows 1, 7, T and auto against the reference),
  * determinism (bitwise reruns and a fresh context) and bad ids (a duplicate id: the row ignored,
- * DISTIL_ERR_INVALID_LABEL naming the row, outputs as the reference's).
+ * DISTIL_ERR_INVALID_LABEL naming the row, outputs as the reference's) and renormalise where a
+ * row's teacher has no mass on its slots.
  */
 #include "topk_problem.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,7 +212,78 @@ static void test_bad_ids(void **state) {
     }
 }
 
-enum { N_TESTS = N_PARITY * N_DT + 2 + N_DT + N_DT + 1 };
+/* Renormalise where every used teacher slot of a row is -inf (P_K = 0, docs/SPEC.md §7): the row's
+ * soft part is that of a row without used slots, loss 0 and gradient 0. Rows 0, 3, 6, ... get
+ * -inf in every slot; the result must match ref's and the same problem with those rows' slots all
+ * pad_id, and be finite. Every divergence, both forms. */
+static void void_rows(tk_problem *p, bool as_pads) {
+    for (int64_t i = 0; i < p->s.t; i += 3) {
+        for (int64_t j = 0; j < p->s.k; j++) {
+            size_t e = (size_t)(i * p->s.k + j);
+            if (as_pads) {
+                ((int64_t *)p->ids)[e] = -1;
+            } else {
+                tu_set(p->logp, p->s.tdtype, e, -INFINITY);
+            }
+        }
+    }
+}
+
+static void check_finite(const char *what, const void *v, distil_dtype dt, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(tu_get(v, dt, i))) {
+            fail_msg("%s[%zu] = %g: not finite", what, i, (double)tu_get(v, dt, i));
+        }
+    }
+}
+
+static void test_renorm_no_mass(void **state) {
+    (void)state;
+    static const distil_divergence divs[] = {
+        DISTIL_DIVERGENCE_FORWARD_KL, DISTIL_DIVERGENCE_REVERSE_KL,      DISTIL_DIVERGENCE_JSD,
+        DISTIL_DIVERGENCE_SKEW_KL,    DISTIL_DIVERGENCE_SKEW_REVERSE_KL, DISTIL_DIVERGENCE_TVD};
+    for (size_t d = 0; d < TU_LEN(divs); d++) {
+        for (int fused = 0; fused < 2; fused++) {
+            tk_spec s = {.fused = fused,
+                         .t = 7,
+                         .v = 300,
+                         .k = 8,
+                         .idt = DISTIL_IDS_I64,
+                         .tail = DISTIL_TOPK_RENORMALISE,
+                         .div = divs[d],
+                         .beta = 0.4f,
+                         .alpha = 0.3f,
+                         .tau = 1.5f,
+                         .parts = true,
+                         .bias = true,
+                         .red = fused ? DISTIL_REDUCTION_BATCHMEAN : DISTIL_REDUCTION_NONE};
+            tk_problem p, pads;
+            tk_make(&p, &s, DISTIL_F32, 700 + d);
+            tk_make(&pads, &s, DISTIL_F32, 700 + d);
+            void_rows(&p, false);
+            void_rows(&pads, true);
+            tk_out o, r, op;
+            tk_run(g_ctx, &p, &o);
+            tk_run(g_ref, &p, &r);
+            tk_run(g_ctx, &pads, &op);
+            assert_int_equal(o.st, DISTIL_OK);
+            check_finite("loss", o.loss, DISTIL_F32, tk_nloss(&p));
+            check_finite("grad", o.gx, DISTIL_F32, (size_t)(s.t * (fused ? s.hs : s.v)));
+            tk_check(&p, &o, &r);
+            tk_check(&p, &o, &op);
+            for (int64_t i = 0; !fused && i < s.t; i += 3) {
+                assert_true(o.loss[i] == 0.0f && r.loss[i] == 0.0f);
+                for (int64_t v = 0; v < s.v; v++) {
+                    assert_true(tu_get(o.gx, DISTIL_F32, (size_t)(i * s.v + v)) == 0.0f);
+                }
+            }
+            tk_out_free(&o), tk_out_free(&r), tk_out_free(&op);
+            tk_free(&p), tk_free(&pads);
+        }
+    }
+}
+
+enum { N_TESTS = N_PARITY * N_DT + 2 + N_DT + N_DT + 2 };
 static struct CMUnitTest g_tests[N_TESTS];
 static param g_params[N_PARITY * N_DT];
 static char g_names[N_PARITY * N_DT][192];
@@ -238,6 +311,8 @@ static void build_tests(void) {
         g_tests[n++] = (struct CMUnitTest){dn[d], test_determinism, NULL, NULL, (void *)&dtypes[d]};
     }
     g_tests[n++] = (struct CMUnitTest){"bad ids", test_bad_ids, NULL, NULL, NULL};
+    g_tests[n++] = (struct CMUnitTest){"renormalise without teacher mass", test_renorm_no_mass,
+                                       NULL, NULL, NULL};
 }
 
 static int group_setup(void **state) {

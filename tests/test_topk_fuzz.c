@@ -4,7 +4,8 @@
  * divergence (every one of docs/SPEC.md §6), beta, alpha, temperature, weights, reduction, padding,
  * ignored rows, chunking, a given normaliser, a duplicate id, -inf teacher log-probs and masked
  * student tokens off the ids), each run on the backend and on ref: the same status, every output
- * written and within §3's bounds of ref's, nothing written past the outputs, and a rerun bitwise
+ * written and within §3's bounds of ref's (with tk_check's allowance where the case is
+ * ill-conditioned), nothing written past the outputs, and a rerun bitwise
  * the same. DISTIL_TEST_SEED picks another sequence (default: a fixed one, so that CI is
  * repeatable); DISTIL_TEST_CASES the count (default 150).
  */
@@ -27,20 +28,21 @@ static const distil_dtype dts[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
 static const distil_reduction reds[] = {DISTIL_REDUCTION_BATCHMEAN, DISTIL_REDUCTION_SUM,
                                         DISTIL_REDUCTION_NONE};
 
-/* alpha: the exact endpoints (0: the plain KL, 1: zero), near 0, or in [0, 0.9]. Not near 1:
- * there the skew KLs' de/dx is (1 - alpha) q to first order, which the softmax Jacobian (fused)
- * and the renormalisation (q_v S_K / Q_K) cancel, leaving a gradient of order (1 - alpha)^2
- * that fp32 gets to about 1e-7 / (1 - alpha) relative, beyond §3's fixed bounds (measured:
- * 1e-3 at 1 - alpha = 1e-6). The dense fused loss has the same cancellation; test_precision
- * bounds it by a careful fp32 evaluation, which the top-k losses do not have. */
+/* alpha: the exact endpoints (0: the plain KL, 1: zero), near 0, near 1, or in [0, 0.9]. Near 1
+ * the skew KLs' de/dx is (1 - alpha) q to first order, which the softmax Jacobian (fused) and the
+ * renormalisation (q_v S_K / Q_K) cancel, leaving a gradient of order (1 - alpha)^2 that fp32
+ * gets to about 1e-7 / (1 - alpha) relative: tk_check's allowance (topk_cond.c) is what bounds
+ * it there, not §3's fixed bounds. */
 static float random_alpha(tu_rng *r) {
-    switch (tu_rand_int(r, 5)) {
+    switch (tu_rand_int(r, 6)) {
     case 0:
         return 0.0f;
     case 1:
         return 1.0f;
     case 2:
         return (float)(1e-6 * tu_rand_uniform(r));
+    case 3:
+        return (float)(1.0 - 1e-6 * (0.05 + tu_rand_uniform(r)));
     default:
         return (float)(0.9 * tu_rand_uniform(r));
     }
@@ -86,12 +88,10 @@ static tk_spec random_spec(tu_rng *r, bool *teacher_inf) {
     if (reverse_kl(&s) && s.tail == DISTIL_TOPK_ZERO) {
         s.tail = DISTIL_TOPK_TAIL;
     }
-    /* Renormalise with one used slot (k = 1, or the pad rows of k < 4): one outcome (0, 0) on
-     * both sides, loss and gradient 0 exactly, where fp32 leaves a residue of a few ulp of the
-     * slot's gradient (q_v S_K / Q_K is not g_v bit for bit) and ref has 0: no relative bound. */
-    if (s.tail == DISTIL_TOPK_RENORMALISE && (s.k == 1 || (s.pad && s.k < 4))) {
-        s.tail = DISTIL_TOPK_TAIL;
-    }
+    /* Renormalise with one used slot (k = 1, or the pad rows of k < 4) is drawn too: one outcome
+     * (0, 0) on both sides, loss and gradient 0 exactly, where fp32 leaves a residue of a few ulp
+     * of the slot's gradient (q_v S_K / Q_K is not g_v bit for bit); tk_check's allowance bounds
+     * that residue (topk_cond.c). */
     return s;
 }
 
@@ -99,16 +99,16 @@ static int64_t id_at(const tk_problem *p, size_t i) {
     return p->s.idt == DISTIL_IDS_I64 ? ((const int64_t *)p->ids)[i] : ((const int32_t *)p->ids)[i];
 }
 
-/* Special values: some teacher log-probs -inf (p = 0 in the cache), and in the log-prob form
- * some student entries off the ids -inf (masked tokens). Under renormalise slot 0 (always used)
- * keeps its value: a row whose used slots are all -inf has P_K = 0 and no renormalised teacher
- * (both ref and the backends give NaN there; docs/SPEC.md §7 does not define it). */
+/* Special values: some teacher log-probs -inf (p = 0 in the cache; under renormalise every slot
+ * of one row in three, P_K = 0: no renormalised teacher, a soft part of 0, docs/SPEC.md §7), and
+ * in the log-prob form some student entries off the ids -inf (masked tokens). */
 static void poke(tu_rng *r, tk_problem *p, bool teacher_inf) {
     const tk_spec *s = &p->s;
     for (int64_t i = 0; teacher_inf && i < s->t; i++) {
         int64_t j = tu_rand_int(r, s->k);
-        if (s->tail != DISTIL_TOPK_RENORMALISE || j != 0) {
-            tu_set(p->logp, s->tdtype, (size_t)(i * s->k + j), -INFINITY);
+        bool whole = s->tail == DISTIL_TOPK_RENORMALISE && tu_rand_int(r, 3) == 0;
+        for (int64_t u = whole ? 0 : j; u < (whole ? s->k : j + 1); u++) {
+            tu_set(p->logp, s->tdtype, (size_t)(i * s->k + u), -INFINITY);
         }
     }
     if (s->fused || s->div == DISTIL_DIVERGENCE_FORWARD_KL || tu_rand_int(r, 2)) {

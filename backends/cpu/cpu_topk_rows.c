@@ -166,6 +166,30 @@ static double cpu_topk_lse(const float *v, int64_t n, float scale) {
     return (double)m + log(cpu_topk_sum_exp(v, n, scale, m));
 }
 
+/* log P_K of the teacher's n slots, in double, as m + log1p(sum of the other slots' exp(y - m))
+ * (m the maximum; ties with it count 1 each): the tail P_t = 1 - P_K = -expm1(log P_K) cancels
+ * where the slots hold nearly all of the teacher's mass, and fp32 exps, or a sum that holds the
+ * maximum's 1, would leave P_t a relative error of u sum_K p |y| / P_t or 1e-16 / P_t
+ * (docs/SPEC.md §7; measured 1e-3 at P_t = 8e-13 under a peaky teacher). */
+static double cpu_topk_teacher_lse(const float *y, int64_t n) {
+    double m = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        m = fmax(m, (double)y[j]);
+    }
+    if (!(m > -INFINITY) || m == INFINITY) {
+        return m; /* as cpu_topk_lse */
+    }
+    double ties = 0.0, rest = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        if ((double)y[j] == m) {
+            ties += 1.0;
+        } else {
+            rest += exp((double)y[j] - m); /* NaN stays NaN */
+        }
+    }
+    return m + log1p((ties - 1.0) + rest);
+}
+
 /* The student side of a valid row: z (V) fp32 logits or log-probs; fills s->x, s->z of the n
  * slots, marks the ids -inf in z, returns Q_t; *lse1 / *lset the log-sum-exps at temperature 1
  * and tau (0 for log-probs, which are taken as given). */
@@ -191,12 +215,11 @@ static float cpu_topk_outcomes(const cpu_topk_call *C, int64_t n, cpu_topk_scrat
                                float *sum_g, float *g_t, float *qk_out) {
     const int tail = C->a->t.tail;
     const float lqk = (float)cpu_topk_lse(s->x, n, 1.0f);
-    const float lpk = (float)cpu_topk_lse(s->y, n, 1.0f);
+    const float lpk = (float)cpu_topk_teacher_lse(s->y, n);
     double loss = 0.0, sg = 0.0;
     float q;
     for (int64_t j = 0; j < n; j++) {
-        loss += de_elem(C->kc.mode, &C->kc, dk_slot_x(tail, s->x[j], lqk),
-                        dk_slot_y(tail, s->y[j], lpk), &s->g[j], &q);
+        loss += dk_slot_elem(&C->kc, tail, s->x[j], s->y[j], lqk, lpk, &s->g[j]);
         sg += s->g[j];
     }
     *g_t = 0.0f;

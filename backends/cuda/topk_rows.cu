@@ -222,25 +222,34 @@ __global__ void __launch_bounds__(TOPK_THREADS) topk_rows_kernel(topk_params p) 
     ym = -block_min(-ym, sm.fscr);
     used = block_sum(used, sm.lscr);
     /* As cpu_topk_lse: a maximum of -inf (every used slot's teacher log-prob -inf), +inf or NaN
-     * is the log-sum-exp itself (exp(y - ym) would be exp(NaN) there). ym is uniform. */
+     * is the log-sum-exp itself (exp(y - ym) would be exp(NaN) there). ym is uniform. Else, as
+     * cpu_topk_teacher_lse, log P_K = ym + log1p(the other slots' exp(y - ym)) in double (ties
+     * with ym count 1 each): P_t = 1 - P_K cancels where the slots hold nearly all the mass. */
     const bool ym_finite = ym > -INFINITY && ym < INFINITY;
+    long long ties = 0;
     if (ym_finite) {
         for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
-            ys += sm.sid[j] == p.pad_id ? 0.0f : expf(topk_y(p, row * p.k + j) - ym);
+            const float y = topk_y(p, row * p.k + j);
+            const bool used_j = sm.sid[j] != p.pad_id;
+            ties += used_j && y == ym ? 1 : 0;
+            ys += used_j && y != ym ? exp(static_cast<double>(y) - static_cast<double>(ym)) : 0.0;
         }
         ys = block_sum(ys, sm.dscr);
+        ties = block_sum(ties, sm.lscr);
     }
     const double scale = exp(static_cast<double>(m) - static_cast<double>(lnorm));
     const float qt = static_cast<float>(fmax(a - sk, 0.0) * scale);
     const float qk = static_cast<float>(sk * scale);
-    const float lqk = logf(qk), lpk = ym_finite ? ym + static_cast<float>(log(ys)) : ym;
+    const float lqk = logf(qk);
+    const float lpk = ym_finite ? static_cast<float>(static_cast<double>(ym) +
+                                                     log1p(static_cast<double>(ties - 1) + ys))
+                                : ym;
     double se = 0.0, sg = 0.0;
     for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
-        float gj = 0.0f, q;
+        float gj = 0.0f;
         if (sm.sid[j] != p.pad_id) {
             const float xj = sm.sz[j] * it - lnorm;
-            se += de_elem(p.coef.mode, &p.coef, dk_slot_x(p.tail, xj, lqk),
-                          dk_slot_y(p.tail, topk_y(p, row * p.k + j), lpk), &gj, &q);
+            se += dk_slot_elem(&p.coef, p.tail, xj, topk_y(p, row * p.k + j), lqk, lpk, &gj);
         }
         sm.sg[j] = gj;
         sg += gj;

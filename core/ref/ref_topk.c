@@ -1,9 +1,10 @@
 /*
  * ref_topk.c - both losses against a cached top-k teacher in float64 (docs/SPEC.md §7), straight
  * from the definitions: the student's tail Q_t summed over the ids' complement, the teacher's
- * P_t = max(0, 1 - sum p), one element term per outcome (distil_elem.h), and the gradient by the
- * chain rule written out per policy (not through the backends' row constants of distil_topk.h),
- * then, for the fused loss, the softmax Jacobian applied explicitly as in ref_fused.c.
+ * P_t = max(0, 1 - sum p) (as -expm1(log sum p), which keeps its digits), one element term per
+ * outcome (distil_elem.h), and the gradient by the chain rule written out per policy (not through
+ * the backends' row constants of distil_topk.h), then, for the fused loss, the softmax Jacobian
+ * applied explicitly as in ref_fused.c.
  */
 #include "ref.h"
 
@@ -64,25 +65,56 @@ static void ref_topk_record(distil_ref_state *st, int64_t row, const ref_topk_ro
     }
 }
 
+/* log P_K = log sum_K p of the row's slots as m + log1p(the other slots' exp(y - m)), m their
+ * maximum (ties count 1 each): P_t = 1 - P_K = -expm1(log P_K) of a peaky teacher is 1e-12 or
+ * less, and 1 - sum p in float64 would keep only its first few digits (docs/SPEC.md §7). */
+static double ref_topk_teacher_lse(const ref_topk_row *R) {
+    double m = -INFINITY, ties = 0.0, rest = 0.0;
+    for (int64_t j = 0; j < R->n; j++) {
+        if (isnan(R->y[j])) {
+            return NAN;
+        }
+        m = fmax(m, R->y[j]);
+    }
+    if (!(m > -INFINITY) || m == INFINITY) {
+        return m; /* no slots or all -inf: log 0; +inf */
+    }
+    for (int64_t j = 0; j < R->n; j++) {
+        if (R->y[j] == m) {
+            ties += 1.0;
+        } else {
+            rest += exp(R->y[j] - m);
+        }
+    }
+    return m + log1p((ties - 1.0) + rest);
+}
+
 /* The soft row loss for student log-probs x (V) and, when grad != NULL, its gradient with
  * respect to a free x (V). */
 static double ref_topk_soft(int tail, const distil_elem_beta *k, const ref_topk_row *R,
                             const double *x, int64_t V, double *grad) {
-    double qt = 0.0, qk = 0.0, pk = 0.0;
+    double qt = 0.0, qk = 0.0, lpk = ref_topk_teacher_lse(R);
     for (int64_t v = 0; v < V; v++) {
         qt += R->mark[v] ? 0.0 : exp(x[v]);
     }
     for (int64_t j = 0; j < R->n; j++) {
         qk += exp(x[R->id[j]]);
-        pk += exp(R->y[j]);
     }
     for (int64_t v = 0; grad != NULL && v < V; v++) {
         grad[v] = 0.0;
     }
     double loss = 0.0, g;
+    if (tail == DISTIL_TOPK_RENORMALISE && lpk == -INFINITY) {
+        /* Every used teacher slot -inf: no renormalised teacher; the row's soft part is that of
+         * a row without used slots, 0 (NaN where an input is), docs/SPEC.md §7. */
+        for (int64_t j = 0; j < R->n; j++) {
+            loss += isnan(x[R->id[j]]) || isnan(R->y[j]) ? NAN : 0.0;
+        }
+        return loss;
+    }
     if (tail == DISTIL_TOPK_RENORMALISE) {
         /* x^_j = x_j - log Q_K: d x^_j / d x_v = [v = id_j] - q_v / Q_K on K, 0 off K. */
-        double lqk = log(qk), lpk = log(pk), S = 0.0;
+        double lqk = log(qk), S = 0.0;
         for (int64_t j = 0; j < R->n; j++) {
             loss += distil_ref_elem(k, x[R->id[j]] - lqk, R->y[j] - lpk, &g);
             S += g;
@@ -101,7 +133,7 @@ static double ref_topk_soft(int tail, const distil_elem_beta *k, const ref_topk_
             grad[R->id[j]] = g;
         }
     }
-    double pt = (tail == DISTIL_TOPK_ZERO || R->n == V) ? 0.0 : fmax(0.0, 1.0 - pk);
+    double pt = (tail == DISTIL_TOPK_ZERO || R->n == V || !(lpk < 0.0)) ? 0.0 : -expm1(lpk);
     loss += distil_ref_elem(k, log(qt), log(pt), &g);
     /* X_t = log sum_{v not in K} exp(x_v): d X_t / d x_v = q_v / Q_t off K. */
     for (int64_t v = 0; grad != NULL && qt > 0.0 && v < V; v++) {

@@ -65,4 +65,14 @@ size_t tk_nloss(const tk_problem *p);
 void tk_check(const tk_problem *p, const tk_out *o, const tk_out *r);
 void tk_name(char *buf, size_t n, const tk_spec *s, distil_dtype dtype);
 
+/* What the fp32 roundings of the formulas can move each output where the problem is
+ * ill-conditioned (topk_cond.c; docs/SPEC.md §3 and §7): the norms for grad x (log-prob form) or
+ * grad_student_hidden, grad_student_weight, grad_student_bias, and each loss value's (tk_nloss;
+ * allocated, free it). */
+typedef struct tk_allowance {
+    double gx, gw, gb;
+    double *loss;
+} tk_allowance;
+tk_allowance tk_allowance_of(const tk_problem *p);
+
 #endif /* DISTIL_TOPK_PROBLEM_H */

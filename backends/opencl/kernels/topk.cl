@@ -111,6 +111,30 @@ distil_acc distil_topk_row_q(__global const SRC_T *xr, long vocab, float it, flo
 }
 
 /*
+ * log P_K of the row's used slots given their maximum ym, as ym + log1p(the other slots' exp(y -
+ * ym)) in distil_acc (ties with ym count 1 each), as cpu_topk_teacher_lse: P_t = 1 - P_K cancels
+ * where the slots hold nearly all the mass, and fp32 exps or a sum holding the maximum's 1 would
+ * leave it a relative error of u sum_K p |y| / P_t (docs/SPEC.md §7). A maximum of -inf (every
+ * used slot -inf), +inf or NaN is the result itself. Group-uniform.
+ */
+float distil_topk_teacher_lse(__global const TT *yr, __local const long *sid, long k, long pad_id,
+                              float ym, __local distil_acc *red) {
+    if (!(ym > -INFINITY && ym < INFINITY)) {
+        return ym; /* uniform */
+    }
+    distil_acc rest = 0.0f, ties = 0.0f;
+    for (long j = get_local_id(0); j < k; j += WG_SIZE) {
+        const float y = LOAD(TDTYPE, yr, j);
+        const bool used = sid[j] != pad_id;
+        ties += used && y == ym ? 1.0f : 0.0f;
+        rest += used && y != ym ? exp((distil_acc)y - (distil_acc)ym) : 0.0f;
+    }
+    rest = distil_group_sum_acc(rest, red);
+    ties = distil_group_sum_acc(ties, red);
+    return (float)((distil_acc)ym + log1p((ties - 1.0f) + rest));
+}
+
+/*
  * x     (rows, vocab) SRC_DTYPE at x_off, row stride x_stride: fp32 logits (logits != 0: softmax
  *       at inv_t, CE at 1, the softmax Jacobian; the ids are marked -inf in it to sum Q_t) or
  *       the student's log-probs as given (read only; Q_t = sum exp(x) - Q_K in distil_acc)
@@ -177,8 +201,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void distil_topk_r
         distil_lse_add(&ym, &ys, y, 1.0f);
         used += pad ? 0 : 1;
     }
-    const float2 lp = distil_group_lse(ym, ys, red_m, red_s, 1.0f);
-    const float lpk = lp.x + lp.y;
+    const float lpk = distil_topk_teacher_lse(
+        yr, sid, k, pad_id, distil_group_lse(ym, ys, red_m, red_s, 1.0f).x, red_s);
     const distil_acc qk_all = distil_group_sum_acc(qk, red_s);
     const int n_used = (int)distil_group_sum(convert_float(used), red_m);
     distil_acc qt;
@@ -200,11 +224,10 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void distil_topk_r
     const de_coef kc = distil_coef_of(coef);
     distil_acc se = 0.0f, sgs = 0.0f;
     for (long j = lid; j < k; j += WG_SIZE) {
-        float gj = 0.0f, q;
+        float gj = 0.0f;
         if (sid[j] != pad_id) {
             const float xj = sz[j] * it - lset;
-            se += de_elem(kc.mode, &kc, dk_slot_x(tail, xj, lqk),
-                          dk_slot_y(tail, LOAD(TDTYPE, yr, j), lpk), &gj, &q);
+            se += dk_slot_elem(&kc, tail, xj, LOAD(TDTYPE, yr, j), lqk, lpk, &gj);
         }
         sg[j] = gj;
         sgs += gj;

@@ -43,6 +43,19 @@ DE_FN DE_T dk_slot_y(int tail, DE_T y, DE_T lpk) {
     return tail == DK_RENORM ? y - lpk : y;
 }
 
+/* The element term of slot j from its log-probs x, y (lqk, lpk as for dk_slot_x / dk_slot_y),
+ * *g its de/dX. Renormalise where every used teacher slot is -inf (P_K = 0, lpk = -inf) has no
+ * renormalised teacher: the row's soft part is then that of a row without used slots, loss 0
+ * and gradient 0 (docs/SPEC.md §7), NaN only where x or y is NaN. */
+DE_FN DE_T dk_slot_elem(const de_coef *kc, int tail, DE_T x, DE_T y, DE_T lqk, DE_T lpk, DE_T *g) {
+    if (tail == DK_RENORM && lpk == -DE_K(1.0) / DE_K(0.0)) {
+        *g = de_nan_pass(x, y, DE_K(0.0));
+        return *g;
+    }
+    DE_T q;
+    return de_elem(kc->mode, kc, dk_slot_x(tail, x, lqk), dk_slot_y(tail, y, lpk), g, &q);
+}
+
 /* log P_t of the tail outcome: -inf for zero, and when the ids cover all of V (no tail: a P_t
  * left by rounding would meet Q_t = 0 and give +inf). */
 DE_FN DE_T dk_tail_y(int tail, DE_T lpk, int covers_vocab) {
