@@ -106,12 +106,15 @@ static void tc_student(const tk_problem *p, int64_t i, double *x, double *dx, do
 }
 
 /* One outcome's share of the soft loss's allowance: e's own rounding, and what the roundings
- * dX, dY of its arguments move it by (|de/dY| <= |e| + p + q for every divergence of §6). */
+ * dX, dY of its arguments move it by (|de/dY| <= |e| + p + q for every divergence of §6), with
+ * the second-order term (p + q)(dX + dY)^2 where the first-order one vanishes (X = Y: e and
+ * de/dX are 0 there, and an fp32 X a few ulp off gives e of their square). */
 static double tc_outcome(double e, double g, double X, double Y, double dX, double dY) {
     if (!isfinite(e) || !isfinite(g)) {
         return 0.0;
     }
-    return TC_E * fabs(e) + fabs(g) * dX + (fabs(e) + exp(X) + exp(Y)) * dY;
+    const double pq = exp(X) + exp(Y);
+    return TC_E * fabs(e) + fabs(g) * dX + (fabs(e) + pq) * dY + pq * (dX + dY) * (dX + dY);
 }
 
 /* The allowance dG (V) of one valid row, before the gradient's scale; returns the soft loss's
@@ -133,19 +136,25 @@ static double tc_row(const tk_problem *p, const de_coef *kc, int64_t n, const in
     }
     const bool renorm = s->tail == DISTIL_TOPK_RENORMALISE;
     const double lqk = log(qk), lpk = log(pk);
-    double *gj = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1)), loss = 0.0;
+    /* gj: each slot's de/dX; sens_j: how far the roundings of its X and Y move it, bounded by
+     * (q + p)(dX + dY) (|d^2 e / dX dX|, |d^2 e / dX dY| <= q + p for the divergences of §6 to
+     * first order; it is what is left where de/dX itself is 0, at X = Y) */
+    double *gj = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1) * 2), loss = 0.0, ssum = 0.0;
+    double *sens = gj + (n > 0 ? n : 1);
     for (int64_t j = 0; j < n; j++) {
         const double X = renorm ? x[id[j]] - lqk : x[id[j]], Y = renorm ? y[j] - lpk : y[j];
         const double e = de_elem(kc->mode, kc, X, Y, &gj[j], &q);
         const double dxj =
             dx[id[j]] + (renorm ? TC_U * (fabs(x[id[j]]) + 2.0 * fabs(lqk) + 2.0) : 0.0);
-        loss += tc_outcome(e, gj[j], X, Y, dxj,
-                           renorm ? TC_U * (fabs(y[j]) + 2.0 * fabs(lpk) + 2.0) : 0.0);
+        const double dyj = renorm ? TC_U * (fabs(y[j]) + 2.0 * fabs(lpk) + 2.0) : 0.0;
+        loss += tc_outcome(e, gj[j], X, Y, dxj, dyj);
+        sens[j] = isfinite(X) && isfinite(Y) ? (exp(X) + exp(Y)) * (dxj + dyj) : 0.0;
+        ssum += sens[j];
         gj[j] = isfinite(gj[j]) ? gj[j] : 0.0;
         sk += gj[j];
         sabs += fabs(gj[j]);
     }
-    double gt = 0.0;
+    double gt = 0.0, sens_t = 0.0;
     if (!renorm) {
         double pt = (s->tail == DISTIL_TOPK_ZERO || n == V) ? 0.0 : fmax(0.0, 1.0 - pk);
         double dxt = TC_E; /* Q_t summed to a few ulp, and its elements' roundings */
@@ -154,6 +163,8 @@ static double tc_row(const tk_problem *p, const de_coef *kc, int64_t n, const in
         }
         const double e = de_elem(kc->mode, kc, log(qt), log(pt), &gt, &q);
         loss += tc_outcome(e, gt, log(qt), log(pt), dxt, TC_E);
+        sens_t = qt > 0.0 ? (qt + pt) * (dxt + TC_E) : 0.0;
+        ssum += sens_t;
         gt = isfinite(gt) ? gt : 0.0;
     }
     const double jac = s->fused && !renorm ? 1.0 : 0.0;
@@ -161,14 +172,17 @@ static double tc_row(const tk_problem *p, const de_coef *kc, int64_t n, const in
     const double a_off = renorm ? 0.0 : (qt > 0.0 ? gt / qt : 0.0) - jac * (sk + gt);
     const double share = renorm ? (qk > 0.0 ? sabs / qk : 0.0) : jac * (sabs + fabs(gt));
     const double off = renorm ? 0.0 : (qt > 0.0 ? fabs(gt) / qt : 0.0) + jac * (sabs + fabs(gt));
+    const double sshare = renorm ? (qk > 0.0 ? ssum / qk : 0.0) : jac * ssum;
+    const double soff = renorm ? 0.0 : (qt > 0.0 ? sens_t / qt : 0.0) + jac * ssum;
     for (int64_t v = 0; v < V; v++) {
         double qv = exp(x[v]);
-        dG[v] = mark[v] ? 0.0 : qv * (TC_E * off + fabs(a_off) * (2.0 * TC_U + dx[v]));
+        dG[v] = mark[v] ? 0.0 : qv * (TC_E * off + soff + fabs(a_off) * (2.0 * TC_U + dx[v]));
     }
     for (int64_t j = 0; j < n; j++) {
         double qv = exp(x[id[j]]);
         double dxj = dx[id[j]] + (renorm ? TC_U * (fabs(x[id[j]]) + 2.0 * fabs(lqk) + 2.0) : 0.0);
-        dG[id[j]] = TC_E * (fabs(gj[j]) + qv * share) + qv * fabs(c_on) * (2.0 * TC_U + dxj);
+        dG[id[j]] = TC_E * (fabs(gj[j]) + qv * share) + sens[j] + qv * sshare +
+                    qv * fabs(c_on) * (2.0 * TC_U + dxj);
         mark[id[j]] = 0;
     }
     free(gj);
