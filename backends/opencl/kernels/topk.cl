@@ -89,15 +89,81 @@ distil_topk_commit(__global const distil_id_t *ids, ulong ids_off, long k, long 
     }
 }
 
-/* log-sum-exp of the row's x * scale: (max, log sum) over the group. */
-float2 distil_topk_row_lse(__global const SRC_T *xr, long vocab, float scale, __local float *lm,
-                           __local distil_acc *ls) {
-    float m = -INFINITY;
-    distil_acc s = 0.0f;
-    for (long j = get_local_id(0); j < vocab; j += WG_SIZE) {
-        distil_lse_add(&m, &s, LOAD(SRC_DTYPE, xr, j), scale);
+/*
+ * Online (max, sums at it and at 1) of the fused loss's logits, as distil_lse_add with two scales
+ * sharing one max: (m, s, s1) stands for s exp(m it) and s1 exp(m). -inf entries add nothing;
+ * NaN makes both sums NaN.
+ */
+void distil_topk_online_add(float *m, distil_acc *s, distil_acc *s1, float v, float it) {
+    if (v > *m) {
+        *s = *s * exp((*m - v) * it) + 1.0f;
+        *s1 = *s1 * exp(*m - v) + 1.0f;
+        *m = v;
+    } else if (v != -INFINITY) {
+        *s += exp((v - *m) * it);
+        *s1 += exp(v - *m);
     }
-    return distil_group_lse(m, s, lm, ls, scale);
+}
+
+/* Merge the group's (m, s, s1) in a fixed tree order; every item gets the result. lm, ls, ls1:
+ * WG_SIZE values each. */
+void distil_topk_group_online(float *m, distil_acc *s, distil_acc *s1, float it, __local float *lm,
+                              __local distil_acc *ls, __local distil_acc *ls1) {
+    const uint lid = get_local_id(0);
+    lm[lid] = *m;
+    ls[lid] = *s;
+    ls1[lid] = *s1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint h = WG_SIZE / 2; h > 0; h >>= 1) {
+        if (lid < h) {
+            float mm = lm[lid];
+            distil_acc ss = ls[lid], ss1 = ls1[lid];
+            const float m2 = lm[lid + h];
+            const float mx = mm > m2 ? mm : m2;
+            if (mx != -INFINITY) {
+                ss = ss * exp((mm - mx) * it) + ls[lid + h] * exp((m2 - mx) * it);
+                ss1 = ss1 * exp(mm - mx) + ls1[lid + h] * exp(m2 - mx);
+            }
+            lm[lid] = mx;
+            ls[lid] = ss;
+            ls1[lid] = ss1;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    *m = lm[0];
+    *s = ls[0];
+    *s1 = ls1[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/*
+ * The fused loss's fp32 logits, one read of the row (the ids' entries already -inf, their logits
+ * in sz): the tail's (max, sums at it and 1) online, the slots' likewise, merged. Returns l1 =
+ * (max, log sum) at temperature 1 (for CE and s), *lset the log-sum-exp at it and *qt = Q_t, the
+ * tail summed directly (no 1 - Q_K).
+ */
+float2 distil_topk_row_online(__global const SRC_T *xr, long vocab, __local const long *sid,
+                              __local const float *sz, long k, long pad_id, float it, float *lset,
+                              distil_acc *qt, __local float *lm, __local distil_acc *ls,
+                              __local distil_acc *ls1) {
+    float mt = -INFINITY, mk = -INFINITY;
+    distil_acc st = 0.0f, st1 = 0.0f, sk = 0.0f, sk1 = 0.0f;
+    for (long j = get_local_id(0); j < vocab; j += WG_SIZE) {
+        distil_topk_online_add(&mt, &st, &st1, LOAD(SRC_DTYPE, xr, j), it);
+    }
+    for (long j = get_local_id(0); j < k; j += WG_SIZE) {
+        distil_topk_online_add(&mk, &sk, &sk1, sid[j] == pad_id ? -INFINITY : sz[j], it);
+    }
+    distil_topk_group_online(&mt, &st, &st1, it, lm, ls, ls1);
+    distil_topk_group_online(&mk, &sk, &sk1, it, lm, ls, ls1);
+    const float m = mt > mk ? mt : mk;
+    const distil_acc at = mt == -INFINITY ? 0.0f : st * exp((mt - m) * it);
+    const distil_acc a = at + (mk == -INFINITY ? 0.0f : sk * exp((mk - m) * it));
+    const distil_acc a1 =
+        (mt == -INFINITY ? 0.0f : st1 * exp(mt - m)) + (mk == -INFINITY ? 0.0f : sk1 * exp(mk - m));
+    *lset = m * it + (float)log(a);
+    *qt = at / a;
+    return (float2)(m, (float)log(a1));
 }
 
 /* sum over the row of exp(x * it - lset) in distil_acc. */
@@ -156,7 +222,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void distil_topk_r
     __local float sz[TK_MAX], sg[TK_MAX];
     __local long red_l[WG_SIZE];
     __local float red_m[WG_SIZE];
-    __local distil_acc red_s[WG_SIZE];
+    __local distil_acc red_s[WG_SIZE], red_s1[WG_SIZE];
     const ulong row = get_group_id(0);
     const int lid = (int)get_local_id(0);
     __global SRC_T *xr = x + x_off + row * x_stride;
@@ -184,12 +250,8 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void distil_topk_r
         return;
     }
     const float it = logits ? inv_t : 1.0f;
-    const float2 l1 = logits ? distil_topk_row_lse(xr, vocab, 1.0f, red_m, red_s) : (float2)(0.0f);
-    const float2 lt = logits ? distil_topk_row_lse(xr, vocab, it, red_m, red_s) : (float2)(0.0f);
-    const float lse1 = l1.x + l1.y, lset = lt.x * it + lt.y;
     const float z_label = (logits && has_labels) ? LOAD(SRC_DTYPE, xr, label) : 0.0f;
     /* The slots: raw value (logit or log-prob) into local memory; pads get -inf x and y. */
-    distil_acc qk = 0.0f;
     float ym = -INFINITY;
     distil_acc ys = 0.0f;
     int used = 0;
@@ -197,16 +259,19 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void distil_topk_r
         const bool pad = sid[j] == pad_id;
         sz[j] = pad ? -INFINITY : LOAD(SRC_DTYPE, xr, sid[j]);
         const float y = pad ? -INFINITY : LOAD(TDTYPE, yr, j);
-        qk += exp(sz[j] * it - lset);
         distil_lse_add(&ym, &ys, y, 1.0f);
         used += pad ? 0 : 1;
     }
     const float lpk = distil_topk_teacher_lse(
         yr, sid, k, pad_id, distil_group_lse(ym, ys, red_m, red_s, 1.0f).x, red_s);
-    const distil_acc qk_all = distil_group_sum_acc(qk, red_s);
     const int n_used = (int)distil_group_sum(convert_float(used), red_m);
+    /* The student: with logits, the ids marked -inf (after every item has read z_label and its
+     * slots), then one read of the row for both log-sum-exps and the tail Q_t summed directly;
+     * the log-prob form (read only): Q_t = sum exp(x) - Q_K in distil_acc, lset = 0. */
+    float2 l1 = (float2)(0.0f);
+    float lset = 0.0f;
     distil_acc qt;
-    if (logits) { /* mark the ids, then sum the complement directly */
+    if (logits) {
         for (long j0 = 0; j0 < k; j0 += WG_SIZE) {
             const long j = j0 + lid;
             if (j < k && sid[j] != pad_id) {
@@ -214,8 +279,15 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void distil_topk_r
             }
         }
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-        qt = distil_topk_row_q(xr, vocab, it, lset, red_s);
-    } else {
+        l1 = distil_topk_row_online(xr, vocab, sid, sz, k, pad_id, it, &lset, &qt, red_m, red_s,
+                                    red_s1);
+    }
+    distil_acc qk = 0.0f;
+    for (long j = lid; j < k; j += WG_SIZE) {
+        qk += exp(sz[j] * it - lset);
+    }
+    const distil_acc qk_all = distil_group_sum_acc(qk, red_s);
+    if (!logits) {
         const distil_acc all = distil_topk_row_q(xr, vocab, 1.0f, 0.0f, red_s);
         qt = all - qk_all > 0.0f ? all - qk_all : 0.0f;
     }
