@@ -285,8 +285,8 @@ typedef struct distil_topk_teacher {
  *   g (rows, vocab) g_dtype row stride g_stride, optional: G = (weight_hard / n)(s - onehot) +
  *     (weight_soft / n) * (d soft / d x, with the Jacobian and 1/tau when logits), n the fp32 at
  *     n_valid (1 when absent; n == 0 gives 0). With logits and g_dtype F32, g may equal x.
- *     With logits, x is the pass's own: a backend may overwrite it (cpu, opencl and cuda set
- *     the ids' entries to -inf, so that one pass sums the tail Q_t directly).
+ *     With logits, x is the pass's own: a backend may overwrite it (cpu and opencl set the
+ *     ids' entries to -inf, so that one pass sums the tail Q_t directly).
  */
 typedef struct distil_topk_rows_args {
     distil_dptr x;
