@@ -24,6 +24,7 @@
  */
 #include "dtype.cuh"
 #include "gemm_portable.cuh"
+#include "lt_plan.cuh"
 #include "reduce.cuh"
 
 #define DE8_FN __device__ __forceinline__
@@ -160,30 +161,6 @@ static distil_status fp8_scale_bias(gpu_state *b, const distil_gemm_e4m3_args *a
     return gpu_check_launch(b, "gemm_e4m3 scales");
 }
 
-/* Descriptors of one cuBLASLt fp8 product, destroyed together. */
-struct fp8_plan {
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    ~fp8_plan() {
-        if (pref) {
-            cublasLtMatmulPreferenceDestroy(pref);
-        }
-        if (lc) {
-            cublasLtMatrixLayoutDestroy(lc);
-        }
-        if (lb) {
-            cublasLtMatrixLayoutDestroy(lb);
-        }
-        if (la) {
-            cublasLtMatrixLayoutDestroy(la);
-        }
-        if (op) {
-            cublasLtMatmulDescDestroy(op);
-        }
-    }
-};
-
 static cublasStatus_t fp8_attr(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t what,
                                const void *v, size_t n, cublasStatus_t st) {
     return st != CUBLAS_STATUS_SUCCESS ? st : cublasLtMatmulDescSetAttribute(op, what, v, n);
@@ -200,7 +177,7 @@ static cublasStatus_t fp8_attr(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttrib
 enum fp8_lt_kind { FP8_LT_FULL, FP8_LT_SCALES, FP8_LT_UNIT };
 
 static cublasStatus_t fp8_describe(const gpu_state *b, const distil_gemm_e4m3_args *a,
-                                   fp8_lt_kind kind, fp8_plan &pl) {
+                                   fp8_lt_kind kind, lt_plan &pl) {
     const bool bias = kind == FP8_LT_FULL;
     const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
@@ -238,7 +215,7 @@ static cublasStatus_t fp8_describe(const gpu_state *b, const distil_gemm_e4m3_ar
 
 /* One cuBLASLt attempt; false when it has no kernel for it (nothing was enqueued then). */
 static bool fp8_lt(gpu_state *b, const distil_gemm_e4m3_args *a, fp8_lt_kind kind) {
-    fp8_plan pl;
+    lt_plan pl;
     if (fp8_describe(b, a, kind, pl) != CUBLAS_STATUS_SUCCESS) {
         return false;
     }

@@ -7,6 +7,7 @@
  * DISTIL_CUDA_GEMM=portable.
  */
 #include "gemm_portable.cuh"
+#include "lt_plan.cuh"
 
 namespace DISTIL_GPU_NS {
 
@@ -48,30 +49,6 @@ static bool gemm_fits_int(const distil_gemm_args *a) {
 #endif
 
 #if DISTIL_GPU_HAVE_BLASLT
-/* Descriptors of one cuBLASLt product, destroyed together. */
-struct lt_plan {
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    ~lt_plan() {
-        if (pref) {
-            cublasLtMatmulPreferenceDestroy(pref);
-        }
-        if (lc) {
-            cublasLtMatrixLayoutDestroy(lc);
-        }
-        if (lb) {
-            cublasLtMatrixLayoutDestroy(lb);
-        }
-        if (la) {
-            cublasLtMatrixLayoutDestroy(la);
-        }
-        if (op) {
-            cublasLtMatmulDescDestroy(op);
-        }
-    }
-};
-
 /* Column-major view: first operand op(B^T) (n, k), second op(A^T) (k, m), D = C^T (n, m). */
 static cublasStatus_t lt_describe(const gpu_state *b, const distil_gemm_args *a, lt_plan &pl) {
     const cudaDataType_t ab = gemm_type(a->b_dtype);
