@@ -183,6 +183,17 @@ static void repoison(void *dev, size_t bytes) {
     TU_OK(g_ctx, distil_memcpy_to_device(g_ctx, dev, host, bytes));
 }
 
+/* A call with bad teacher ids, status s: the call (cpu, ref) or the next synchronize reports
+ * DISTIL_ERR_INVALID_LABEL with `want` in the message, once. */
+static void expect_bad_ids(distil_status s, const char *want) {
+    if (s == DISTIL_OK) {
+        s = distil_ctx_synchronize(g_ctx);
+    }
+    assert_int_equal(s, DISTIL_ERR_INVALID_LABEL);
+    TU_CHECK_MESSAGE(g_ctx, want);
+    assert_int_equal(distil_ctx_synchronize(g_ctx), DISTIL_OK);
+}
+
 /* An id outside [0, V) in row 2: the call (cpu, ref) or the next synchronize reports it, once. */
 static void test_bad_id(void **state) {
     (void)state;
@@ -190,13 +201,8 @@ static void test_bad_id(void **state) {
     void *bad = tu_upload(g_ctx, ids, sizeof ids);
     distil_topk_desc d;
     lp_desc(&d);
-    distil_status s = distil_topk(g_ctx, &d, g.x, bad, g.logp, g.labels, g.loss, g.grad);
-    if (s == DISTIL_OK) {
-        s = distil_ctx_synchronize(g_ctx);
-    }
-    assert_int_equal(s, DISTIL_ERR_INVALID_LABEL);
-    TU_CHECK_MESSAGE(g_ctx, "teacher_ids: row 2 ");
-    assert_int_equal(distil_ctx_synchronize(g_ctx), DISTIL_OK);
+    expect_bad_ids(distil_topk(g_ctx, &d, g.x, bad, g.logp, g.labels, g.loss, g.grad),
+                   "teacher_ids: row 2 ");
     distil_free(g_ctx, bad);
     repoison(g.loss, (T + 3) * 4), repoison(g.grad, T * V * 4);
 }
@@ -210,24 +216,14 @@ static void test_bad_id_first_row(void **state) {
     void *bad = tu_upload(g_ctx, ids, sizeof ids);
     distil_topk_desc d;
     lp_desc(&d);
-    distil_status s = distil_topk(g_ctx, &d, g.x, bad, g.logp, g.labels, g.loss, g.grad);
-    if (s == DISTIL_OK) {
-        s = distil_ctx_synchronize(g_ctx);
-    }
-    assert_int_equal(s, DISTIL_ERR_INVALID_LABEL);
-    TU_CHECK_MESSAGE(g_ctx, "teacher_ids: row 1 has id 3 twice");
-    assert_int_equal(distil_ctx_synchronize(g_ctx), DISTIL_OK);
+    expect_bad_ids(distil_topk(g_ctx, &d, g.x, bad, g.logp, g.labels, g.loss, g.grad),
+                   "teacher_ids: row 1 has id 3 twice");
     distil_fused_linear_topk_desc f;
     fu_desc(&f);
     f.chunk_rows = 2; /* the bad rows in two chunks: the first chunk's stands */
-    s = distil_fused_linear_topk(g_ctx, &f, g.xs, g.ws, g.bs, bad, g.logp, g.labels, g.loss, g.gxs,
-                                 g.gws, g.gbs);
-    if (s == DISTIL_OK) {
-        s = distil_ctx_synchronize(g_ctx);
-    }
-    assert_int_equal(s, DISTIL_ERR_INVALID_LABEL);
-    TU_CHECK_MESSAGE(g_ctx, "teacher_ids: row 1 has id 3 twice");
-    assert_int_equal(distil_ctx_synchronize(g_ctx), DISTIL_OK);
+    expect_bad_ids(distil_fused_linear_topk(g_ctx, &f, g.xs, g.ws, g.bs, bad, g.logp, g.labels,
+                                            g.loss, g.gxs, g.gws, g.gbs),
+                   "teacher_ids: row 1 has id 3 twice");
     distil_free(g_ctx, bad);
     repoison(g.loss, (T + 3) * 4), repoison(g.grad, T * V * 4);
     repoison(g.gxs, T * HS * 4);
