@@ -26,9 +26,6 @@ distil_status distil_fused_fp8_check(distil_ctx *ctx, const char *fn,
                                 "teacher head",
                                 fn, be->name);
     }
-    if (be->fused_linear_jsd == NULL && be->fp8_ready != NULL) {
-        return be->fp8_ready(ctx->b);
-    }
     return DISTIL_OK;
 }
 

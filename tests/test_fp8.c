@@ -52,6 +52,16 @@ static bool fp8_skip(tp_fused *p) {
     return false;
 }
 
+/* Whether the backend's fp8 product may be the tensor cores' (cuda, unless DISTIL_CUDA_FP8 forces
+ * the emulation kernel): they add the e4m3 products with fewer bits than fp32 before promoting to
+ * fp32 (docs/SPEC.md §6), which moved the soft part of this file's self-distillation (a
+ * second-order quantity of the e4m3 rounding, so sensitive to every logit's last bits) by 3.7e-4
+ * relative on an H200, and the teacher LSEs by less. Those two are then held to 1e-3. */
+static bool fp8_tensor_cores(void) {
+    const char *f = getenv("DISTIL_CUDA_FP8");
+    return strcmp(g_backend, "cuda") == 0 && !(f != NULL && strcmp(f, "emulate") == 0);
+}
+
 /* The largest relative difference of the teacher LSEs (rows t). */
 static double lse_diff(const float *a, const float *b, int64_t t) {
     double m = 0.0;
@@ -89,14 +99,15 @@ static void test_not_skipped(void **state) {
         p.d.teacher_head_precision = DISTIL_HEAD_PRECISION_DEFAULT;
         tp_fused_run(g_ref, &p, &ref);
         const double tol = tu_tolerance(dts[k], TU_LOSS);
+        const double tol_t = fp8_tensor_cores() ? fmax(tol, 1e-3) : tol; /* the teacher's side */
         for (int i = 0; i < 3; i++) {
             TU_CHECK_REL(i == 0   ? "loss"
                          : i == 1 ? "hard part"
                                   : "soft part",
-                         got.loss[i], ref8.loss[i], tol);
+                         got.loss[i], ref8.loss[i], i == 2 ? tol_t : tol);
         }
         for (int64_t i = 0; i < s.t; i++) {
-            TU_CHECK_REL("teacher_lse", got.lse_t[i], ref8.lse_t[i], tol);
+            TU_CHECK_REL("teacher_lse", got.lse_t[i], ref8.lse_t[i], tol_t);
         }
         /* the emulation matters: the exact head's soft part (0 up to rounding) and teacher LSEs
          * are far from the fp8 head's, the LSEs by more than fp32 rounding could explain */

@@ -344,8 +344,7 @@ typedef struct pr_fused {
  * rounding is then part of the formula it evaluates, as it is of PyTorch's bf16 autograd and
  * Liger's, so the careful evaluation makes it too. */
 static bool pr_g_rounded(distil_dtype dt) {
-    const char *b = distil_ctx_backend_name(g_ctx);
-    return dt != DISTIL_F32 && (strcmp(b, "cuda") == 0 || strcmp(b, "hip") == 0);
+    return tu_g_rounded(g_ctx, dt);
 }
 
 static float pr_scale_of(float s) {

@@ -55,5 +55,4 @@ const distil_backend DISTIL_GPU_TABLE = {
     .quant_rows = DISTIL_GPU_FN(quant_rows),
     .gemm_e4m3 = DISTIL_GPU_FN(gemm_e4m3),
     .e4m3_bytes = 1,
-    .fp8_ready = DISTIL_GPU_FN(fp8_ready),
 };

@@ -16,8 +16,9 @@
  *      has no fp8 kernel (e.g. a vocabulary that is not a multiple of 4: D's leading dimension is
  *      then not 16-byte aligned). Correct everywhere, not fast.
  * DISTIL_CUDA_FP8=lt refuses step 4 (DISTIL_ERR_UNSUPPORTED naming the reason) so that a benchmark
- * cannot measure the emulation unknowingly; DISTIL_CUDA_FP8=emulate forces it (tests). Without
- * either, the fp8 head is UNSUPPORTED (fp8_ready) until it has been run on a GPU.
+ * cannot measure the emulation unknowingly; DISTIL_CUDA_FP8=emulate forces it (tests). First run
+ * on an H200 on 2026-12-01 (docs/CUDA-NOTES.md): test_cuda_e4m3 over every fp32, the fp8 suites
+ * with each product, bench/fp8_teacher.py.
  * The codes: __nv_cvt_float_to_fp8(x / s, __NV_SATFINITE, __NV_E4M3) on cuda (the hardware
  * converter on sm_89+), which tests/test_cuda_e4m3.cu checks bit for bit against
  * core/backend_api/math/distil_e4m3.h over every fp32; that header's rounding on hip.
@@ -278,20 +279,6 @@ extern "C" distil_status DISTIL_GPU_FN(quant_rows)(void *vb, const distil_quant_
             gpu_ptr<unsigned char>(a->dst), a->dst_ld, gpu_ptr<float>(a->scale));
     });
     return gpu_check_launch(b, "quant_rows");
-}
-
-/* Until the fp8 head has run on a GPU (its tests and tests/test_cuda_e4m3.cu on the H200, the
- * first device session after it was written), it runs only when asked for by name: an unrun
- * product must not give numbers silently. */
-extern "C" distil_status DISTIL_GPU_FN(fp8_ready)(void *vb) {
-    gpu_state *b = gpu_of(vb);
-    if (b->fp8_mode != GPU_FP8_AUTO) {
-        return DISTIL_OK;
-    }
-    return distil_error_set(b->ctx, DISTIL_ERR_UNSUPPORTED,
-                            "%s: teacher_head_precision FP8_E4M3 has not yet been run on a GPU; "
-                            "set DISTIL_CUDA_FP8=lt (cuBLASLt fp8) or =emulate to use it anyway",
-                            DISTIL_GPU_NAME);
 }
 
 extern "C" distil_status DISTIL_GPU_FN(gemm_e4m3)(void *vb, const distil_gemm_e4m3_args *a) {

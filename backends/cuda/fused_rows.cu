@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(FUSED_THREADS) distil_fused_rows_kernel(fused_
     }
     /* Read before the block may write G over zs (in place): the barriers of pass 2's sums order
      * it before any write. */
-    const float z_label = threadIdx.x == 0 ? zs[label] : 0.0f;
+    const float z_label = zs[label]; /* every thread: fused_label_sm1 */
     fused_stream_row<GDT, HAS_G, VW>(p, sm, zs, zt, n, g, row, label, z_label);
 }
 

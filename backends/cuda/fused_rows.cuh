@@ -87,8 +87,17 @@ struct fused_exp_acc {
  * weights hw = weight_hard / n, sw = weight_soft / (n tau), and (pass 3) sum of g. */
 struct fused_row_stats {
     float ms, mt, lx, ly, lce, hw, sw, sum_g;
+    float sm1; /* the label's s - 1 (fused_label_sm1) */
     int64_t label;
 };
+
+/* The CE gradient's s - 1 at the label, as expm1 of the label's log-softmax (z_label - ms) - LSE:
+ * at a confident correct label s rounds to 1 in fp32, and s - 1 then carries only the rounding of
+ * s (exp2f's 2 ulp: 10x the careful fp32 error of grad_xs on an H200 with a small soft part,
+ * docs/CUDA-NOTES.md), while expm1 keeps it to an ulp of itself. */
+__device__ __forceinline__ float fused_label_sm1(float z_label, float ms, float lce) {
+    return expm1f((z_label - ms) - lce * FUSED_LN2);
+}
 
 /* Whether the row's label l takes part (in [0, V) and not ignore_index). Both row kernels use it;
  * invalid labels were recorded by count_valid (the one label check), their rows are ignored. */
@@ -189,6 +198,48 @@ __device__ __forceinline__ void fused_for_vectors(const float *zs, const float *
     }
 }
 
+/* acc += sum_k ex((v[k] - r) c) over one vector, ex an exp2. The VW terms are summed in fp32 and
+ * the vector's sum added to the double acc, except in a vector that holds r itself (has_r: a few
+ * vectors per row): its own term is 2^0 = 1, beside which fp32 keeps only 2^-24 of the small
+ * terms, and at a peaky row those are all of LSE - max (the CE gradient s - 1 at a confident
+ * label, x at the row's mode); there each term goes to the double sum on its own, as in the
+ * careful evaluation and on cpu (the fp32 vector sum gave 10x the careful error on an H200,
+ * docs/CUDA-NOTES.md). Every row pass's exp sums go through here. */
+template <int VW, typename E>
+__device__ __forceinline__ void fused_add_exps(double &acc, const float (&v)[VW], float r, float c,
+                                               bool has_r, E ex) {
+    if (has_r) {
+#pragma unroll
+        for (int k = 0; k < VW; k++) {
+            acc += static_cast<double>(ex((v[k] - r) * c));
+        }
+        return;
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VW; k++) {
+        s += ex((v[k] - r) * c);
+    }
+    acc += s;
+}
+
+/* Whether some v[k] equals r (fused_add_exps's has_r where the maximum is known beforehand). */
+template <int VW> __device__ __forceinline__ bool fused_vec_has(const float (&v)[VW], float r) {
+    bool h = false;
+#pragma unroll
+    for (int k = 0; k < VW; k++) {
+        h |= v[k] == r;
+    }
+    return h;
+}
+
+/* exp2f as an object, for fused_add_exps. */
+struct fused_exp2 {
+    __device__ __forceinline__ float operator()(float t) const {
+        return exp2f(t);
+    }
+};
+
 /* s *= 2^((m - m_new) c): the sum relative to m moved to the larger m_new. */
 __device__ __forceinline__ void fused_rescale(double &s, float m, float m_new, float c) {
     s *= static_cast<double>(exp2f((m - m_new) * c));
@@ -197,7 +248,8 @@ __device__ __forceinline__ void fused_rescale(double &s, float m, float m_new, f
 /* Pass 1 on one vector: raise the running maxima first (rescaling the sums: the branch runs only
  * when a maximum grows, a few times per thread), then add the vector's terms, summed in fp32, to
  * the double sums. While a maximum is -inf (its columns all -inf so far) the terms are taken
- * relative to 0: they are 0, or NaN from a NaN logit, which must propagate. */
+ * relative to 0: they are 0, or NaN from a NaN logit, which must propagate. The vector that raised
+ * a maximum (or equals it) holds it: its terms are summed in double (fused_add_exps). */
 template <int VW, bool UNIT>
 __device__ __forceinline__ void fused_exp_add(const fused_params &p, fused_exp_acc &t,
                                               const float (&a)[VW], const float (&b)[VW]) {
@@ -221,18 +273,11 @@ __device__ __forceinline__ void fused_exp_add(const fused_params &p, fused_exp_a
     }
     const float ra = t.ms == -INFINITY ? 0.0f : t.ms;
     const float rb = t.mt == -INFINITY ? 0.0f : t.mt;
-    float sx = 0.0f, sy = 0.0f, sc = 0.0f;
-#pragma unroll
-    for (int k = 0; k < VW; k++) {
-        sx += exp2f((a[k] - ra) * p.cx);
-        sy += exp2f((b[k] - rb) * p.cy);
-        if (!UNIT) {
-            sc += exp2f((a[k] - ra) * FUSED_LOG2E);
-        }
+    fused_add_exps(t.sx, a, ra, p.cx, va == ra, fused_exp2{});
+    fused_add_exps(t.sy, b, rb, p.cy, vb == rb, fused_exp2{});
+    if (!UNIT) {
+        fused_add_exps(t.sc, a, ra, FUSED_LOG2E, va == ra, fused_exp2{});
     }
-    t.sx += sx;
-    t.sy += sy;
-    t.sc += sc;
 }
 
 template <int VW, bool UNIT>
@@ -289,7 +334,8 @@ __device__ inline void fused_pass_jsd(const fused_params &p, const fused_row_sta
     });
 }
 
-/* One element of G: hw (s - onehot) + sw (g - q sum g), s = softmax(zs) (q when tau == 1). */
+/* One element of G: hw (s - onehot) + sw (g - q sum g), s = softmax(zs) (q when tau == 1); at the
+ * label s - 1 is the row's st.sm1. */
 template <int MODE, bool UNIT>
 __device__ __forceinline__ float fused_grad_elem(const fused_params &p, const fused_row_stats &st,
                                                  float zs, float zt, bool is_label) {
@@ -298,7 +344,7 @@ __device__ __forceinline__ float fused_grad_elem(const fused_params &p, const fu
     float g, q;
     (void)jsd_elem_q<MODE>(p.coef, x, y, &g, &q);
     const float s = UNIT ? q : exp2f((zs - st.ms) * FUSED_LOG2E - st.lce);
-    return st.hw * (s - (is_label ? 1.0f : 0.0f)) + st.sw * de_soft_grad(g, q, st.sum_g);
+    return st.hw * (is_label ? st.sm1 : s) + st.sw * de_soft_grad(g, q, st.sum_g);
 }
 
 /* Pass 3: the row g of G. In place (g aliasing zs, F32) is safe: each thread reads its own
@@ -359,7 +405,7 @@ __device__ inline void fused_ignored_row(const fused_params &p, int64_t row, voi
 }
 
 /* The three passes of a row with a valid label: its CE, JSD and G (n columns). z_label: zs at the
- * label (thread 0), read before any thread may write G over zs. */
+ * label (every thread), read before any thread may write G over zs. */
 template <int GDT, bool HAS_G, int VW>
 __device__ inline void fused_stream_row(const fused_params &p, fused_smem &sm, const float *zs,
                                         const float *zt, int64_t n, void *g, int64_t row,
@@ -375,6 +421,7 @@ __device__ inline void fused_stream_row(const fused_params &p, fused_smem &sm, c
     }
     if (HAS_G) {
         st.sum_g = static_cast<float>(acc[1]);
+        st.sm1 = fused_label_sm1(z_label, st.ms, st.lce);
         st.label = label;
         fused_with_mode_unit(p, [&](auto mode, auto unit) {
             fused_pass_grad<GDT, VW, decltype(mode)::value, decltype(unit)::value>(

@@ -133,23 +133,19 @@ __device__ inline void res_pass_max(const float *sa, const float *sb, int n, flo
 }
 
 /* Pass 2: sums of 2^((zs - ms) cx), 2^((zt - mt) cy) and, for tau != 1 (!UNIT),
- * 2^((zs - ms) log2 e). Vectors of VW summed in fp32, then added in double. */
+ * 2^((zs - ms) log2 e). Vectors of VW summed in fp32, then added in double, except a vector
+ * holding the block's maximum (fused_add_exps). */
 template <int VW, bool UNIT>
 __device__ inline void res_pass_exp(const res_params &p, const float *sa, const float *sb, int n,
                                     float ms, float mt, double (&acc)[3]) {
     res_for_vectors<VW>(sa, sb, n, [&](const float(&x)[VW], const float(&y)[VW], int) {
-        float sx = 0.0f, sy = 0.0f, sc = 0.0f;
-#pragma unroll
-        for (int k = 0; k < VW; k++) {
-            sx += distil_exp2_ftz((x[k] - ms) * p.cx);
-            sy += distil_exp2_ftz((y[k] - mt) * p.cy);
-            if (!UNIT) {
-                sc += distil_exp2_ftz((x[k] - ms) * FUSED_LOG2E);
-            }
+        const auto ex = [](float t) { return distil_exp2_ftz(t); };
+        const bool hx = fused_vec_has(x, ms);
+        fused_add_exps(acc[0], x, ms, p.cx, hx, ex);
+        fused_add_exps(acc[1], y, mt, p.cy, fused_vec_has(y, mt), ex);
+        if (!UNIT) {
+            fused_add_exps(acc[2], x, ms, FUSED_LOG2E, hx, ex);
         }
-        acc[0] += sx;
-        acc[1] += sy;
-        acc[2] += sc;
     });
 }
 
@@ -157,12 +153,14 @@ __device__ inline void res_pass_exp(const res_params &p, const float *sa, const 
  * (zs - ms) log2e - lce; hw = weight_hard / n, sw = weight_soft / (n tau). */
 struct res_row_stats {
     float ms, mt, lx, ly, lce, hw, sw;
+    float sm1; /* the label's s - 1 (fused_label_sm1) */
 };
 
 /* Pass 3: the JSD terms once; with G wanted, P into sa and q into sb (in place). Sums of e and
  * g (in double) go to acc[0], acc[1]. lc: the label's column in the slice (-1: not in it), where
- * P is hw (s - 1) + sw g: s - 1 is taken first, so that a confident correct label (s = 1 in fp32)
- * keeps the soft part whole (adding hw s + sw g before taking hw off kept it to an ulp of hw). */
+ * P is hw (s - 1) + sw g with s - 1 the row's st.sm1 (fused_label_sm1), taken before the soft
+ * part is added, so that a confident correct label (s = 1 in fp32) keeps the soft part whole
+ * (adding hw s + sw g before taking hw off kept it to an ulp of hw). */
 template <bool HAS_G, int VW, int MODE, bool UNIT>
 __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st, float *sa,
                                     float *sb, int n, const float *dz, int lc, double (&acc)[2]) {
@@ -177,8 +175,7 @@ __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st
             acc[1] += g;
             if (HAS_G) {
                 const float s = UNIT ? q : distil_exp2_ftz((a[k] - st.ms) * FUSED_LOG2E - st.lce);
-                const float oh = j + k == lc ? 1.0f : 0.0f;
-                pv[k] = st.hw * (s - oh) + st.sw * g;
+                pv[k] = st.hw * (j + k == lc ? st.sm1 : s) + st.sw * g;
                 qv[k] = q;
                 if (dz != nullptr) { /* docs/SPEC.md §6: G = f (P - kappa q), f = dz'/dz */
                     const float f = dz[j + k];
@@ -318,9 +315,10 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
     /* docs/SPEC.md §6: the slice's dz'/dz of the student's head, or nullptr */
     const float *dzs = p.dz != nullptr ? p.dz + row * p.vocab + c0 : nullptr;
     /* Read before G may overwrite zs (in place, F32): the exchanges order it before any write. */
-    const float z_label = lead ? zs[label] : 0.0f;
+    const float z_label = zs[label]; /* every thread: fused_label_sm1 */
     res_load_wait<VW>();
     res_row_stats_of<VW>(p, sm, sa, sb, n, st);
+    st.sm1 = fused_label_sm1(z_label, st.ms, st.lce);
     double acc[2] = {0.0, 0.0};
     const int64_t lc = label - c0; /* the label's column in this block's slice */
     const int lcol = lc >= 0 && lc < n ? static_cast<int>(lc) : -1;

@@ -3,14 +3,17 @@
  * one block per row, which checks its row's ids (a bad row is ignored, and its index goes to the
  * label word's topk_row by atomicMin: deterministic, the minimum of the rows), then
  * one block that records the first bad row like count_valid records a label. A valid row:
- *   pass 1  max of x (x: fp32 logits of the chunk, or the student's log-probs)
- *   pass 2  A = sum exp(x it - m) in double (and, with logits, the same at temperature 1 for CE)
- *   slots   x_j, y_j of the k slots in shared memory (k <= TOPK_MAX), S_K = the same terms as A
- *           at the ids, so that A - S_K is the tail Q_t summed directly (no 1 - Q_K), the k (+ 1)
- *           element terms of distil_elem.h, the row constants of distil_topk.h
- *   pass 3  G over V (off K), then the slots' entries of G rewritten (on K)
- * Three reads of the row and one write of G: less than the dense kernel's three passes over zs
- * and zt. G may overwrite x (fp32, in place): the slots' logits are kept in shared memory first.
+ *   slots   x_j, y_j of the k slots in shared memory (k <= TOPK_MAX)
+ *   pass 1  the fused loss's fp32 logits: the ids' entries set to -inf, then one online pass
+ *           (running max, sums rescaled) of the tail Q_t at tau and at 1 (CE), summed directly
+ *           (no 1 - Q_K), the slots' terms added at the block's max (topk_student_logits); the
+ *           log-prob form (read only): max, then A = sum exp(x - m), Q_t = A - S_K with S_K the
+ *           very terms of A at the ids (topk_student_logp, two reads)
+ *   then    the k (+ 1) element terms of distil_elem.h, the row constants of distil_topk.h
+ *   pass 2  G over V (off K), then the slots' entries of G rewritten (on K)
+ * Two reads of the row (three in the log-prob form) and one write of G: less than the dense
+ * kernel's three passes over zs and zt. G may overwrite x (fp32, in place): the slots' logits
+ * are kept in shared memory first.
  */
 #include "gpu_state.cuh"
 #include "dtype.cuh"
@@ -120,26 +123,108 @@ struct topk_smem {
     long long lscr[DISTIL_GPU_MAX_WARPS];
 };
 
-/* Pass 1 and 2 of a row: m = max x, A = sum exp(x it - m), and at temperature 1 (logits, for CE)
- * m1 = max x, A1 = sum exp(x - m1). */
+/* The log-prob form's row sums (x as given, read only): pass 1 m = max x, pass 2 A = sum exp(x -
+ * m) in double; Q_t is then A - S_K with S_K the same terms at the ids (topk_student_logp). */
 template <int XDT>
-__device__ void topk_row_sums(const void *xr, int64_t n, float it, bool logits, topk_smem &sm,
-                              float *m, double *a, float *m1, double *a1) {
+__device__ void topk_row_sums(const void *xr, int64_t n, topk_smem &sm, float *m, double *a) {
     float mx = -INFINITY;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
         mx = fmaxf(mx, load1<XDT>(xr, j));
     }
     mx = -block_min(-mx, sm.fscr);
-    *m1 = mx;
-    *m = mx * it; /* it > 0 */
-    double s = 0.0, s1 = 0.0;
+    *m = mx;
+    double s = 0.0;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-        const float v = load1<XDT>(xr, j);
-        s += expf(v * it - *m);
-        s1 += logits ? expf(v - mx) : 0.0f;
+        s += expf(load1<XDT>(xr, j) - mx);
     }
     *a = block_sum(s, sm.dscr);
-    *a1 = logits ? block_sum(s1, sm.dscr) : 0.0;
+}
+
+/* One thread's online (max, sums) of its elements of a row of fp32 logits: mx the running max of
+ * z, s = sum exp(z it - mx it) and s1 = sum exp(z - mx) in double. A new max rescales both sums
+ * by exp(old - new) in double (rare: a thread's running max rises O(log n) times on a row in
+ * random order). A -inf element before any other adds nothing (exp(-inf - -inf) would be NaN);
+ * NaN fails every compare and makes the sums NaN; +inf makes its term NaN, as the two-pass form
+ * (max, then sums) did. */
+struct topk_online {
+    float mx = -INFINITY;
+    double s = 0.0, s1 = 0.0;
+};
+
+__device__ __forceinline__ void topk_online_add(topk_online &o, float v, float it) {
+    if (v > o.mx) {
+        o.s *= exp(static_cast<double>(o.mx * it) - static_cast<double>(v * it));
+        o.s1 *= exp(static_cast<double>(o.mx) - static_cast<double>(v));
+        o.mx = v;
+    } else if (o.mx == -INFINITY && v == -INFINITY) {
+        return;
+    }
+    o.s += expf(v * it - o.mx * it);
+    o.s1 += expf(v - o.mx);
+}
+
+/* What the row pass needs of the student: lnorm (x it - lnorm are the log-probs; 0 for the
+ * log-prob form), lse1 (the log-sum-exp at temperature 1, for CE; 0 for the log-prob form), Q_t
+ * and Q_K. */
+struct topk_student {
+    float lnorm, lse1, qt, qk;
+};
+
+/* The log-prob form: two reads of the row (topk_row_sums), Q_t = A - S_K with S_K the very terms
+ * of A at the ids, so that the difference is the tail summed (no 1 - Q_K). */
+template <int XDT>
+__device__ topk_student topk_student_logp(const topk_params &p, const void *xr, topk_smem &sm) {
+    float m;
+    double a, sk = 0.0;
+    topk_row_sums<XDT>(xr, p.vocab, sm, &m, &a);
+    for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+        sk += sm.sid[j] == p.pad_id ? 0.0f : expf(sm.sz[j] - m); /* the very terms of A */
+    }
+    sk = block_sum(sk, sm.dscr);
+    const double scale = exp(static_cast<double>(m));
+    return {0.0f, 0.0f, static_cast<float>(fmax(a - sk, 0.0) * scale),
+            static_cast<float>(sk * scale)};
+}
+
+/* The fused loss's fp32 logits z, one read of the row: the ids' entries (their logits already in
+ * sm.sz) are set to -inf in z (G overwrites z afterwards anyway), so that one online pass
+ * (topk_online) sums the tail Q_t directly at both temperatures (no 1 - Q_K, no A - S_K between
+ * sums of differently rounded terms) and finds the max of the rest; the slots' terms are added at
+ * the block's max. A row of -inf only gives NaN sums, as the two-pass form did. */
+__device__ topk_student topk_student_logits(const topk_params &p, float *zr, float it,
+                                            topk_smem &sm) {
+    float smax = -INFINITY;
+    __syncthreads(); /* every thread has read z_label and its slots' logits */
+    for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+        if (sm.sid[j] != p.pad_id) {
+            smax = fmaxf(smax, sm.sz[j]);
+            zr[sm.sid[j]] = -INFINITY;
+        }
+    }
+    __syncthreads(); /* the marks are seen by the whole block */
+    topk_online o;
+    for (int64_t j = threadIdx.x; j < p.vocab; j += blockDim.x) {
+        topk_online_add(o, zr[j], it);
+    }
+    const float mx = -block_min(-fmaxf(o.mx, smax), sm.fscr);
+    const float m = mx * it; /* it > 0 */
+    /* a thread that saw no finite element has s = 0 (or NaN, kept): its factor is not needed */
+    double at = o.s == 0.0 ? 0.0 : o.s * exp(static_cast<double>(o.mx * it) - m);
+    double at1 = o.s1 == 0.0 ? 0.0 : o.s1 * exp(static_cast<double>(o.mx) - mx);
+    double sk = 0.0, sk1 = 0.0;
+    for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+        sk += sm.sid[j] == p.pad_id ? 0.0f : expf(sm.sz[j] * it - m);
+        sk1 += sm.sid[j] == p.pad_id ? 0.0f : expf(sm.sz[j] - mx);
+    }
+    at = block_sum(at, sm.dscr);
+    at1 = block_sum(at1, sm.dscr);
+    sk = block_sum(sk, sm.dscr);
+    sk1 = block_sum(sk1, sm.dscr);
+    const double a = mx == -INFINITY ? NAN : at + sk, a1 = mx == -INFINITY ? NAN : at1 + sk1;
+    const float lnorm = m + static_cast<float>(log(a));
+    const double scale = exp(static_cast<double>(m) - static_cast<double>(lnorm));
+    return {lnorm, mx + static_cast<float>(log(a1)), static_cast<float>(at * scale),
+            static_cast<float>(sk * scale)};
 }
 
 /* G over the row: every entry by the off-K formula, then the slots' entries (on K). */
@@ -200,27 +285,22 @@ __global__ void __launch_bounds__(TOPK_THREADS) topk_rows_kernel(topk_params p) 
     }
     const float it = p.logits ? p.inv_t : 1.0f;
     const float z_label = p.logits && label >= 0 ? load1<XDT>(xr, label) : 0.0f;
-    float m, m1;
-    double a, a1;
-    topk_row_sums<XDT>(xr, p.vocab, it, p.logits, sm, &m, &a, &m1, &a1);
-    /* log-probs x it - lnorm: the fused loss normalises (lnorm = log-sum-exp), the log-prob form
-     * takes x as given (lnorm = 0) */
-    const float lnorm = p.logits ? m + static_cast<float>(log(a)) : 0.0f;
-    const float lse1 = p.logits ? m1 + static_cast<float>(log(a1)) : 0.0f;
-    double sk = 0.0, ys = 0.0;
     float ym = -INFINITY;
     long long used = 0;
     for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
         const bool pad = sm.sid[j] == p.pad_id;
         sm.sz[j] = pad ? -INFINITY : load1<XDT>(xr, sm.sid[j]);
-        const float y = pad ? -INFINITY : topk_y(p, row * p.k + j);
-        sk += pad ? 0.0f : expf(sm.sz[j] * it - m); /* the very terms of A */
-        ym = fmaxf(ym, y);
+        ym = fmaxf(ym, pad ? -INFINITY : topk_y(p, row * p.k + j));
         used += pad ? 0 : 1;
     }
-    sk = block_sum(sk, sm.dscr);
     ym = -block_min(-ym, sm.fscr);
     used = block_sum(used, sm.lscr);
+    /* the fused loss's logits are fp32 and the pass's own (XDT = F32): marked in place */
+    const topk_student st =
+        p.logits ? topk_student_logits(p, static_cast<float *>(const_cast<void *>(xr)), it, sm)
+                 : topk_student_logp<XDT>(p, xr, sm);
+    const float lnorm = st.lnorm, lse1 = st.lse1, qt = st.qt, qk = st.qk;
+    double ys = 0.0;
     /* As cpu_topk_lse: a maximum of -inf (every used slot's teacher log-prob -inf), +inf or NaN
      * is the log-sum-exp itself (exp(y - ym) would be exp(NaN) there). ym is uniform. Else, as
      * cpu_topk_teacher_lse, log P_K = ym + log1p(the other slots' exp(y - ym)) in double (ties
@@ -237,9 +317,6 @@ __global__ void __launch_bounds__(TOPK_THREADS) topk_rows_kernel(topk_params p) 
         ys = block_sum(ys, sm.dscr);
         ties = block_sum(ties, sm.lscr);
     }
-    const double scale = exp(static_cast<double>(m) - static_cast<double>(lnorm));
-    const float qt = static_cast<float>(fmax(a - sk, 0.0) * scale);
-    const float qk = static_cast<float>(sk * scale);
     const float lqk = logf(qk);
     const float lpk = ym_finite ? static_cast<float>(static_cast<double>(ym) +
                                                      log1p(static_cast<double>(ties - 1) + ys))

@@ -68,19 +68,13 @@ __device__ inline void tp_sums(const tp_params &p, fused_smem &sm, const float *
                 mt = static_cast<float>(p.smax[2 * row + 1]);
     const float ra = ms == -INFINITY ? 0.0f : ms, rb = mt == -INFINITY ? 0.0f : mt;
     double v[3] = {0.0, 0.0, 0.0};
-    fused_for_vectors<VW>(zs, zt, p.f.vocab,
-                          [&](const float(&x)[VW], const float(&y)[VW], int64_t) {
-                              float sx = 0.0f, sy = 0.0f, sc = 0.0f;
-#pragma unroll
-                              for (int k = 0; k < VW; k++) {
-                                  sx += exp2f((x[k] - ra) * p.f.cx);
-                                  sy += exp2f((y[k] - rb) * p.f.cx);
-                                  sc += exp2f((x[k] - ra) * FUSED_LOG2E);
-                              }
-                              v[0] += sx;
-                              v[1] += sy;
-                              v[2] += sc;
-                          });
+    fused_for_vectors<VW>(
+        zs, zt, p.f.vocab, [&](const float(&x)[VW], const float(&y)[VW], int64_t) {
+            const bool hx = fused_vec_has(x, ra);
+            fused_add_exps(v[0], x, ra, p.f.cx, hx, fused_exp2{});
+            fused_add_exps(v[1], y, rb, p.f.cx, fused_vec_has(y, rb), fused_exp2{});
+            fused_add_exps(v[2], x, ra, FUSED_LOG2E, hx, fused_exp2{});
+        });
     fused_block_sums<3>(sm, v);
     if (threadIdx.x == 0) {
         p.ssum[3 * row] = v[0];
@@ -129,7 +123,9 @@ __device__ inline void tp_finish(const tp_params &p, const float *zs, const floa
         p.f.jsd[row] = static_cast<float>(p.sterm[3 * row + 1]);
     }
     if (HAS_G) {
-        const fused_row_stats st = tp_stats(p, row, local);
+        fused_row_stats st = tp_stats(p, row, local);
+        /* the label's s - 1 (fused_label_sm1) from the gathered zs[label] - m_s and CE sum */
+        st.sm1 = static_cast<float>(expm1(p.sterm[3 * row] - log(p.ssum[3 * row + 2])));
         fused_with_mode_unit(p.f, [&](auto mode, auto unit) {
             fused_pass_grad<GDT, VW, decltype(mode)::value, decltype(unit)::value>(
                 p.f, st, zs, zt, p.f.vocab, g, nullptr); /* no head transform under tp */

@@ -285,8 +285,8 @@ typedef struct distil_topk_teacher {
  *   g (rows, vocab) g_dtype row stride g_stride, optional: G = (weight_hard / n)(s - onehot) +
  *     (weight_soft / n) * (d soft / d x, with the Jacobian and 1/tau when logits), n the fp32 at
  *     n_valid (1 when absent; n == 0 gives 0). With logits and g_dtype F32, g may equal x.
- *     With logits, x is the pass's own: a backend may overwrite it (cpu and opencl set the
- *     ids' entries to -inf, so that one pass sums the tail Q_t directly).
+ *     With logits, x is the pass's own: a backend may overwrite it (cpu, opencl and cuda set
+ *     the ids' entries to -inf, so that one pass sums the tail Q_t directly).
  */
 typedef struct distil_topk_rows_args {
     distil_dptr x;
@@ -516,10 +516,6 @@ typedef struct distil_backend {
     distil_status (*quant_rows)(void *b, const distil_quant_rows_args *a);
     distil_status (*gemm_e4m3)(void *b, const distil_gemm_e4m3_args *a);
     int e4m3_bytes;
-    /* Optional: whether this context runs the fp8 head now (DISTIL_OK, or UNSUPPORTED with a
-     * message set), asked by the call's and the workspace query's checks before any work. NULL:
-     * wherever both ops are there. */
-    distil_status (*fp8_ready)(void *b);
 } distil_backend;
 
 #ifdef __cplusplus

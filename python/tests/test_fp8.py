@@ -4,6 +4,8 @@ of the SPEC's formula (rows rounded to e4m3 with scale amax / 448 in fp32, the p
 codes times both scales in float64), in every dtype; the result must also be far from the exact
 head's (self-distillation: the exact soft part is 0). Bad names are refused."""
 
+import os
+
 import pytest
 import torch
 
@@ -46,6 +48,16 @@ def ref_fp8(xs, ws, xt, wt, labels, bs, bt, weight_hard=0.5, weight_soft=0.5, be
     return loss, soft, torch.logsumexp(zt, -1)
 
 
+def teacher_bound(device, lb):
+    """The soft part's and teacher LSEs' bound: lb, or 1e-3 where the product may be the fp8
+    tensor cores' (cuda unless DISTIL_CUDA_FP8=emulate), which add the e4m3 products with fewer
+    bits than fp32 (docs/SPEC.md §6; this self-distillation's soft part, a second-order quantity
+    of the e4m3 rounding, moved by 2e-4 relative on an H200)."""
+    if device.startswith("cuda") and os.environ.get("DISTIL_CUDA_FP8") != "emulate":
+        return max(lb, 1e-3)
+    return lb
+
+
 def make(seed, dtype, t=20, v=300, h=40):
     """Self-distillation inputs: the student is the teacher (same rows, head and bias)."""
     g = gen(seed)
@@ -71,8 +83,8 @@ def test_module_against_reference(device, dtype):
                        temperature=2.0, fp8=False)
     lb, _ = bounds(dtype)
     check("loss", loss.detach().cpu(), want, lb)
-    check("soft part", soft.cpu(), want_soft, lb)
-    check("teacher_lse", lt.cpu(), want_lt, lb)
+    check("soft part", soft.cpu(), want_soft, teacher_bound(str(device), lb))
+    check("teacher_lse", lt.cpu(), want_lt, teacher_bound(str(device), lb))
     # the fp8 head is not the exact one: its soft part is e4m3's alone (the exact head's is 0)
     assert abs(float(exact_soft)) < 1e-12 and float(soft) > 1e-5
     assert xs.grad is not None and torch.isfinite(xs.grad).all()

@@ -187,6 +187,11 @@ distil_ctx *tu_ctx(const char *backend) {
  * docs/SPEC.md §3, against the float64 "ref" on the same rounded inputs. The only place these
  * numbers live.
  */
+bool tu_g_rounded(const distil_ctx *ctx, distil_dtype dtype) {
+    const char *b = distil_ctx_backend_name(ctx);
+    return dtype != DISTIL_F32 && (strcmp(b, "cuda") == 0 || strcmp(b, "hip") == 0);
+}
+
 double tu_tolerance(distil_dtype dtype, tu_quantity q) {
     if (dtype == DISTIL_F32) {
         switch (q) {

@@ -91,6 +91,11 @@ typedef enum tu_quantity {
 /* The docs/SPEC.md §3 bound for a dtype and quantity (the one table, in test_util.c). */
 double tu_tolerance(distil_dtype dtype, tu_quantity q);
 
+/* Whether ctx's backend stores the fused loss's logit gradient G in the 16-bit input dtype dtype
+ * before its GEMMs (docs/SPEC.md §3: cuda and hip, whose GEMMs run in the input dtype; cpu and
+ * opencl keep G in fp32). That rounding is then part of the formula the backend evaluates. */
+bool tu_g_rounded(const distil_ctx *ctx, distil_dtype dtype);
+
 /* |got - ref| / |ref|; 0 when both are equal (including equal infinities), +inf when ref == 0
  * and got != 0, NaN when exactly one of them is NaN. */
 double tu_rel_err(double got, double ref);

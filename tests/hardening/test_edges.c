@@ -395,6 +395,13 @@ static void he_fused_compare(const char *what, const tp_fused *p, const he_fused
     tp_fused_run(g_ref, p, &ref);
     distil_dtype dt = p->d.dtype;
     double tol = e && e->tol > 0.0 ? e->tol : tu_tolerance(dt, TU_GRAD_FUSED);
+    /* G rounded to 16 bits before G Ws (tu_g_rounded) is held to the careful evaluation that
+     * rounds it too by test_precision; the fixed 1e-2 does not hold it at this file's sharp rows
+     * (tau 0.15: the cpu backend with G rounded to bf16 measured 1.8% on grad_student_hidden,
+     * cuda 2.6%), so here those gradients get 4x. */
+    if (tu_g_rounded(g_ctx, dt) && !(e && e->tol > 0.0)) {
+        tol *= 4.0;
+    }
     double floor = e ? e->floor : 0.0;
     char name[160];
     he_fused_check_loss(what, p, &got, &ref, e);
