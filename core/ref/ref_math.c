@@ -62,17 +62,7 @@ double distil_ref_logsumexp(const double *z, int64_t n, double scale) {
 
 /* The element terms of docs/SPEC.md §1 (core/backend_api/math/distil_elem.h) instantiated in
  * float64. */
-#define DE_T            double
-#define DE_S            double
-#define DE_M            int
-#define DE_FN           static inline
-#define DE_K(lit)       lit
-#define DE_V(s)         (s)
-#define DE_SEL(m, a, b) ((m) ? (a) : (b))
-#define DE_ABS(a)       fabs(a)
-#define DE_EXP(a)       exp(a)
-#define DE_F64          1
-#include "math/distil_elem.h"
+#include "math/distil_elem_f64.h"
 
 _Static_assert(DE_MIX == DISTIL_ELEM_MIX && DE_FWD == DISTIL_ELEM_FWD &&
                    DE_REV == DISTIL_ELEM_REV && DE_SKL == DISTIL_ELEM_SKL &&

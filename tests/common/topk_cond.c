@@ -26,17 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DE_T            double
-#define DE_S            double
-#define DE_M            int
-#define DE_FN           static inline
-#define DE_K(lit)       lit
-#define DE_V(s)         (s)
-#define DE_SEL(m, a, b) ((m) ? (a) : (b))
-#define DE_ABS(a)       fabs(a)
-#define DE_EXP(a)       exp(a)
-#define DE_F64          1
-#include "math/distil_elem.h"
+#include "math/distil_elem_f64.h"
 #include "math/distil_elem_beta.h"
 
 static const double TC_U = 0x1p-24, TC_E = 16.0 * 0x1p-24;
