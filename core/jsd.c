@@ -150,18 +150,6 @@ distil_status distil_jsd_workspace_size(distil_ctx *ctx, const distil_jsd_desc *
     DISTIL_GUARDED(ctx, "jsd_workspace_size", distil_jsd_workspace_size_run(ctx, desc, bytes));
 }
 
-/* The row loss skeleton's view of a call. */
-static distil_row_loss distil_jsd_row_loss(const distil_jsd_args *a) {
-    distil_row_loss r = {.rows = a->rows,
-                         .reduction = a->reduction,
-                         .labels = a->labels,
-                         .ignore_index = a->ignore_index,
-                         .normaliser = a->normaliser,
-                         .normaliser_device = a->normaliser_device,
-                         .loss = a->loss};
-    return r;
-}
-
 /* The row pass of the composed loss (distil_row_pass): jsd_rows. */
 static distil_status distil_jsd_pass(distil_ctx *ctx, const void *op, distil_dptr row_loss,
                                      distil_dptr n) {
@@ -193,7 +181,7 @@ static distil_status distil_jsd_compose(distil_ctx *ctx, const distil_jsd_args *
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED, "%s: backend '%s' lacks JSD kernels",
                                 fn, be->name);
     }
-    distil_row_loss r = distil_jsd_row_loss(a);
+    distil_row_loss r = DISTIL_ROW_LOSS_OF(a);
     return distil_row_loss_compose(ctx, fn, &r, distil_jsd_pass, a);
 }
 
@@ -213,7 +201,7 @@ distil_status distil_jsd_run(distil_ctx *ctx, const distil_jsd_desc *desc, const
     a.loss = distil_dptr_make(loss, 0);
     a.grad = distil_dptr_make(grad_student, 0);
     if (a.rows == 0) {
-        distil_row_loss r = distil_jsd_row_loss(&a);
+        distil_row_loss r = DISTIL_ROW_LOSS_OF(&a);
         return distil_row_loss_empty(ctx, &r);
     }
     if (ctx->be->jsd != NULL) {

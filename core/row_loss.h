@@ -20,6 +20,17 @@ typedef struct distil_row_loss {
     distil_dptr loss; /* 1 fp32, or (rows) for NONE */
 } distil_row_loss;
 
+/* The skeleton's view of a loss's validated args `a` (a pointer to any struct with these fields:
+ * distil_jsd_args, distil_topk_args), written once for both. */
+#define DISTIL_ROW_LOSS_OF(a)                                                                      \
+    ((distil_row_loss){.rows = (a)->rows,                                                          \
+                       .reduction = (a)->reduction,                                                \
+                       .labels = (a)->labels,                                                      \
+                       .ignore_index = (a)->ignore_index,                                          \
+                       .normaliser = (a)->normaliser,                                              \
+                       .normaliser_device = (a)->normaliser_device,                                \
+                       .loss = (a)->loss})
+
 /* The loss's row pass: per-row losses into row_loss, its gradient with N at n (batchmean: the
  * fp32 that the skeleton put there; else a NULL base, N = 1). op: the loss's own args. */
 typedef distil_status (*distil_row_pass)(distil_ctx *ctx, const void *op, distil_dptr row_loss,

@@ -141,18 +141,6 @@ distil_status distil_topk_workspace_size(distil_ctx *ctx, const distil_topk_desc
     DISTIL_GUARDED(ctx, "topk_workspace_size", distil_topk_workspace_size_run(ctx, desc, bytes));
 }
 
-/* The row loss skeleton's view of a call. */
-static distil_row_loss distil_topk_row_loss(const distil_topk_args *a) {
-    distil_row_loss r = {.rows = a->rows,
-                         .reduction = a->reduction,
-                         .labels = a->labels,
-                         .ignore_index = a->ignore_index,
-                         .normaliser = a->normaliser,
-                         .normaliser_device = a->normaliser_device,
-                         .loss = a->loss};
-    return r;
-}
-
 /* The row pass of the composed loss (distil_row_pass): topk_rows on the log-probs as given. */
 static distil_status distil_topk_pass(distil_ctx *ctx, const void *op, distil_dptr row_loss,
                                       distil_dptr n) {
@@ -186,7 +174,7 @@ static distil_status distil_topk_compose(distil_ctx *ctx, const distil_topk_args
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
                                 "%s: backend '%s' lacks the top-k kernels", fn, be->name);
     }
-    distil_row_loss r = distil_topk_row_loss(a);
+    distil_row_loss r = DISTIL_ROW_LOSS_OF(a);
     return distil_row_loss_compose(ctx, fn, &r, distil_topk_pass, a);
 }
 
@@ -208,7 +196,7 @@ static distil_status distil_topk_run(distil_ctx *ctx, const distil_topk_desc *de
     a.loss = distil_dptr_make(loss, 0);
     a.grad = distil_dptr_make(grad_student, 0);
     if (a.rows == 0) {
-        distil_row_loss r = distil_topk_row_loss(&a);
+        distil_row_loss r = DISTIL_ROW_LOSS_OF(&a);
         return distil_row_loss_empty(ctx, &r);
     }
     distil_status st =
