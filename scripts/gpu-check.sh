@@ -3,8 +3,9 @@
 # build with cuda + opencl + tests, run the demo, `ctest -L cuda`, the cuda suites again with the
 # fused loss's second lane delayed (DISTIL_CUDA_SIDE_DELAY_US: a missing join would fail them),
 # the parity suite with the portable GEMM and with the streaming row kernel (the paths HIP
-# takes), `ctest -L opencl` on the GPU's own OpenCL driver, then compute-sanitizer over the cuda
-# parity suite.
+# takes), the fp8 head's suites, fresh test_precision seeds with both row kernels
+# (PRECISION_SEEDS, default 8), `ctest -L opencl` on the GPU's own OpenCL driver, then
+# compute-sanitizer over the cuda parity suite.
 # Logs go to $OUT. ONLY_BUILD=1 stops after the build; SKIP_SANITIZE=1 before the sanitizer.
 # The device machine has no network: Debian packages it lacks (cmocka, CLBlast, the OpenCL ICD
 # loader and headers, clinfo) travel as .deb files in .devcarry/debs (scripts/fetch-gpu-debs.sh)
@@ -84,6 +85,27 @@ DISTIL_CUDA_FP8=lt DISTIL_TEST_BACKEND=cuda DISTIL_TEST_FILTER='*V=65536*fp8*' t
 DISTIL_CUDA_FP8=lt DISTIL_TEST_BACKEND=cuda DISTIL_TEST_FILTER='*V=2048 *fp8*' timeout 120 \
     "$BUILD/tests/test_parity" >> "$OUT/fp8-lt.log" 2>&1
 grep -E "PASSED|FAILED|SKIPPED|error" "$OUT/fp8-lt.log" | head -12
+
+log "test_precision with fresh seeds on cuda, both row kernels (resident, then DISTIL_CUDA_DISTILL=stream); a failing seed's full output (DISTIL_TEST_VERBOSE=1: every quantity beside its bound) goes to precision-fail-SEED.log"
+# precision_run KERNEL [SEED]: test_precision on cuda with the resident (default) or the streaming row kernel.
+precision_run() {
+    local distill=""
+    [ "$1" = stream ] && distill=stream
+    env DISTIL_CUDA_DISTILL=$distill DISTIL_TEST_BACKEND=cuda ${2:+DISTIL_TEST_SEED=$2 DISTIL_TEST_VERBOSE=1} \
+        timeout 60 "$BUILD/tests/test_precision"
+}
+for i in $(seq "${PRECISION_SEEDS:-8}"); do
+    for k in resident stream; do
+        precision_run $k > "$OUT/precision.tmp" 2>&1
+        rc=$?
+        seed=$(grep -m1 -o 'DISTIL_TEST_SEED=[0-9]*' "$OUT/precision.tmp" | cut -d= -f2)
+        echo "precision $k seed $seed: rc $rc"
+        if [ "$rc" != 0 ] && [ -n "$seed" ]; then
+            grep -E "> bound" "$OUT/precision.tmp" | head -3
+            precision_run $k "$seed" > "$OUT/precision-fail-$k-$seed.log" 2>&1
+        fi
+    done
+done
 
 log "ctest -L opencl (NVIDIA OpenCL)"
 DISTIL_OPENCL_PLATFORM=NVIDIA timeout 200 ctest --test-dir "$BUILD" -L '^opencl$' -j4 \
