@@ -1,11 +1,13 @@
 /*
  * cpu_topk_rows.c - topk_rows of the cpu backend (docs/SPEC.md §7): OpenMP over rows, each row
  * whole on one thread in a fixed order (sums in double), so the result does not depend on the
- * thread count. Per row: gather the k slots (checking the ids), the student's log-sum-exp, the
- * ids marked -inf in an fp32 row so that one pass sums the tail Q_t directly, the (k + 1) element
- * terms of distil_elem.h, then G over V with the row constants of distil_topk.h. Scalar code
- * (fp32 exps, double sums) that the compiler vectorises where it can; the fused loss's GEMMs
- * dominate its time.
+ * thread count. Per row: gather the k slots (checking the ids) and mark the ids -inf in the fp32
+ * row, so that the tail Q_t is a direct sum; with the fused loss's logits one read of the row
+ * gives both log-sum-exps and Q_t (a running maximum, blocks of the row kept in L1 between their
+ * maximum and their sums, the double sums rescaled when the maximum rises, the slots' terms added
+ * at the row's maximum: docs/DESIGN.md, the top-k paragraph), the log-prob form sums Q_t over its
+ * copy of the row; then the (k + 1) element terms of distil_elem.h and G over V (a second read)
+ * with the row constants of distil_topk.h. Four-lane vector exps (cpu_vmath.h), double sums.
  */
 #include "cpu_internal.h"
 #include "error.h"
@@ -190,23 +192,112 @@ static double cpu_topk_teacher_lse(const float *y, int64_t n) {
     return m + log1p((ties - 1.0) + rest);
 }
 
+/* The fused form's row statistics, one read of z (V fp32 logits, the ids' entries already -inf):
+ * in blocks of CPU_TOPK_BLOCK floats, each block's maximum and then its terms (the block is in L1
+ * between the two), sums in double lanes rescaled by exp(old - new) in double when a block
+ * raises the running maximum m. s1 / st: the sums of exp(v - m) and exp(v it - m it), each term
+ * an fp32 exp (m's own term exactly 1), the lanes in a fixed order for a given V. */
+#define CPU_TOPK_BLOCK 256
+typedef struct cpu_topk_run {
+    float m;
+    vd s1, st;     /* the lanes */
+    double r1, rt; /* the last V % CPU_VW floats */
+} cpu_topk_run;
+
+/* The maximum of n floats, NaN ignored (the sums catch it); -inf where there is none. */
+static float cpu_topk_max(const float *v, int64_t n) {
+    vf mv = vf_set(-INFINITY);
+    int64_t j = 0;
+    for (; j + CPU_VW <= n; j += CPU_VW) {
+        mv = vf_max(mv, vf_load(v + j));
+    }
+    float m = vf_hmax(mv);
+    for (; j < n; j++) {
+        m = v[j] > m ? v[j] : m;
+    }
+    return m;
+}
+
+/* One block of n floats into o; it == 1 leaves st to the caller (its terms are s1's). */
+static void cpu_topk_run_add(cpu_topk_run *o, const float *v, int64_t n, float it) {
+    const float bm = cpu_topk_max(v, n);
+    vd s1 = o->s1, st = o->st;
+    double r1 = o->r1, rt = o->rt;
+    if (bm > o->m) {
+        const double f1 = exp((double)o->m - (double)bm);
+        const double ft = exp((double)(o->m * it) - (double)(bm * it)); /* 0 from m = -inf */
+        s1 *= f1, st *= ft, r1 *= f1, rt *= ft;
+        o->m = bm;
+    }
+    /* while all so far is -inf (or NaN) the terms are taken against 0: 0, or a NaN kept */
+    const float m1 = o->m == -INFINITY ? 0.0f : o->m, mt = m1 * it;
+    const bool one = it == 1.0f;
+    int64_t j = 0;
+    for (; j + CPU_VW <= n; j += CPU_VW) {
+        const vf x = vf_load(v + j);
+        s1 += VF_TO_VD(vf_exp(x - m1));
+        if (!one) {
+            st += VF_TO_VD(vf_exp(x * it - mt));
+        }
+    }
+    for (; j < n; j++) {
+        r1 += (double)expf(v[j] - m1);
+        rt += one ? 0.0 : (double)expf(v[j] * it - mt);
+    }
+    o->s1 = s1, o->st = st, o->r1 = r1, o->rt = rt;
+}
+
+/* lse1, lset (temperature 1 and tau) and Q_t of a fused row: z (V) with the ids' entries -inf,
+ * the n slots' logits in s->z. The tail's sums (one read, cpu_topk_run) rescaled to the row's
+ * maximum mx, the slots' terms added at mx in double; Q_t the tail's own sum, shifted by lset
+ * rounded to fp32 as G's terms are. A row without a finite maximum gives NaN sums. */
+static double cpu_topk_logit_stats(const float *z, int64_t vocab, const cpu_topk_scratch *s,
+                                   int64_t n, float it, double *lse1, double *lset) {
+    cpu_topk_run o = {.m = -INFINITY};
+    for (int64_t b = 0; b < vocab; b += CPU_TOPK_BLOCK) {
+        cpu_topk_run_add(&o, z + b, vocab - b < CPU_TOPK_BLOCK ? vocab - b : CPU_TOPK_BLOCK, it);
+    }
+    double t1 = vd_hsum(&o.s1) + o.r1;
+    double tt = it == 1.0f ? t1 : vd_hsum(&o.st) + o.rt;
+    const float kmax = cpu_topk_max(s->z, n);
+    const float mx = kmax > o.m ? kmax : o.m, mt = mx * it; /* it > 0: mt is the max at tau */
+    /* a tail sum of 0 (no finite tail entry) needs no factor; NaN is kept */
+    t1 = t1 == 0.0 ? 0.0 : t1 * exp((double)o.m - (double)mx);
+    tt = tt == 0.0 ? 0.0 : tt * exp((double)(o.m * it) - (double)mt);
+    double k1 = 0.0, kt = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        k1 += (double)expf(s->z[j] - mx);
+        kt += (double)expf(s->z[j] * it - mt);
+    }
+    *lse1 = (double)mx + log(mx == -INFINITY ? NAN : t1 + k1);
+    *lset = (double)mt + log(mx == -INFINITY ? NAN : tt + kt);
+    return tt * exp((double)mt - (double)(float)*lset);
+}
+
 /* The student side of a valid row: z (V) fp32 logits or log-probs; fills s->x, s->z of the n
  * slots, marks the ids -inf in z, returns Q_t; *lse1 / *lset the log-sum-exps at temperature 1
- * and tau (0 for log-probs, which are taken as given). */
+ * and tau (0 for log-probs, which are taken as given, Q_t then summed directly over z). */
 static double cpu_topk_student(const cpu_topk_call *C, float *z, int64_t n, cpu_topk_scratch *s,
                                double *lse1, double *lset) {
     const distil_topk_rows_args *a = C->a;
     const float it = a->logits ? a->inv_temperature : 1.0f;
-    *lse1 = a->logits ? cpu_topk_lse(z, a->vocab, 1.0f) : 0.0;
-    *lset = a->logits ? cpu_topk_lse(z, a->vocab, it) : 0.0;
     for (int64_t j = 0; j < n; j++) {
         s->z[j] = z[s->id[j]];
-        s->x[j] = (float)((double)(s->z[j] * it) - *lset);
     }
     for (int64_t j = 0; j < n; j++) {
         z[s->id[j]] = -INFINITY;
     }
-    return cpu_topk_sum_exp(z, a->vocab, it, (float)*lset);
+    double qt;
+    if (a->logits) {
+        qt = cpu_topk_logit_stats(z, a->vocab, s, n, it, lse1, lset);
+    } else {
+        *lse1 = *lset = 0.0;
+        qt = cpu_topk_sum_exp(z, a->vocab, 1.0f, 0.0f);
+    }
+    for (int64_t j = 0; j < n; j++) {
+        s->x[j] = (float)((double)(s->z[j] * it) - *lset);
+    }
+    return qt;
 }
 
 /* The soft loss of the k (+ 1) outcomes; s->g the slots' de/dX, *sum_g their sum, *g_t the
