@@ -331,14 +331,17 @@ static void cpu_topk_grad(const cpu_topk_call *C, const float *z, int64_t n,
     const bool lg = a->logits;
     const float it = lg ? a->inv_temperature : 1.0f;
     const float lsetf = (float)lset, lse1f = (float)lse1;
+    /* tau = 1: s and q are the same exp (the row statistics give lse1 and lset the same bits) */
+    const bool same = lg && it == 1.0f && lse1f == lsetf;
     for (int64_t v0 = 0; v0 < a->vocab; v0 += CPU_VW) { /* the exps in lanes, G per element */
         float q[CPU_VW], sv[CPU_VW] = {0};
         const int64_t n_lanes = a->vocab - v0 < CPU_VW ? a->vocab - v0 : CPU_VW;
         if (n_lanes == CPU_VW) {
             const vf zv = vf_load(z + v0);
-            vf_store(q, vf_exp(zv * it - lsetf));
+            const vf qv = vf_exp(zv * it - lsetf);
+            vf_store(q, qv);
             if (lg) {
-                vf_store(sv, vf_exp(zv - lse1f));
+                vf_store(sv, same ? qv : vf_exp(zv - lse1f));
             }
         } else {
             for (int64_t l = 0; l < n_lanes; l++) {
