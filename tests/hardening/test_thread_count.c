@@ -1,12 +1,14 @@
 /*
  * test_thread_count.c - docs/SPEC.md §4 on the cpu backend: results do not depend on the number
  * of threads. Contexts made with DISTIL_NUM_THREADS (and OMP_NUM_THREADS) = 1, 2, 3 and 7 must
- * give the bits of the one-thread context for both losses, in fp32 and bf16, with several
- * chunks (the weight-gradient GEMM accumulates over them) and shapes that split every GEMM.
+ * give the bits of the one-thread context for both losses and both top-k losses (docs/SPEC.md
+ * §7), in fp32 and bf16, with several chunks (the weight-gradient GEMM accumulates over them),
+ * shapes that split every GEMM, and rows longer than the cpu top-k pass's blocks.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "test_problems.h"
+#include "topk_problem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +115,69 @@ static void test_fused(void **state) {
     }
 }
 
+/* The fused top-k (V spans many of the cpu row pass's 256-float blocks, tau != 1, several chunks)
+ * and the log-prob form. */
+static const tk_spec topk_specs[] = {
+    {.t = 45,
+     .v = 4099,
+     .hs = 64,
+     .k = 32,
+     .fused = true,
+     .tdtype = DISTIL_F32,
+     .div = DISTIL_DIVERGENCE_JSD,
+     .beta = 0.5f,
+     .tau = 2.0f,
+     .teacher = TK_ZIPF,
+     .pad = true,
+     .mixed_labels = true,
+     .bias = true,
+     .parts = true,
+     .chunk = 16},
+    {.t = 37,
+     .v = 5003,
+     .k = 16,
+     .tdtype = DISTIL_BF16,
+     .div = DISTIL_DIVERGENCE_FORWARD_KL,
+     .teacher = TK_PEAKY,
+     .mixed_labels = true,
+     .red = DISTIL_REDUCTION_BATCHMEAN},
+};
+
+static void topk_same(const tk_problem *p, const tk_out *a, const tk_out *b, int n) {
+    const size_t es = distil_dtype_size(p->dtype), t = (size_t)p->s.t, v = (size_t)p->s.v;
+    print_message("top-k%s: %d threads against 1\n", p->s.fused ? " fused" : "", n);
+    assert_int_equal(a->st, DISTIL_OK);
+    TU_CHECK_BITWISE("loss", a->loss, b->loss, tk_nloss(p) * sizeof(float));
+    if (p->s.fused) {
+        TU_CHECK_BITWISE("grad_student_hidden", a->gx, b->gx, t * (size_t)p->s.hs * es);
+        TU_CHECK_BITWISE("grad_student_weight", a->gw, b->gw, v * (size_t)p->s.hs * es);
+        TU_CHECK_BITWISE("grad_student_bias", a->gb, b->gb, v * es);
+    } else {
+        TU_CHECK_BITWISE("grad_student", a->gx, b->gx, t * v * es);
+    }
+}
+
+static void test_topk(void **state) {
+    distil_dtype dt = *(const distil_dtype *)*state;
+    for (size_t s = 0; s < TU_LEN(topk_specs); s++) {
+        tk_problem p;
+        tk_make(&p, &topk_specs[s], dt, 51 + s);
+        tk_out first;
+        for (size_t i = 0; i < TU_LEN(counts); i++) {
+            distil_ctx *ctx = ctx_with_threads(counts[i]);
+            tk_out o;
+            tk_run(ctx, &p, i == 0 ? &first : &o);
+            distil_ctx_destroy(ctx);
+            if (i > 0) {
+                topk_same(&p, &o, &first, counts[i]);
+                tk_out_free(&o);
+            }
+        }
+        tk_out_free(&first);
+        tk_free(&p);
+    }
+}
+
 static const distil_dtype dtypes[] = {DISTIL_F32, DISTIL_BF16};
 
 static int run_group(const char *backend) {
@@ -121,6 +186,8 @@ static int run_group(const char *backend) {
         {"jsd bf16", test_jsd, NULL, NULL, (void *)&dtypes[1]},
         {"fused f32", test_fused, NULL, NULL, (void *)&dtypes[0]},
         {"fused bf16", test_fused, NULL, NULL, (void *)&dtypes[1]},
+        {"topk f32", test_topk, NULL, NULL, (void *)&dtypes[0]},
+        {"topk bf16", test_topk, NULL, NULL, (void *)&dtypes[1]},
     };
     return cmocka_run_group_tests_name(tu_group_name("thread_count", backend), tests, NULL, NULL);
 }
