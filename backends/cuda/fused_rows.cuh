@@ -317,32 +317,45 @@ __device__ inline void fused_row_stats_of(const fused_params &p, fused_smem &sm,
     fused_weights(p, &st.hw, &st.sw);
 }
 
-/* Pass 2: the thread's sums of e (acc[0]) and g (acc[1]), in double. */
+/* The log-probabilities of one vector: x = (zs - ms) / tau - lx, y = (zt - mt) / tau_t - ly. Every
+ * row kernel takes them from here. */
+template <int VW, typename S>
+__device__ __forceinline__ void fused_logp(const fused_params &p, const S &st, const float (&a)[VW],
+                                           const float (&b)[VW], float (&x)[VW], float (&y)[VW]) {
+#pragma unroll
+    for (int k = 0; k < VW; k++) {
+        x[k] = (a[k] - st.ms) * p.inv_t - st.lx;
+        y[k] = (b[k] - st.mt) * p.inv_tt - st.ly;
+    }
+}
+
+/* Pass 2: the thread's sums of e (acc[0]) and g (acc[1]), in double; the finite form of the terms
+ * where a vector's log-probabilities are finite (jsd_with_sv). */
 template <int VW, int MODE>
 __device__ inline void fused_pass_jsd(const fused_params &p, const fused_row_stats &st,
                                       const float *zs, const float *zt, int64_t n,
                                       double (&acc)[2]) {
     fused_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t) {
+        float x[VW], y[VW];
+        fused_logp(p, st, a, b, x, y);
+        jsd_with_sv(x, y, [&](auto sv) {
 #pragma unroll
-        for (int k = 0; k < VW; k++) {
-            const float x = (a[k] - st.ms) * p.inv_t - st.lx;
-            const float y = (b[k] - st.mt) * p.inv_tt - st.ly;
-            float g, q;
-            acc[0] += jsd_elem_q<MODE>(p.coef, x, y, &g, &q);
-            acc[1] += g;
-        }
+            for (int k = 0; k < VW; k++) {
+                float g, q;
+                acc[0] += jsd_elem_q<MODE, decltype(sv)::value>(p.coef, x[k], y[k], &g, &q);
+                acc[1] += g;
+            }
+        });
     });
 }
 
 /* One element of G: hw (s - onehot) + sw (g - q sum g), s = softmax(zs) (q when tau == 1); at the
- * label s - 1 is the row's st.sm1. */
-template <int MODE, bool UNIT>
+ * label s - 1 is the row's st.sm1. x, y: its log-probabilities (fused_logp); SV as jsd_elem_q. */
+template <int MODE, bool UNIT, bool SV>
 __device__ __forceinline__ float fused_grad_elem(const fused_params &p, const fused_row_stats &st,
-                                                 float zs, float zt, bool is_label) {
-    const float x = (zs - st.ms) * p.inv_t - st.lx;
-    const float y = (zt - st.mt) * p.inv_tt - st.ly;
+                                                 float x, float y, float zs, bool is_label) {
     float g, q;
-    (void)jsd_elem_q<MODE>(p.coef, x, y, &g, &q);
+    (void)jsd_elem_q<MODE, SV>(p.coef, x, y, &g, &q);
     const float s = UNIT ? q : exp2f((zs - st.ms) * FUSED_LOG2E - st.lce);
     return st.hw * (is_label ? st.sm1 : s) + st.sw * de_soft_grad(g, q, st.sum_g);
 }
@@ -355,10 +368,17 @@ __device__ inline void fused_pass_grad(const fused_params &p, const fused_row_st
                                        const float *zs, const float *zt, int64_t n, void *g,
                                        const float *dz) {
     fused_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t j) {
-        float o[VW];
+        float x[VW], y[VW], o[VW];
+        fused_logp(p, st, a, b, x, y);
+        jsd_with_sv(x, y, [&](auto sv) {
+#pragma unroll
+            for (int k = 0; k < VW; k++) {
+                o[k] = fused_grad_elem<MODE, UNIT, decltype(sv)::value>(p, st, x[k], y[k], a[k],
+                                                                        j + k == st.label);
+            }
+        });
 #pragma unroll
         for (int k = 0; k < VW; k++) {
-            o[k] = fused_grad_elem<MODE, UNIT>(p, st, a[k], b[k], j + k == st.label);
             if (dz != nullptr) { /* uniform */
                 o[k] *= dz[j + k];
             }

@@ -5,7 +5,8 @@
  * row statistics through distributed shared memory: the blocks' maxima with their sums of
  * exponentials relative to them, then the JSD sums. The element work is done once: the JSD pass
  * leaves P = hw s + sw g and q in shared memory in place of zs and zt, and the last pass writes
- * G = P - sw (sum g) q. Element terms from jsd_math.cuh (x = log q), row sums in double.
+ * G = dz'/dz (P - kappa q), kappa = sw (sum g) (res_pass_grad says how each is rounded). Element
+ * terms from jsd_math.cuh (x = log q), row sums in double.
  * Each thread owns the same vectors of the slice in every pass (t, t + T, t + 2T, ...), so the
  * slice itself needs no barrier; only the statistics do.
  *   zs, zt (rows, V) fp32 dense; labels (rows); ce, jsd (rows) fp32; g (rows, V) optional.
@@ -156,34 +157,33 @@ struct res_row_stats {
     float sm1; /* the label's s - 1 (fused_label_sm1) */
 };
 
-/* Pass 3: the JSD terms once; with G wanted, P into sa and q into sb (in place). Sums of e and
- * g (in double) go to acc[0], acc[1]. lc: the label's column in the slice (-1: not in it), where
- * P is hw (s - 1) + sw g with s - 1 the row's st.sm1 (fused_label_sm1), taken before the soft
- * part is added, so that a confident correct label (s = 1 in fp32) keeps the soft part whole
- * (adding hw s + sw g before taking hw off kept it to an ulp of hw). */
+/* Pass 3: the JSD terms once (the finite form where a vector's log-probabilities are finite,
+ * jsd_with_sv); with G wanted, P = hw s + sw g into sa (one rounding: a fused
+ * multiply-add onto hw s) and q into sb (in place). Sums of e and g (in double) go to acc[0],
+ * acc[1]. lc: the label's column in the slice (-1: not in it), where P is hw (s - 1) + sw g with
+ * s - 1 the row's st.sm1 (fused_label_sm1), taken before the soft part is added, so that a
+ * confident correct label (s = 1 in fp32) keeps the soft part whole (adding hw s + sw g before
+ * taking hw off kept it to an ulp of hw). */
 template <bool HAS_G, int VW, int MODE, bool UNIT>
 __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st, float *sa,
-                                    float *sb, int n, const float *dz, int lc, double (&acc)[2]) {
+                                    float *sb, int n, int lc, double (&acc)[2]) {
     res_for_vectors<VW>(sa, sb, n, [&](const float(&a)[VW], const float(&b)[VW], int j) {
-        float pv[VW], qv[VW];
+        float x[VW], y[VW], pv[VW], qv[VW];
+        fused_logp(p, st, a, b, x, y);
+        jsd_with_sv(x, y, [&](auto sv) {
 #pragma unroll
-        for (int k = 0; k < VW; k++) {
-            const float x = (a[k] - st.ms) * p.inv_t - st.lx;
-            const float y = (b[k] - st.mt) * p.inv_tt - st.ly;
-            float g, q;
-            acc[0] += jsd_elem_q<MODE>(p.coef, x, y, &g, &q);
-            acc[1] += g;
-            if (HAS_G) {
-                const float s = UNIT ? q : distil_exp2_ftz((a[k] - st.ms) * FUSED_LOG2E - st.lce);
-                pv[k] = st.hw * (j + k == lc ? st.sm1 : s) + st.sw * g;
-                qv[k] = q;
-                if (dz != nullptr) { /* docs/SPEC.md §6: G = f (P - kappa q), f = dz'/dz */
-                    const float f = dz[j + k];
-                    pv[k] *= f;
-                    qv[k] *= f;
+            for (int k = 0; k < VW; k++) {
+                float g, q;
+                acc[0] += jsd_elem_q<MODE, decltype(sv)::value>(p.coef, x[k], y[k], &g, &q);
+                acc[1] += g;
+                if (HAS_G) {
+                    const float s =
+                        UNIT ? q : distil_exp2_ftz((a[k] - st.ms) * FUSED_LOG2E - st.lce);
+                    pv[k] = fmaf(st.sw, g, st.hw * (j + k == lc ? st.sm1 : s));
+                    qv[k] = q;
                 }
             }
-        }
+        });
         if (HAS_G) {
             vstore<DISTIL_F32, VW>(sa, j, pv);
             vstore<DISTIL_F32, VW>(sb, j, qv);
@@ -191,15 +191,25 @@ __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st
     });
 }
 
-/* Pass 4: G = P - kappa q for the slice, written to g + c0. */
+/* Pass 4: G = f (P - kappa q) for the slice, written to g + c0; f = dz'/dz of the student's head
+ * (docs/SPEC.md §6), read here from dz (the slice's, or nullptr: f = 1). Where the Jacobian's sum
+ * is large (docs/SPEC.md §3), P and kappa q nearly cancel at the mode (q ~ 1), and every rounding
+ * of either is a rounding of |kappa|, far above G: so kappa comes as an unevaluated sum kh + kl
+ * of floats (the double product sw sum g, not rounded to fp32), the products with q are fused,
+ * and f multiplies the difference, not P and q each (that was 4 roundings of |kappa| where the
+ * streaming kernel's g - q sum g makes 2: grad_xs 3x the streaming kernel's error, 8.6x the
+ * careful evaluation's, on an H200, docs/CUDA-NOTES.md tenth session). */
 template <int GDT, int VW>
-__device__ inline void res_pass_grad(const float *sa, const float *sb, int n, float kappa, void *g,
-                                     int64_t c0) {
+__device__ inline void res_pass_grad(const float *sa, const float *sb, int n, float kh, float kl,
+                                     const float *dz, void *g, int64_t c0) {
     res_for_vectors<VW>(sa, sb, n, [&](const float(&a)[VW], const float(&b)[VW], int j) {
         float o[VW];
 #pragma unroll
         for (int k = 0; k < VW; k++) {
-            o[k] = a[k] - kappa * b[k];
+            o[k] = fmaf(-kl, b[k], fmaf(-kh, b[k], a[k]));
+            if (dz != nullptr) { /* uniform */
+                o[k] *= dz[j + k];
+            }
         }
         vstore<GDT, VW>(g, c0 + j, o);
     });
@@ -323,20 +333,22 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
     const int64_t lc = label - c0; /* the label's column in this block's slice */
     const int lcol = lc >= 0 && lc < n ? static_cast<int>(lc) : -1;
     fused_with_mode_unit(p, [&](auto mode, auto unit) {
-        res_pass_jsd<HAS_G, VW, decltype(mode)::value, decltype(unit)::value>(p, st, sa, sb, n, dzs,
+        res_pass_jsd<HAS_G, VW, decltype(mode)::value, decltype(unit)::value>(p, st, sa, sb, n,
                                                                               lcol, acc);
     });
     double tot[2];
     res_row_sums<2>(p, sm, sm.xjsd, acc, tot);
     if (threadIdx.x == 0) {
-        sm.row[0] = static_cast<float>(tot[1]) * st.sw; /* kappa = sw sum g */
+        const double kappa = static_cast<double>(st.sw) * tot[1]; /* sw sum g, as kh + kl */
+        sm.row[0] = static_cast<float>(kappa);
+        sm.row[1] = static_cast<float>(kappa - static_cast<double>(sm.row[0]));
         if (lead) {
             fused_row_results(p, row, st.ms, st.lce, z_label, tot[0]);
         }
     }
     __syncthreads();
     if (HAS_G) { /* sm.row is next written after the next row's first exchange barrier */
-        res_pass_grad<GDT, VW>(sa, sb, n, sm.row[0], g, c0);
+        res_pass_grad<GDT, VW>(sa, sb, n, sm.row[0], sm.row[1], dzs, g, c0);
     }
 }
 

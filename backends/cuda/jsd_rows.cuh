@@ -47,11 +47,39 @@ __device__ inline void jsd_zero_span(const jsd_rows_params &p, int64_t row, int6
     }
 }
 
+/* The terms of the JSD_UNROLL vectors loaded at v0, v0 + blockDim.x, ... (those below n_vec)
+ * into acc and, when GRAD, their gradients (times gf) into g. SV: the special-value form
+ * (distil_elem.h's de_elem_sv), or the finite one. */
+template <int DT, bool GRAD, int VW, int MODE, bool SV>
+__device__ __forceinline__ void jsd_group(const jsd_rows_params &p,
+                                          const float (&xv)[JSD_UNROLL][VW],
+                                          const float (&yv)[JSD_UNROLL][VW], int64_t v0,
+                                          int64_t n_vec, float gf, void *g, double &acc) {
+#pragma unroll
+    for (int u = 0; u < JSD_UNROLL; u++) {
+        const int64_t v = v0 + static_cast<int64_t>(u) * blockDim.x;
+        if (v < n_vec) {
+            float gv[VW];
+#pragma unroll
+            for (int k = 0; k < VW; k++) {
+                float d, q;
+                acc += jsd_elem_q<MODE, SV>(p.coef, xv[u][k], yv[u][k], &d, &q);
+                gv[k] = d * gf;
+            }
+            if (GRAD) {
+                vstore<DT, VW>(g, v * VW, gv);
+            }
+        }
+    }
+}
+
 /*
  * This thread's part of the loss (and gradient) over vectors [v_begin, v_end) of a row, VW
  * elements per vector (16 bytes when vectorised, else 1), plus the scalar tail of the row past
  * the last whole vector when `tail`. Summed in double: a KL's row sum cancels, and fp32 partial
- * sums would add their rounding to it.
+ * sums would add their rounding to it. A group of loaded vectors takes the finite form of the
+ * terms where its x - y sum to a finite number (jsd_with_sv_of: the kernel is issue-bound on an
+ * H200, docs/CUDA-NOTES.md).
  */
 template <int DT, bool GRAD, int VW, int MODE>
 __device__ inline double jsd_span(const jsd_rows_params &p, int64_t row, int64_t v_begin,
@@ -73,22 +101,19 @@ __device__ inline double jsd_span(const jsd_rows_params &p, int64_t row, int64_t
                 vload<DT, VW, true>(y, v * VW, yv[u]);
             }
         }
+        float fs = 0.0f; /* sum of the group's x - y */
 #pragma unroll
         for (int u = 0; u < JSD_UNROLL; u++) {
-            const int64_t v = v0 + static_cast<int64_t>(u) * blockDim.x;
-            if (v < n_vec) {
-                float gv[VW];
+            if (v0 + static_cast<int64_t>(u) * blockDim.x < n_vec) {
 #pragma unroll
                 for (int k = 0; k < VW; k++) {
-                    float d, q;
-                    acc += jsd_elem_q<MODE>(p.coef, xv[u][k], yv[u][k], &d, &q);
-                    gv[k] = d * gf;
-                }
-                if (GRAD) {
-                    vstore<DT, VW>(g, v * VW, gv);
+                    fs += xv[u][k] - yv[u][k];
                 }
             }
         }
+        jsd_with_sv_of(fs, [&](auto sv) {
+            jsd_group<DT, GRAD, VW, MODE, decltype(sv)::value>(p, xv, yv, v0, n_vec, gf, g, acc);
+        });
     }
     const int64_t t0 = tail ? p.vocab / VW * VW : p.vocab;
     for (int64_t i = t0 + threadIdx.x; i < p.vocab; i += blockDim.x) {
