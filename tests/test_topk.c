@@ -145,18 +145,6 @@ static void test_chunking(void **state) {
     }
 }
 
-static void same(const tk_problem *p, const tk_out *a, const tk_out *b) {
-    const tk_spec *s = &p->s;
-    size_t es = distil_dtype_size(p->dtype);
-    TU_CHECK_BITWISE("loss", a->loss, b->loss, tk_nloss(p) * sizeof(float));
-    size_t gx = s->fused ? (size_t)(s->t * s->hs) : (size_t)(s->t * s->v);
-    TU_CHECK_BITWISE("grad x", a->gx, b->gx, gx * es);
-    if (s->fused) {
-        TU_CHECK_BITWISE("grad_student_weight", a->gw, b->gw, (size_t)(s->v * s->hs) * es);
-        TU_CHECK_BITWISE("grad_student_bias", a->gb, b->gb, (size_t)s->v * es);
-    }
-}
-
 static void test_determinism(void **state) {
     const distil_dtype dt = *(const distil_dtype *)*state;
     const tk_spec specs[] = {
@@ -171,12 +159,12 @@ static void test_determinism(void **state) {
         tk_out first, again;
         tk_run(g_ctx, &p, &first);
         tk_run(g_ctx, &p, &again);
-        same(&p, &again, &first);
+        tk_check_same(&p, &again, &first);
         tk_out_free(&again);
         distil_ctx *fresh = tu_ctx(g_backend);
         tk_run(fresh, &p, &again);
         distil_ctx_destroy(fresh);
-        same(&p, &again, &first);
+        tk_check_same(&p, &again, &first);
         tk_out_free(&again), tk_out_free(&first);
         tk_free(&p);
     }

@@ -170,6 +170,24 @@ void tp_jsd_out_free(tp_jsd_out *o) {
     free(o->loss), free(o->grad);
 }
 
+/* a and b hold the same bytes; both NULL (an output not asked for) is the same, one NULL is not. */
+static void tp_check_same_buf(const char *what, const void *a, const void *b, size_t bytes) {
+    if (a == NULL || b == NULL) {
+        if (a != b) {
+            print_error("%s: written by one run only\n", what);
+            fail();
+        }
+        return;
+    }
+    TU_CHECK_BITWISE(what, a, b, bytes);
+}
+
+void tp_jsd_check_same(const tp_jsd *p, const tp_jsd_out *a, const tp_jsd_out *b) {
+    size_t gb = (size_t)(p->s.t * p->gs) * distil_dtype_size(p->d.dtype);
+    TU_CHECK_BITWISE("loss", a->loss, b->loss, (p->nloss + 1) * sizeof(float));
+    tp_check_same_buf("grad_student", a->grad, b->grad, gb);
+}
+
 void tp_jsd_name(char *buf, size_t n, const tp_jsd_spec *s, distil_dtype dt) {
     static const char *const grads[] = {"out", "NULL", "in-place"};
     static const char *const reds[] = {"batchmean", "sum", "none"};
@@ -238,16 +256,35 @@ void tp_fused_free(tp_fused *p) {
     free(p->labels);
 }
 
+void tp_fused_inputs(const tp_fused *p, const void *host[TP_FUSED_INPUTS],
+                     size_t bytes[TP_FUSED_INPUTS]) {
+    size_t es = distil_dtype_size(p->d.dtype);
+    const void *h[TP_FUSED_INPUTS] = {p->xs, p->ws, p->bs, p->xt, p->wt, p->bt, p->labels};
+    size_t b[TP_FUSED_INPUTS] = {p->n_xs * es,
+                                 p->n_ws * es,
+                                 (size_t)p->s.v * es,
+                                 p->n_xt * es,
+                                 p->n_wt * es,
+                                 (size_t)p->vt * es,
+                                 (size_t)p->s.t * sizeof(int64_t)};
+    memcpy(host, h, sizeof h);
+    memcpy(bytes, b, sizeof b);
+}
+
+void tp_fused_upload(distil_ctx *ctx, const tp_fused *p, void *in[TP_FUSED_INPUTS]) {
+    const void *host[TP_FUSED_INPUTS];
+    size_t bytes[TP_FUSED_INPUTS];
+    tp_fused_inputs(p, host, bytes);
+    for (size_t i = 0; i < TP_FUSED_INPUTS; i++) {
+        in[i] = tp_upload_opt(ctx, host[i], bytes[i]);
+    }
+}
+
 void tp_fused_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o) {
     const tp_fused_spec *s = &p->s;
     size_t es = distil_dtype_size(p->d.dtype), vb = (size_t)s->v * es;
-    void *in[] = {tp_upload_opt(ctx, p->xs, p->n_xs * es),
-                  tp_upload_opt(ctx, p->ws, p->n_ws * es),
-                  tp_upload_opt(ctx, p->bs, vb),
-                  tp_upload_opt(ctx, p->xt, p->n_xt * es),
-                  tp_upload_opt(ctx, p->wt, p->n_wt * es),
-                  tp_upload_opt(ctx, p->bt, (size_t)p->vt * es),
-                  tp_upload_opt(ctx, p->labels, (size_t)s->t * sizeof(int64_t))};
+    void *in[TP_FUSED_INPUTS];
+    tp_fused_upload(ctx, p, in);
     unsigned want = tp_fused_grads(s);
     void *dloss = tu_alloc_poisoned(ctx, sizeof o->loss);
     void *gxs = (want & TP_WANT_XS) ? tu_alloc_poisoned(ctx, p->n_xs * es) : NULL;
@@ -289,6 +326,16 @@ bool tp_fused_skip_unsupported(distil_ctx *ctx, const tp_fused *p) {
 
 void tp_fused_out_free(tp_fused_out *o) {
     free(o->gxs), free(o->gws), free(o->gbs), free(o->lse_s), free(o->lse_t);
+}
+
+void tp_fused_check_same(const tp_fused *p, const tp_fused_out *a, const tp_fused_out *b) {
+    size_t es = distil_dtype_size(p->d.dtype), lb = (size_t)p->s.t * sizeof(float);
+    TU_CHECK_BITWISE("loss", a->loss, b->loss, sizeof a->loss);
+    tp_check_same_buf("grad_student_hidden", a->gxs, b->gxs, p->n_xs * es);
+    tp_check_same_buf("grad_student_weight", a->gws, b->gws, p->n_ws * es);
+    tp_check_same_buf("grad_student_bias", a->gbs, b->gbs, (size_t)p->s.v * es);
+    tp_check_same_buf("student_lse", a->lse_s, b->lse_s, lb); /* docs/SPEC.md §6 */
+    tp_check_same_buf("teacher_lse", a->lse_t, b->lse_t, lb);
 }
 
 void tp_fused_name(char *buf, size_t n, const tp_fused_spec *s, distil_dtype dt) {

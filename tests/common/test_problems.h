@@ -63,6 +63,10 @@ void tp_jsd_make(tp_jsd *p, const tp_jsd_spec *s, distil_dtype dtype, uint64_t s
 void tp_jsd_free(tp_jsd *p);
 void tp_jsd_run(distil_ctx *ctx, const tp_jsd *p, tp_jsd_out *o);
 void tp_jsd_out_free(tp_jsd_out *o);
+/* Two runs of p gave the same bits (docs/SPEC.md §4): the nloss + 1 loss values (the poisoned
+ * one past them included) and the whole (rows, gs) gradient, padding columns included. A
+ * gradient absent (NULL) in one run must be absent in the other. */
+void tp_jsd_check_same(const tp_jsd *p, const tp_jsd_out *a, const tp_jsd_out *b);
 /* A readable one-line description for test names. */
 void tp_jsd_name(char *buf, size_t n, const tp_jsd_spec *s, distil_dtype dtype);
 
@@ -122,8 +126,20 @@ typedef struct tp_fused_out {
 unsigned tp_fused_grads(const tp_fused_spec *s);
 void tp_fused_make(tp_fused *p, const tp_fused_spec *s, distil_dtype dtype, uint64_t seed);
 void tp_fused_free(tp_fused *p);
+/* The seven inputs of distil_fused_linear_jsd in its argument order (student hidden, weight,
+ * bias, teacher hidden, weight, bias, labels): host pointers (NULL where absent) and sizes in
+ * bytes, written once for tp_fused_run and the tests that upload them their own way. */
+enum { TP_FUSED_INPUTS = 7 };
+void tp_fused_inputs(const tp_fused *p, const void *host[TP_FUSED_INPUTS],
+                     size_t bytes[TP_FUSED_INPUTS]);
+/* Device copies of those inputs in in[] (NULL where absent), freed with distil_free. */
+void tp_fused_upload(distil_ctx *ctx, const tp_fused *p, void *in[TP_FUSED_INPUTS]);
 void tp_fused_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o);
 void tp_fused_out_free(tp_fused_out *o);
+/* Two runs of p gave the same bits (docs/SPEC.md §4): all 4 loss values (the unwritten ones
+ * poisoned), every gradient (dense) and both LSE outputs. An output absent (NULL) in one run must
+ * be absent in the other. */
+void tp_fused_check_same(const tp_fused *p, const tp_fused_out *a, const tp_fused_out *b);
 /* True (with a message) when ctx's backend refuses the problem as UNSUPPORTED (the fp8
  * teacher head on opencl, hip): the caller skips it. Any other status of the query fails. */
 bool tp_fused_skip_unsupported(distil_ctx *ctx, const tp_fused *p);

@@ -96,3 +96,11 @@ void tps_check(const tp_fused *p, int64_t v0, int64_t v1, const tps_out *o, cons
         TU_CHECK_TENSOR("grad_student_bias", o->gbs, ref, dt, 1, v1 - v0, v1 - v0, tg);
     }
 }
+
+void tps_check_rerun(const tp_fused *p, int64_t v0, int64_t v1, const tps_out *a,
+                     const tps_out *b) {
+    size_t es = distil_dtype_size(p->d.dtype);
+    TU_CHECK_BITWISE("loss rerun", b->loss, a->loss, sizeof a->loss);
+    TU_CHECK_BITWISE("grad_xs rerun", b->gxs, a->gxs, p->n_xs * es);
+    TU_CHECK_BITWISE("grad_Ws rerun", b->gws, a->gws, (size_t)((v1 - v0) * p->s.hs) * es);
+}

@@ -26,4 +26,8 @@ void tps_out_free(tps_out *o);
 /* o (rank [v0, v1)) against the unsharded ref outputs r within docs/SPEC.md §3. */
 void tps_check(const tp_fused *p, int64_t v0, int64_t v1, const tps_out *o, const tp_fused_out *r);
 
+/* A rerun b of rank [v0, v1) gave the bits of a (docs/SPEC.md §4): the 4 loss values, grad_xs
+ * (t, hs) and the rank's rows of grad_Ws (v1 - v0, hs). */
+void tps_check_rerun(const tp_fused *p, int64_t v0, int64_t v1, const tps_out *a, const tps_out *b);
+
 #endif /* DISTIL_TEST_TP_SHARD_H */

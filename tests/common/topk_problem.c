@@ -246,6 +246,20 @@ static void tk_check_grad(const char *what, const void *got, const void *ref, di
     }
 }
 
+void tk_check_same(const tk_problem *p, const tk_out *a, const tk_out *b) {
+    const size_t es = distil_dtype_size(p->dtype), t = (size_t)p->s.t, v = (size_t)p->s.v;
+    assert_int_equal(a->st, DISTIL_OK);
+    assert_int_equal(b->st, DISTIL_OK);
+    TU_CHECK_BITWISE("loss", a->loss, b->loss, tk_nloss(p) * sizeof(float));
+    if (p->s.fused) {
+        TU_CHECK_BITWISE("grad_student_hidden", a->gx, b->gx, t * (size_t)p->s.hs * es);
+        TU_CHECK_BITWISE("grad_student_weight", a->gw, b->gw, v * (size_t)p->s.hs * es);
+        TU_CHECK_BITWISE("grad_student_bias", a->gb, b->gb, v * es);
+    } else {
+        TU_CHECK_BITWISE("grad_student", a->gx, b->gx, t * v * es);
+    }
+}
+
 void tk_check(const tk_problem *p, const tk_out *o, const tk_out *r) {
     const tk_spec *s = &p->s;
     const distil_dtype dt = p->dtype;

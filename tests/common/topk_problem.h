@@ -63,6 +63,11 @@ void tk_out_free(tk_out *o);
 size_t tk_nloss(const tk_problem *p);
 /* Compare o with the reference r under docs/SPEC.md §3; every element written. */
 void tk_check(const tk_problem *p, const tk_out *o, const tk_out *r);
+/* Two runs of p gave the same bits (docs/SPEC.md §4): both succeeded (two failed calls leave the
+ * same poison, which would compare equal), then the tk_nloss loss values and every gradient:
+ * fused grad_student_hidden (t, hs), grad_student_weight (v, hs) and grad_student_bias (v), or
+ * the log-prob form's grad_student (t, v). */
+void tk_check_same(const tk_problem *p, const tk_out *a, const tk_out *b);
 void tk_name(char *buf, size_t n, const tk_spec *s, distil_dtype dtype);
 
 /* What the fp32 roundings of the formulas can move each output where the problem is

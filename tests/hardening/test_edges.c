@@ -622,13 +622,8 @@ static void test_ignore_index_in_vocab(void **state) {
 static void he_fused_bad_labels_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o,
                                     distil_status st[2], const char *want) {
     size_t es = distil_dtype_size(p->d.dtype), vb = (size_t)p->s.v * es;
-    void *in[7] = {tu_upload(ctx, p->xs, p->n_xs * es),
-                   tu_upload(ctx, p->ws, p->n_ws * es),
-                   tu_upload(ctx, p->bs, vb),
-                   tu_upload(ctx, p->xt, p->n_xt * es),
-                   tu_upload(ctx, p->wt, p->n_wt * es),
-                   tu_upload(ctx, p->bt, vb),
-                   tu_upload(ctx, p->labels, (size_t)p->s.t * sizeof(int64_t))};
+    void *in[TP_FUSED_INPUTS];
+    tp_fused_upload(ctx, p, in);
     void *loss = tu_alloc_poisoned(ctx, sizeof o->loss);
     void *g[3] = {tu_alloc_poisoned(ctx, p->n_xs * es), tu_alloc_poisoned(ctx, p->n_ws * es),
                   tu_alloc_poisoned(ctx, vb)};
@@ -648,7 +643,7 @@ static void he_fused_bad_labels_run(distil_ctx *ctx, const tp_fused *p, tp_fused
         distil_free(ctx, g[i]);
     }
     distil_free(ctx, loss);
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < TP_FUSED_INPUTS; i++) {
         distil_free(ctx, in[i]);
     }
 }

@@ -40,7 +40,7 @@ typedef struct hf_problem {
 
 /* Device copies of a problem's inputs, its outputs (loss first) and a lent workspace. */
 typedef struct hf_dev {
-    void *in[7];
+    void *in[TP_FUSED_INPUTS];
     void *out[4];
     size_t out_bytes[4];
     void *work;
@@ -87,17 +87,7 @@ static void hf_upload_jsd(distil_ctx *ctx, const tp_jsd *p, hf_dev *d) {
 
 static void hf_upload_fused(distil_ctx *ctx, const tp_fused *p, hf_dev *d) {
     size_t es = distil_dtype_size(p->d.dtype), vb = (size_t)p->s.v * es;
-    const void *host[7] = {p->xs, p->ws, p->bs, p->xt, p->wt, p->bt, p->labels};
-    size_t bytes[7] = {p->n_xs * es,
-                       p->n_ws * es,
-                       vb,
-                       p->n_xt * es,
-                       p->n_wt * es,
-                       vb,
-                       (size_t)p->s.t * sizeof(int64_t)};
-    for (int i = 0; i < 7; i++) {
-        d->in[i] = host[i] ? tu_upload(ctx, host[i], bytes[i]) : NULL;
-    }
+    tp_fused_upload(ctx, p, d->in);
     unsigned want = tp_fused_grads(&p->s);
     d->out_bytes[0] = 3 * sizeof(float);
     d->out_bytes[1] = (want & TP_WANT_XS) ? p->n_xs * es : 0;
@@ -163,7 +153,7 @@ static unsigned char *hf_results(distil_ctx *ctx, const hf_dev *d, size_t *bytes
 
 static void hf_release(distil_ctx *ctx, hf_dev *d) {
     TU_OK(ctx, distil_ctx_set_workspace(ctx, NULL, 0));
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < TP_FUSED_INPUTS; i++) {
         distil_free(ctx, d->in[i]);
     }
     for (int i = 0; i < 4; i++) {

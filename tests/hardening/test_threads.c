@@ -95,16 +95,11 @@ static void ht_jsd(ht_run *r, distil_ctx *ctx, const tp_jsd *p, ht_out *o) {
 
 static void ht_fused(ht_run *r, distil_ctx *ctx, const tp_fused *p, ht_out *o) {
     size_t es = distil_dtype_size(p->d.dtype), vb = (size_t)p->s.v * es;
-    const void *host[7] = {p->xs, p->ws, p->bs, p->xt, p->wt, p->bt, p->labels};
-    size_t in_bytes[7] = {p->n_xs * es,
-                          p->n_ws * es,
-                          vb,
-                          p->n_xt * es,
-                          p->n_wt * es,
-                          vb,
-                          (size_t)p->s.t * sizeof(int64_t)};
-    void *in[7];
-    for (int i = 0; i < 7; i++) {
+    const void *host[TP_FUSED_INPUTS];
+    size_t in_bytes[TP_FUSED_INPUTS];
+    tp_fused_inputs(p, host, in_bytes);
+    void *in[TP_FUSED_INPUTS];
+    for (int i = 0; i < TP_FUSED_INPUTS; i++) {
         in[i] = ht_upload(r, ctx, host[i], in_bytes[i]);
     }
     size_t bytes[4] = {3 * sizeof(float), p->n_xs * es, p->n_ws * es, vb};
@@ -120,7 +115,7 @@ static void ht_fused(ht_run *r, distil_ctx *ctx, const tp_fused *p, ht_out *o) {
         ht_fail(r, ctx, distil_ctx_synchronize(ctx), "synchronize");
     }
     ht_collect(r, ctx, out, bytes, 4, o);
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < TP_FUSED_INPUTS; i++) {
         distil_free(ctx, in[i]);
     }
 }
