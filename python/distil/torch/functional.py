@@ -56,6 +56,9 @@ def _rows(name: str, t: Tensor) -> Tensor:
 def _labels(name: str, labels: Optional[Tensor], rows: int, device) -> Optional[Tensor]:
     if labels is None:
         return None
+    if (labels.dtype is torch.int64 and labels.dim() == 1 and labels.shape[0] == rows
+            and labels.is_contiguous() and labels.device == device):
+        return labels  # the usual case, checked at once: as the library takes them
     if labels.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
         _fail(f"{name}: labels must be integers, got {labels.dtype}")
     if labels.numel() != rows:
@@ -70,9 +73,22 @@ def _labels(name: str, labels: Optional[Tensor], rows: int, device) -> Optional[
 def _same(fn: str, names: tuple, tensors: tuple):
     """Every present tensor has the first one's dtype and device, and a dtype distil takes."""
     first = tensors[0]
-    dtype, device = first.dtype, first.device
+    dtype = first.dtype
     if dtype not in _ops._DTYPES:
         _fail(f"{fn}: {names[0]}: dtype {dtype} is not float32, bfloat16 or float16")
+    if first.is_cpu:  # a cpu tensor's device is always 'cpu' (no index): is_cpu says it all
+        for t in tensors:
+            if t is not None and (t.dtype is not dtype or not t.is_cpu):
+                break
+        else:
+            return
+    _same_each(fn, names, tensors)
+
+
+def _same_each(fn: str, names: tuple, tensors: tuple):
+    """_same's checks tensor by tensor with device objects (GPU tensors, or a mismatch: the
+    message names the first tensor that fails)."""
+    dtype, device = tensors[0].dtype, tensors[0].device
     for name, t in zip(names, tensors):
         if t is None:
             continue
@@ -85,6 +101,20 @@ def _same(fn: str, names: tuple, tensors: tuple):
 
 def _wants_grad(t: Optional[Tensor]) -> bool:
     return t is not None and t.requires_grad and torch.is_grad_enabled()
+
+
+def _wants_grads(x: Tensor, w: Tensor, b: Optional[Tensor]) -> tuple:
+    """_wants_grad of each, grad mode read once."""
+    if not torch.is_grad_enabled():
+        return False, False, False
+    return x.requires_grad, w.requires_grad, b is not None and b.requires_grad
+
+
+def _check_biases(fn, student_bias, student_weight, teacher_bias, teacher_weight):
+    for name, b, w in (("student_bias", student_bias, student_weight),
+                       ("teacher_bias", teacher_bias, teacher_weight)):
+        if b is not None and tuple(b.shape) != (w.shape[0],):
+            _fail(f"{fn}: {name} has shape {tuple(b.shape)}, its head {tuple(w.shape)}")
 
 
 def _divergence(divergence, alpha, normaliser, like: Tensor, fn: str):
@@ -175,10 +205,8 @@ def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, lab
         _fail(f"{fn}: student_input has {xs.shape[0]} rows, teacher_input {xt.shape[0]}")
     if student_weight.dim() != 2 or teacher_weight.dim() != 2:
         _fail(f"{fn}: student_weight and teacher_weight must be 2-D [V, H] (nn.Linear layout)")
-    for name, b, w in (("student_bias", student_bias, student_weight),
-                       ("teacher_bias", teacher_bias, teacher_weight)):
-        if b is not None and tuple(b.shape) != (w.shape[0],):
-            _fail(f"{fn}: {name} has shape {tuple(b.shape)}, its head {tuple(w.shape)}")
+    if student_bias is not None or teacher_bias is not None:
+        _check_biases(fn, student_bias, student_weight, teacher_bias, teacher_weight)
     if labels is None and weight_hard != 0:
         _fail(f"{fn}: labels are None but weight_hard_loss is {weight_hard}: the hard loss "
               "needs labels (give them, or set weight_hard_loss=0)")
@@ -189,9 +217,9 @@ def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, lab
     code, alpha, n_host, n_dev = _divergence(div[0], div[1], div[2], xs, fn)
     loss, parts, ls, lt = _ops.fused(xs, ws, bs, xt, wt, bt, lab, float(weight_hard),
                                      float(weight_soft), float(beta), float(temperature),
-                                     int(ignore_index), int(chunk_rows),
-                                     _wants_grad(student_input), _wants_grad(student_weight),
-                                     _wants_grad(student_bias), code, alpha, n_host, n_dev,
+                                     int(ignore_index), int(chunk_rows), *_wants_grads(
+                                         student_input, student_weight, student_bias),
+                                     code, alpha, n_host, n_dev,
                                      bool(div[3]), *heads[:5], want_lse, heads[5],
                                      parts=want_parts)
     lead = student_input.shape[:-1]
@@ -265,15 +293,27 @@ def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher
     e4m3's rounding); the student's head is exact.
     """
     del compiled, chunk_size  # accepted for Liger compatibility, see the module docstring
-    heads, want_lse = _head_options(student_logit_scale, student_softcap, teacher_logit_scale,
-                                    teacher_softcap, teacher_temperature, return_lse,
-                                    teacher_head_precision)
+    return _fused_loss(student_input, student_weight, teacher_input, teacher_weight, true_labels,
+                       student_bias, teacher_bias, weight_hard_loss, weight_soft_loss, beta,
+                       ignore_index, temperature, return_soft_hard_loss, chunk_rows,
+                       (divergence, alpha, normaliser, temperature_squared),
+                       (student_logit_scale, student_softcap, teacher_logit_scale,
+                        teacher_softcap, teacher_temperature, return_lse,
+                        teacher_head_precision))
+
+
+def _fused_loss(student_input, student_weight, teacher_input, teacher_weight, true_labels,
+                student_bias, teacher_bias, weight_hard_loss, weight_soft_loss, beta,
+                ignore_index, temperature, return_soft_hard_loss, chunk_rows, div, head_options):
+    """fused_linear_jsd_loss on positional arguments (FusedLinearJSDLoss calls it so: binding
+    some thirty keywords costs more than the checks); div = (divergence, alpha, normaliser,
+    temperature_squared), head_options = _head_options's arguments in its order."""
+    heads, want_lse = _head_options(*head_options)
     loss, parts, ls, lt = _fused("fused_linear_jsd_loss", student_input, student_weight,
                                  teacher_input, teacher_weight, true_labels, student_bias,
                                  teacher_bias, weight_hard_loss, weight_soft_loss, beta,
-                                 ignore_index, temperature, chunk_rows,
-                                 (divergence, alpha, normaliser, temperature_squared), heads,
-                                 want_lse, return_soft_hard_loss)
+                                 ignore_index, temperature, chunk_rows, div, heads, want_lse,
+                                 return_soft_hard_loss)
     out = (loss, parts[2], parts[1]) if return_soft_hard_loss else (loss,)
     out += (ls, lt) if want_lse else ()
     return out if len(out) > 1 else loss

@@ -171,17 +171,18 @@ class FusedLinearJSDLoss(torch.nn.Module):
                 student_bias, teacher_bias, self.weight_hard_loss, self.weight_soft_loss,
                 self.beta, self.ignore_index, self.temperature, self.chunk_rows)
             return (loss, soft, hard) if self.return_soft_hard_loss else loss
-        return F.fused_linear_jsd_loss(student_input, student_weight, teacher_input,
-                                       teacher_weight, true_labels, student_bias, teacher_bias,
-                                       self.weight_hard_loss, self.weight_soft_loss, self.beta,
-                                       self.ignore_index, self.temperature, self.compiled,
-                                       self.chunk_size, self.return_soft_hard_loss,
-                                       chunk_rows=self.chunk_rows, divergence=self.divergence,
-                                       alpha=self.alpha,
-                                       normaliser=normaliser if normaliser is not None
-                                       else self.normaliser,
-                                       temperature_squared=self.temperature_squared,
-                                       **_head_options(self))
+        # F.fused_linear_jsd_loss's body on positional arguments (its keywords cost more)
+        return F._fused_loss(student_input, student_weight, teacher_input, teacher_weight,
+                             true_labels, student_bias, teacher_bias, self.weight_hard_loss,
+                             self.weight_soft_loss, self.beta, self.ignore_index,
+                             self.temperature, self.return_soft_hard_loss, self.chunk_rows,
+                             (self.divergence, self.alpha,
+                              self.normaliser if normaliser is None else normaliser,
+                              self.temperature_squared),
+                             (self.student_logit_scale, self.student_softcap,
+                              self.teacher_logit_scale, self.teacher_softcap,
+                              self.teacher_temperature, self.return_lse,
+                              self.teacher_head_precision))
 
 
 # Liger's names, so that switching is an import change.
