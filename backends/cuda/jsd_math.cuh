@@ -29,10 +29,6 @@ namespace DISTIL_GPU_NS {
  * of the far form's ratio is not: at beta near 1 its |d| ulp reach the loss, which cancels to
  * (1 - beta).) */
 #define DE_DIV(a, b) distil_div_fast(a, b)
-/* and the far form's ratio r = e^-|d - c| as exp2f of a base-2 exponent (distil_elem.h says why
- * its |a| u are harmless there; exp2f keeps the subnormal range): JSD fp32 loss + grad 3.92 ->
- * 3.81 ms at T 8192 on an H200, docs/CUDA-NOTES.md tenth session. */
-#define DE_EXP_RATIO(a) exp2f((a)*1.4426950408889634f)
 #include "math/distil_elem.h"
 /* and the head options of docs/SPEC.md §6 (scale, softcap), the same text in float */
 #define DH_TANH(a) tanhf(a)
