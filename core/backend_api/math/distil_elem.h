@@ -21,10 +21,6 @@
  *   DE_DIV(a, b)     (optional, default a / b) a / b for b in [1/2, 3] to 2 ulp: the series'
  *                    s = t / (2 + t) and the shares of m (de_mix_parts); a fast division is
  *                    harmless there (its error is the result's, relative)
- *   DE_EXP_RATIO(a)  (optional, default DE_EXP) exp(a) for a <= 0, the far form's ratio
- *                    r = e^-|d - c|, to 2 ulp plus |a| u relative (u = 2^-24, a base-2 exponent's
- *                    rounding): harmless, since r enters as log1p(r), where that error moves
- *                    the result by at most r |a| u <= u / e
  *
  * Forms (chosen for docs/SPEC.md §3's regimes; each factor relatively accurate, so an element term
  * is good to a few ulp; at |d| just above 0.69 the far form's two terms cancel by a factor of ~5,
@@ -69,9 +65,6 @@
 
 #ifndef DE_DIV
 #define DE_DIV(a, b) ((a) / (b))
-#endif
-#ifndef DE_EXP_RATIO
-#define DE_EXP_RATIO(a) DE_EXP(a)
 #endif
 
 /* The mode of a divergence (docs/SPEC.md §6; distil_elem_div_make maps the public enum and its
@@ -233,7 +226,7 @@ DE_FN de_mixp de_mix_parts(const de_coef *k, DE_T x, DE_T y) {
     DE_M teach = d <= k->c;
     DE_T u, w;
     de_expm1_pair(d, &u, &w);
-    DE_T r = DE_EXP_RATIO(-DE_ABS(d - k->c)); /* the smaller part of m over the larger */
+    DE_T r = DE_EXP(-DE_ABS(d - k->c)); /* the smaller part of m over the larger */
     /* One series serves h((1 - beta) u) near and log1p(r) far; the other h and log1p of beta w. */
     DE_T l1, l2;
     DE_T tu = DE_SEL(m.near, k->omb * u, r);
