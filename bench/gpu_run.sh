@@ -148,8 +148,10 @@ report() {
 # distil-torch baselines (distil called exactly as Liger is).
 install_package() {
     step 300 pip-install "$PY" -m pip install -q --no-build-isolation --no-deps \
-        -C build-dir=/tmp/distil-wheel -C cmake.define.CMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90a}" \
-        -C cmake.define.DISTIL_CPU=OFF -C cmake.define.DISTIL_OPENCL=OFF . \
+        --config-settings=build-dir=/tmp/distil-wheel \
+        --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90a}" \
+        --config-settings=cmake.define.DISTIL_CPU=OFF \
+        --config-settings=cmake.define.DISTIL_OPENCL=OFF . \
         > "$OUT/pip-install.log" 2>&1
 }
 

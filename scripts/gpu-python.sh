@@ -22,10 +22,10 @@ for w in .whl/liger_kernel-*.whl; do
     [ -f "$w" ] && "$PY" -m pip install -q --no-index --no-deps "$w" && log "installed $w"
 done
 log "pip install ."
-timeout 400 "$PY" -m pip install -q --no-build-isolation --no-deps -C build-dir=/tmp/distil-wheel \
-    -C cmake.define.CMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90a}" \
-    -C cmake.define.DISTIL_CPU="${DISTIL_PY_CPU:-OFF}" \
-    -C cmake.define.DISTIL_OPENCL="${DISTIL_PY_OPENCL:-OFF}" . > "$OUT/pip-install.log" 2>&1 ||
+timeout 400 "$PY" -m pip install -q --no-build-isolation --no-deps --config-settings=build-dir=/tmp/distil-wheel \
+    --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90a}" \
+    --config-settings=cmake.define.DISTIL_CPU="${DISTIL_PY_CPU:-OFF}" \
+    --config-settings=cmake.define.DISTIL_OPENCL="${DISTIL_PY_OPENCL:-OFF}" . > "$OUT/pip-install.log" 2>&1 ||
     { tail -30 "$OUT/pip-install.log"; exit 1; }
 (cd /tmp && "$PY" -c 'import distil; print("distil", distil.version(), distil.backends(), distil.library_path())')
 

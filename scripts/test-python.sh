@@ -2,7 +2,8 @@
 # The Python package's part of the test command: `pip install .` (which builds libdistil with
 # every backend whose toolchain is present) into a virtual environment that also sees the
 # system's packages, the test dependencies (torch, numpy, pytest, transformers) where missing,
-# then the pytest suite. CUDA-only tests skip with a message without a GPU.
+# then the pytest suite. CUDA-only tests skip with a message without a GPU. pip options by their
+# long names: Debian 12's pip (23.0) has no -C.
 #   DISTIL_PY_VENV   the virtual environment (default build-py/venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,5 +21,5 @@ if [ ${#need[@]} -gt 0 ]; then
     "$py" -m pip install -q "${need[@]}"
 fi
 echo "test-python.sh: pip install ."
-"$py" -m pip install -q --force-reinstall --no-deps -C build-dir=build-py/wheel .
+"$py" -m pip install -q --force-reinstall --no-deps --config-settings=build-dir=build-py/wheel .
 "$py" -m pytest -q -rs python/tests

@@ -30,7 +30,8 @@ from torch import Tensor
 
 from .. import _errors, _lib, _topk
 from . import _ops
-from .functional import _check_temperature, _fail, _labels, _rows, _same, _wants_grad
+from .functional import (_check_temperature, _fail, _labels, _rows, _same, _wants_grad,
+                         _wants_grads)
 
 _IDS = {torch.int64: _topk.IDS_I64, torch.int32: _topk.IDS_I32}
 
@@ -301,9 +302,8 @@ def fused_linear_topk_loss(student_input: Tensor, student_weight: Tensor, teache
     parts = _fused_topk(xs, ws, bs, ids, logp, lab, float(weight_hard_loss),
                         float(weight_soft_loss), tail, divergence, float(beta),
                         float(temperature), int(ignore_index), reduction, int(pad_id),
-                        int(chunk_rows), _wants_grad(student_input), _wants_grad(student_weight),
-                        _wants_grad(student_bias), *_normaliser_args(fn, normaliser, xs.device),
-                        float(alpha))
+                        int(chunk_rows), *_wants_grads(student_input, student_weight, student_bias),
+                        *_normaliser_args(fn, normaliser, xs.device), float(alpha))
     loss, hard, soft = parts[0], parts[1].detach(), parts[2].detach()
     return (loss, soft, hard) if return_soft_hard_loss else loss
 
