@@ -13,6 +13,9 @@ interleaved rounds; x a leaf, its .grad dropped untimed):
   once_differentiable the ctx-attribute backward under torch.autograd.function's decorator
   setup_context       forward without ctx, a separate setup_context (the torch.library style)
   no autograd         the forward's two allocations alone (what any loss call pays anyway)
+  forward only        the ctx-attribute Function's forward, its graph dropped (what a loss's
+                      forward costs before the caller's backward: the floor of distil.torch's
+                      "public forward" row in bench/host_overhead.py)
 On cuda the queue is drained every 64 calls.
 """
 import argparse
@@ -124,6 +127,7 @@ def main():
         "once_differentiable": lambda: Once.apply(x).backward(),
         "setup_context": lambda: Setup.apply(x)[1].backward(),
         "no autograd": lambda: _alloc(x.detach()),
+        "forward only": lambda: Attr.apply(x),
     }
     drain = args.device == "cuda"
     for fn in rows.values():
@@ -134,8 +138,8 @@ def main():
     for _ in range(args.rounds):
         for name, fn in rows.items():
             best[name] = min(best.get(name, float("inf")), _median_us(fn, x, args.calls, drain))
-    print(f"# autograd.Function floor, forward + backward, on {args.device} (torch "
-          f"{torch.__version__}), T {args.T}, V {args.V}, {args.clock} clock\n")
+    print(f"# autograd.Function floor, forward + backward (last row: forward only), on "
+          f"{args.device} (torch {torch.__version__}), T {args.T}, V {args.V}, {args.clock} clock\n")
     print("| variant | µs |\n|---|---|")
     for name, us in best.items():
         print(f"| {name} | {us:.1f} |")

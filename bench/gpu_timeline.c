@@ -3,12 +3,15 @@
  * records the start and end of every kernel of `reps` back-to-back calls (no serialisation, unlike
  * Nsight Compute), so the gaps between kernels and the kernels' in-flight durations (clocks as the
  * running load leaves them) are seen. Nsight Systems is not needed.
- *   usage: [TL_SYNC=1] [TL_LIST=1] distil-gpu-timeline [T] [reps] [chunk_rows]
- *   (bf16, Hs 2048, Ht 4096, V 128256, loss + gradients; calls back to back unless TL_SYNC)
+ *   usage: [TL_SYNC=1] [TL_LIST=1] [TL_TOPK=k] distil-gpu-timeline [T] [reps] [chunk_rows]
+ *   (bf16, Hs 2048, Ht 4096, V 128256, loss + gradients; calls back to back unless TL_SYNC;
+ *   TL_TOPK: distil_fused_linear_topk against a cached teacher of k fp32 entries per row
+ *   instead, docs/SPEC.md §7)
  * Prints, for the median call: its period, span, busy time, idle gaps, and per kernel name the
  * count and time (TL_LIST: every kernel in order).
  */
 #include <cupti.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +107,33 @@ static void *tl_upload_bf16(distil_ctx *ctx, size_t n, float a, unsigned *seed) 
     return d;
 }
 
+/* A cached top-k teacher (rows, k): ids distinct within each row (1009 is prime and does not
+ * divide v), log-probabilities of 0.9 / k each (the tail holds 0.1). */
+static void tl_upload_topk(distil_ctx *ctx, int64_t t, int64_t v, int64_t k, void **ids,
+                           void **logp) {
+    const size_t n = (size_t)(t * k);
+    int64_t *hi = malloc(n * sizeof *hi);
+    float *hl = malloc(n * sizeof *hl);
+    if (hi == NULL || hl == NULL) {
+        fprintf(stderr, "upload: out of host memory\n");
+        exit(1);
+    }
+    for (int64_t r = 0; r < t; r++) {
+        for (int64_t j = 0; j < k; j++) {
+            hi[r * k + j] = (r * 7919 + j * 1009) % v;
+            hl[r * k + j] = logf(0.9f / (float)k);
+        }
+    }
+    if (distil_malloc(ctx, n * 8, ids) || distil_malloc(ctx, n * 4, logp) ||
+        distil_memcpy_to_device(ctx, *ids, hi, n * 8) ||
+        distil_memcpy_to_device(ctx, *logp, hl, n * 4)) {
+        fprintf(stderr, "upload: %s\n", distil_ctx_last_error(ctx));
+        exit(1);
+    }
+    free(hi);
+    free(hl);
+}
+
 /* The kernels starting in [lo, hi): one call. */
 static void tl_report(uint64_t lo, uint64_t hi) {
     uint64_t first = UINT64_MAX, last = 0, busy = 0, gaps = 0, prev_end = 0;
@@ -184,6 +214,18 @@ int main(int argc, char **argv) {
     d.student_hidden = hs;
     d.teacher_hidden = ht;
     d.chunk_rows = argc > 3 ? atoll(argv[3]) : 0;
+    const char *topk = getenv("TL_TOPK");
+    distil_fused_linear_topk_desc dk;
+    distil_fused_linear_topk_desc_init(&dk);
+    dk.rows = t;
+    dk.vocab = v;
+    dk.student_hidden = hs;
+    dk.k = topk ? atoll(topk) : 0;
+    dk.chunk_rows = d.chunk_rows;
+    void *ids = NULL, *tlogp = NULL;
+    if (topk) {
+        tl_upload_topk(ctx, t, v, dk.k, &ids, &tlogp);
+    }
     /* Calls back to back as a training step makes them (TL_SYNC=1: a synchronize after each,
      * every call starting on an idle GPU); each call begins with its count_valid kernel. */
     const int n = reps < 64 ? (reps > 1 ? reps : 2) : 64;
@@ -201,9 +243,11 @@ int main(int argc, char **argv) {
                 return 1;
             }
         }
-        if (distil_fused_linear_jsd(ctx, &d, xs, ws, NULL, xt, wt, NULL, labels, loss, gx, gw,
-                                    NULL) != DISTIL_OK ||
-            ((sync_each || i < 3) && distil_ctx_synchronize(ctx) != DISTIL_OK)) {
+        const distil_status st = topk ? distil_fused_linear_topk(ctx, &dk, xs, ws, NULL, ids, tlogp,
+                                                                 labels, loss, gx, gw, NULL)
+                                      : distil_fused_linear_jsd(ctx, &d, xs, ws, NULL, xt, wt, NULL,
+                                                                labels, loss, gx, gw, NULL);
+        if (st != DISTIL_OK || ((sync_each || i < 3) && distil_ctx_synchronize(ctx) != DISTIL_OK)) {
             fprintf(stderr, "call: %s\n", distil_ctx_last_error(ctx));
             return 1;
         }

@@ -13,8 +13,12 @@ For each loss (distil.torch.JSD, and FusedLinearJSDLoss with labels), from the b
   forward       the public module's forward
   backward      loss.backward() after it (timed alone, in the same iteration)
   fwd + bwd     both
+  forward alone the public forward in a loop without backward (its graph dropped): on cuda
+                the "forward" row above also pays for the previous backward's hand-over from
+                torch's autograd device thread (the GIL and a thread wake-up), this one not
 and, for scale, torch's own floor: an autograd.Function saving one tensor, forward + backward.
-"overhead" rows subtract the C calls from the public forward and from forward + backward.
+"overhead" rows subtract the C calls from the public forward (alone and in the fwd + bwd loop)
+and from forward + backward.
 Each row is the median host time over --calls calls, the least such median over --rounds
 interleaved rounds (the machine may be shared); on cuda the queue is drained every 64 calls.
 """
@@ -107,6 +111,7 @@ def jsd_rows(device):
             lambda: _ops.jsd(x, y, None, 0.5, -100, "batchmean", True, 0, 0.1, 0.0, None),
             [x]),
         "public": _fwd_bwd(lambda: module(x, y), [x]),
+        "public forward alone": lambda: module(x, y),
         "torch floor (Function, one saved tensor) fwd + bwd": _fwd_bwd(lambda: _Floor.apply(x),
                                                                       [x]),
     }
@@ -157,6 +162,7 @@ def fused_rows(device):
                                   True, True, False)[0][0], [xs, ws]),
         "eager op fwd + bwd": _fwd_bwd(eager, [xs, ws]),
         "public": _fwd_bwd(lambda: module(xs, ws, xt, wt, lab), [xs, ws]),
+        "public forward alone": lambda: module(xs, ws, xt, wt, lab),
     }
 
 
@@ -176,6 +182,7 @@ def measure(rows, calls, rounds, drain):
     for key in [k for k in best if k.endswith((" forward", " backward")) and
                 not k.startswith("public")]:
         del best[key]  # the lower layers' split is not interesting; their sum is
+    best["overhead: forward alone - C call"] = best["public forward alone"] - best["C call"]
     best["overhead: forward - C call"] = best["public forward"] - best["C call"]
     best["overhead: fwd + bwd - C calls"] = (best["public fwd + bwd"] - best["C call"] -
                                              best["C scale"])

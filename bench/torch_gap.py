@@ -7,10 +7,17 @@ with `--queue` calls queued between two CUDA events (so host time hides behind t
   forward    distil.torch.jsd(x, y) with x.requires_grad (the gradient is computed, not used)
   backward   the same plus loss.backward() (the device-side scale of the saved gradient and
              autograd's accumulation into x.grad, cleared before each call)
+  c fresh    the C call writing a gradient allocated per call from torch's caching allocator,
+             as distil.torch's is (the library alone, but on distil.torch's buffers)
 Prints a Markdown table (ms per call, median of --reps samples) and, with --json, the numbers.
-  usage: python bench/torch_gap.py [--T 1024,8192] [--queue 8] [--reps 15] [--json FILE]
+--profile adds, per variant, every kernel torch.profiler saw in `queue` calls: launches and
+device µs per call, and the device's busy time against the span (where a gap per call goes:
+more kernels, slower kernels, or idle time between them).
+  usage: python bench/torch_gap.py [--T 1024,8192] [--queue 8] [--reps 15] [--sets 3]
+                                   [--json FILE] [--profile]
 """
 import argparse
+import itertools
 import json
 import statistics
 
@@ -34,14 +41,18 @@ def timed(fn, queue, reps):
     return statistics.median(samples)
 
 
-def point(t, vocab, queue, reps):
+def point(t, vocab, queue, reps, sets, profile=False):
     import distil.torch as dt
     from distil import _calls, _lib
     from distil.torch import _ops
 
-    x = torch.log_softmax(torch.randn(t, vocab, device="cuda"), -1).requires_grad_()
-    y = torch.log_softmax(torch.randn(t, vocab, device="cuda"), -1)
-    xd = x.detach()
+    # `sets` input pairs, the next one each call in every variant (as distil-bench rotates its
+    # inputs): the kernel's time depends on where its buffers lie (up to 7% at T 8192 between
+    # two allocations of the same tensors, bench/RESULTS.md), so every variant sees the same mix.
+    pairs = [(torch.log_softmax(torch.randn(t, vocab, device="cuda"), -1).requires_grad_(),
+              torch.log_softmax(torch.randn(t, vocab, device="cuda"), -1)) for _ in range(sets)]
+    turn = itertools.cycle(range(sets))
+    xd = pairs[0][0].detach()
     ctx = _ops.context_for(xd)
     desc, nbytes = _calls.jsd_plan(ctx, t, vocab, (vocab, vocab, vocab), _lib.F32, 0.5, -100,
                                    "batchmean")
@@ -49,23 +60,71 @@ def point(t, vocab, queue, reps):
     loss = torch.empty((), device="cuda")
     grad = torch.empty_like(xd)
 
-    def c_call():
+    def c_call(g=None):
+        x, y = pairs[next(turn)]
         _ops.context_for(xd)  # binds the current stream, as every distil.torch call does
-        _calls.run_jsd(ctx, desc, work.data_ptr(), nbytes, xd.data_ptr(), y.data_ptr(), 0,
-                       loss.data_ptr(), grad.data_ptr())
+        _calls.run_jsd(ctx, desc, work.data_ptr(), nbytes, x.data_ptr(), y.data_ptr(), 0,
+                       loss.data_ptr(), (grad if g is None else g).data_ptr())
+
+    def c_fresh():
+        c_call(torch.empty_like(xd))
 
     def forward():
+        x, y = pairs[next(turn)]
         dt.jsd(x, y)
 
     def backward():
+        x, y = pairs[next(turn)]
         x.grad = None
         dt.jsd(x, y).backward()
+        x.grad = None  # the gradient's memory goes back before the next call, as in training
 
     out = {"T": t, "V": vocab}
-    for name, fn in (("c", c_call), ("forward", forward), ("backward", backward)):
+    variants = (("c", c_call), ("c fresh", c_fresh), ("forward", forward),
+                ("backward", backward))
+    for name, fn in variants:
         out[name] = timed(fn, queue, reps)
-    del grad, work
+    if profile:
+        try:
+            out["profile"] = {name: profiled(fn, queue) for name, fn in variants}
+        except Exception as e:  # a profiler that cannot run here: the timings still print
+            print(f"torch_gap.py: torch.profiler failed: {e!r}")
+    del grad, work, pairs
+    torch.cuda.empty_cache()
     return out
+
+
+def profiled(fn, queue):
+    """Kernels of `queue` calls of fn under torch.profiler: {name: (launches, device µs)} per
+    call, and the busy time and span per call (µs)."""
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(queue):
+            fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    per = {}
+    for e in kernels:
+        n, us = per.get(e.name, (0, 0.0))
+        per[e.name] = (n + 1, us + e.time_range.elapsed_us())
+    span = (max(e.time_range.end for e in kernels) - min(e.time_range.start for e in kernels)
+            if kernels else 0)
+    busy = sum(us for _, us in per.values())
+    return {"kernels": {k: (n / queue, us / queue) for k, (n, us) in per.items()},
+            "busy_us": busy / queue, "span_us": span / queue}
+
+
+def print_profile(rows):
+    for r in rows:
+        for variant, p in r.get("profile", {}).items():
+            print(f"\nT {r['T']}, {variant}: busy {p['busy_us']:.1f} µs of a {p['span_us']:.1f} "
+                  "µs span per call\n\n| kernel | launches per call | device µs per call |\n"
+                  "|---|---|---|")
+            for name, (n, us) in sorted(p["kernels"].items(), key=lambda kv: -kv[1][1]):
+                print(f"| {name[:90]} | {n:.2f} | {us:.1f} |")
 
 
 def main():
@@ -75,16 +134,19 @@ def main():
     ap.add_argument("--queue", type=int, default=8)
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--json")
+    ap.add_argument("--sets", type=int, default=3, help="input pairs rotated (default 3)")
+    ap.add_argument("--profile", action="store_true")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("torch_gap.py: no CUDA device; nothing measured")
         return
-    rows = [point(int(t), a.V, a.queue, a.reps) for t in a.T.split(",")]
-    print(f"| T | C call (ms) | distil.torch forward | + backward | forward / C | backward / C |\n"
-          f"|---|---|---|---|---|---|")
+    rows = [point(int(t), a.V, a.queue, a.reps, a.sets, a.profile) for t in a.T.split(",")]
+    print("| T | C call (ms) | C call, fresh gradient | distil.torch forward | + backward | "
+          "forward / C | backward / C |\n|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['T']} | {r['c']:.3f} | {r['forward']:.3f} | {r['backward']:.3f} | "
-              f"{r['forward'] / r['c']:.3f} | {r['backward'] / r['c']:.3f} |")
+        print(f"| {r['T']} | {r['c']:.3f} | {r['c fresh']:.3f} | {r['forward']:.3f} | "
+              f"{r['backward']:.3f} | {r['forward'] / r['c']:.3f} | {r['backward'] / r['c']:.3f} |")
+    print_profile(rows)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)

@@ -83,9 +83,15 @@ enum { N_PARITY = TU_LEN(parity_cases) };
 static const distil_dtype dtypes[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
 enum { N_DT = TU_LEN(dtypes) };
 
-/* Precision: peaky and Zipf-like teachers, k from 1 to 128, fused in fp32 and bf16. */
+/* Precision: peaky and Zipf-like teachers, k from 1 to 128, fused in fp32 and bf16; V 4099 (the
+ * gpu row kernels' element-wise path) and 16384 at tau 1 and 0.8 (their vector path, with and
+ * without the one-exponential form of tau = 1, many vectors per thread). */
 static const int64_t precision_k[] = {1, 2, 8, 32, 128};
 enum { N_PK = TU_LEN(precision_k) };
+static const struct {
+    int64_t t, v;
+    float tau;
+} precision_rows[] = {{16, 4099, 1.0f}, {6, 16384, 1.0f}, {6, 16384, 0.8f}};
 
 static void run_against_ref(const tk_spec *s, distil_dtype dt, uint64_t seed) {
     tk_problem p;
@@ -115,20 +121,23 @@ static void test_case(void **state) {
 
 static void test_precision(void **state) {
     const distil_dtype dt = *(const distil_dtype *)*state;
-    for (int teacher = TK_PEAKY; teacher <= TK_ZIPF; teacher++) {
-        for (size_t i = 0; i < N_PK; i++) {
-            tk_spec s = F(.t = 16, .v = 4099, .k = precision_k[i], .tail = DISTIL_TOPK_TAIL,
-                          .div = DISTIL_DIVERGENCE_FORWARD_KL, .teacher = (tk_teacher)teacher,
-                          .parts = true, .bias = true);
-            run_against_ref(&s, dt, 300 + i);
-            s.tail = DISTIL_TOPK_RENORMALISE;
-            s.div = DISTIL_DIVERGENCE_JSD;
-            s.beta = 0.5f;
-            run_against_ref(&s, dt, 310 + i);
-            s.tail = DISTIL_TOPK_TAIL;
-            s.div = DISTIL_DIVERGENCE_SKEW_REVERSE_KL;
-            s.alpha = 0.2f;
-            run_against_ref(&s, dt, 320 + i);
+    for (size_t w = 0; w < TU_LEN(precision_rows); w++) {
+        for (int teacher = TK_PEAKY; teacher <= TK_ZIPF; teacher++) {
+            for (size_t i = 0; i < N_PK; i++) {
+                tk_spec s = F(.t = precision_rows[w].t, .v = precision_rows[w].v,
+                              .k = precision_k[i], .tail = DISTIL_TOPK_TAIL,
+                              .div = DISTIL_DIVERGENCE_FORWARD_KL, .teacher = (tk_teacher)teacher,
+                              .tau = precision_rows[w].tau, .parts = true, .bias = true);
+                run_against_ref(&s, dt, 300 + i + 100 * w);
+                s.tail = DISTIL_TOPK_RENORMALISE;
+                s.div = DISTIL_DIVERGENCE_JSD;
+                s.beta = 0.5f;
+                run_against_ref(&s, dt, 310 + i + 100 * w);
+                s.tail = DISTIL_TOPK_TAIL;
+                s.div = DISTIL_DIVERGENCE_SKEW_REVERSE_KL;
+                s.alpha = 0.2f;
+                run_against_ref(&s, dt, 320 + i + 100 * w);
+            }
         }
     }
 }

@@ -12,8 +12,9 @@
  *   then    the k (+ 1) element terms of distil_elem.h, the row constants of distil_topk.h
  *   pass 2  G over V (off K), then the slots' entries of G rewritten (on K)
  * Two reads of the row (three in the log-prob form) and one write of G: less than the dense
- * kernel's three passes over zs and zt. G may overwrite x (fp32, in place): the slots' logits
- * are kept in shared memory first.
+ * kernel's three passes over zs and zt. The logits form reads and writes vectors of 4 columns
+ * where the row's layout allows (topk_launch) and takes one exponential per element at tau = 1. G
+ * may overwrite x (fp32, in place): the slots' logits are kept in shared memory first.
  */
 #include "gpu_state.cuh"
 #include "dtype.cuh"
@@ -143,24 +144,77 @@ __device__ void topk_row_sums(const void *xr, int64_t n, topk_smem &sm, float *m
 /* One thread's online (max, sums) of its elements of a row of fp32 logits: mx the running max of
  * z, s = sum exp(z it - mx it) and s1 = sum exp(z - mx) in double. A new max rescales both sums
  * by exp(old - new) in double (rare: a thread's running max rises O(log n) times on a row in
- * random order). A -inf element before any other adds nothing (exp(-inf - -inf) would be NaN);
- * NaN fails every compare and makes the sums NaN; +inf makes its term NaN, as the two-pass form
- * (max, then sums) did. */
+ * random order). Elements come in vectors of VW (topk_for_vectors): a vector's terms are summed
+ * in fp32 and the sum added in double, except in the vector that holds the running max, whose
+ * own term 1 would absorb the small terms' low bits (as fused_add_exps); VW = 1 is the per-term
+ * double sum. While the max is -inf the terms are taken relative to 0: an element of -inf adds
+ * 0 (exp(-inf - -inf) would be NaN); NaN fails every compare and makes the sums NaN; +inf makes
+ * its term NaN, as the two-pass form (max, then sums) did. UNIT (it == 1): s1 is s, not summed. */
 struct topk_online {
     float mx = -INFINITY;
     double s = 0.0, s1 = 0.0;
 };
 
-__device__ __forceinline__ void topk_online_add(topk_online &o, float v, float it) {
-    if (v > o.mx) {
-        o.s *= exp(static_cast<double>(o.mx * it) - static_cast<double>(v * it));
-        o.s1 *= exp(static_cast<double>(o.mx) - static_cast<double>(v));
-        o.mx = v;
-    } else if (o.mx == -INFINITY && v == -INFINITY) {
+template <int VW, bool UNIT>
+__device__ __forceinline__ void topk_online_add(topk_online &o, const float (&v)[VW], float it) {
+    float vm = v[0];
+#pragma unroll
+    for (int k = 1; k < VW; k++) {
+        vm = fmaxf(vm, v[k]);
+    }
+    if (vm > o.mx) {
+        o.s *= exp(static_cast<double>(o.mx * it) - static_cast<double>(vm * it));
+        if (!UNIT) {
+            o.s1 *= exp(static_cast<double>(o.mx) - static_cast<double>(vm));
+        }
+        o.mx = vm;
+    }
+    const float r = o.mx == -INFINITY ? 0.0f : o.mx;
+    const float ri = r * it;
+    if (vm == r) {
+#pragma unroll
+        for (int k = 0; k < VW; k++) {
+            o.s += static_cast<double>(expf(v[k] * it - ri));
+            if (!UNIT) {
+                o.s1 += static_cast<double>(expf(v[k] - r));
+            }
+        }
         return;
     }
-    o.s += expf(v * it - o.mx * it);
-    o.s1 += expf(v - o.mx);
+    float a = 0.0f, a1 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VW; k++) {
+        a += expf(v[k] * it - ri);
+        if (!UNIT) {
+            a1 += expf(v[k] - r);
+        }
+    }
+    o.s += a;
+    o.s1 += a1;
+}
+
+/* Calls f(v, j) on each vector of VW columns [j, j + VW) of the row z that this thread owns (j =
+ * VW t, VW (t + T), ...: the same columns in both passes), two vectors loaded before the first is
+ * used. z aligned to VW floats, n a multiple of VW. */
+template <int VW, typename F>
+__device__ __forceinline__ void topk_for_vectors(const float *z, int64_t n, F f) {
+    constexpr int UNROLL = 2;
+    const int64_t step = static_cast<int64_t>(blockDim.x) * VW;
+    for (int64_t j0 = static_cast<int64_t>(threadIdx.x) * VW; j0 < n; j0 += step * UNROLL) {
+        float a[UNROLL][VW];
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            if (j0 + u * step < n) {
+                vload<DISTIL_F32, VW>(z, j0 + u * step, a[u]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            if (j0 + u * step < n) {
+                f(a[u], j0 + u * step);
+            }
+        }
+    }
 }
 
 /* What the row pass needs of the student: lnorm (x it - lnorm are the log-probs; 0 for the
@@ -191,6 +245,7 @@ __device__ topk_student topk_student_logp(const topk_params &p, const void *xr, 
  * (topk_online) sums the tail Q_t directly at both temperatures (no 1 - Q_K, no A - S_K between
  * sums of differently rounded terms) and finds the max of the rest; the slots' terms are added at
  * the block's max. A row of -inf only gives NaN sums, as the two-pass form did. */
+template <int VW, bool UNIT>
 __device__ topk_student topk_student_logits(const topk_params &p, float *zr, float it,
                                             topk_smem &sm) {
     float smax = -INFINITY;
@@ -203,8 +258,10 @@ __device__ topk_student topk_student_logits(const topk_params &p, float *zr, flo
     }
     __syncthreads(); /* the marks are seen by the whole block */
     topk_online o;
-    for (int64_t j = threadIdx.x; j < p.vocab; j += blockDim.x) {
-        topk_online_add(o, zr[j], it);
+    topk_for_vectors<VW>(
+        zr, p.vocab, [&](const float(&v)[VW], int64_t) { topk_online_add<VW, UNIT>(o, v, it); });
+    if (UNIT) {
+        o.s1 = o.s; /* it == 1: the same terms */
     }
     const float mx = -block_min(-fmaxf(o.mx, smax), sm.fscr);
     const float m = mx * it; /* it > 0 */
@@ -227,24 +284,60 @@ __device__ topk_student topk_student_logits(const topk_params &p, float *zr, flo
             static_cast<float>(sk * scale)};
 }
 
-/* G over the row: every entry by the off-K formula, then the slots' entries (on K). */
-template <int XDT, int GDT>
+/* q = exp(v it - lnorm), the student's soft probability; s = exp(v - lse1) its probability at
+ * temperature 1 (the logits form: CE; 0 otherwise). UNIT (it == 1, the logits form): lnorm and
+ * lse1 are the same number (topk_student_logits), so q is s. */
+template <bool UNIT>
+__device__ __forceinline__ void topk_probs(const topk_params &p, float v, float it, float lnorm,
+                                           float lse1, float *s, float *q) {
+    *s = p.logits ? expf(v - lse1) : 0.0f;
+    *q = UNIT ? *s : expf(v * it - lnorm);
+}
+
+/* G at columns [j, j + VW) off K (topk_row_grad's vector path). */
+template <int GDT, int VW, bool UNIT>
+__device__ __forceinline__ void
+topk_grad_vector(const topk_params &p, const float (&v)[VW], int64_t j, void *gr, int64_t label,
+                 float it, float lnorm, float lse1, float a_off, float gh, float gsi) {
+    float g[VW];
+#pragma unroll
+    for (int k = 0; k < VW; k++) {
+        float s, q;
+        topk_probs<UNIT>(p, v[k], it, lnorm, lse1, &s, &q);
+        g[k] = dk_g_off(gh, gsi, s, j + k == label ? 1.0f : 0.0f, q, a_off);
+    }
+    vstore<GDT, VW>(gr, j, g);
+}
+
+/* G over the row: every entry by the off-K formula, then the slots' entries (on K). VW > 1 (the
+ * logits form, xr and gr aligned to VW elements, V a multiple of VW): VW columns per load and
+ * store, in topk_for_vectors' order. */
+template <int XDT, int GDT, int VW, bool UNIT>
 __device__ void topk_row_grad(const topk_params &p, const void *xr, void *gr, int64_t label,
                               topk_smem &sm, float it, float lnorm, float lse1, float c_on,
                               float a_off, float gh, float gsi) {
-    for (int64_t j = threadIdx.x; j < p.vocab; j += blockDim.x) {
-        const float v = load1<XDT>(xr, j);
-        const float s = p.logits ? expf(v - lse1) : 0.0f;
-        const float oh = p.logits && j == label ? 1.0f : 0.0f;
-        store1<GDT>(gr, j, dk_g_off(gh, gsi, s, oh, expf(v * it - lnorm), a_off));
+    if constexpr (VW > 1) {
+        static_assert(XDT == DISTIL_F32, "vectors are the logits form's");
+        topk_for_vectors<VW>(static_cast<const float *>(xr), p.vocab,
+                             [&](const float(&v)[VW], int64_t j) {
+                                 topk_grad_vector<GDT, VW, UNIT>(p, v, j, gr, label, it, lnorm,
+                                                                 lse1, a_off, gh, gsi);
+                             });
+    } else {
+        for (int64_t j = threadIdx.x; j < p.vocab; j += blockDim.x) {
+            float s, q;
+            topk_probs<UNIT>(p, load1<XDT>(xr, j), it, lnorm, lse1, &s, &q);
+            const float oh = p.logits && j == label ? 1.0f : 0.0f;
+            store1<GDT>(gr, j, dk_g_off(gh, gsi, s, oh, q, a_off));
+        }
     }
     __syncthreads(); /* the off-K writes of the ids' entries come first */
     for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
         const int64_t id = sm.sid[j];
         if (id != p.pad_id) {
-            const float s = p.logits ? expf(sm.sz[j] - lse1) : 0.0f;
+            float s, q;
+            topk_probs<UNIT>(p, sm.sz[j], it, lnorm, lse1, &s, &q);
             const float oh = p.logits && id == label ? 1.0f : 0.0f;
-            const float q = expf(sm.sz[j] * it - lnorm);
             store1<GDT>(gr, id, dk_g_on(gh, gsi, s, oh, sm.sg[j], q, c_on));
         }
     }
@@ -263,7 +356,9 @@ template <int GDT> __device__ void topk_row_zero(const topk_params &p, int64_t r
     }
 }
 
-template <int XDT, int GDT>
+/* One block per row. VW, UNIT: the logits form's vectors and it == 1 (topk_launch); 1, false for
+ * the log-prob form. */
+template <int XDT, int GDT, int VW, bool UNIT>
 __global__ void __launch_bounds__(TOPK_THREADS) topk_rows_kernel(topk_params p) {
     __shared__ topk_smem sm;
     const int64_t row = blockIdx.x;
@@ -297,8 +392,9 @@ __global__ void __launch_bounds__(TOPK_THREADS) topk_rows_kernel(topk_params p) 
     used = block_sum(used, sm.lscr);
     /* the fused loss's logits are fp32 and the pass's own (XDT = F32): marked in place */
     const topk_student st =
-        p.logits ? topk_student_logits(p, static_cast<float *>(const_cast<void *>(xr)), it, sm)
-                 : topk_student_logp<XDT>(p, xr, sm);
+        p.logits
+            ? topk_student_logits<VW, UNIT>(p, static_cast<float *>(const_cast<void *>(xr)), it, sm)
+            : topk_student_logp<XDT>(p, xr, sm);
     const float lnorm = st.lnorm, lse1 = st.lse1, qt = st.qt, qk = st.qk;
     double ys = 0.0;
     /* As cpu_topk_lse: a maximum of -inf (every used slot's teacher log-prob -inf), +inf or NaN
@@ -356,7 +452,7 @@ __global__ void __launch_bounds__(TOPK_THREADS) topk_rows_kernel(topk_params p) 
         c_on = a_off = 0.0f; /* the gradient is 0 (an infinite a_off times gsi = 0 is NaN) */
     }
     __syncthreads(); /* every thread has read the row's logits it needs before G overwrites them */
-    topk_row_grad<XDT, GDT>(p, xr, gr, label, sm, it, lnorm, lse1, c_on, a_off, gh, gsi);
+    topk_row_grad<XDT, GDT, VW, UNIT>(p, xr, gr, label, sm, it, lnorm, lse1, c_on, a_off, gh, gsi);
 }
 
 static topk_params topk_params_of(gpu_state *b, const distil_topk_rows_args *a) {
@@ -389,9 +485,29 @@ static topk_params topk_params_of(gpu_state *b, const distil_topk_rows_args *a) 
     return p;
 }
 
-template <int XDT, int GDT> static cudaError_t topk_launch(const topk_params &p, cudaStream_t s) {
-    topk_rows_kernel<XDT, GDT><<<static_cast<unsigned>(p.rows), TOPK_THREADS, 0, s>>>(p);
+template <int XDT, int GDT, int VW, bool UNIT>
+static cudaError_t topk_launch_as(const topk_params &p, cudaStream_t s) {
+    topk_rows_kernel<XDT, GDT, VW, UNIT><<<static_cast<unsigned>(p.rows), TOPK_THREADS, 0, s>>>(p);
     return cudaGetLastError();
+}
+
+/* The logits form (fp32, the pass's own buffer) by vectors of 4 where V, both row strides and
+ * both bases allow, and with one exponential per element at it == 1; the log-prob form
+ * (XDT = GDT, the caller's strides) element by element. */
+template <int GDT> static cudaError_t topk_launch(const topk_params &p, cudaStream_t s) {
+    if (!p.logits) {
+        return topk_launch_as<GDT, GDT, 1, false>(p, s);
+    }
+    constexpr int GB = static_cast<int>(sizeof(typename dt_traits<GDT>::T));
+    const bool vec = p.vocab % 4 == 0 && p.x_stride % 4 == 0 && gpu_aligned(p.x, 16) &&
+                     (p.g == nullptr || (p.g_stride % 4 == 0 && gpu_aligned(p.g, 4 * GB)));
+    const bool unit = p.inv_t == 1.0f;
+    if (vec) {
+        return unit ? topk_launch_as<DISTIL_F32, GDT, 4, true>(p, s)
+                    : topk_launch_as<DISTIL_F32, GDT, 4, false>(p, s);
+    }
+    return unit ? topk_launch_as<DISTIL_F32, GDT, 1, true>(p, s)
+                : topk_launch_as<DISTIL_F32, GDT, 1, false>(p, s);
 }
 
 } // namespace DISTIL_GPU_NS
@@ -413,8 +529,7 @@ extern "C" distil_status DISTIL_GPU_FN(topk_rows)(void *vb, const distil_topk_ro
     gpu_device_guard guard(b);
     const cudaError_t e = dt_dispatch(a->g_dtype, [&](auto g) {
         constexpr int G = decltype(g)::value;
-        return a->logits ? topk_launch<DISTIL_F32, G>(p, b->lane.stream)
-                         : topk_launch<G, G>(p, b->lane.stream);
+        return topk_launch<G>(p, b->lane.stream);
     });
     if (e != cudaSuccess) {
         return gpu_fail(b, e, "topk_rows");
