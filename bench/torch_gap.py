@@ -2,7 +2,8 @@
 """torch_gap.py - where distil.torch's device time per JSD call goes beyond the C call's.
 
 At the JSD seed shape (fp32 log-probs [T, 128256], beta 0.5) on CUDA, the device time per call,
-with `--queue` calls queued between two CUDA events (so host time hides behind the device's), of:
+with `--queue` calls queued between two CUDA events (so host time hides behind the device's),
+the variants taken in turn in each of --reps rounds, of:
   c          distil_jsd through ctypes on tensors allocated once (the library alone)
   forward    distil.torch.jsd(x, y) with x.requires_grad (the gradient is computed, not used)
   backward   the same plus loss.backward() (the device-side scale of the saved gradient and
@@ -24,21 +25,30 @@ import statistics
 import torch
 
 
-def timed(fn, queue, reps):
-    """Median device ms per call of fn over reps samples of `queue` back-to-back calls."""
-    for _ in range(3):
+def sample(fn, queue):
+    """Device ms per call of `queue` back-to-back calls of fn between two CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(queue):
         fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(queue):
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / queue
+
+
+def timed(variants, queue, reps):
+    """{name: median device ms per call} over reps samples of each variant, the variants taken
+    in turn within each round (at T 8192 the card sits at its power limit and its clock drifts
+    over a run: one variant after another would time the drift, bench/RESULTS.md)."""
+    for _, fn in variants:
+        for _ in range(3):
             fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / queue)
-    return statistics.median(samples)
+    torch.cuda.synchronize()
+    samples = {name: [] for name, _ in variants}
+    for _ in range(reps):
+        for name, fn in variants:
+            samples[name].append(sample(fn, queue))
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def point(t, vocab, queue, reps, sets, profile=False):
@@ -82,8 +92,7 @@ def point(t, vocab, queue, reps, sets, profile=False):
     out = {"T": t, "V": vocab}
     variants = (("c", c_call), ("c fresh", c_fresh), ("forward", forward),
                 ("backward", backward))
-    for name, fn in variants:
-        out[name] = timed(fn, queue, reps)
+    out.update(timed(variants, queue, reps))
     if profile:
         try:
             out["profile"] = {name: profiled(fn, queue) for name, fn in variants}

@@ -28,6 +28,12 @@ namespace DISTIL_GPU_NS {
 #include "math/distil_topk.h"
 
 constexpr int TOPK_THREADS = 256;
+/* Blocks per SM that the compiler must fit for the logits form at tau = 1 (registers <= 40 at 256
+ * threads, no spills): 6 rows of a chunk per SM instead of 4 at its own 64 registers, -11% on the
+ * row kernel on an H200 (docs/CUDA-NOTES.md, eleventh session). At tau != 1 (two exponentials
+ * and two double sums per element) 40 registers spill, and the log-prob form is not the fused
+ * loss's: both are left to the compiler. */
+constexpr int TOPK_MIN_BLOCKS = 6;
 constexpr int TOPK_MAX = 1024;
 constexpr long long TOPK_NONE = 0x7fffffffffffffffLL;
 
@@ -357,9 +363,9 @@ template <int GDT> __device__ void topk_row_zero(const topk_params &p, int64_t r
 }
 
 /* One block per row. VW, UNIT: the logits form's vectors and it == 1 (topk_launch); 1, false for
- * the log-prob form. */
-template <int XDT, int GDT, int VW, bool UNIT>
-__global__ void __launch_bounds__(TOPK_THREADS) topk_rows_kernel(topk_params p) {
+ * the log-prob form. MINB: blocks per SM for __launch_bounds__ (TOPK_MIN_BLOCKS, or 1). */
+template <int XDT, int GDT, int VW, bool UNIT, int MINB>
+__global__ void __launch_bounds__(TOPK_THREADS, MINB) topk_rows_kernel(topk_params p) {
     __shared__ topk_smem sm;
     const int64_t row = blockIdx.x;
     const void *xr = static_cast<const typename dt_traits<XDT>::T *>(p.x) + row * p.x_stride;
@@ -485,9 +491,10 @@ static topk_params topk_params_of(gpu_state *b, const distil_topk_rows_args *a) 
     return p;
 }
 
-template <int XDT, int GDT, int VW, bool UNIT>
+template <int XDT, int GDT, int VW, bool UNIT, int MINB>
 static cudaError_t topk_launch_as(const topk_params &p, cudaStream_t s) {
-    topk_rows_kernel<XDT, GDT, VW, UNIT><<<static_cast<unsigned>(p.rows), TOPK_THREADS, 0, s>>>(p);
+    topk_rows_kernel<XDT, GDT, VW, UNIT, MINB>
+        <<<static_cast<unsigned>(p.rows), TOPK_THREADS, 0, s>>>(p);
     return cudaGetLastError();
 }
 
@@ -496,18 +503,18 @@ static cudaError_t topk_launch_as(const topk_params &p, cudaStream_t s) {
  * (XDT = GDT, the caller's strides) element by element. */
 template <int GDT> static cudaError_t topk_launch(const topk_params &p, cudaStream_t s) {
     if (!p.logits) {
-        return topk_launch_as<GDT, GDT, 1, false>(p, s);
+        return topk_launch_as<GDT, GDT, 1, false, 1>(p, s);
     }
     constexpr int GB = static_cast<int>(sizeof(typename dt_traits<GDT>::T));
     const bool vec = p.vocab % 4 == 0 && p.x_stride % 4 == 0 && gpu_aligned(p.x, 16) &&
                      (p.g == nullptr || (p.g_stride % 4 == 0 && gpu_aligned(p.g, 4 * GB)));
     const bool unit = p.inv_t == 1.0f;
     if (vec) {
-        return unit ? topk_launch_as<DISTIL_F32, GDT, 4, true>(p, s)
-                    : topk_launch_as<DISTIL_F32, GDT, 4, false>(p, s);
+        return unit ? topk_launch_as<DISTIL_F32, GDT, 4, true, TOPK_MIN_BLOCKS>(p, s)
+                    : topk_launch_as<DISTIL_F32, GDT, 4, false, 1>(p, s);
     }
-    return unit ? topk_launch_as<DISTIL_F32, GDT, 1, true>(p, s)
-                : topk_launch_as<DISTIL_F32, GDT, 1, false>(p, s);
+    return unit ? topk_launch_as<DISTIL_F32, GDT, 1, true, TOPK_MIN_BLOCKS>(p, s)
+                : topk_launch_as<DISTIL_F32, GDT, 1, false, 1>(p, s);
 }
 
 } // namespace DISTIL_GPU_NS
