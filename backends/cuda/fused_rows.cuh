@@ -21,6 +21,7 @@
 #include "dtype.cuh"
 #include "jsd_math.cuh"
 #include "reduce.cuh"
+#include "row_sums.cuh"
 
 #include <type_traits>
 
@@ -198,32 +199,7 @@ __device__ __forceinline__ void fused_for_vectors(const float *zs, const float *
     }
 }
 
-/* acc += sum_k ex((v[k] - r) c) over one vector, ex an exp2. The VW terms are summed in fp32 and
- * the vector's sum added to the double acc, except in a vector that holds r itself (has_r: a few
- * vectors per row): its own term is 2^0 = 1, beside which fp32 keeps only 2^-24 of the small
- * terms, and at a peaky row those are all of LSE - max (the CE gradient s - 1 at a confident
- * label, x at the row's mode); there each term goes to the double sum on its own, as in the
- * careful evaluation and on cpu (the fp32 vector sum gave 10x the careful error on an H200,
- * docs/CUDA-NOTES.md). Every row pass's exp sums go through here. */
-template <int VW, typename E>
-__device__ __forceinline__ void fused_add_exps(double &acc, const float (&v)[VW], float r, float c,
-                                               bool has_r, E ex) {
-    if (has_r) {
-#pragma unroll
-        for (int k = 0; k < VW; k++) {
-            acc += static_cast<double>(ex((v[k] - r) * c));
-        }
-        return;
-    }
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < VW; k++) {
-        s += ex((v[k] - r) * c);
-    }
-    acc += s;
-}
-
-/* Whether some v[k] equals r (fused_add_exps's has_r where the maximum is known beforehand). */
+/* Whether some v[k] equals r (row_add_exps's has_r where the maximum is known beforehand). */
 template <int VW> __device__ __forceinline__ bool fused_vec_has(const float (&v)[VW], float r) {
     bool h = false;
 #pragma unroll
@@ -233,7 +209,7 @@ template <int VW> __device__ __forceinline__ bool fused_vec_has(const float (&v)
     return h;
 }
 
-/* exp2f as an object, for fused_add_exps. */
+/* exp2f as an object, for row_add_exps. */
 struct fused_exp2 {
     __device__ __forceinline__ float operator()(float t) const {
         return exp2f(t);
@@ -249,7 +225,7 @@ __device__ __forceinline__ void fused_rescale(double &s, float m, float m_new, f
  * when a maximum grows, a few times per thread), then add the vector's terms, summed in fp32, to
  * the double sums. While a maximum is -inf (its columns all -inf so far) the terms are taken
  * relative to 0: they are 0, or NaN from a NaN logit, which must propagate. The vector that raised
- * a maximum (or equals it) holds it: its terms are summed in double (fused_add_exps). */
+ * a maximum (or equals it) holds it: its terms are summed in double (row_add_exps). */
 template <int VW, bool UNIT>
 __device__ __forceinline__ void fused_exp_add(const fused_params &p, fused_exp_acc &t,
                                               const float (&a)[VW], const float (&b)[VW]) {
@@ -273,10 +249,10 @@ __device__ __forceinline__ void fused_exp_add(const fused_params &p, fused_exp_a
     }
     const float ra = t.ms == -INFINITY ? 0.0f : t.ms;
     const float rb = t.mt == -INFINITY ? 0.0f : t.mt;
-    fused_add_exps(t.sx, a, ra, p.cx, va == ra, fused_exp2{});
-    fused_add_exps(t.sy, b, rb, p.cy, vb == rb, fused_exp2{});
+    row_add_exps(t.sx, a, ra, p.cx, va == ra, fused_exp2{});
+    row_add_exps(t.sy, b, rb, p.cy, vb == rb, fused_exp2{});
     if (!UNIT) {
-        fused_add_exps(t.sc, a, ra, FUSED_LOG2E, va == ra, fused_exp2{});
+        row_add_exps(t.sc, a, ra, FUSED_LOG2E, va == ra, fused_exp2{});
     }
 }
 

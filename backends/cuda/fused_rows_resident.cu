@@ -135,17 +135,17 @@ __device__ inline void res_pass_max(const float *sa, const float *sb, int n, flo
 
 /* Pass 2: sums of 2^((zs - ms) cx), 2^((zt - mt) cy) and, for tau != 1 (!UNIT),
  * 2^((zs - ms) log2 e). Vectors of VW summed in fp32, then added in double, except a vector
- * holding the block's maximum (fused_add_exps). */
+ * holding the block's maximum (row_add_exps). */
 template <int VW, bool UNIT>
 __device__ inline void res_pass_exp(const res_params &p, const float *sa, const float *sb, int n,
                                     float ms, float mt, double (&acc)[3]) {
     res_for_vectors<VW>(sa, sb, n, [&](const float(&x)[VW], const float(&y)[VW], int) {
         const auto ex = [](float t) { return distil_exp2_ftz(t); };
         const bool hx = fused_vec_has(x, ms);
-        fused_add_exps(acc[0], x, ms, p.cx, hx, ex);
-        fused_add_exps(acc[1], y, mt, p.cy, fused_vec_has(y, mt), ex);
+        row_add_exps(acc[0], x, ms, p.cx, hx, ex);
+        row_add_exps(acc[1], y, mt, p.cy, fused_vec_has(y, mt), ex);
         if (!UNIT) {
-            fused_add_exps(acc[2], x, ms, FUSED_LOG2E, hx, ex);
+            row_add_exps(acc[2], x, ms, FUSED_LOG2E, hx, ex);
         }
     });
 }

@@ -20,6 +20,7 @@
 #include "dtype.cuh"
 #include "jsd_math.cuh"
 #include "reduce.cuh"
+#include "row_sums.cuh"
 
 namespace DISTIL_GPU_NS {
 
@@ -148,17 +149,23 @@ __device__ void topk_row_sums(const void *xr, int64_t n, topk_smem &sm, float *m
 }
 
 /* One thread's online (max, sums) of its elements of a row of fp32 logits: mx the running max of
- * z, s = sum exp(z it - mx it) and s1 = sum exp(z - mx) in double. A new max rescales both sums
+ * z, s = sum exp((z - mx) it) and s1 = sum exp(z - mx) in double. A new max rescales both sums
  * by exp(old - new) in double (rare: a thread's running max rises O(log n) times on a row in
- * random order). Elements come in vectors of VW (topk_for_vectors): a vector's terms are summed
- * in fp32 and the sum added in double, except in the vector that holds the running max, whose
- * own term 1 would absorb the small terms' low bits (as fused_add_exps); VW = 1 is the per-term
- * double sum. While the max is -inf the terms are taken relative to 0: an element of -inf adds
- * 0 (exp(-inf - -inf) would be NaN); NaN fails every compare and makes the sums NaN; +inf makes
- * its term NaN, as the two-pass form (max, then sums) did. UNIT (it == 1): s1 is s, not summed. */
+ * random order). Elements come in vectors of VW (topk_for_vectors), each vector's terms added by
+ * row_add_exps (in fp32, or in double in the vector that holds the running max). While the max is
+ * -inf the terms are taken relative to 0: an element of -inf adds 0 (exp(-inf - -inf) would be
+ * NaN); NaN fails every compare and makes the sums NaN; +inf makes its term NaN, as the two-pass
+ * form (max, then sums) did. UNIT (it == 1): s1 is s, not summed. */
 struct topk_online {
     float mx = -INFINITY;
     double s = 0.0, s1 = 0.0;
+};
+
+/* expf as an object, for row_add_exps. */
+struct topk_exp {
+    __device__ __forceinline__ float operator()(float t) const {
+        return expf(t);
+    }
 };
 
 template <int VW, bool UNIT>
@@ -176,27 +183,10 @@ __device__ __forceinline__ void topk_online_add(topk_online &o, const float (&v)
         o.mx = vm;
     }
     const float r = o.mx == -INFINITY ? 0.0f : o.mx;
-    const float ri = r * it;
-    if (vm == r) {
-#pragma unroll
-        for (int k = 0; k < VW; k++) {
-            o.s += static_cast<double>(expf(v[k] * it - ri));
-            if (!UNIT) {
-                o.s1 += static_cast<double>(expf(v[k] - r));
-            }
-        }
-        return;
+    row_add_exps(o.s, v, r, UNIT ? 1.0f : it, vm == r, topk_exp{}); /* (it is 1 at UNIT) */
+    if (!UNIT) {
+        row_add_exps(o.s1, v, r, 1.0f, vm == r, topk_exp{});
     }
-    float a = 0.0f, a1 = 0.0f;
-#pragma unroll
-    for (int k = 0; k < VW; k++) {
-        a += expf(v[k] * it - ri);
-        if (!UNIT) {
-            a1 += expf(v[k] - r);
-        }
-    }
-    o.s += a;
-    o.s1 += a1;
 }
 
 /* Calls f(v, j) on each vector of VW columns [j, j + VW) of the row z that this thread owns (j =

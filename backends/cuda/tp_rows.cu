@@ -68,13 +68,13 @@ __device__ inline void tp_sums(const tp_params &p, fused_smem &sm, const float *
                 mt = static_cast<float>(p.smax[2 * row + 1]);
     const float ra = ms == -INFINITY ? 0.0f : ms, rb = mt == -INFINITY ? 0.0f : mt;
     double v[3] = {0.0, 0.0, 0.0};
-    fused_for_vectors<VW>(
-        zs, zt, p.f.vocab, [&](const float(&x)[VW], const float(&y)[VW], int64_t) {
-            const bool hx = fused_vec_has(x, ra);
-            fused_add_exps(v[0], x, ra, p.f.cx, hx, fused_exp2{});
-            fused_add_exps(v[1], y, rb, p.f.cx, fused_vec_has(y, rb), fused_exp2{});
-            fused_add_exps(v[2], x, ra, FUSED_LOG2E, hx, fused_exp2{});
-        });
+    fused_for_vectors<VW>(zs, zt, p.f.vocab,
+                          [&](const float(&x)[VW], const float(&y)[VW], int64_t) {
+                              const bool hx = fused_vec_has(x, ra);
+                              row_add_exps(v[0], x, ra, p.f.cx, hx, fused_exp2{});
+                              row_add_exps(v[1], y, rb, p.f.cx, fused_vec_has(y, rb), fused_exp2{});
+                              row_add_exps(v[2], x, ra, FUSED_LOG2E, hx, fused_exp2{});
+                          });
     fused_block_sums<3>(sm, v);
     if (threadIdx.x == 0) {
         p.ssum[3 * row] = v[0];
