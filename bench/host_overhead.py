@@ -15,12 +15,15 @@ For each loss (distil.torch.JSD, and FusedLinearJSDLoss with labels), from the b
   fwd + bwd     both
   forward alone the public forward in a loop without backward (its graph dropped): on cuda
                 the "forward" row above also pays for the previous backward's hand-over from
-                torch's autograd device thread (the GIL and a thread wake-up), this one not
+                torch's autograd device thread (the GIL and a thread wake-up), this one not;
+                after the first call the module takes its call site (_site.py)
+  checked path  the same on the checked path, as a kind of call the module has not seen
 and, for scale, torch's own floor: an autograd.Function saving one tensor, forward + backward.
 "overhead" rows subtract the C calls from the public forward (alone and in the fwd + bwd loop)
 and from forward + backward.
 Each row is the median host time over --calls calls, the least such median over --rounds
-interleaved rounds (the machine may be shared); on cuda the queue is drained every 64 calls.
+interleaved rounds (the machine may be shared); on cuda the queue is drained every 16 calls
+(untimed), so that a full launch queue never makes the host wait for the GPU.
 """
 import argparse
 import json
@@ -44,7 +47,7 @@ def _median_us(fn, calls, drain):
         total = (clock() - t0) * 1e6
         for k, v in (parts if isinstance(parts, dict) else {"": total}).items():
             samples.setdefault(k, []).append(v)
-        if drain and i % 64 == 63:
+        if drain and i % 16 == 15:
             torch.cuda.synchronize()
     return {k: statistics.median(v) for k, v in samples.items()}
 
@@ -64,6 +67,19 @@ def _fwd_bwd(forward, params):
     return body
 
 
+class _FloorGrads(torch.autograd.Function):
+    """torch's cost of a fused loss's forward: the loss and the two gradients allocated."""
+
+    @staticmethod
+    def forward(ctx, xs, ws):
+        ctx.grads = (torch.empty_like(xs), torch.empty_like(ws))
+        return xs.new_empty((), dtype=torch.float32)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.grads
+
+
 class _Floor(torch.autograd.Function):
     """torch's own cost of a loss Function: one saved [T, V] tensor, returned by backward."""
 
@@ -76,6 +92,15 @@ class _Floor(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return ctx.saved_tensors[0]
+
+
+def _checked(module, *args):
+    """The module's forward on the checked path (a kind of call it has not seen: its call sites,
+    python/distil/torch/_site.py, dropped first), the site it leaves included."""
+    sites = getattr(module, "_sites", None)
+    if sites is not None:
+        sites.table.clear()
+    return module(*args)
 
 
 def jsd_rows(device):
@@ -112,6 +137,7 @@ def jsd_rows(device):
             [x]),
         "public": _fwd_bwd(lambda: module(x, y), [x]),
         "public forward alone": lambda: module(x, y),
+        "public forward alone, checked path": lambda: _checked(module, x, y),
         "torch floor (Function, one saved tensor) fwd + bwd": _fwd_bwd(lambda: _Floor.apply(x),
                                                                       [x]),
     }
@@ -163,6 +189,9 @@ def fused_rows(device):
         "eager op fwd + bwd": _fwd_bwd(eager, [xs, ws]),
         "public": _fwd_bwd(lambda: module(xs, ws, xt, wt, lab), [xs, ws]),
         "public forward alone": lambda: module(xs, ws, xt, wt, lab),
+        "public forward alone, checked path": lambda: _checked(module, xs, ws, xt, wt, lab),
+        "torch floor forward (Function, loss + 2 gradients allocated)":
+            lambda: _FloorGrads.apply(xs, ws),
     }
 
 
@@ -183,6 +212,8 @@ def measure(rows, calls, rounds, drain):
                 not k.startswith("public")]:
         del best[key]  # the lower layers' split is not interesting; their sum is
     best["overhead: forward alone - C call"] = best["public forward alone"] - best["C call"]
+    best["overhead: checked path - C call"] = (best["public forward alone, checked path"] -
+                                               best["C call"])
     best["overhead: forward - C call"] = best["public forward"] - best["C call"]
     best["overhead: fwd + bwd - C calls"] = (best["public fwd + bwd"] - best["C call"] -
                                              best["C scale"])

@@ -25,12 +25,19 @@ def make(seed, dtype, t=24, v=517, hs=32, ht=48, bias=True, lead=None):
 
 
 def run_loss_case(device, dtype, inputs, grad_out=1.0, parts=False, no_labels=False, **kw):
+    """One module called twice on fresh leaves, each call against the reference: the first
+    takes the checked path, the second the call site it left (python/distil/torch/_site.py)."""
+    mod = dt.FusedLinearJSDLoss(return_soft_hard_loss=parts, **kw)
+    for _ in range(2):
+        _loss_case_once(mod, device, dtype, inputs, grad_out, parts, no_labels, kw)
+
+
+def _loss_case_once(mod, device, dtype, inputs, grad_out, parts, no_labels, kw):
     xs, ws = leaf(inputs["xs"], device), leaf(inputs["ws"], device)
     bs = leaf(inputs["bs"], device) if inputs["bs"] is not None else None
     xt, wt = inputs["xt"].to(device), inputs["wt"].to(device)
     bt = inputs["bt"].to(device) if inputs["bt"] is not None else None
     lab = None if no_labels else inputs["labels"].to(device)
-    mod = dt.FusedLinearJSDLoss(return_soft_hard_loss=parts, **kw)
     out = mod(xs, ws, xt, wt, lab, bs, bt)
     loss = out[0] if parts else out
     assert loss.dtype == torch.float32 and loss.dim() == 0

@@ -155,9 +155,8 @@ def _jsd_run(keep, student_logp, teacher_logp, labels, beta, ignore_index, reduc
     path; _workspace)."""
     rows, vocab = student_logp.shape
     ctx = context_for(student_logp)
-    strides = (student_logp.stride(0), teacher_logp.stride(0), vocab)
-    desc, nbytes = _calls.jsd_plan(ctx, rows, vocab, strides, _DTYPES[student_logp.dtype], beta,
-                                   ignore_index, reduction, (divergence, alpha, normaliser))
+    desc, nbytes = _jsd_plan(ctx, student_logp, teacher_logp, beta, ignore_index, reduction,
+                             divergence, alpha, normaliser)
     loss = _out(student_logp, (rows,) if reduction == "none" else (), torch.float32)
     grad = _out(student_logp, (rows, vocab) if want_grad else (0,), student_logp.dtype)
     ws = _workspace(student_logp, nbytes, ctx if keep else None)
@@ -169,6 +168,18 @@ def _jsd_run(keep, student_logp, teacher_logp, labels, beta, ignore_index, reduc
         raise _OutOfMemoryError(str(e)) from e
     _after_call(ctx, student_logp)
     return loss, grad
+
+
+def _jsd_plan(ctx, x, y, beta, ignore_index, reduction, divergence, alpha, normaliser):
+    """_calls.jsd_plan of the op's 2-D tensors and options."""
+    rows, vocab = x.shape
+    return _calls.jsd_plan(ctx, rows, vocab, (x.stride(0), y.stride(0), vocab), _DTYPES[x.dtype],
+                           beta, ignore_index, reduction, (divergence, alpha, normaliser))
+
+
+def jsd_plan_of(ctx, args: tuple):
+    """The plan of a call of jsd_op with these arguments (every one, in order)."""
+    return _jsd_plan(ctx, args[0], args[1], args[3], args[4], args[5], args[7], args[8], args[9])
 
 
 jsd_op = torch.library.custom_op("distil::jsd", _jsd_impl, mutates_args=())
@@ -247,14 +258,11 @@ def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, b
     heads = (student_logit_scale, student_softcap, teacher_logit_scale, teacher_softcap,
              teacher_temperature, teacher_head_precision)
     ctx = context_for(xs)
-    rows, hs = xs.shape
-    (vocab, ws_hidden), (t_vocab, wt_hidden) = ws.shape, wt.shape  # 2-D: the wrappers check
-    want = want_grad_hidden or want_grad_weight or want_grad_bias
-    desc, nbytes = _calls.fused_plan(ctx, rows, vocab, hs, xt.shape[1], _DTYPES[xs.dtype],
-                                     (weight_hard, weight_soft), beta, temperature, ignore_index,
-                                     chunk_rows, want, (t_vocab, ws_hidden, wt_hidden),
-                                     (divergence, alpha, normaliser), temperature_squared, heads,
-                                     want_parts)
+    desc, nbytes = _fused_plan(ctx, xs, ws, xt, wt, weight_hard, weight_soft, beta, temperature,
+                               ignore_index, chunk_rows,
+                               want_grad_hidden or want_grad_weight or want_grad_bias,
+                               divergence, alpha, normaliser, temperature_squared, heads,
+                               want_parts)
     work = _workspace(xs, nbytes, ctx if make is _wanted else None)
     try:
         _calls.run_fused(ctx, desc, _addr(work), nbytes,
@@ -265,6 +273,27 @@ def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, b
         raise _OutOfMemoryError(str(e)) from e
     _after_call(ctx, xs)
     return parts, gx, gw, gb, ls, lt
+
+
+def _fused_plan(ctx, xs, ws, xt, wt, weight_hard, weight_soft, beta, temperature, ignore_index,
+                chunk_rows, want, divergence, alpha, normaliser, temperature_squared, heads,
+                want_parts):
+    """_calls.fused_plan of the op's 2-D tensors and options; heads = the five head options and
+    the teacher head precision code."""
+    rows, hs = xs.shape
+    (vocab, ws_hidden), (t_vocab, wt_hidden) = ws.shape, wt.shape  # 2-D: the wrappers check
+    return _calls.fused_plan(ctx, rows, vocab, hs, xt.shape[1], _DTYPES[xs.dtype],
+                             (weight_hard, weight_soft), beta, temperature, ignore_index,
+                             chunk_rows, want, (t_vocab, ws_hidden, wt_hidden),
+                             (divergence, alpha, normaliser), temperature_squared, heads,
+                             want_parts)
+
+
+def fused_plan_of(ctx, args: tuple, want_parts: bool):
+    """The plan of a call of the op with these arguments (every one of fused_op's, in order)."""
+    return _fused_plan(ctx, args[0], args[1], args[3], args[4], args[7], args[8], args[9],
+                       args[10], args[11], args[12], args[13] or args[14] or args[15], args[16],
+                       args[17], args[18], args[20], args[21:26] + (args[27],), want_parts)
 
 
 fused_op = torch.library.custom_op("distil::fused_linear_jsd", _fused_impl, mutates_args=())

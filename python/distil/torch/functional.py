@@ -147,7 +147,7 @@ def _check_temperature(fn: str, temperature: float):
 
 def jsd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None, beta: float = 0.5,
         ignore_index: int = -100, *, reduction: str = "batchmean", divergence: str = "jsd",
-        alpha: float = 0.1, normaliser=None) -> Tensor:
+        alpha: float = 0.1, normaliser=None, _record=None) -> Tensor:
     """Generalised JSD between student log-probs `input` and teacher log-probs `target`.
 
     input, target: [..., V] log-probabilities (not re-normalised); shift_labels: [...] or None.
@@ -163,8 +163,11 @@ def jsd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None, be
     x, y = _rows("input", input), _rows("target", target)
     labels = None if shift_labels is None else _labels(fn, shift_labels, x.shape[0], x.device)
     code, alpha, n_host, n_dev = _divergence(divergence, alpha, normaliser, x, fn)
-    loss = _ops.jsd(x, y, labels, float(beta), int(ignore_index), reduction,
-                    _wants_grad(input), code, alpha, n_host, n_dev)
+    args = (x, y, labels, float(beta), int(ignore_index), reduction, _wants_grad(input), code,
+            alpha, n_host, n_dev)
+    loss = _ops.jsd(*args)
+    if _record is not None:  # the op's arguments, for a call site (_site.py)
+        _record.append(args)
     return loss.reshape(input.shape[:-1]) if reduction == "none" else loss
 
 
@@ -191,11 +194,11 @@ def _head_options(student_logit_scale=1.0, student_softcap=0.0, teacher_logit_sc
 def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, labels,
            student_bias, teacher_bias, weight_hard, weight_soft, beta, ignore_index,
            temperature, chunk_rows, div=("jsd", 0.1, None, False),
-           heads=_calls.DEFAULT_HEADS, want_lse=False, want_parts=False):
+           heads=_calls.DEFAULT_HEADS, want_lse=False, want_parts=False, record=None):
     """The fused op on 2-D views; returns (loss, parts, student_lse, teacher_lse): parts the
     detached [3] (loss, hard, soft) with want_parts (else possibly None: the library then
     writes the loss alone); the LSEs shaped like the leading dimensions (None unless
-    want_lse)."""
+    want_lse). record: a list that receives the op's arguments (for a call site, _site.py)."""
     _same(fn, _FUSED_NAMES, (student_input, student_weight, teacher_input, teacher_weight,
                              student_bias, teacher_bias))
     _check_temperature(fn, float(temperature))
@@ -215,13 +218,13 @@ def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, lab
     bs = student_bias.contiguous() if student_bias is not None else None
     bt = teacher_bias.contiguous() if teacher_bias is not None else None
     code, alpha, n_host, n_dev = _divergence(div[0], div[1], div[2], xs, fn)
-    loss, parts, ls, lt = _ops.fused(xs, ws, bs, xt, wt, bt, lab, float(weight_hard),
-                                     float(weight_soft), float(beta), float(temperature),
-                                     int(ignore_index), int(chunk_rows), *_wants_grads(
-                                         student_input, student_weight, student_bias),
-                                     code, alpha, n_host, n_dev,
-                                     bool(div[3]), *heads[:5], want_lse, heads[5],
-                                     parts=want_parts)
+    args = (xs, ws, bs, xt, wt, bt, lab, float(weight_hard), float(weight_soft), float(beta),
+            float(temperature), int(ignore_index), int(chunk_rows),
+            *_wants_grads(student_input, student_weight, student_bias), code, alpha, n_host,
+            n_dev, bool(div[3]), *heads[:5], want_lse, heads[5])
+    loss, parts, ls, lt = _ops.fused(*args, parts=want_parts)
+    if record is not None:
+        record.append(args)
     lead = student_input.shape[:-1]
     lse = (ls.reshape(lead), lt.reshape(lead)) if want_lse else (None, None)
     # Without labels (weight_hard == 0) every row counts and the library writes a hard part of 0.
@@ -236,7 +239,7 @@ def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_inpu
                      student_logit_scale: float = 1.0, student_softcap: float = 0.0,
                      teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
                      teacher_temperature: Optional[float] = None, return_lse: bool = False,
-                     teacher_head_precision: Optional[str] = None):
+                     teacher_head_precision: Optional[str] = None, _record=None):
     """JSD of the two heads' tempered distributions (Liger's LigerFusedLinearJSD), fp32.
 
     student_input [..., Hs], student_weight [V, Hs], teacher_input [..., Ht], teacher_weight
@@ -251,7 +254,7 @@ def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_inpu
                                 teacher_weight, shift_labels, None, None, 0.0, 1.0, jsd_beta,
                                 ignore_index, temperature, chunk_rows,
                                 (divergence, alpha, normaliser, temperature_squared), heads,
-                                want_lse)
+                                want_lse, False, _record)
     return (loss, ls, lt) if want_lse else loss
 
 
@@ -304,16 +307,18 @@ def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher
 
 def _fused_loss(student_input, student_weight, teacher_input, teacher_weight, true_labels,
                 student_bias, teacher_bias, weight_hard_loss, weight_soft_loss, beta,
-                ignore_index, temperature, return_soft_hard_loss, chunk_rows, div, head_options):
+                ignore_index, temperature, return_soft_hard_loss, chunk_rows, div, head_options,
+                record=None):
     """fused_linear_jsd_loss on positional arguments (FusedLinearJSDLoss calls it so: binding
     some thirty keywords costs more than the checks); div = (divergence, alpha, normaliser,
-    temperature_squared), head_options = _head_options's arguments in its order."""
+    temperature_squared), head_options = _head_options's arguments in its order; record as in
+    _fused."""
     heads, want_lse = _head_options(*head_options)
     loss, parts, ls, lt = _fused("fused_linear_jsd_loss", student_input, student_weight,
                                  teacher_input, teacher_weight, true_labels, student_bias,
                                  teacher_bias, weight_hard_loss, weight_soft_loss, beta,
                                  ignore_index, temperature, chunk_rows, div, heads, want_lse,
-                                 return_soft_hard_loss)
+                                 return_soft_hard_loss, record)
     out = (loss, parts[2], parts[1]) if return_soft_hard_loss else (loss,)
     out += (ls, lt) if want_lse else ()
     return out if len(out) > 1 else loss

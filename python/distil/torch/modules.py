@@ -16,6 +16,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import _site
 from . import functional as F
 
 
@@ -40,7 +41,21 @@ def _head_options(module) -> dict:
     return {name: getattr(module, name) for name in _HEAD_OPTIONS}
 
 
-class JSD(torch.nn.Module):
+class _SiteModule(torch.nn.Module):
+    """A loss module with call sites (_site.py): the checks and plan of each kind of call it has
+    seen, reused while the inputs look the same; setting any attribute drops them all (every
+    option is part of each site)."""
+
+    def __init__(self):
+        super().__init__()
+        object.__setattr__(self, "_sites", _site.Sites())
+
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        self._sites.table.clear()
+
+
+class JSD(_SiteModule):
     """Generalised JSD over log-probabilities (student `log_q` first, teacher `log_p` second).
 
     JSD(beta) = beta KL(p || m) + (1 - beta) KL(q || m), m = beta p + (1 - beta) q; beta = 0
@@ -59,18 +74,30 @@ class JSD(torch.nn.Module):
 
     def forward(self, log_q: Tensor, log_p: Tensor,
                 shift_labels: Optional[torch.LongTensor] = None, *, normaliser=None) -> Tensor:
+        key = None
         if normaliser is None:
             normaliser = self.normaliser
+            if self.process_group is None:
+                key = _site.jsd_key(log_q, log_p, shift_labels)
+                site = self._sites.get(key)
+                if site is not None:
+                    return _site.jsd_loss(site, log_q, log_p, shift_labels)
         if self.process_group is not None:
             from .parallel import vocab_parallel_jsd
             return vocab_parallel_jsd(log_q, log_p, shift_labels, self.beta, self.ignore_index,
                                       self.process_group, divergence=self.divergence,
                                       alpha=self.alpha, normaliser=normaliser)
-        return F.jsd(log_q, log_p, shift_labels, self.beta, self.ignore_index,
-                     divergence=self.divergence, alpha=self.alpha, normaliser=normaliser)
+        record = []
+        loss = F.jsd(log_q, log_p, shift_labels, self.beta, self.ignore_index,
+                     divergence=self.divergence, alpha=self.alpha, normaliser=normaliser,
+                     _record=record)
+        site = _site.jsd_site(key, log_q, log_p, shift_labels, record[0])
+        if site is not None:
+            self._sites.put(key, site)
+        return loss
 
 
-class FusedLinearJSD(torch.nn.Module):
+class FusedLinearJSD(_SiteModule):
     """The JSD of log_softmax(student_input Ws^T / T) and log_softmax(teacher_input Wt^T / T),
     computed chunk by chunk without holding the [BT, V] logits; gradients for student_input and
     student_weight. No hard loss, no biases (as Liger's LigerFusedLinearJSD). Keyword
@@ -97,17 +124,30 @@ class FusedLinearJSD(torch.nn.Module):
     def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
                 teacher_weight: Tensor, shift_labels: Optional[torch.LongTensor] = None, *,
                 normaliser=None):
-        return F.fused_linear_jsd(student_input, student_weight, teacher_input, teacher_weight,
-                                  shift_labels, self.jsd_beta, self.ignore_index,
-                                  self.temperature, divergence=self.divergence,
-                                  alpha=self.alpha,
-                                  normaliser=normaliser if normaliser is not None
-                                  else self.normaliser,
-                                  temperature_squared=self.temperature_squared,
-                                  **_head_options(self))
+        key = None if normaliser is not None else _site.fused_key(
+            student_input, student_weight, None, teacher_input, teacher_weight, None,
+            shift_labels)
+        site = self._sites.get(key)
+        if site is not None:
+            return _site.fused_loss(site, student_input, student_weight, None, teacher_input,
+                                    teacher_weight, None, shift_labels)[0]
+        record = []
+        out = F.fused_linear_jsd(student_input, student_weight, teacher_input, teacher_weight,
+                                 shift_labels, self.jsd_beta, self.ignore_index,
+                                 self.temperature, divergence=self.divergence,
+                                 alpha=self.alpha,
+                                 normaliser=normaliser if normaliser is not None
+                                 else self.normaliser,
+                                 temperature_squared=self.temperature_squared,
+                                 **_head_options(self), _record=record)
+        site = _site.fused_site(key, student_input, student_weight, None, teacher_input,
+                                teacher_weight, shift_labels, record[0], False)
+        if site is not None:
+            self._sites.put(key, site)
+        return out
 
 
-class FusedLinearJSDLoss(torch.nn.Module):
+class FusedLinearJSDLoss(_SiteModule):
     """Hard cross-entropy on the labels plus soft JSD between the two heads, fused and chunked.
 
     loss = weight_hard_loss * sum CE / N + weight_soft_loss * sum JSD / N, N = rows whose label
@@ -171,18 +211,34 @@ class FusedLinearJSDLoss(torch.nn.Module):
                 student_bias, teacher_bias, self.weight_hard_loss, self.weight_soft_loss,
                 self.beta, self.ignore_index, self.temperature, self.chunk_rows)
             return (loss, soft, hard) if self.return_soft_hard_loss else loss
+        key = None if normaliser is not None else _site.fused_key(
+            student_input, student_weight, student_bias, teacher_input, teacher_weight,
+            teacher_bias, true_labels)
+        site = self._sites.get(key)
+        if site is not None:
+            loss, parts = _site.fused_loss(site, student_input, student_weight, student_bias,
+                                           teacher_input, teacher_weight, teacher_bias,
+                                           true_labels)
+            return (loss, parts[2], parts[1]) if site.parts else loss
+        record = []
         # F.fused_linear_jsd_loss's body on positional arguments (its keywords cost more)
-        return F._fused_loss(student_input, student_weight, teacher_input, teacher_weight,
-                             true_labels, student_bias, teacher_bias, self.weight_hard_loss,
-                             self.weight_soft_loss, self.beta, self.ignore_index,
-                             self.temperature, self.return_soft_hard_loss, self.chunk_rows,
-                             (self.divergence, self.alpha,
-                              self.normaliser if normaliser is None else normaliser,
-                              self.temperature_squared),
-                             (self.student_logit_scale, self.student_softcap,
-                              self.teacher_logit_scale, self.teacher_softcap,
-                              self.teacher_temperature, self.return_lse,
-                              self.teacher_head_precision))
+        out = F._fused_loss(student_input, student_weight, teacher_input, teacher_weight,
+                            true_labels, student_bias, teacher_bias, self.weight_hard_loss,
+                            self.weight_soft_loss, self.beta, self.ignore_index,
+                            self.temperature, self.return_soft_hard_loss, self.chunk_rows,
+                            (self.divergence, self.alpha,
+                             self.normaliser if normaliser is None else normaliser,
+                             self.temperature_squared),
+                            (self.student_logit_scale, self.student_softcap,
+                             self.teacher_logit_scale, self.teacher_softcap,
+                             self.teacher_temperature, self.return_lse,
+                             self.teacher_head_precision), record)
+        site = _site.fused_site(key, student_input, student_weight, student_bias, teacher_input,
+                                teacher_weight, true_labels, record[0],
+                                bool(self.return_soft_hard_loss))
+        if site is not None:
+            self._sites.put(key, site)
+        return out
 
 
 # Liger's names, so that switching is an import change.
