@@ -70,10 +70,13 @@ def _bound(site) -> "object":
     return ctx
 
 
-def _new(shape, dtype, device) -> Tensor:
+def _like(t: Tensor) -> Tensor:
+    """A new output with t's shape, dtype and device: empty_like of a dense tensor is the
+    cheapest factory call there is (about half of torch.empty with a size, a dtype and a
+    device on the H200 machine, bench/RESULTS.md); the tests' poisoned outputs as in _ops."""
     if _ops.POISON_OUTPUTS:
-        return torch.full(shape, float("nan"), dtype=dtype, device=device)
-    return torch.empty(size=shape, dtype=dtype, device=device)
+        return torch.full_like(t, float("nan"))
+    return torch.empty_like(t)
 
 
 def _run(call, ctx, *args):
@@ -90,12 +93,13 @@ class FusedSite:
     """One kind of fused call (FusedLinearJSDLoss, FusedLinearJSD): the plan the checked path
     made for it and the shapes of its outputs."""
 
-    __slots__ = ("ctx", "index", "desc", "nbytes", "device", "dtype", "parts", "want")
+    __slots__ = ("ctx", "index", "desc", "nbytes", "loss", "parts", "want")
 
-    def __init__(self, ctx, index, plan, device, dtype, parts, want):
+    def __init__(self, ctx, index, plan, loss, want):
         self.ctx, self.index = ctx, index
         self.desc, self.nbytes = plan
-        self.device, self.dtype, self.parts = device, dtype, parts
+        self.loss = loss  # an fp32 [3] (the parts) or [] on the device: the loss's template
+        self.parts = loss.dim() == 1
         self.want = want  # (grad_xs, grad_Ws, grad_bs) wanted
 
 
@@ -128,18 +132,18 @@ def fused_site(key, xs, ws, bs, xt, wt, labels, args, parts) -> Optional[FusedSi
     ctx = _ops.context_for(xs)
     index = -1 if xs.is_cpu else xs.get_device()
     plan = _ops.fused_plan_of(ctx, args, parts)  # the checked path's own plan (cached)
-    return FusedSite(ctx, index, plan, xs.device, xs.dtype, parts, args[13:16])
+    loss = torch.empty((3,) if parts else (), dtype=torch.float32, device=xs.device)
+    return FusedSite(ctx, index, plan, loss, args[13:16])
 
 
 def fused_run(site: FusedSite, xs, ws, bs, xt, wt, bt, labels):
     """The site's call: (loss or parts, grad_xs, grad_Ws, grad_bs), unwanted ones None."""
     ctx = _bound(site)
-    dev, dtype = site.device, site.dtype
-    out = _new((3,) if site.parts else (), torch.float32, dev)
+    out = _like(site.loss)
     wx, ww, wb = site.want
-    gx = _new(xs.shape, dtype, dev) if wx else None
-    gw = _new(ws.shape, dtype, dev) if ww else None
-    gb = _new(bs.shape, dtype, dev) if wb else None
+    gx = _like(xs) if wx else None  # xs, Ws, bs are dense (the key), so are these
+    gw = _like(ws) if ww else None
+    gb = _like(bs) if wb else None
     nbytes = site.nbytes
     work = _ops._workspace(xs, nbytes, ctx)
     _run(_calls.run_fused, ctx, site.desc, work.data_ptr() if work is not None else 0, nbytes,
@@ -187,12 +191,12 @@ def fused_loss(site: FusedSite, xs, ws, bs, xt, wt, bt, labels):
 class JsdSite:
     """One kind of JSD call (distil.torch.JSD with a batchmean or sum reduction)."""
 
-    __slots__ = ("ctx", "index", "desc", "nbytes", "device", "want")
+    __slots__ = ("ctx", "index", "desc", "nbytes", "loss", "want")
 
-    def __init__(self, ctx, index, plan, device, want):
+    def __init__(self, ctx, index, plan, loss, want):
         self.ctx, self.index = ctx, index
         self.desc, self.nbytes = plan
-        self.device, self.want = device, want
+        self.loss, self.want = loss, want  # loss: an fp32 [] on the device, the template
 
 
 def jsd_key(x, y, labels) -> Optional[tuple]:
@@ -216,15 +220,15 @@ def jsd_site(key, x, y, labels, args) -> Optional[JsdSite]:
         return None
     ctx = _ops.context_for(x)
     index = -1 if x.is_cpu else x.get_device()
-    return JsdSite(ctx, index, _ops.jsd_plan_of(ctx, args), x.device,
-                   args[6])
+    return JsdSite(ctx, index, _ops.jsd_plan_of(ctx, args),
+                   torch.empty((), dtype=torch.float32, device=x.device), args[6])
 
 
 def jsd_run(site: JsdSite, x, y, labels):
     """The site's call: (loss [], grad or None)."""
     ctx = _bound(site)
-    loss = _new((), torch.float32, site.device)
-    grad = _new(x.shape, x.dtype, site.device) if site.want else None
+    loss = _like(site.loss)
+    grad = _like(x) if site.want else None
     nbytes = site.nbytes
     work = _ops._workspace(x, nbytes, ctx)
     _run(_calls.run_jsd, ctx, site.desc, work.data_ptr() if work is not None else 0, nbytes,
