@@ -93,7 +93,11 @@ class FusedSite:
     """One kind of fused call (FusedLinearJSDLoss, FusedLinearJSD): the plan the checked path
     made for it and the shapes of its outputs."""
 
-    __slots__ = ("ctx", "index", "desc", "nbytes", "loss", "parts", "want")
+    # call: (xt, Wt, bt, labels) of the call in flight, out: its parts, for the Function
+    # (its arguments beyond the student's tensors travel here: autograd.Function.apply walks
+    # nested arguments, about a third of its host time, bench/host_overhead.py). A site serves
+    # one thread (the key holds it), so one call at a time.
+    __slots__ = ("ctx", "index", "desc", "nbytes", "loss", "parts", "want", "call", "out")
 
     def __init__(self, ctx, index, plan, loss, want):
         self.ctx, self.index = ctx, index
@@ -101,6 +105,7 @@ class FusedSite:
         self.loss = loss  # an fp32 [3] (the parts) or [] on the device: the loss's template
         self.parts = loss.dim() == 1
         self.want = want  # (grad_xs, grad_Ws, grad_bs) wanted
+        self.call = self.out = None
 
 
 def fused_key(xs, ws, bs, xt, wt, bt, labels) -> Optional[tuple]:
@@ -156,17 +161,17 @@ def fused_run(site: FusedSite, xs, ws, bs, xt, wt, bt, labels):
 
 
 class _FusedSiteFunction(torch.autograd.Function):
-    """The loss of a fused site's call: apply(xs, Ws, bs, (site, xt, Wt, bt, labels, out)); out
-    a list that receives the parts [3] (or None) beside autograd."""
+    """The loss of a fused site's call: apply(xs, Ws, bs, site), the rest of the call on
+    site.call; the parts [3] (or None) go to site.out beside autograd."""
 
     @staticmethod
-    def forward(ctx, xs, ws, bs, rest):
-        site, xt, wt, bt, labels, out = rest
+    def forward(ctx, xs, ws, bs, site):
+        xt, wt, bt, labels = site.call
         loss, gx, gw, gb = fused_run(site, xs, ws, bs, xt, wt, bt, labels)
         ctx.grads = (gx, gw, gb)
         if loss.dim() == 0:
             return loss
-        out.append(loss)
+        site.out = loss
         return loss[0].detach()  # not a view of the parts as far as autograd knows
 
     @staticmethod
@@ -178,9 +183,13 @@ class _FusedSiteFunction(torch.autograd.Function):
 def fused_loss(site: FusedSite, xs, ws, bs, xt, wt, bt, labels):
     """(loss, parts [3] detached or None) of a site's call."""
     if site.want != (False, False, False):
-        out = []
-        loss = _FusedSiteFunction.apply(xs, ws, bs, (site, xt, wt, bt, labels, out))
-        return loss, (out[0] if out else None)
+        site.call = (xt, wt, bt, labels)
+        try:
+            loss = _FusedSiteFunction.apply(xs, ws, bs, site)
+        finally:
+            site.call = None  # the site keeps no tensor of a call
+        parts, site.out = site.out, None
+        return loss, parts
     loss = fused_run(site, xs, ws, bs, xt, wt, bt, labels)[0]
     return (loss[0], loss) if site.parts else (loss, None)
 
@@ -191,12 +200,13 @@ def fused_loss(site: FusedSite, xs, ws, bs, xt, wt, bt, labels):
 class JsdSite:
     """One kind of JSD call (distil.torch.JSD with a batchmean or sum reduction)."""
 
-    __slots__ = ("ctx", "index", "desc", "nbytes", "loss", "want")
+    __slots__ = ("ctx", "index", "desc", "nbytes", "loss", "want", "call")  # call: as FusedSite
 
     def __init__(self, ctx, index, plan, loss, want):
         self.ctx, self.index = ctx, index
         self.desc, self.nbytes = plan
         self.loss, self.want = loss, want  # loss: an fp32 [] on the device, the template
+        self.call = None
 
 
 def jsd_key(x, y, labels) -> Optional[tuple]:
@@ -239,11 +249,11 @@ def jsd_run(site: JsdSite, x, y, labels):
 
 
 class _JsdSiteFunction(torch.autograd.Function):
-    """The loss of a JSD site's call: apply(x, (site, y, labels))."""
+    """The loss of a JSD site's call: apply(x, site), (y, labels) on site.call."""
 
     @staticmethod
-    def forward(ctx, x, rest):
-        loss, grad = jsd_run(rest[0], x, rest[1], rest[2])
+    def forward(ctx, x, site):
+        loss, grad = jsd_run(site, x, *site.call)
         ctx.grads = (grad,)
         return loss
 
@@ -255,5 +265,9 @@ class _JsdSiteFunction(torch.autograd.Function):
 
 def jsd_loss(site: JsdSite, x, y, labels) -> Tensor:
     if site.want:
-        return _JsdSiteFunction.apply(x, (site, y, labels))
+        site.call = (y, labels)
+        try:
+            return _JsdSiteFunction.apply(x, site)
+        finally:
+            site.call = None
     return jsd_run(site, x, y, labels)[0]
