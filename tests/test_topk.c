@@ -85,13 +85,19 @@ enum { N_DT = TU_LEN(dtypes) };
 
 /* Precision: peaky and Zipf-like teachers, k from 1 to 128, fused in fp32 and bf16; V 4099 (the
  * gpu row kernels' element-wise path) and 16384 at tau 1 and 0.8 (their vector path, with and
- * without the one-exponential form of tau = 1, many vectors per thread). */
+ * without the one-exponential form of tau = 1, many vectors per thread); a peaky student too
+ * (logits of std 14: a row's largest probabilities near 1, whose tail sums and s - 1 are the
+ * small differences the row sums must keep). */
 static const int64_t precision_k[] = {1, 2, 8, 32, 128};
 enum { N_PK = TU_LEN(precision_k) };
 static const struct {
     int64_t t, v;
-    float tau;
-} precision_rows[] = {{16, 4099, 1.0f}, {6, 16384, 1.0f}, {6, 16384, 0.8f}};
+    float tau, student_std; /* student_std 0: tk_spec's default */
+} precision_rows[] = {{16, 4099, 1.0f, 0.0f},
+                      {6, 16384, 1.0f, 0.0f},
+                      {6, 16384, 0.8f, 0.0f},
+                      {6, 16384, 1.0f, 14.0f},
+                      {16, 4099, 0.8f, 14.0f}};
 
 static void run_against_ref(const tk_spec *s, distil_dtype dt, uint64_t seed) {
     tk_problem p;
@@ -141,7 +147,7 @@ static void test_precision(void **state) {
                     F(.t = precision_rows[w].t, .v = precision_rows[w].v, .k = precision_k[i],
                       .tail = DISTIL_TOPK_TAIL, .div = DISTIL_DIVERGENCE_FORWARD_KL,
                       .teacher = (tk_teacher)teacher, .tau = precision_rows[w].tau, .parts = true,
-                      .bias = true);
+                      .bias = true, .student_std = precision_rows[w].student_std);
                 precision_divergences(s, dt, 300 + i + 100 * w);
             }
         }

@@ -301,9 +301,9 @@ static double cpu_topk_student(const cpu_topk_call *C, float *z, int64_t n, cpu_
 }
 
 /* The soft loss of the k (+ 1) outcomes; s->g the slots' de/dX, *sum_g their sum, *g_t the
- * tail's. */
+ * tail's, *lqk_out log Q_K (the slots' log-sum-exp, distil_topk.h). */
 static float cpu_topk_outcomes(const cpu_topk_call *C, int64_t n, cpu_topk_scratch *s, double qt,
-                               float *sum_g, float *g_t, float *qk_out) {
+                               float *sum_g, float *g_t, float *lqk_out) {
     const int tail = C->a->t.tail;
     const float lqk = (float)cpu_topk_lse(s->x, n, 1.0f);
     const float lpk = (float)cpu_topk_teacher_lse(s->y, n);
@@ -319,14 +319,14 @@ static float cpu_topk_outcomes(const cpu_topk_call *C, int64_t n, cpu_topk_scrat
         loss += de_elem(C->kc.mode, &C->kc, logf((float)qt), yt, g_t, &q);
     }
     *sum_g = (float)sg;
-    *qk_out = expf(lqk);
+    *lqk_out = lqk;
     return (float)loss;
 }
 
 /* G over the row: off K from z (ids marked -inf), then the slots from their saved logits. */
 static void cpu_topk_grad(const cpu_topk_call *C, const float *z, int64_t n,
                           const cpu_topk_scratch *s, int64_t label, double lse1, double lset,
-                          float c_on, float a_off, void *g) {
+                          float lqk, float c_on, float a_off, void *g) {
     const distil_topk_rows_args *a = C->a;
     const bool lg = a->logits;
     const float it = lg ? a->inv_temperature : 1.0f;
@@ -355,7 +355,7 @@ static void cpu_topk_grad(const cpu_topk_call *C, const float *z, int64_t n,
         }
     }
     for (int64_t j = 0; j < n; j++) {
-        float q = expf(s->x[j]);
+        float q = dk_slot_q(a->t.tail, s->x[j], lqk);
         float sv = lg ? (float)exp((double)s->z[j] - lse1) : 0.0f;
         float oh = s->id[j] == label ? 1.0f : 0.0f;
         cpu_topk_store(g, a->g_dtype, s->id[j], dk_g_on(C->gh, C->gsi, sv, oh, s->g[j], q, c_on));
@@ -420,13 +420,13 @@ static cpu_topk_bad cpu_topk_one(const cpu_topk_call *C, int64_t i, cpu_topk_scr
     if (ce) {
         ce[i] = label >= 0 ? (float)(lse1 - (double)z_label) : 0.0f;
     }
-    float sum_g, g_t, qk, c_on, a_off;
-    soft[i] = cpu_topk_outcomes(C, n, s, qt, &sum_g, &g_t, &qk);
+    float sum_g, g_t, lqk, c_on, a_off;
+    soft[i] = cpu_topk_outcomes(C, n, s, qt, &sum_g, &g_t, &lqk);
     if (g && C->zero_grad) {
         memset(g, 0, (size_t)a->vocab * ges);
     } else if (g) {
-        dk_grad_consts(a->t.tail, a->logits, sum_g, g_t, (float)qt, qk, &c_on, &a_off);
-        cpu_topk_grad(C, z, n, s, label, lse1, lset, c_on, a_off, g);
+        dk_grad_consts(a->t.tail, a->logits, sum_g, g_t, (float)qt, &c_on, &a_off);
+        cpu_topk_grad(C, z, n, s, label, lse1, lset, lqk, c_on, a_off, g);
     }
     return bad;
 }

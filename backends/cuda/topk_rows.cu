@@ -305,13 +305,34 @@ topk_grad_vector(const topk_params &p, const float (&v)[VW], int64_t j, void *gr
     vstore<GDT, VW>(gr, j, g);
 }
 
+/* log Q_K: the log-sum-exp of the student's log-probs x_j = z_j it - lnorm over the used slots,
+ * in the log domain (Q_K underflows where the student puts almost no mass on the ids,
+ * distil_topk.h); -inf, +inf or NaN maxima are the result itself, as cpu_topk_lse. Uniform. */
+__device__ float topk_slots_lse(const topk_params &p, topk_smem &sm, float it, float lnorm) {
+    float xm = -INFINITY;
+    for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+        xm = sm.sid[j] != p.pad_id ? fmaxf(xm, sm.sz[j] * it - lnorm) : xm;
+    }
+    xm = -block_min(-xm, sm.fscr);
+    if (!(xm > -INFINITY && xm < INFINITY)) {
+        return xm;
+    }
+    double sum = 0.0;
+    for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+        const float x = sm.sz[j] * it - lnorm;
+        sum += sm.sid[j] != p.pad_id ? exp(static_cast<double>(x) - static_cast<double>(xm)) : 0.0;
+    }
+    sum = block_sum(sum, sm.dscr);
+    return static_cast<float>(static_cast<double>(xm) + log(sum));
+}
+
 /* G over the row: every entry by the off-K formula, then the slots' entries (on K). VW > 1 (the
  * logits form, xr and gr aligned to VW elements, V a multiple of VW): VW columns per load and
  * store, in topk_for_vectors' order. */
 template <int XDT, int GDT, int VW, bool UNIT>
 __device__ void topk_row_grad(const topk_params &p, const void *xr, void *gr, int64_t label,
-                              topk_smem &sm, float it, float lnorm, float lse1, float c_on,
-                              float a_off, float gh, float gsi) {
+                              topk_smem &sm, float it, float lnorm, float lse1, float lqk,
+                              float c_on, float a_off, float gh, float gsi) {
     if constexpr (VW > 1) {
         static_assert(XDT == DISTIL_F32, "vectors are the logits form's");
         topk_for_vectors<VW>(static_cast<const float *>(xr), p.vocab,
@@ -333,6 +354,9 @@ __device__ void topk_row_grad(const topk_params &p, const void *xr, void *gr, in
         if (id != p.pad_id) {
             float s, q;
             topk_probs<UNIT>(p, sm.sz[j], it, lnorm, lse1, &s, &q);
+            if (p.tail == DK_RENORM) { /* q / Q_K in the log domain (distil_topk.h) */
+                q = dk_slot_q(p.tail, sm.sz[j] * it - lnorm, lqk);
+            }
             const float oh = p.logits && id == label ? 1.0f : 0.0f;
             store1<GDT>(gr, id, dk_g_on(gh, gsi, s, oh, sm.sg[j], q, c_on));
         }
@@ -391,7 +415,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, MINB) topk_rows_kernel(topk_para
         p.logits
             ? topk_student_logits<VW, UNIT>(p, static_cast<float *>(const_cast<void *>(xr)), it, sm)
             : topk_student_logp<XDT>(p, xr, sm);
-    const float lnorm = st.lnorm, lse1 = st.lse1, qt = st.qt, qk = st.qk;
+    const float lnorm = st.lnorm, lse1 = st.lse1, qt = st.qt;
     double ys = 0.0;
     /* As cpu_topk_lse: a maximum of -inf (every used slot's teacher log-prob -inf), +inf or NaN
      * is the log-sum-exp itself (exp(y - ym) would be exp(NaN) there). ym is uniform. Else, as
@@ -409,7 +433,7 @@ __global__ void __launch_bounds__(TOPK_THREADS, MINB) topk_rows_kernel(topk_para
         ys = block_sum(ys, sm.dscr);
         ties = block_sum(ties, sm.lscr);
     }
-    const float lqk = logf(qk);
+    const float lqk = p.tail == DK_RENORM ? topk_slots_lse(p, sm, it, lnorm) : 0.0f;
     const float lpk = ym_finite ? static_cast<float>(static_cast<double>(ym) +
                                                      log1p(static_cast<double>(ties - 1) + ys))
                                 : ym;
@@ -443,12 +467,13 @@ __global__ void __launch_bounds__(TOPK_THREADS, MINB) topk_rows_kernel(topk_para
     const float gh = n == 0.0f ? 0.0f : p.weight_hard / n;
     const float gsi = n == 0.0f ? 0.0f : p.weight_soft / n * it;
     float c_on, a_off;
-    dk_grad_consts(p.tail, p.logits, sum_g, g_t, qt, qk, &c_on, &a_off);
+    dk_grad_consts(p.tail, p.logits, sum_g, g_t, qt, &c_on, &a_off);
     if (n == 0.0f) {
         c_on = a_off = 0.0f; /* the gradient is 0 (an infinite a_off times gsi = 0 is NaN) */
     }
     __syncthreads(); /* every thread has read the row's logits it needs before G overwrites them */
-    topk_row_grad<XDT, GDT, VW, UNIT>(p, xr, gr, label, sm, it, lnorm, lse1, c_on, a_off, gh, gsi);
+    topk_row_grad<XDT, GDT, VW, UNIT>(p, xr, gr, label, sm, it, lnorm, lse1, lqk, c_on, a_off, gh,
+                                      gsi);
 }
 
 static topk_params topk_params_of(gpu_state *b, const distil_topk_rows_args *a) {

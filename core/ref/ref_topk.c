@@ -89,16 +89,28 @@ static double ref_topk_teacher_lse(const ref_topk_row *R) {
     return m + log1p((ties - 1.0) + rest);
 }
 
+/* log Q_K: the log-sum-exp of the student's log-probs x at the row's slots. */
+static double ref_topk_student_lse(const ref_topk_row *R, const double *x) {
+    double m = -INFINITY, sum = 0.0;
+    for (int64_t j = 0; j < R->n; j++) {
+        m = fmax(m, x[R->id[j]]);
+    }
+    if (!(m > -INFINITY) || m == INFINITY) {
+        return m;
+    }
+    for (int64_t j = 0; j < R->n; j++) {
+        sum += exp(x[R->id[j]] - m);
+    }
+    return m + log(sum);
+}
+
 /* The soft row loss for student log-probs x (V) and, when grad != NULL, its gradient with
  * respect to a free x (V). */
 static double ref_topk_soft(int tail, const distil_elem_beta *k, const ref_topk_row *R,
                             const double *x, int64_t V, double *grad) {
-    double qt = 0.0, qk = 0.0, lpk = ref_topk_teacher_lse(R);
+    double qt = 0.0, lpk = ref_topk_teacher_lse(R);
     for (int64_t v = 0; v < V; v++) {
         qt += R->mark[v] ? 0.0 : exp(x[v]);
-    }
-    for (int64_t j = 0; j < R->n; j++) {
-        qk += exp(x[R->id[j]]);
     }
     for (int64_t v = 0; grad != NULL && v < V; v++) {
         grad[v] = 0.0;
@@ -113,8 +125,9 @@ static double ref_topk_soft(int tail, const distil_elem_beta *k, const ref_topk_
         return loss;
     }
     if (tail == DISTIL_TOPK_RENORMALISE) {
-        /* x^_j = x_j - log Q_K: d x^_j / d x_v = [v = id_j] - q_v / Q_K on K, 0 off K. */
-        double lqk = log(qk), S = 0.0;
+        /* x^_j = x_j - log Q_K: d x^_j / d x_v = [v = id_j] - q_v / Q_K on K, 0 off K; log Q_K
+         * the slots' log-sum-exp (Q_K itself may underflow, distil_topk.h). */
+        double lqk = ref_topk_student_lse(R, x), S = 0.0;
         for (int64_t j = 0; j < R->n; j++) {
             loss += distil_ref_elem(k, x[R->id[j]] - lqk, R->y[j] - lpk, &g);
             S += g;
@@ -123,7 +136,7 @@ static double ref_topk_soft(int tail, const distil_elem_beta *k, const ref_topk_
             }
         }
         for (int64_t j = 0; grad != NULL && j < R->n; j++) {
-            grad[R->id[j]] -= exp(x[R->id[j]]) / qk * S;
+            grad[R->id[j]] -= (lqk > -INFINITY ? exp(x[R->id[j]] - lqk) : 0.0) * S;
         }
         return loss;
     }

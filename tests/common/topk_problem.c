@@ -93,7 +93,8 @@ void tk_make(tk_problem *p, const tk_spec *s, distil_dtype dtype, uint64_t seed)
         p->xs = malloc(t * (size_t)s->hs * es);
         p->ws = malloc(v * (size_t)s->hs * es);
         tu_fill_normal(&r, p->xs, dtype, t * (size_t)s->hs, 1.0);
-        tu_fill_normal(&r, p->ws, dtype, v * (size_t)s->hs, 2.0 / sqrt((double)s->hs));
+        const double std = s->student_std > 0.0f ? s->student_std : 2.0;
+        tu_fill_normal(&r, p->ws, dtype, v * (size_t)s->hs, std / sqrt((double)s->hs));
         if (s->bias) {
             p->bs = malloc(v * es);
             tu_fill_normal(&r, p->bs, dtype, v, 0.5);
@@ -314,9 +315,10 @@ void tk_name(char *buf, size_t n, const tk_spec *s, distil_dtype dtype) {
     static const char *const tails[] = {"tail", "renormalise", "zero"};
     static const char *const divs[] = {"jsd", "fkl", "rkl", "skew", "skewr", "tvd"};
     static const char *const teachers[] = {"normal", "peaky", "zipf"};
-    snprintf(buf, n, "%s %s T%lld V%lld k%lld %s %s b%.2f a%.2f %s tau%.1f teacher-%s%s%s",
+    snprintf(buf, n, "%s %s T%lld V%lld k%lld %s %s b%.2f a%.2f %s tau%.1f teacher-%s%s%s%s",
              s->fused ? "fused" : "logp", distil_dtype_name(dtype), (long long)s->t,
              (long long)s->v, (long long)s->k, tails[s->tail], divs[s->div], (double)s->beta,
              (double)s->alpha, distil_dtype_name(s->tdtype), (double)s->tau, teachers[s->teacher],
-             s->pad ? " pad" : "", s->chunk ? " chunked" : "");
+             s->pad ? " pad" : "", s->chunk ? " chunked" : "",
+             s->student_std > 0.0f ? " peaky-student" : "");
 }

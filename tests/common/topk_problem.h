@@ -32,6 +32,7 @@ typedef struct tk_spec {
     int64_t chunk;
     int64_t dup_row; /* > 0: this row's second slot repeats its first id */
     float normaliser;
+    float student_std; /* fused: the student's logits' standard deviation (0: 2) */
 } tk_spec;
 
 typedef struct tk_problem {

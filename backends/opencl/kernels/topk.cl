@@ -282,16 +282,27 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void distil_topk_r
         l1 = distil_topk_row_online(xr, vocab, sid, sz, k, pad_id, it, &lset, &qt, red_m, red_s,
                                     red_s1);
     }
-    distil_acc qk = 0.0f;
-    for (long j = lid; j < k; j += WG_SIZE) {
-        qk += exp(sz[j] * it - lset);
-    }
-    const distil_acc qk_all = distil_group_sum_acc(qk, red_s);
     if (!logits) {
+        distil_acc qk = 0.0f;
+        for (long j = lid; j < k; j += WG_SIZE) {
+            qk += exp(sz[j] * it - lset);
+        }
+        const distil_acc qk_all = distil_group_sum_acc(qk, red_s);
         const distil_acc all = distil_topk_row_q(xr, vocab, 1.0f, 0.0f, red_s);
         qt = all - qk_all > 0.0f ? all - qk_all : 0.0f;
     }
-    const float qkf = (float)qk_all, lqk = log(qkf);
+    /* log Q_K as the slots' log-sum-exp (distil_topk.h: Q_K itself underflows where the student
+     * puts almost no mass on the ids); only renormalise uses it. Uniform branch. */
+    float lqk = 0.0f;
+    if (tail == DK_RENORM) {
+        float xm = -INFINITY;
+        distil_acc xs = 0.0f;
+        for (long j = lid; j < k; j += WG_SIZE) {
+            distil_lse_add(&xm, &xs, sz[j] * it - lset, 1.0f); /* pads: -inf, nothing */
+        }
+        const float2 l = distil_group_lse(xm, xs, red_m, red_s, 1.0f);
+        lqk = l.x + l.y;
+    }
     /* the element terms of the slots, and of the tail */
     const de_coef kc = distil_coef_of(coef);
     distil_acc se = 0.0f, sgs = 0.0f;
@@ -322,7 +333,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void distil_topk_r
         const float gh = n == 0.0f ? 0.0f : w_hard / n;
         const float gsi = n == 0.0f ? 0.0f : w_soft / n * it;
         float c_on, a_off;
-        dk_grad_consts(tail, logits, sum_g, g_t, (float)qt, qkf, &c_on, &a_off);
+        dk_grad_consts(tail, logits, sum_g, g_t, (float)qt, &c_on, &a_off);
         if (n == 0.0f) {
             c_on = a_off = 0.0f; /* the gradient is 0 (an infinite a_off times gsi = 0 is NaN) */
         }
@@ -338,7 +349,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void distil_topk_r
             if (j < k && sid[j] != pad_id) {
                 const float sv = logits ? exp((sz[j] - l1.x) - l1.y) : 0.0f;
                 const float oh = sid[j] == label && logits ? 1.0f : 0.0f;
-                const float qv = exp(sz[j] * it - lset);
+                const float qv = dk_slot_q(tail, sz[j] * it - lset, lqk);
                 STORE(DTYPE, gr, sid[j], dk_g_on(gh, gsi, sv, oh, sg[j], qv, c_on));
             }
         }

@@ -4,6 +4,7 @@
  * the reference's checks). Include distil_elem.h first; the includer also defines
  *   DE_LOG(a)    natural log (log(0) = -inf)
  *   DE_EXPM1(a)  exp(a) - 1, accurate near 0
+ * (and distil_elem.h's DE_EXP).
  * Only scalar DE_T is used here (the k outcomes are few; the O(V) passes are the backend's).
  *
  * A row has the student's log-probs x over V (the fused loss: x = z / tau - lse), the teacher's k
@@ -16,10 +17,14 @@
  * With g_j = de/dX of each outcome from de_elem (S_K their sum over the slots, g_t the tail's),
  * the gradient of the row loss with respect to a free x is, by the chain rule,
  *   tail, zero:   on K  g_j                      off K  q_v g_t / Q_t
- *   renormalise:  on K  g_j - q_v S_K / Q_K      off K  0
+ *   renormalise:  on K  g_j - (q_v / Q_K) S_K    off K  0
  * and the fused loss's softmax Jacobian subtracts q_v times its sum (S_K + g_t; 0 for
  * renormalise). Both cases are one formula with two row constants, c_on and a_off:
- *   on K   g_j - q_v c_on          off K   q_v a_off
+ *   on K   g_j - q'_v c_on         off K   q_v a_off
+ * with q'_v = q_v, or for renormalise q_v / Q_K = exp(x_v - log Q_K) (dk_slot_q) and c_on = S_K.
+ * log Q_K is the slots' log-sum-exp of x in the log domain, never the log of a sum of exp(x):
+ * where the student puts almost no mass on the ids, Q_K underflows fp32 (every x_j below
+ * about -103) while the renormalised outcomes x_j - log Q_K are ordinary numbers.
  */
 #ifndef DISTIL_TOPK_MATH_H
 #define DISTIL_TOPK_MATH_H
@@ -62,12 +67,21 @@ DE_FN DE_T dk_tail_y(int tail, DE_T lpk, int covers_vocab) {
     return (tail == DK_ZERO || covers_vocab) ? -DE_K(1.0) / DE_K(0.0) : dk_tail_logp(lpk);
 }
 
+/* q'_v of slot v (header comment) from its log-prob x: exp(x), or for renormalise
+ * exp(x - lqk), lqk = log Q_K (-inf: no student mass on the ids at all, q' = 0). */
+DE_FN DE_T dk_slot_q(int tail, DE_T x, DE_T lqk) {
+    if (tail != DK_RENORM) {
+        return DE_EXP(x);
+    }
+    return lqk > -DE_K(1.0) / DE_K(0.0) ? DE_EXP(x - lqk) : DE_K(0.0);
+}
+
 /* The row constants (header comment): sum_gk = S_K, g_t the tail's de/dX (0 for renormalise),
- * qt = Q_t, qk = Q_K; jac: with the softmax Jacobian (fused loss). */
-DE_FN void dk_grad_consts(int tail, int jac, DE_T sum_gk, DE_T g_t, DE_T qt, DE_T qk, DE_T *c_on,
+ * qt = Q_t; jac: with the softmax Jacobian (fused loss). */
+DE_FN void dk_grad_consts(int tail, int jac, DE_T sum_gk, DE_T g_t, DE_T qt, DE_T *c_on,
                           DE_T *a_off) {
     if (tail == DK_RENORM) {
-        *c_on = qk > DE_K(0.0) ? sum_gk / qk : DE_K(0.0);
+        *c_on = sum_gk;
         *a_off = DE_K(0.0);
         return;
     }
