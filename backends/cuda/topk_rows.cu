@@ -331,8 +331,8 @@ __device__ float topk_slots_lse(const topk_params &p, topk_smem &sm, float it, f
  * store, in topk_for_vectors' order. */
 template <int XDT, int GDT, int VW, bool UNIT>
 __device__ void topk_row_grad(const topk_params &p, const void *xr, void *gr, int64_t label,
-                              topk_smem &sm, float it, float lnorm, float lse1, float lqk,
-                              float c_on, float a_off, float gh, float gsi) {
+                              topk_smem &sm, float it, float lnorm, float lse1, float c_on,
+                              float a_off, float gh, float gsi) {
     if constexpr (VW > 1) {
         static_assert(XDT == DISTIL_F32, "vectors are the logits form's");
         topk_for_vectors<VW>(static_cast<const float *>(xr), p.vocab,
@@ -354,9 +354,6 @@ __device__ void topk_row_grad(const topk_params &p, const void *xr, void *gr, in
         if (id != p.pad_id) {
             float s, q;
             topk_probs<UNIT>(p, sm.sz[j], it, lnorm, lse1, &s, &q);
-            if (p.tail == DK_RENORM) { /* q / Q_K in the log domain (distil_topk.h) */
-                q = dk_slot_q(p.tail, sm.sz[j] * it - lnorm, lqk);
-            }
             const float oh = p.logits && id == label ? 1.0f : 0.0f;
             store1<GDT>(gr, id, dk_g_on(gh, gsi, s, oh, sm.sg[j], q, c_on));
         }
@@ -472,8 +469,16 @@ __global__ void __launch_bounds__(TOPK_THREADS, MINB) topk_rows_kernel(topk_para
         c_on = a_off = 0.0f; /* the gradient is 0 (an infinite a_off times gsi = 0 is NaN) */
     }
     __syncthreads(); /* every thread has read the row's logits it needs before G overwrites them */
-    topk_row_grad<XDT, GDT, VW, UNIT>(p, xr, gr, label, sm, it, lnorm, lse1, lqk, c_on, a_off, gh,
-                                      gsi);
+    if (p.tail == DK_RENORM) {
+        /* renormalise's on-K term q'_j c_on with q'_j = q_j / Q_K from log Q_K (distil_topk.h),
+         * taken into the slots' g here (each thread its own slots, as topk_row_grad reads them),
+         * so that log Q_K is not live through the gradient pass */
+        for (int64_t j = threadIdx.x; j < p.k; j += blockDim.x) {
+            sm.sg[j] -= dk_slot_q(p.tail, sm.sz[j] * it - lnorm, lqk) * c_on;
+        }
+        c_on = 0.0f;
+    }
+    topk_row_grad<XDT, GDT, VW, UNIT>(p, xr, gr, label, sm, it, lnorm, lse1, c_on, a_off, gh, gsi);
 }
 
 static topk_params topk_params_of(gpu_state *b, const distil_topk_rows_args *a) {
