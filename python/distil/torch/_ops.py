@@ -177,6 +177,11 @@ def _jsd_plan(ctx, x, y, beta, ignore_index, reduction, divergence, alpha, norma
                            beta, ignore_index, reduction, (divergence, alpha, normaliser))
 
 
+# Positions in jsd_op's and fused_op's argument tuples that the call sites read (_site.py).
+JSD_REDUCTION, JSD_WANT, JSD_N_DEVICE = 5, 6, 10
+FUSED_WANTS, FUSED_N_DEVICE, FUSED_WANT_LSE = slice(13, 16), 19, 26
+
+
 def jsd_plan_of(ctx, args: tuple):
     """The plan of a call of jsd_op with these arguments (every one, in order)."""
     return _jsd_plan(ctx, args[0], args[1], args[3], args[4], args[5], args[7], args[8], args[9])

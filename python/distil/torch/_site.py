@@ -24,18 +24,11 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .. import _calls, _errors
+from .. import _calls
 from . import _ops
 
 _SITES_KEPT = 64
 _PLAIN = _ops._PLAIN
-
-
-def _untraced() -> bool:
-    """No compiler, dispatch mode or functorch transform is active (the tensors' types are in
-    the key)."""
-    return not (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
-                or torch._C._are_functorch_transforms_active())
 
 
 def _tensor_key(t: Optional[Tensor]) -> tuple:
@@ -57,6 +50,9 @@ class Sites:
         return self.table.get(key)
 
     def put(self, key, site):
+        """Keep site under key; None (a call no site reproduces) keeps nothing."""
+        if site is None:
+            return
         if len(self.table) >= _SITES_KEPT:
             self.table.clear()
         self.table[key] = site
@@ -79,11 +75,19 @@ def _like(t: Tensor) -> Tensor:
     return torch.empty_like(t)
 
 
-def _run(call, ctx, *args):
-    try:
-        call(ctx, *args)
-    except _errors.OutOfMemory as e:
-        raise _ops._OutOfMemoryError(str(e)) from e
+def _site_context(key, lead, tensors, labels):
+    """(context, device index or -1 for the cpu) for a site of a call the checked path just
+    ran on these tensors (lead the first), or None when a site would not reproduce it: traced
+    (key None), a tensor that is not plain or not dense, labels other than int64 (the checked
+    path converts those)."""
+    if key is None:
+        return None
+    for t in tensors:
+        if t is not None and (type(t) not in _PLAIN or not t.is_contiguous()):
+            return None
+    if labels is not None and labels.dtype is not torch.int64:
+        return None
+    return _ops.context_for(lead), (-1 if lead.is_cpu else lead.get_device())
 
 
 # ---------------------------------------------------------------------------- fused loss
@@ -112,7 +116,7 @@ def fused_key(xs, ws, bs, xt, wt, bt, labels) -> Optional[tuple]:
     """The key of a fused call, or None when it may not take a site (traced). The student's
     and the teacher's tensors as _tensor_key would give them, written out (the call's host
     time); the biases and labels, often absent, through it."""
-    if not _untraced():
+    if not _ops._untraced():  # tracing only: the tensors' types are in the key
         return None
     return (type(xs), xs.shape, xs.dtype, xs.get_device(), xs.is_contiguous(), xs.requires_grad,
             type(ws), ws.shape, ws.dtype, ws.get_device(), ws.is_contiguous(), ws.requires_grad,
@@ -127,18 +131,15 @@ def fused_site(key, xs, ws, bs, xt, wt, labels, args, parts) -> Optional[FusedSi
     views, fused_op's order), or None when the call is one a site does not reproduce: a
     normaliser on the device or the LSEs (per-call fields of the descriptor), or a tensor that is
     not plain, not dense or not as the library takes it (the checked path converts those)."""
-    if key is None or args[19] is not None or args[26]:
+    if args[_ops.FUSED_N_DEVICE] is not None or args[_ops.FUSED_WANT_LSE]:
         return None
-    for t in (xs, ws, bs, xt, wt, labels):
-        if t is not None and (type(t) not in _PLAIN or not t.is_contiguous()):
-            return None
-    if labels is not None and labels.dtype is not torch.int64:
+    found = _site_context(key, xs, (xs, ws, bs, xt, wt, labels), labels)
+    if found is None:
         return None
-    ctx = _ops.context_for(xs)
-    index = -1 if xs.is_cpu else xs.get_device()
+    ctx, index = found
     plan = _ops.fused_plan_of(ctx, args, parts)  # the checked path's own plan (cached)
     loss = torch.empty((3,) if parts else (), dtype=torch.float32, device=xs.device)
-    return FusedSite(ctx, index, plan, loss, args[13:16])
+    return FusedSite(ctx, index, plan, loss, args[_ops.FUSED_WANTS])
 
 
 def fused_run(site: FusedSite, xs, ws, bs, xt, wt, bt, labels):
@@ -151,11 +152,10 @@ def fused_run(site: FusedSite, xs, ws, bs, xt, wt, bt, labels):
     gb = _like(bs) if wb else None
     nbytes = site.nbytes
     work = _ops._workspace(xs, nbytes, ctx)
-    _run(_calls.run_fused, ctx, site.desc, work.data_ptr() if work is not None else 0, nbytes,
-         (xs.data_ptr(), ws.data_ptr(), bs.data_ptr() if bs is not None else 0, xt.data_ptr(),
-          wt.data_ptr(), bt.data_ptr() if bt is not None else 0,
-          labels.data_ptr() if labels is not None else 0, out.data_ptr(),
-          gx.data_ptr() if wx else 0, gw.data_ptr() if ww else 0, gb.data_ptr() if wb else 0))
+    a = _ops._addr  # for what may be absent; the rest is present and dense
+    _ops._torch_errors(_calls.run_fused, ctx, site.desc, a(work), nbytes,
+                       (xs.data_ptr(), ws.data_ptr(), a(bs), xt.data_ptr(), wt.data_ptr(), a(bt),
+                        a(labels), out.data_ptr(), a(gx), a(gw), a(gb)))
     _ops._after_call(ctx, xs)
     return out, gx, gw, gb
 
@@ -211,7 +211,7 @@ class JsdSite:
 
 def jsd_key(x, y, labels) -> Optional[tuple]:
     """The key of a JSD call, or None when it may not take a site (traced)."""
-    if not _untraced():
+    if not _ops._untraced():
         return None
     return (_tensor_key(x), _tensor_key(y), _tensor_key(labels), torch.is_grad_enabled(),
             get_ident())
@@ -221,17 +221,14 @@ def jsd_site(key, x, y, labels, args) -> Optional[JsdSite]:
     """A site for a JSD call the checked path just ran with the op arguments args (jsd_op's
     order), as fused_site: not for reduction "none" (a per-row backward) or a normaliser on
     the device."""
-    if key is None or args[5] == "none" or args[10] is not None:
+    if args[_ops.JSD_REDUCTION] == "none" or args[_ops.JSD_N_DEVICE] is not None:
         return None
-    for t in (x, y, labels):
-        if t is not None and (type(t) not in _PLAIN or not t.is_contiguous()):
-            return None
-    if labels is not None and labels.dtype is not torch.int64:
+    found = _site_context(key, x, (x, y, labels), labels)
+    if found is None:
         return None
-    ctx = _ops.context_for(x)
-    index = -1 if x.is_cpu else x.get_device()
+    ctx, index = found
     return JsdSite(ctx, index, _ops.jsd_plan_of(ctx, args),
-                   torch.empty((), dtype=torch.float32, device=x.device), args[6])
+                   torch.empty((), dtype=torch.float32, device=x.device), args[_ops.JSD_WANT])
 
 
 def jsd_run(site: JsdSite, x, y, labels):
@@ -241,9 +238,9 @@ def jsd_run(site: JsdSite, x, y, labels):
     grad = _like(x) if site.want else None
     nbytes = site.nbytes
     work = _ops._workspace(x, nbytes, ctx)
-    _run(_calls.run_jsd, ctx, site.desc, work.data_ptr() if work is not None else 0, nbytes,
-         x.data_ptr(), y.data_ptr(), labels.data_ptr() if labels is not None else 0,
-         loss.data_ptr(), grad.data_ptr() if grad is not None else 0)
+    a = _ops._addr
+    _ops._torch_errors(_calls.run_jsd, ctx, site.desc, a(work), nbytes, x.data_ptr(),
+                       y.data_ptr(), a(labels), loss.data_ptr(), a(grad))
     _ops._after_call(ctx, x)
     return loss, grad
 

@@ -91,9 +91,7 @@ class JSD(_SiteModule):
         loss = F.jsd(log_q, log_p, shift_labels, self.beta, self.ignore_index,
                      divergence=self.divergence, alpha=self.alpha, normaliser=normaliser,
                      _record=record)
-        site = _site.jsd_site(key, log_q, log_p, shift_labels, record[0])
-        if site is not None:
-            self._sites.put(key, site)
+        self._sites.put(key, _site.jsd_site(key, log_q, log_p, shift_labels, record[0]))
         return loss
 
 
@@ -140,10 +138,9 @@ class FusedLinearJSD(_SiteModule):
                                  else self.normaliser,
                                  temperature_squared=self.temperature_squared,
                                  **_head_options(self), _record=record)
-        site = _site.fused_site(key, student_input, student_weight, None, teacher_input,
-                                teacher_weight, shift_labels, record[0], False)
-        if site is not None:
-            self._sites.put(key, site)
+        self._sites.put(key, _site.fused_site(key, student_input, student_weight, None,
+                                              teacher_input, teacher_weight, shift_labels,
+                                              record[0], False))
         return out
 
 
@@ -233,11 +230,9 @@ class FusedLinearJSDLoss(_SiteModule):
                              self.teacher_logit_scale, self.teacher_softcap,
                              self.teacher_temperature, self.return_lse,
                              self.teacher_head_precision), record)
-        site = _site.fused_site(key, student_input, student_weight, student_bias, teacher_input,
-                                teacher_weight, true_labels, record[0],
-                                bool(self.return_soft_hard_loss))
-        if site is not None:
-            self._sites.put(key, site)
+        self._sites.put(key, _site.fused_site(key, student_input, student_weight, student_bias,
+                                              teacher_input, teacher_weight, true_labels,
+                                              record[0], bool(self.return_soft_hard_loss)))
         return out
 
 
