@@ -214,10 +214,10 @@ __device__ __forceinline__ void topk_for_vectors(const float *z, int64_t n, F f)
 }
 
 /* What the row pass needs of the student: lnorm (x it - lnorm are the log-probs; 0 for the
- * log-prob form), lse1 (the log-sum-exp at temperature 1, for CE; 0 for the log-prob form), Q_t
- * and Q_K. */
+ * log-prob form), lse1 (the log-sum-exp at temperature 1, for CE; 0 for the log-prob form) and
+ * Q_t (renormalise's log Q_K is topk_slots_lse's, in the log domain). */
 struct topk_student {
-    float lnorm, lse1, qt, qk;
+    float lnorm, lse1, qt;
 };
 
 /* The log-prob form: two reads of the row (topk_row_sums), Q_t = A - S_K with S_K the very terms
@@ -232,8 +232,7 @@ __device__ topk_student topk_student_logp(const topk_params &p, const void *xr, 
     }
     sk = block_sum(sk, sm.dscr);
     const double scale = exp(static_cast<double>(m));
-    return {0.0f, 0.0f, static_cast<float>(fmax(a - sk, 0.0) * scale),
-            static_cast<float>(sk * scale)};
+    return {0.0f, 0.0f, static_cast<float>(fmax(a - sk, 0.0) * scale)};
 }
 
 /* The fused loss's fp32 logits z, one read of the row: the ids' entries (their logits already in
@@ -276,8 +275,7 @@ __device__ topk_student topk_student_logits(const topk_params &p, float *zr, flo
     const double a = mx == -INFINITY ? NAN : at + sk, a1 = mx == -INFINITY ? NAN : at1 + sk1;
     const float lnorm = m + static_cast<float>(log(a));
     const double scale = exp(static_cast<double>(m) - static_cast<double>(lnorm));
-    return {lnorm, mx + static_cast<float>(log(a1)), static_cast<float>(at * scale),
-            static_cast<float>(sk * scale)};
+    return {lnorm, mx + static_cast<float>(log(a1)), static_cast<float>(at * scale)};
 }
 
 /* q = exp(v it - lnorm), the student's soft probability; s = exp(v - lse1) its probability at
