@@ -89,6 +89,9 @@ def test_fused_changes_leave_the_site(device):
     out = mod(*args)
     out.backward()
     assert args[1].grad is None and args[0].grad is not None
+    # a site of its own that computes no weight gradient (grad_xs and grad_bs still wanted)
+    assert sites(mod) == 3
+    assert [s.want for s in mod._sites.table.values()].count((True, False, True)) == 1
     torch.testing.assert_close(out.detach(), ref[0].detach(), rtol=0, atol=0)
     # evaluation: no gradients at all
     with torch.no_grad():
