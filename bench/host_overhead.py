@@ -98,8 +98,8 @@ def _checked(module, *args):
     """The module's forward on the checked path (a kind of call it has not seen: its call sites,
     python/distil/torch/_site.py, dropped first), the site it leaves included."""
     sites = getattr(module, "_sites", None)
-    if sites is not None:
-        sites.table.clear()
+    if sites is not None:  # a dict of sites (older trees: its .table)
+        getattr(sites, "table", sites).clear()
     return module(*args)
 
 

@@ -37,7 +37,7 @@ def same(a, b):
 
 
 def sites(mod):
-    return len(mod._sites.table)
+    return len(mod._sites)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -91,7 +91,7 @@ def test_fused_changes_leave_the_site(device):
     assert args[1].grad is None and args[0].grad is not None
     # a site of its own that computes no weight gradient (grad_xs and grad_bs still wanted)
     assert sites(mod) == 3
-    assert [s.want for s in mod._sites.table.values()].count((True, False, True)) == 1
+    assert [s.want for s in mod._sites.values()].count((True, False, True)) == 1
     torch.testing.assert_close(out.detach(), ref[0].detach(), rtol=0, atol=0)
     # evaluation: no gradients at all
     with torch.no_grad():
@@ -196,3 +196,26 @@ def test_jsd_site_without_grad(device):
     got = jsd_result(mod, x, y0.to(device), None)
     assert sites(mod) == 2 and torch.equal(got[0].detach(), want)
     assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_device_normaliser_call_leaves_the_sites_alone(device):
+    """A call with N on the device (the checked path, which sets it on the plan's descriptor for
+    that call) between two site calls: the site's own descriptor never sees that N."""
+    inputs = make(30, torch.float32, bias=False)
+    mod = dt.FusedLinearJSDLoss(beta=0.4)
+    first = fused_result(mod, fused_args(inputs, device, False))
+    n = torch.tensor(3.0, device=device)
+    scaled = mod(*fused_args(inputs, device, False), normaliser=n)
+    assert not torch.equal(scaled.detach(), first[0].detach())
+    del n, scaled
+    same(fused_result(mod, fused_args(inputs, device, False)), first)
+
+    g = gen(31)
+    x0, y0 = log_probs(g, (7, 300), torch.float32), log_probs(g, (7, 300), torch.float32)
+    jsd = dt.JSD(beta=0.3)
+    want = jsd_result(jsd, leaf(x0, device), y0.to(device), None)
+    scaled = jsd(leaf(x0, device), y0.to(device), normaliser=torch.tensor(5.0, device=device))
+    assert not torch.equal(scaled.detach(), want[0].detach())
+    del scaled
+    same(jsd_result(jsd, leaf(x0, device), y0.to(device), None), want)

@@ -18,13 +18,14 @@ ops. Options a site does not cover (a normaliser given per call or on the device
 reduction="none") take the checked path every time.
 """
 
+import ctypes
 from threading import get_ident
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from .. import _calls
+from .. import _calls, _lib
 from . import _ops
 
 _SITES_KEPT = 64
@@ -38,41 +39,85 @@ def _tensor_key(t: Optional[Tensor]) -> tuple:
     return (type(t), t.shape, t.dtype, t.get_device(), t.is_contiguous(), t.requires_grad)
 
 
-class Sites:
-    """A module's sites by key, bounded."""
+class Sites(dict):
+    """A module's sites by key, bounded (a dict: the lookup is dict.get, no Python frame)."""
 
-    __slots__ = ("table",)
-
-    def __init__(self):
-        self.table = {}
-
-    def get(self, key):
-        return self.table.get(key)
+    __slots__ = ()
 
     def put(self, key, site):
         """Keep site under key; None (a call no site reproduces) keeps nothing."""
         if site is None:
             return
-        if len(self.table) >= _SITES_KEPT:
-            self.table.clear()
-        self.table[key] = site
+        if len(self) >= _SITES_KEPT:
+            self.clear()
+        self[key] = site
 
 
-def _bound(site) -> "object":
+def _own_descriptor(desc):
+    """A copy of a plan's descriptor that only the site uses, its per-call fields (a normaliser
+    on the device, the LSE outputs) cleared: the plan's own is shared with the checked path,
+    which sets those for one call, so a site on the plan's descriptor would have to clear them
+    before every call."""
+    mine = type(desc).from_buffer_copy(desc)
+    for name in ("normaliser_device", "student_lse", "teacher_lse"):
+        if hasattr(mine, name):
+            setattr(mine, name, None)
+    mine.ref = ctypes.byref(mine)
+    return mine
+
+
+class _Site:
+    """What both kinds of site hold: the context (device index, or -1 for the cpu), the site's
+    own descriptor and its workspace bytes, the loss's template, the outputs wanted, and the
+    call in flight (`call`: the arguments beyond the student's tensors; autograd.Function.apply
+    walks nested arguments, about a third of its host time, bench/host_overhead.py). A site
+    serves one thread (the key holds it), so one call at a time."""
+
+    __slots__ = ("ctx", "index", "desc", "nbytes", "loss", "want", "grads", "call")
+
+    def __init__(self, ctx, index, plan, loss, want):
+        self.ctx, self.index = ctx, index
+        self.desc = _own_descriptor(plan[0])
+        self.nbytes = plan[1]
+        self.loss = loss  # the loss's template: its shape, dtype and device
+        self.want = want
+        self.grads = any(want) if isinstance(want, tuple) else bool(want)
+        self.call = None
+
+
+def _bind(site: _Site):
     """The site's context, bound to the current stream of this call (docs/SPEC.md §5)."""
     ctx = site.ctx
     if site.index >= 0:
-        ctx.bind_stream(_ops._raw_stream(site.index))
+        stream = _ops._raw_stream(site.index)
+        if stream != ctx._stream:
+            ctx.bind_stream(stream)
     return ctx
 
 
-def _like(t: Tensor) -> Tensor:
-    """A new output with t's shape, dtype and device: empty_like of a dense tensor is the
-    cheapest factory call there is (about half of torch.empty with a size, a dtype and a
-    device on the H200 machine, bench/RESULTS.md); the tests' poisoned outputs as in _ops."""
-    if _ops.POISON_OUTPUTS:
-        return torch.full_like(t, float("nan"))
-    return torch.empty_like(t)
+def _lend(site: _Site, ctx, lead: Tensor):
+    """Lend ctx the call's workspace (docs/SPEC.md §5); returns the workspace tensor (None for
+    none), which must live until the call is queued."""
+    nbytes = site.nbytes
+    work = _ops._workspace(lead, nbytes, ctx) if nbytes else None
+    _calls._lend(ctx, 0 if work is None else work.data_ptr(), nbytes)
+    return work
+
+
+def _fail(ctx, status: int) -> None:
+    """A library status raised as the checked path raises it."""
+    _ops._torch_errors(ctx.check, status)
+
+
+def _poisoned(t: Tensor) -> Tensor:
+    return torch.full_like(t, float("nan"))
+
+
+def _factory():
+    """The outputs' factory: empty_like of a dense tensor is the cheapest there is (about half
+    of torch.empty with a size, a dtype and a device on the H200 machine, bench/RESULTS.md); the
+    tests' poisoned outputs as in _ops."""
+    return _poisoned if _ops.POISON_OUTPUTS else torch.empty_like
 
 
 def _site_context(key, lead, tensors, labels):
@@ -90,26 +135,28 @@ def _site_context(key, lead, tensors, labels):
     return _ops.context_for(lead), (-1 if lead.is_cpu else lead.get_device())
 
 
+def _labels_key(labels: Optional[Tensor]):
+    """labels' part of a key (integers never require a gradient)."""
+    if labels is None:
+        return None
+    return (type(labels), labels.shape, labels.dtype, labels.get_device(),
+            labels.is_contiguous())
+
+
 # ---------------------------------------------------------------------------- fused loss
 
 
-class FusedSite:
+class FusedSite(_Site):
     """One kind of fused call (FusedLinearJSDLoss, FusedLinearJSD): the plan the checked path
-    made for it and the shapes of its outputs."""
+    made for it and the shapes of its outputs; want = (grad_xs, grad_Ws, grad_bs) wanted, the
+    loss's template an fp32 [3] (the parts) or []; out: the parts of the call in flight."""
 
-    # call: (xt, Wt, bt, labels) of the call in flight, out: its parts, for the Function
-    # (its arguments beyond the student's tensors travel here: autograd.Function.apply walks
-    # nested arguments, about a third of its host time, bench/host_overhead.py). A site serves
-    # one thread (the key holds it), so one call at a time.
-    __slots__ = ("ctx", "index", "desc", "nbytes", "loss", "parts", "want", "call", "out")
+    __slots__ = ("parts", "out")
 
     def __init__(self, ctx, index, plan, loss, want):
-        self.ctx, self.index = ctx, index
-        self.desc, self.nbytes = plan
-        self.loss = loss  # an fp32 [3] (the parts) or [] on the device: the loss's template
+        super().__init__(ctx, index, plan, loss, want)
         self.parts = loss.dim() == 1
-        self.want = want  # (grad_xs, grad_Ws, grad_bs) wanted
-        self.call = self.out = None
+        self.out = None
 
 
 def fused_key(xs, ws, bs, xt, wt, bt, labels) -> Optional[tuple]:
@@ -122,8 +169,8 @@ def fused_key(xs, ws, bs, xt, wt, bt, labels) -> Optional[tuple]:
             type(ws), ws.shape, ws.dtype, ws.get_device(), ws.is_contiguous(), ws.requires_grad,
             type(xt), xt.shape, xt.dtype, xt.get_device(), xt.is_contiguous(),
             type(wt), wt.shape, wt.dtype, wt.get_device(), wt.is_contiguous(),
-            _tensor_key(labels), _tensor_key(bs), _tensor_key(bt), torch.is_grad_enabled(),
-            get_ident())
+            _labels_key(labels), None if bs is None else _tensor_key(bs),
+            None if bt is None else _tensor_key(bt), torch.is_grad_enabled(), get_ident())
 
 
 def fused_site(key, xs, ws, bs, xt, wt, labels, args, parts) -> Optional[FusedSite]:
@@ -143,20 +190,30 @@ def fused_site(key, xs, ws, bs, xt, wt, labels, args, parts) -> Optional[FusedSi
 
 
 def fused_run(site: FusedSite, xs, ws, bs, xt, wt, bt, labels):
-    """The site's call: (loss or parts, grad_xs, grad_Ws, grad_bs), unwanted ones None."""
-    ctx = _bound(site)
-    out = _like(site.loss)
+    """The site's call: (loss or parts, grad_xs, grad_Ws, grad_bs), unwanted ones None.
+    Few frames (the call's host time): xs, Ws, Xt, Wt are dense and present (the key); the
+    caller's optional tensors pass 0 when absent or empty, as _ops._addr gives them; a new
+    output's address is 0 when it is empty (torch allocates nothing for 0 bytes)."""
+    ctx = _bind(site)
+    work = _lend(site, ctx, xs)
+    like = _factory()
+    out = like(site.loss)
     wx, ww, wb = site.want
-    gx = _like(xs) if wx else None  # xs, Ws, bs are dense (the key), so are these
-    gw = _like(ws) if ww else None
-    gb = _like(bs) if wb else None
-    nbytes = site.nbytes
-    work = _ops._workspace(xs, nbytes, ctx)
-    a = _ops._addr  # for what may be absent; the rest is present and dense
-    _ops._torch_errors(_calls.run_fused, ctx, site.desc, a(work), nbytes,
-                       (xs.data_ptr(), ws.data_ptr(), a(bs), xt.data_ptr(), wt.data_ptr(), a(bt),
-                        a(labels), out.data_ptr(), a(gx), a(gw), a(gb)))
-    _ops._after_call(ctx, xs)
+    gx = like(xs) if wx else None  # xs, Ws, bs are dense (the key), so are these
+    gw = like(ws) if ww else None
+    gb = like(bs) if wb else None
+    status = _lib.lib.distil_fused_linear_jsd(
+        ctx.handle, site.desc.ref, xs.data_ptr(), ws.data_ptr(),
+        bs.data_ptr() if bs is not None and bs.numel() else 0, xt.data_ptr(), wt.data_ptr(),
+        bt.data_ptr() if bt is not None and bt.numel() else 0,
+        labels.data_ptr() if labels is not None and labels.numel() else 0, out.data_ptr(),
+        0 if gx is None else gx.data_ptr(), 0 if gw is None else gw.data_ptr(),
+        0 if gb is None else gb.data_ptr())
+    del work  # the call is queued
+    if status:
+        _fail(ctx, status)
+    if _ops._eager:
+        _ops._after_call(ctx, xs)
     return out, gx, gw, gb
 
 
@@ -182,7 +239,7 @@ class _FusedSiteFunction(torch.autograd.Function):
 
 def fused_loss(site: FusedSite, xs, ws, bs, xt, wt, bt, labels):
     """(loss, parts [3] detached or None) of a site's call."""
-    if site.want != (False, False, False):
+    if site.grads:
         site.call = (xt, wt, bt, labels)
         try:
             loss = _FusedSiteFunction.apply(xs, ws, bs, site)
@@ -197,24 +254,20 @@ def fused_loss(site: FusedSite, xs, ws, bs, xt, wt, bt, labels):
 # ------------------------------------------------------------------------------------- jsd
 
 
-class JsdSite:
-    """One kind of JSD call (distil.torch.JSD with a batchmean or sum reduction)."""
+class JsdSite(_Site):
+    """One kind of JSD call (distil.torch.JSD with a batchmean or sum reduction); want: the
+    gradient; the loss's template an fp32 [] on the device."""
 
-    __slots__ = ("ctx", "index", "desc", "nbytes", "loss", "want", "call")  # call: as FusedSite
-
-    def __init__(self, ctx, index, plan, loss, want):
-        self.ctx, self.index = ctx, index
-        self.desc, self.nbytes = plan
-        self.loss, self.want = loss, want  # loss: an fp32 [] on the device, the template
-        self.call = None
+    __slots__ = ()
 
 
 def jsd_key(x, y, labels) -> Optional[tuple]:
     """The key of a JSD call, or None when it may not take a site (traced)."""
     if not _ops._untraced():
         return None
-    return (_tensor_key(x), _tensor_key(y), _tensor_key(labels), torch.is_grad_enabled(),
-            get_ident())
+    return (type(x), x.shape, x.dtype, x.get_device(), x.is_contiguous(), x.requires_grad,
+            type(y), y.shape, y.dtype, y.get_device(), y.is_contiguous(), y.requires_grad,
+            _labels_key(labels), torch.is_grad_enabled(), get_ident())
 
 
 def jsd_site(key, x, y, labels, args) -> Optional[JsdSite]:
@@ -232,16 +285,21 @@ def jsd_site(key, x, y, labels, args) -> Optional[JsdSite]:
 
 
 def jsd_run(site: JsdSite, x, y, labels):
-    """The site's call: (loss [], grad or None)."""
-    ctx = _bound(site)
-    loss = _like(site.loss)
-    grad = _like(x) if site.want else None
-    nbytes = site.nbytes
-    work = _ops._workspace(x, nbytes, ctx)
-    a = _ops._addr
-    _ops._torch_errors(_calls.run_jsd, ctx, site.desc, a(work), nbytes, x.data_ptr(),
-                       y.data_ptr(), a(labels), loss.data_ptr(), a(grad))
-    _ops._after_call(ctx, x)
+    """The site's call: (loss [], grad or None), as fused_run."""
+    ctx = _bind(site)
+    work = _lend(site, ctx, x)
+    like = _factory()
+    loss = like(site.loss)
+    grad = like(x) if site.want else None
+    status = _lib.lib.distil_jsd(
+        ctx.handle, site.desc.ref, x.data_ptr(), y.data_ptr(),
+        labels.data_ptr() if labels is not None and labels.numel() else 0, loss.data_ptr(),
+        0 if grad is None else grad.data_ptr())
+    del work  # the call is queued
+    if status:
+        _fail(ctx, status)
+    if _ops._eager:
+        _ops._after_call(ctx, x)
     return loss, grad
 
 
@@ -261,7 +319,7 @@ class _JsdSiteFunction(torch.autograd.Function):
 
 
 def jsd_loss(site: JsdSite, x, y, labels) -> Tensor:
-    if site.want:
+    if site.grads:
         site.call = (y, labels)
         try:
             return _JsdSiteFunction.apply(x, site)

@@ -52,7 +52,7 @@ class _SiteModule(torch.nn.Module):
 
     def __setattr__(self, name, value):
         super().__setattr__(name, value)
-        self._sites.table.clear()
+        self._sites.clear()
 
 
 class JSD(_SiteModule):
