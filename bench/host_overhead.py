@@ -18,15 +18,21 @@ For each loss (distil.torch.JSD, and FusedLinearJSDLoss with labels), from the b
                 torch's autograd device thread (the GIL and a thread wake-up), this one not;
                 after the first call the module takes its call site (_site.py)
   checked path  the same on the checked path, as a kind of call the module has not seen
+  stubbed       the C call and the public forward alone with the library's entry point replaced
+                by a C function that does nothing and returns 0 (the same ctypes conversions):
+                the Python layers' own host time, free of the library's, whose launches on a
+                GPU vary by +-10 µs from call to call and make the difference above noisy
 and, for scale, torch's own floor: an autograd.Function saving one tensor, forward + backward.
 "overhead" rows subtract the C calls from the public forward (alone and in the fwd + bwd loop)
-and from forward + backward.
+and from forward + backward, and the stubbed call from the stubbed forward.
 Each row is the median host time over --calls calls, the least such median over --rounds
 interleaved rounds (the machine may be shared); on cuda the queue is drained every 16 calls
 (untimed), so that a full launch queue never makes the host wait for the GPU.
 """
 import argparse
+import ctypes
 import json
+import os
 import statistics
 import time
 
@@ -94,6 +100,23 @@ class _Floor(torch.autograd.Function):
         return ctx.saved_tensors[0]
 
 
+def _stubbed(entry, fn):
+    """fn with distil's `entry` (a name in distil._lib.lib) replaced by a C function that ignores
+    its arguments and returns 0 (getuid as root, else sched_yield), restored after each call."""
+    from distil import _lib
+    real = getattr(_lib.lib, entry)
+    stub = ctypes.CDLL(None)["getuid" if os.getuid() == 0 else "sched_yield"]
+    stub.argtypes, stub.restype = real.argtypes, real.restype
+
+    def body():
+        setattr(_lib.lib, entry, stub)
+        try:
+            fn()
+        finally:
+            setattr(_lib.lib, entry, real)
+    return body
+
+
 def _checked(module, *args):
     """The module's forward on the checked path (a kind of call it has not seen: its call sites,
     python/distil/torch/_site.py, dropped first), the site it leaves included."""
@@ -138,6 +161,8 @@ def jsd_rows(device):
         "public": _fwd_bwd(lambda: module(x, y), [x]),
         "public forward alone": lambda: module(x, y),
         "public forward alone, checked path": lambda: _checked(module, x, y),
+        "stubbed: C call": _stubbed("distil_jsd", c_call),
+        "stubbed: public forward alone": _stubbed("distil_jsd", lambda: module(x, y)),
         "torch floor (Function, one saved tensor) fwd + bwd": _fwd_bwd(lambda: _Floor.apply(x),
                                                                       [x]),
     }
@@ -190,6 +215,10 @@ def fused_rows(device):
         "public": _fwd_bwd(lambda: module(xs, ws, xt, wt, lab), [xs, ws]),
         "public forward alone": lambda: module(xs, ws, xt, wt, lab),
         "public forward alone, checked path": lambda: _checked(module, xs, ws, xt, wt, lab),
+        "stubbed: C call": _stubbed("distil_fused_linear_jsd", lambda: _calls.run_fused(
+            ctx, desc, keep[0].data_ptr(), nbytes, ptrs)),
+        "stubbed: public forward alone": _stubbed("distil_fused_linear_jsd",
+                                                  lambda: module(xs, ws, xt, wt, lab)),
         "torch floor forward (Function, loss + 2 gradients allocated)":
             lambda: _FloorGrads.apply(xs, ws),
     }
@@ -215,6 +244,8 @@ def measure(rows, calls, rounds, drain):
     best["overhead: checked path - C call"] = (best["public forward alone, checked path"] -
                                                best["C call"])
     best["overhead: forward - C call"] = best["public forward"] - best["C call"]
+    best["overhead, stubbed: forward alone - C call"] = (best["stubbed: public forward alone"] -
+                                                         best["stubbed: C call"])
     best["overhead: fwd + bwd - C calls"] = (best["public fwd + bwd"] - best["C call"] -
                                              best["C scale"])
     return best
