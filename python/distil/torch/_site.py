@@ -89,13 +89,11 @@ def _bind(site: _Site):
     """The site's context, bound to the current stream of this call (docs/SPEC.md §5)."""
     ctx = site.ctx
     if site.index >= 0:
-        stream = _ops._raw_stream(site.index)
-        if stream != ctx._stream:
-            ctx.bind_stream(stream)
+        ctx.bind_stream(_ops._raw_stream(site.index))
     return ctx
 
 
-def _lend(site: _Site, ctx, lead: Tensor):
+def _lend_workspace(site: _Site, ctx, lead: Tensor):
     """Lend ctx the call's workspace (docs/SPEC.md §5); returns the workspace tensor (None for
     none), which must live until the call is queued."""
     nbytes = site.nbytes
@@ -104,9 +102,13 @@ def _lend(site: _Site, ctx, lead: Tensor):
     return work
 
 
-def _fail(ctx, status: int) -> None:
-    """A library status raised as the checked path raises it."""
-    _ops._torch_errors(ctx.check, status)
+def _finish(ctx, status: int, lead: Tensor) -> None:
+    """After a site's call that failed or runs in the opt-in eager mode (its callers test
+    `status or _ops._eager` first: the usual call takes no frame here): the status raised as
+    the checked path raises it, the eager mode's wait."""
+    if status:
+        _ops._torch_errors(ctx.check, status)
+    _ops._after_call(ctx, lead)
 
 
 def _poisoned(t: Tensor) -> Tensor:
@@ -191,29 +193,25 @@ def fused_site(key, xs, ws, bs, xt, wt, labels, args, parts) -> Optional[FusedSi
 
 def fused_run(site: FusedSite, xs, ws, bs, xt, wt, bt, labels):
     """The site's call: (loss or parts, grad_xs, grad_Ws, grad_bs), unwanted ones None.
-    Few frames (the call's host time): xs, Ws, Xt, Wt are dense and present (the key); the
-    caller's optional tensors pass 0 when absent or empty, as _ops._addr gives them; a new
-    output's address is 0 when it is empty (torch allocates nothing for 0 bytes)."""
+    Few frames (the call's host time): xs, Ws, Xt, Wt are dense and present (the key), the
+    caller's optional tensors go through _ops._addr, and a new output's address is 0 when it
+    is empty (torch allocates nothing for 0 bytes)."""
     ctx = _bind(site)
-    work = _lend(site, ctx, xs)
+    work = _lend_workspace(site, ctx, xs)
     like = _factory()
     out = like(site.loss)
     wx, ww, wb = site.want
     gx = like(xs) if wx else None  # xs, Ws, bs are dense (the key), so are these
     gw = like(ws) if ww else None
     gb = like(bs) if wb else None
+    a = _ops._addr
     status = _lib.lib.distil_fused_linear_jsd(
-        ctx.handle, site.desc.ref, xs.data_ptr(), ws.data_ptr(),
-        bs.data_ptr() if bs is not None and bs.numel() else 0, xt.data_ptr(), wt.data_ptr(),
-        bt.data_ptr() if bt is not None and bt.numel() else 0,
-        labels.data_ptr() if labels is not None and labels.numel() else 0, out.data_ptr(),
-        0 if gx is None else gx.data_ptr(), 0 if gw is None else gw.data_ptr(),
-        0 if gb is None else gb.data_ptr())
+        ctx.handle, site.desc.ref, xs.data_ptr(), ws.data_ptr(), a(bs), xt.data_ptr(),
+        wt.data_ptr(), a(bt), a(labels), out.data_ptr(), 0 if gx is None else gx.data_ptr(),
+        0 if gw is None else gw.data_ptr(), 0 if gb is None else gb.data_ptr())
     del work  # the call is queued
-    if status:
-        _fail(ctx, status)
-    if _ops._eager:
-        _ops._after_call(ctx, xs)
+    if status or _ops._eager:
+        _finish(ctx, status, xs)
     return out, gx, gw, gb
 
 
@@ -287,19 +285,16 @@ def jsd_site(key, x, y, labels, args) -> Optional[JsdSite]:
 def jsd_run(site: JsdSite, x, y, labels):
     """The site's call: (loss [], grad or None), as fused_run."""
     ctx = _bind(site)
-    work = _lend(site, ctx, x)
+    work = _lend_workspace(site, ctx, x)
     like = _factory()
     loss = like(site.loss)
     grad = like(x) if site.want else None
-    status = _lib.lib.distil_jsd(
-        ctx.handle, site.desc.ref, x.data_ptr(), y.data_ptr(),
-        labels.data_ptr() if labels is not None and labels.numel() else 0, loss.data_ptr(),
-        0 if grad is None else grad.data_ptr())
+    status = _lib.lib.distil_jsd(ctx.handle, site.desc.ref, x.data_ptr(), y.data_ptr(),
+                                 _ops._addr(labels), loss.data_ptr(),
+                                 0 if grad is None else grad.data_ptr())
     del work  # the call is queued
-    if status:
-        _fail(ctx, status)
-    if _ops._eager:
-        _ops._after_call(ctx, x)
+    if status or _ops._eager:
+        _finish(ctx, status, x)
     return loss, grad
 
 
