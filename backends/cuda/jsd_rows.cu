@@ -9,8 +9,15 @@
 
 namespace DISTIL_GPU_NS {
 
+/* Two blocks of 512 per SM for fp32 (64 registers: ptxas takes ~90 unbounded, one block per SM);
+ * the 16-bit loops hold 16 elements per group and would spill at 64, so one block. */
+template <int DT> constexpr int jsd_min_blocks() {
+    return DT == DISTIL_F32 ? 2 : 1;
+}
+
 template <int DT, bool GRAD, int VW>
-__global__ void __launch_bounds__(512) distil_jsd_rows_kernel(jsd_rows_params p) {
+__global__ void __launch_bounds__(512, jsd_min_blocks<DT>())
+    distil_jsd_rows_kernel(jsd_rows_params p) {
     __shared__ double scratch[DISTIL_GPU_MAX_WARPS];
     const float gf = GRAD ? jsd_grad_factor(p) : 0.0f;
     jsd_with_mode(p.coef, [&](auto mode) {
@@ -71,6 +78,11 @@ extern "C" distil_status DISTIL_GPU_FN(jsd_rows)(void *vb, const distil_jsd_rows
     gpu_state *b = gpu_of(vb);
     if (a->rows <= 0) {
         return DISTIL_OK;
+    }
+    if (a->vocab > 0x7fffffff - 8 * 1024) { /* jsd_span's 32-bit offsets, a step past the end */
+        return distil_error_set(b->ctx, DISTIL_ERR_UNSUPPORTED,
+                                "jsd_rows: vocab %lld (at most 2^31 - 8192 elements per row)",
+                                (long long)a->vocab);
     }
     jsd_rows_params p;
     p.x = distil_dptr_addr(a->x);

@@ -47,30 +47,64 @@ __device__ inline void jsd_zero_span(const jsd_rows_params &p, int64_t row, int6
     }
 }
 
-/* The terms of the JSD_UNROLL vectors loaded at v0, v0 + blockDim.x, ... (those below n_vec)
- * into acc and, when GRAD, their gradients (times gf) into g. SV: the special-value form
- * (distil_elem.h's de_elem_sv), or the finite one. */
-template <int DT, bool GRAD, int VW, int MODE, bool SV>
-__device__ __forceinline__ void jsd_group(const jsd_rows_params &p,
-                                          const float (&xv)[JSD_UNROLL][VW],
-                                          const float (&yv)[JSD_UNROLL][VW], int64_t v0,
-                                          int64_t n_vec, float gf, void *g, double &acc) {
+/* This thread's pointers into one row of x, y and the gradient (dtype E), made once per row and
+ * kept in registers (gpu_keep_in_register), and the element offset from them of its next group:
+ * a 32-bit offset (a row holds < 2^31 elements). With 64-bit indices from the row's start the
+ * compiler re-derived row * stride + v at every access: ~5 of the loop's ~96 instructions per
+ * element (docs/CUDA-NOTES.md). */
+template <typename E> struct jsd_cursor {
+    const E *x, *y;
+    E *g;
+    int off;
+};
+
+/* One group of this thread: the JSD_UNROLL vectors v0, v0 + blockDim.x, ... at c's offset, their
+ * terms into acc and, when GRAD, their gradients (times gf) into the row. CHECKED: some of the
+ * vectors may lie at or past n_vec (the row's last group), so each is tested; otherwise none is,
+ * and the group's x - y (for the finite-form test, jsd_with_sv_of) are the same values as the
+ * terms' own. SV: the special-value form (distil_elem.h's de_elem_sv), or the finite one. */
+template <int DT, bool GRAD, int VW, int MODE, bool CHECKED>
+__device__ __forceinline__ void jsd_step(const jsd_rows_params &p,
+                                         const jsd_cursor<typename dt_traits<DT>::T> &c, int v0,
+                                         int n_vec, float gf, double &acc) {
+    const int nt = static_cast<int>(blockDim.x);
+    float xv[JSD_UNROLL][VW];
+    float yv[JSD_UNROLL][VW];
 #pragma unroll
     for (int u = 0; u < JSD_UNROLL; u++) {
-        const int64_t v = v0 + static_cast<int64_t>(u) * blockDim.x;
-        if (v < n_vec) {
-            float gv[VW];
+        if (!CHECKED || v0 + u * nt < n_vec) {
+            vload<DT, VW, true>(c.x, c.off + u * nt * VW, xv[u]);
+            vload<DT, VW, true>(c.y, c.off + u * nt * VW, yv[u]);
+        }
+    }
+    float fs = 0.0f; /* sum of the group's x - y */
+#pragma unroll
+    for (int u = 0; u < JSD_UNROLL; u++) {
+        if (!CHECKED || v0 + u * nt < n_vec) {
 #pragma unroll
             for (int k = 0; k < VW; k++) {
-                float d, q;
-                acc += jsd_elem_q<MODE, SV>(p.coef, xv[u][k], yv[u][k], &d, &q);
-                gv[k] = d * gf;
-            }
-            if (GRAD) {
-                vstore<DT, VW>(g, v * VW, gv);
+                fs += xv[u][k] - yv[u][k];
             }
         }
     }
+    jsd_with_sv_of(fs, [&](auto sv) {
+#pragma unroll
+        for (int u = 0; u < JSD_UNROLL; u++) {
+            if (!CHECKED || v0 + u * nt < n_vec) {
+                float gv[VW];
+#pragma unroll
+                for (int k = 0; k < VW; k++) {
+                    float d, q;
+                    acc +=
+                        jsd_elem_q<MODE, decltype(sv)::value>(p.coef, xv[u][k], yv[u][k], &d, &q);
+                    gv[k] = d * gf;
+                }
+                if (GRAD) {
+                    vstore<DT, VW>(c.g, c.off + u * nt * VW, gv);
+                }
+            }
+        }
+    });
 }
 
 /*
@@ -79,41 +113,35 @@ __device__ __forceinline__ void jsd_group(const jsd_rows_params &p,
  * the last whole vector when `tail`. Summed in double: a KL's row sum cancels, and fp32 partial
  * sums would add their rounding to it. A group of loaded vectors takes the finite form of the
  * terms where its x - y sum to a finite number (jsd_with_sv_of: the kernel is issue-bound on an
- * H200, docs/CUDA-NOTES.md).
+ * H200, docs/CUDA-NOTES.md). The groups that lie wholly in the span run without bounds tests;
+ * a thread's last group, if partial, with them.
  */
 template <int DT, bool GRAD, int VW, int MODE>
 __device__ inline double jsd_span(const jsd_rows_params &p, int64_t row, int64_t v_begin,
                                   int64_t v_end, bool tail, float gf) {
-    const void *x = static_cast<const typename dt_traits<DT>::T *>(p.x) + row * p.x_stride;
-    const void *y = static_cast<const typename dt_traits<DT>::T *>(p.y) + row * p.y_stride;
-    void *g = GRAD ? static_cast<typename dt_traits<DT>::T *>(p.grad) + row * p.g_stride : nullptr;
-    const int64_t n_vec = v_end;
-    const int64_t step = static_cast<int64_t>(blockDim.x) * JSD_UNROLL;
+    typedef typename dt_traits<DT>::T E;
+    const int first = static_cast<int>(v_begin) + static_cast<int>(threadIdx.x);
+    const E *x = static_cast<const E *>(p.x) + row * p.x_stride;
+    const E *y = static_cast<const E *>(p.y) + row * p.y_stride;
+    E *g = GRAD ? static_cast<E *>(p.grad) + row * p.g_stride : nullptr;
+    jsd_cursor<E> c;
+    c.x = x + static_cast<int64_t>(first) * VW;
+    c.y = y + static_cast<int64_t>(first) * VW;
+    c.g = GRAD ? g + static_cast<int64_t>(first) * VW : nullptr;
+    c.off = 0;
+    gpu_keep_in_register(c.x);
+    gpu_keep_in_register(c.y);
+    gpu_keep_in_register(c.g);
+    const int n_vec = static_cast<int>(v_end);
+    const int step = static_cast<int>(blockDim.x) * JSD_UNROLL;
+    const int last = (JSD_UNROLL - 1) * static_cast<int>(blockDim.x); /* v0 to its last vector */
     double acc = 0.0;
-    for (int64_t v0 = v_begin + threadIdx.x; v0 < n_vec; v0 += step) {
-        float xv[JSD_UNROLL][VW];
-        float yv[JSD_UNROLL][VW];
-#pragma unroll
-        for (int u = 0; u < JSD_UNROLL; u++) {
-            const int64_t v = v0 + static_cast<int64_t>(u) * blockDim.x;
-            if (v < n_vec) {
-                vload<DT, VW, true>(x, v * VW, xv[u]);
-                vload<DT, VW, true>(y, v * VW, yv[u]);
-            }
-        }
-        float fs = 0.0f; /* sum of the group's x - y */
-#pragma unroll
-        for (int u = 0; u < JSD_UNROLL; u++) {
-            if (v0 + static_cast<int64_t>(u) * blockDim.x < n_vec) {
-#pragma unroll
-                for (int k = 0; k < VW; k++) {
-                    fs += xv[u][k] - yv[u][k];
-                }
-            }
-        }
-        jsd_with_sv_of(fs, [&](auto sv) {
-            jsd_group<DT, GRAD, VW, MODE, decltype(sv)::value>(p, xv, yv, v0, n_vec, gf, g, acc);
-        });
+    int v0 = first;
+    for (; v0 + last < n_vec; v0 += step, c.off += step * VW) {
+        jsd_step<DT, GRAD, VW, MODE, false>(p, c, v0, n_vec, gf, acc);
+    }
+    if (v0 < n_vec) {
+        jsd_step<DT, GRAD, VW, MODE, true>(p, c, v0, n_vec, gf, acc);
     }
     const int64_t t0 = tail ? p.vocab / VW * VW : p.vocab;
     for (int64_t i = t0 + threadIdx.x; i < p.vocab; i += blockDim.x) {

@@ -122,6 +122,11 @@ __device__ __forceinline__ unsigned short distil_float_to_f16_bits(float f) {
     return __half_as_ushort(__float2half_rn(f));
 }
 
+/* The CUDA side's register hint for a loop's pointer; AMD's compiler is left to its own choice. */
+template <typename T> __device__ __forceinline__ void gpu_keep_in_register(T *&p) {
+    (void)p;
+}
+
 /* Load of data read once (a plain load: the nontemporal builtin takes no HIP vector types). */
 template <typename T> __device__ __forceinline__ T distil_load_stream(const T *p) {
     return *p;
