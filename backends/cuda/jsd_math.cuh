@@ -28,7 +28,8 @@ namespace DISTIL_GPU_NS {
  * checks it): the divisions by a number in [1/2, 3] (the series' and the shares of m). (A fast exp
  * of the far form's ratio is not: at beta near 1 its |d| ulp reach the loss, which cancels to
  * (1 - beta).) */
-#define DE_DIV(a, b) distil_div_fast(a, b)
+#define DE_DIV(a, b)   distil_div_fast(a, b)
+#define DE_RATIO(a, b) distil_div_fast(a, b)
 #include "math/distil_elem.h"
 /* and the head options of docs/SPEC.md §6 (scale, softcap), the same text in float */
 #define DH_TANH(a) tanhf(a)

@@ -15,7 +15,7 @@
 cl_float8 distil_ocl_coef(distil_divergence divergence, float beta, float alpha) {
     distil_elem_beta k = distil_elem_div_make(divergence, beta, alpha);
     cl_float8 c = {{(cl_float)k.beta, (cl_float)k.omb, (cl_float)k.lb, (cl_float)k.l1b,
-                    (cl_float)k.c, (cl_float)k.mode, 0.0f, 0.0f}};
+                    (cl_float)k.c, (cl_float)k.mode, (cl_float)k.kd, 0.0f}};
     return c;
 }
 

@@ -6,7 +6,7 @@
  */
 
 /* The constants of one beta as the host packs them (distil_ocl_coef: beta, 1 - beta, log beta,
- * log1p(-beta), their difference, the mode, two unused). */
+ * log1p(-beta), their difference, the mode, |1 - 2 beta|, one unused). */
 de_coef distil_coef_of(float8 c) {
     de_coef k;
     k.beta = c.s0;
@@ -15,6 +15,7 @@ de_coef distil_coef_of(float8 c) {
     k.l1b = c.s3;
     k.c = c.s4;
     k.mode = (int)c.s5;
+    k.kd = c.s6;
     return k;
 }
 

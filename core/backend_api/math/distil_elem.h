@@ -21,6 +21,9 @@
  *   DE_DIV(a, b)     (optional, default a / b) a / b for b in [1/2, 3] to 2 ulp: the series'
  *                    s = t / (2 + t) and the shares of m (de_mix_parts); a fast division is
  *                    harmless there (its error is the result's, relative)
+ *   DE_RATIO(a, b)   (optional, default a / b) a / b for 0 <= a <= b, b in [2^-126, 1], to 2 ulp:
+ *                    the far form's r; any value where b is 0 or subnormal (de_far_quotient then
+ *                    takes r = 0)
  *
  * Forms (chosen for docs/SPEC.md §3's regimes; each factor relatively accurate, so an element term
  * is good to a few ulp; at |d| just above 0.69 the far form's two terms cancel by a factor of ~5,
@@ -31,17 +34,20 @@
  *    and since beta p (1 - beta) u + (1 - beta) q beta w = beta (1 - beta) (q - p + p - q) = 0,
  *      e = beta p h((1 - beta) u) + (1 - beta) q h(beta w),   h(t) = t - log1p(t) >= 0,
  *    a sum of two non-negative terms, second order in d, exact at d = 0 (the plain form adds two
- *    first-order terms of opposite sign and loses digits as d -> 0).
+ *    first-order terms of opposite sign and loses digits as d -> 0). The JSD takes one series, on
+ *    the side of the smaller weight, and the other h from h1 - h2 = (sinh d - d) +
+ *    (1 - 2 beta) (cosh d - 1) (de_mix); the skew KLs use one side each.
  *  - 0 < beta < 1, |d| > 0.69: log m = logaddexp(log beta + y, log(1 - beta) + x), taken from the
- *    larger argument: with c = log beta - log1p(-beta), r = ((1 - beta) q) / (beta p) = e^(d - c)
- *    when d <= c, else r = (beta p) / ((1 - beta) q) = e^(c - d); so r = e^-|d - c| in [0, 1], and
- *    L = log1p(r),
+ *    larger argument: r = ((1 - beta) q) / (beta p) = e^(d - c) where the teacher's part is the
+ *    larger (d <= c, c = log beta - log1p(-beta)), else r = (beta p) / ((1 - beta) q); so r is in
+ *    [0, 1] (for the JSD the quotient of the two parts as computed, de_far_quotient; for the skew
+ *    KLs e^-|d - c|), and L = log1p(r),
  *      teacher part larger:  y - log m = -(log beta + L),      x - log m = d + (y - log m)
  *      student part larger:  x - log m = -(log1p(-beta) + L),  y - log m = (x - log m) - d.
  *    The logs and c are constants rounded once from float64 (distil_elem_beta_make), so beta =
  *    1e-9 or 1 - 6e-8 loses nothing (log(1 - beta) is log1p(-beta), not log of a rounded 1 - beta),
- *    and r is an exponential of a difference, never a ratio of the weights times e^d: that ratio
- *    overflows fp32 for a subnormal beta (1.4e-45: (1 - beta) / beta = 7e44) and gave inf * 0.
+ *    and r is never the weights' ratio times e^d, which overflows fp32 for a subnormal beta
+ *    (1.4e-45: (1 - beta) / beta = 7e44) and gave inf * 0.
  *  - beta == 0: e = p (y - x), de/dx = -p;  beta == 1: e = q (x - y), de/dx = q (x - y + 1).
  *  - The skew KLs (docs/SPEC.md §6) take y - log m and x - log m from the same two forms, with the
  *    teacher's weight in m as "beta"; their gradients need the shares of m, beta p / m and
@@ -66,22 +72,26 @@
 #ifndef DE_DIV
 #define DE_DIV(a, b) ((a) / (b))
 #endif
+#ifndef DE_RATIO
+#define DE_RATIO(a, b) ((a) / (b))
+#endif
 
 /* The mode of a divergence (docs/SPEC.md §6; distil_elem_div_make maps the public enum and its
  * parameter to one): the JSD's two endpoints and the skew KLs' alpha = 0 are the plain KLs, the
  * skew KLs' alpha = 1 is ZERO. The numbers are those of distil_elem_beta.h's DISTIL_ELEM_*. */
-#define DE_MIX  0 /* generalised JSD, 0 < beta < 1 */
+#define DE_MIX  0 /* generalised JSD, 0 < beta <= 1/2 */
 #define DE_FWD  1 /* KL(p || q) */
 #define DE_REV  2 /* KL(q || p) */
 #define DE_SKL  3 /* KL(p || m), m = beta p + (1 - beta) q, beta = alpha */
 #define DE_SRKL 4 /* KL(q || m), m = beta p + (1 - beta) q, beta = 1 - alpha */
 #define DE_TVD  5 /* total variation */
 #define DE_ZERO 6 /* a divergence of a distribution from itself: 0 */
+#define DE_MIXH 7 /* generalised JSD, 1/2 < beta < 1 (the near form's series on the other side) */
 
 /* Every mode once, X(NAME) for each DE_NAME. Kernels that make the mode a compile-time constant
  * expand their dispatch from this list, so that a new divergence is one more line here (and its
  * DE_ value and branch of de_elem below), not one more case in each backend. */
-#define DE_MODES(X) X(MIX) X(FWD) X(REV) X(SKL) X(SRKL) X(TVD) X(ZERO)
+#define DE_MODES(X) X(MIX) X(FWD) X(REV) X(SKL) X(SRKL) X(TVD) X(ZERO) X(MIXH)
 
 /* Constants of one beta, rounded from float64 (see distil_elem_beta_make / DE_COEF_SET). For the
  * skew KLs "beta" is the teacher's weight in m (alpha, or 1 - alpha: distil_elem_div_make). */
@@ -89,6 +99,7 @@ typedef struct de_coef {
     DE_S beta, omb; /* beta, 1 - beta */
     DE_S lb, l1b;   /* log beta, log1p(-beta) */
     DE_S c;         /* lb - l1b: d <= c where the teacher's part beta p of m is the larger */
+    DE_S kd;        /* |1 - 2 beta| */
     int mode;       /* a DE_ mode */
 } de_coef;
 
@@ -100,6 +111,7 @@ typedef struct de_coef {
         (k).lb = (DE_S)(b).lb;                                                                     \
         (k).l1b = (DE_S)(b).l1b;                                                                   \
         (k).c = (DE_S)(b).c;                                                                       \
+        (k).kd = (DE_S)(b).kd;                                                                     \
         (k).mode = (b).mode;                                                                       \
     } while (0)
 
@@ -143,24 +155,50 @@ DE_FN void de_log1p_h(DE_T t, DE_T *l, DE_T *h) {
     *h = s * (t - (zq + zq));
 }
 
+/* The parts of expm1 for |d| <= 0.69 (other lanes: any value, discarded by the caller): o3 =
+ * sinh(d) - d (odd, ~d^3 / 6) and v = cosh(d) - 1 (even, ~d^2 / 2), each to a few ulp relative,
+ * so that expm1(d) = (d + o3) + v and expm1(-d) = v - (d + o3) keep full relative accuracy near 0
+ * and the JSD's near form can take the difference of its two sides' h from them (de_mix). */
+DE_FN void de_expm1_parts(DE_T d, DE_T *o3, DE_T *v) {
+    DE_T z = d * d;
+#ifdef DE_F64
+    /* sinh(d) - d = d z sum z^k / (2k + 3)!, cosh(d) - 1 = z sum z^k / (2k + 2)!, to 1e-17 */
+    DE_T po = z * DE_K(2.8114572543455206e-15) + DE_K(7.647163731819816e-13);
+    po = po * z + DE_K(1.6059043836821613e-10);
+    po = po * z + DE_K(2.505210838544172e-08);
+    po = po * z + DE_K(2.7557319223985893e-06);
+    po = po * z + DE_K(1.984126984126984e-04);
+    po = po * z + DE_K(8.333333333333333e-03);
+    po = po * z + DE_K(1.6666666666666666e-01);
+    DE_T pe = z * DE_K(4.779477332387385e-14) + DE_K(1.1470745597729725e-11);
+    pe = pe * z + DE_K(2.08767569878681e-09);
+    pe = pe * z + DE_K(2.755731922398589e-07);
+    pe = pe * z + DE_K(2.48015873015873e-05);
+    pe = pe * z + DE_K(1.3888888888888889e-03);
+    pe = pe * z + DE_K(4.1666666666666664e-02);
+    pe = pe * z + DE_K(0.5);
+#else
+    /* Fitted on |d| <= 0.69 (fit_poly.py: 3 and 4 coefficients, expm1(d) and expm1(-d) to 2.25
+     * ulp in fp32, where the Taylor parts to d^10 gave 2.38 with two more multiply-adds). */
+    DE_T po = z * DE_K(2.0039103211e-04) + DE_K(8.3329794258e-03);
+    po = po * z + DE_K(1.6666667604e-01);
+    DE_T pe = z * DE_K(2.5065353910e-05) + DE_K(1.3888102563e-03);
+    pe = pe * z + DE_K(4.1666674162e-02);
+    pe = pe * z + DE_K(4.9999999989e-01);
+#endif
+    *o3 = d * z * po;
+    *v = z * pe;
+}
+
 /* expm1(d) and expm1(-d) for |d| <= 0.69 (other lanes: any value, discarded by the caller). */
 DE_FN void de_expm1_pair(DE_T d, DE_T *u, DE_T *w) {
 #ifdef DE_F64
     *u = expm1(d);
     *w = expm1(-d);
 #else
-    /* Odd and even parts, o = d + d z Po(z) and v = z Pe(z) with z = d^2, fitted on |d| <= 0.69
-     * (fit_poly.py: 3 and 4 coefficients, expm1(d) and expm1(-d) to 2.25 ulp in fp32, where the
-     * Taylor parts to d^10 gave 2.38 with two more multiply-adds): expm1(d) = o + v and
-     * expm1(-d) = v - o keep full relative accuracy near 0. */
-    DE_T z = d * d;
-    DE_T po = z * DE_K(2.0039103211e-04) + DE_K(8.3329794258e-03);
-    po = po * z + DE_K(1.6666667604e-01);
-    DE_T o = d + d * z * po;
-    DE_T pe = z * DE_K(2.5065353910e-05) + DE_K(1.3888102563e-03);
-    pe = pe * z + DE_K(4.1666674162e-02);
-    pe = pe * z + DE_K(4.9999999989e-01);
-    DE_T v = z * pe;
+    DE_T o3, v;
+    de_expm1_parts(d, &o3, &v);
+    DE_T o = d + o3;
     *u = o + v;
     *w = v - o;
 #endif
@@ -208,15 +246,30 @@ DE_FN DE_T de_rev(int sv, DE_T x, DE_T y, DE_T *g, DE_T *q) {
 }
 
 /* The parts of m = beta p + (1 - beta) q (the weights of k: beta for the JSD, alpha or 1 - alpha
- * for the skew KLs, docs/SPEC.md §6) that the mixing modes share, in the forms of the header:
- * p, q, near (|d| <= 0.69), the series values h1 = h((1 - beta) u) and h2 = h(beta w) (near
- * only), y - log m (lp) and x - log m (lq) in both regimes, and the shares of m
- * sp = beta p / m, sq = (1 - beta) q / m (sp + sq = 1; each from the ratio it is accurate in). */
+ * for the skew KLs, docs/SPEC.md §6) that the skew KLs share, in the forms of the header:
+ * p, q, near (|d| <= 0.69), the series values h1 =
+ * h((1 - beta) u) and h2 = h(beta w) (near only), y - log m (lp) and x - log m (lq) in both
+ * regimes, and the shares of m sp = beta p / m, sq = (1 - beta) q / m (sp + sq = 1; each from the
+ * ratio it is accurate in). */
 typedef struct de_mixp {
     DE_T p, q, h1, h2, lp, lq, sp, sq;
     DE_M near;
 } de_mixp;
 
+/* The far form's r for the JSD, and which part of m is the larger (*teach: the teacher's): the
+ * quotient of m's two parts bp = beta p and oq = (1 - beta) q as computed, a few ulp from two
+ * accurate exponentials. (e^-|d - c| would carry the roundings of d and d - c in its argument,
+ * |d - c| ulp of r, tens at |d| ~ 14, and cost an exponential more.) Where the larger part is 0 or
+ * below DE_RATIO's range (m < 2^-125: both probabilities at the bottom of fp32) the quotient is
+ * NaN or inf and r is taken as 0, exact when the smaller part is 0. */
+DE_FN DE_T de_far_quotient(DE_T bp, DE_T oq, DE_M *teach) {
+    *teach = oq <= bp;
+    DE_T r = DE_RATIO(DE_SEL(*teach, oq, bp), DE_SEL(*teach, bp, oq));
+    return DE_SEL(r <= DE_K(1.0), r, DE_V(DE_K(0.0)));
+}
+
+/* The skew KLs' parts (de_mixp). Their r is e^-|d - c|: each uses only one of p and q, so the
+ * quotient would cost the other's exponential. */
 DE_FN de_mixp de_mix_parts(const de_coef *k, DE_T x, DE_T y) {
     de_mixp m;
     m.p = DE_EXP(y);
@@ -224,9 +277,9 @@ DE_FN de_mixp de_mix_parts(const de_coef *k, DE_T x, DE_T y) {
     DE_T d = x - y;
     m.near = DE_ABS(d) <= DE_K(0.69); /* u, w in [-1/2, 1]: the series' range */
     DE_M teach = d <= k->c;
+    DE_T r = DE_EXP(-DE_ABS(d - k->c)); /* the smaller part of m over the larger */
     DE_T u, w;
     de_expm1_pair(d, &u, &w);
-    DE_T r = DE_EXP(-DE_ABS(d - k->c)); /* the smaller part of m over the larger */
     /* One series serves h((1 - beta) u) near and log1p(r) far; the other h and log1p of beta w. */
     DE_T l1, l2;
     DE_T tu = DE_SEL(m.near, k->omb * u, r);
@@ -248,15 +301,44 @@ DE_FN de_mixp de_mix_parts(const de_coef *k, DE_T x, DE_T y) {
     return m;
 }
 
-/* 0 < beta < 1: returns e, *g = de/dx = (1 - beta) q (x - log m), *q = q. */
-DE_FN DE_T de_mix(int sv, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
-    de_mixp m = de_mix_parts(k, x, y);
-    DE_T ep = k->beta * m.p * DE_SEL(m.near, m.h1, m.lp);
-    DE_T eq = k->omb * m.q * DE_SEL(m.near, m.h2, m.lq);
-    DE_M p0 = m.p == DE_K(0.0);
-    DE_M q0 = m.q == DE_K(0.0);
-    *g = de_sv_zero(sv, q0, k->omb * m.q * m.lq);
-    *q = m.q;
+/* 0 < beta < 1 (hi: beta > 1/2, DE_MIXH): returns e, *g = de/dx = (1 - beta) q (x - log m),
+ * *q = q. One series per element: the far form's log1p(r), or the near form's on the side of the
+ * smaller weight, t = beta w (lo) or (1 - beta) u (hi), whose h it gives; the other side's h is
+ * that h plus or minus h1 - h2 = (o - d) + (1 - 2 beta) v, with o - d = o3 and v the parts of
+ * expm1 (exact identities: 1 + t1 = m / p, 1 + t2 = m / q, so log1p(t1) - log1p(t2) = d). The
+ * terms added are all smaller than the larger h on that side (|1 - 2 beta| v <= the h of the
+ * larger weight); at |d| = 0.69 and beta = 1/2 they cancel by up to 4x, which leaves the element
+ * within the old two-series form's 4-8 ulp (measured in emulated fp32 over the near range). */
+DE_FN DE_T de_mix(int sv, int hi, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    DE_T p = DE_EXP(y);
+    DE_T qq = DE_EXP(x);
+    DE_T bp = k->beta * p;
+    DE_T oq = k->omb * qq;
+    DE_T d = x - y;
+    DE_M near = DE_ABS(d) <= DE_K(0.69); /* u, w in [-1/2, 1]: the series' range */
+    DE_M teach;
+    DE_T r = de_far_quotient(bp, oq, &teach); /* the smaller part of m over the larger */
+    DE_T o3, v;
+    de_expm1_parts(d, &o3, &v);
+    DE_T o = d + o3;
+    DE_T t2 = k->beta * (v - o); /* beta expm1(-d) */
+    DE_T ts = hi ? k->omb * (o + v) : t2;
+    DE_T l, h;
+    de_log1p_h(DE_SEL(near, ts, r), &l, &h);
+    DE_T kv = k->kd * v;
+    DE_T h1 = hi ? h : h + o3 + kv;
+    DE_T h2 = hi ? h - o3 + kv : h;
+    DE_T lq_near = hi ? h2 - t2 : -l; /* x - log m = -log1p(t2) = h2 - t2 */
+    DE_T lq_t = d - (k->lb + l);      /* x - log m, far, teacher part larger */
+    DE_T lq_s = -(k->l1b + l);        /* x - log m, far, student part larger */
+    DE_T lq = DE_SEL(near, lq_near, DE_SEL(teach, lq_t, lq_s));
+    DE_T lp_far = DE_SEL(teach, -(k->lb + l), lq_s - d);
+    DE_T ep = bp * DE_SEL(near, h1, lp_far);
+    DE_T eq = oq * DE_SEL(near, h2, lq);
+    DE_M p0 = p == DE_K(0.0);
+    DE_M q0 = qq == DE_K(0.0);
+    *g = de_sv_zero(sv, q0, oq * lq);
+    *q = qq;
     DE_T e = de_sv_zero(sv, p0, ep) + de_sv_zero(sv, q0, eq);
     return de_sv_pass(sv, x, y, e);
 }
@@ -309,8 +391,8 @@ DE_FN DE_T de_zero(int sv, DE_T x, DE_T y, DE_T *g, DE_T *q) {
  * may be left out): returns e, *g = de/dx, *q = exp(x). With a constant mode and sv (template
  * parameters, a kernel's per-row branch) the compiler keeps only one formula. */
 DE_FN DE_T de_elem_sv(int mode, int sv, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
-    if (mode == DE_MIX) {
-        return de_mix(sv, k, x, y, g, q);
+    if (mode == DE_MIX || mode == DE_MIXH) {
+        return de_mix(sv, mode == DE_MIXH, k, x, y, g, q);
     }
     if (mode == DE_FWD) {
         return de_fwd(sv, x, y, g, q);

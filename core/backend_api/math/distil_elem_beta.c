@@ -17,7 +17,8 @@ distil_elem_beta distil_elem_beta_make(float beta) {
     k.lb = log(b);
     k.l1b = log1p(-b);
     k.c = k.lb - k.l1b;
-    k.mode = DISTIL_ELEM_MIX;
+    k.kd = fabs(1.0 - 2.0 * b);
+    k.mode = b > 0.5 ? DISTIL_ELEM_MIXH : DISTIL_ELEM_MIX;
     return k;
 }
 

@@ -21,16 +21,19 @@ enum {
     DISTIL_ELEM_SRKL = 4,
     DISTIL_ELEM_TVD = 5,
     DISTIL_ELEM_ZERO = 6,
+    DISTIL_ELEM_MIXH = 7,
 };
 
 typedef struct distil_elem_beta {
     double beta, omb; /* beta, 1 - beta: the teacher's and the student's weight in m */
     double lb, l1b;   /* log beta, log(1 - beta) (0 where a mode has no m) */
     double c;         /* lb - l1b */
+    double kd;        /* |1 - 2 beta| */
     int mode;         /* a DISTIL_ELEM_ mode */
 } distil_elem_beta;
 
-/* The generalised JSD of one beta: DISTIL_ELEM_MIX, or FWD (beta == 0) / REV (beta == 1). */
+/* The generalised JSD of one beta: DISTIL_ELEM_MIX (0 < beta <= 1/2), MIXH (1/2 < beta < 1), or
+ * FWD (beta == 0) / REV (beta == 1). */
 distil_elem_beta distil_elem_beta_make(float beta);
 
 /* Any divergence (a distil_divergence of distil.h): JSD uses beta, SKEW_KL and SKEW_REVERSE_KL
