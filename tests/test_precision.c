@@ -20,7 +20,8 @@
  * first-order error of the Jacobian's sum where that sum is large (pr_soft_sum_share,
  * docs/SPEC.md §3), and for the fused CE and loss at least the first-order error of the logits'
  * own rounding at large logits (pr_ce_rounding, docs/SPEC.md §3), err_careful being the careful
- * fp32 evaluation's own error against ref. floor: a tenth of the docs/SPEC.md §3 bound for fp32
+ * fp32 evaluation's own error against ref; where ref's fused grad_xs is exactly 0, an absolute
+ * bound instead (pr_check_zero_grad). floor: a tenth of the docs/SPEC.md §3 bound for fp32
  * (room for another summation order and another exp, not for another formula), and the rounding
  * unit of the output dtype for 16-bit gradients. Also: the ref's element terms against an
  * independent long double evaluation, and the special values of docs/SPEC.md §1 (NaN, +-inf, -inf
@@ -690,6 +691,40 @@ static void pr_head_options(tu_rng *r, pr_fused *c) {
 
 /* Draws the inputs of a case whose parameters are set and checks the fused loss's outputs (loss,
  * its parts, grad_xs) against their bounds. */
+/* Where the float64 reference's grad_xs is exactly 0 (a confident label at a row whose softmax is
+ * one-hot in double: every term of G vanishes there), no relative error is defined, and fp32 keeps
+ * residues of the label's s - 1 and of the soft part's g - q S, each a few roundings of numbers no
+ * larger than the weights (0.5 each, the soft one over tau). So the check is absolute: ||grad_xs||
+ * at most 8 rounding units of the output times those weights, the student's logit scale, the
+ * head's largest row norm and sqrt(T). */
+static void pr_check_zero_grad(const char *cs, const pr_fused *c, const void *g) {
+    double wmax = 0.0, gn = 0.0;
+    for (int64_t v = 0; v < c->v; v++) {
+        double w2 = 0.0;
+        for (int64_t k = 0; k < c->h; k++) {
+            double w = tu_get(c->ws, c->dt, (size_t)(v * c->h + k));
+            w2 += w * w;
+        }
+        wmax = fmax(wmax, sqrt(w2));
+    }
+    for (int64_t j = 0; j < c->t * c->h; j++) {
+        double x = tu_get(g, c->dt, (size_t)j);
+        gn += x * x;
+    }
+    gn = sqrt(gn); /* NaN stays NaN and fails below */
+    double bound = 8.0 * pr_unit(c->dt) * (0.5 + 0.5 / (double)c->tau) *
+                   (double)pr_scale_of(c->s_scale) * wmax * sqrt((double)c->t);
+    if (g_verbose) {
+        print_message("  %-8s %-44s |grad| %.3g where ref's is 0, bound %.3g\n", "fused gxs", cs,
+                      gn, bound);
+    }
+    if (!(gn <= bound)) {
+        print_error("fused gxs [%s] seed %llu: |grad| %.3g > %.3g where ref's is 0\n", cs,
+                    (unsigned long long)g_seed, gn, bound);
+        fail();
+    }
+}
+
 static void pr_fused_check(tu_rng *r, const pr_fused *proto) {
     pr_fused c = *proto;
     const distil_dtype dt = c.dt;
@@ -737,8 +772,12 @@ static void pr_fused_check(tu_rng *r, const pr_fused *proto) {
     if (ties > 0.0 && gref > 0.0) { /* the careful error, at least the ties' share */
         ec[2] = fmax(ec[2], ties / sqrt(gref));
     }
-    pr_check_worst("fused gxs", cs, dt, TU_GRAD_FUSED, tu_norm_rel_err(gbk, gr, dt, c.t, c.h, c.h),
-                   ec[2], gref > 0.0 ? shares / sqrt(gref) : 0.0);
+    if (gref == 0.0) {
+        pr_check_zero_grad(cs, &c, gbk);
+    } else {
+        pr_check_worst("fused gxs", cs, dt, TU_GRAD_FUSED,
+                       tu_norm_rel_err(gbk, gr, dt, c.t, c.h, c.h), ec[2], shares / sqrt(gref));
+    }
     free(gr), free(gbk), free(gc), free(c.xs), free(c.xt), free(c.ws), free(c.labels);
 }
 
