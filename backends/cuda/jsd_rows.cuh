@@ -60,9 +60,11 @@ template <typename E> struct jsd_cursor {
 
 /* One group of this thread: the JSD_UNROLL vectors v0, v0 + blockDim.x, ... at c's offset, their
  * terms into acc and, when GRAD, their gradients (times gf) into the row. CHECKED: some of the
- * vectors may lie at or past n_vec (the row's last group), so each is tested; otherwise none is,
- * and the group's x - y (for the finite-form test, jsd_with_sv_of) are the same values as the
- * terms' own. SV: the special-value form (distil_elem.h's de_elem_sv), or the finite one. */
+ * vectors may lie at or past n_vec (a thread's last group), so each is tested, and the terms take
+ * the special-value form (distil_elem.h's de_elem_sv: right for any input; one group of ~31 per
+ * row at V 128256, and a second copy of the finite form would double the kernels' compile
+ * time); otherwise no vector is tested, and the group takes the finite form where its x - y,
+ * the same values as the terms' own, sum to a finite number (jsd_with_sv_of). */
 template <int DT, bool GRAD, int VW, int MODE, bool CHECKED>
 __device__ __forceinline__ void jsd_step(const jsd_rows_params &p,
                                          const jsd_cursor<typename dt_traits<DT>::T> &c, int v0,
@@ -78,14 +80,16 @@ __device__ __forceinline__ void jsd_step(const jsd_rows_params &p,
         }
     }
     float fs = 0.0f; /* sum of the group's x - y */
+    if (!CHECKED) {
 #pragma unroll
-    for (int u = 0; u < JSD_UNROLL; u++) {
-        if (!CHECKED || v0 + u * nt < n_vec) {
+        for (int u = 0; u < JSD_UNROLL; u++) {
 #pragma unroll
             for (int k = 0; k < VW; k++) {
                 fs += xv[u][k] - yv[u][k];
             }
         }
+    } else {
+        fs = INFINITY; /* a thread's last group: the special-value form, one copy of the code */
     }
     jsd_with_sv_of(fs, [&](auto sv) {
 #pragma unroll
