@@ -268,6 +268,16 @@ DE_FN DE_T de_far_quotient(DE_T bp, DE_T oq, DE_M *teach) {
     return DE_SEL(r <= DE_K(1.0), r, DE_V(DE_K(0.0)));
 }
 
+/* The far form's y - log m (*lp) and x - log m (*lq) from L = log1p(r), teach as de_far_quotient
+ * or d <= c decides: -(log beta + L) and d + that where the teacher's part is the larger, else
+ * -(log1p(-beta) + L) and that - d. */
+DE_FN void de_far_logs(const de_coef *k, DE_T d, DE_T l, DE_M teach, DE_T *lp, DE_T *lq) {
+    DE_T lp_t = -(k->lb + l);
+    DE_T lq_s = -(k->l1b + l);
+    *lq = DE_SEL(teach, d + lp_t, lq_s);
+    *lp = DE_SEL(teach, lp_t, lq_s - d);
+}
+
 /* The skew KLs' parts (de_mixp). Their r is e^-|d - c|: each uses only one of p and q, so the
  * quotient would cost the other's exponential. */
 DE_FN de_mixp de_mix_parts(const de_coef *k, DE_T x, DE_T y) {
@@ -286,10 +296,9 @@ DE_FN de_mixp de_mix_parts(const de_coef *k, DE_T x, DE_T y) {
     DE_T tw = k->beta * w;
     de_log1p_h(tu, &l1, &m.h1);
     de_log1p_h(tw, &l2, &m.h2);
-    DE_T lq_t = d - (k->lb + l1); /* x - log m, teacher part larger */
-    DE_T lq_s = -(k->l1b + l1);   /* x - log m, student part larger */
-    m.lq = DE_SEL(m.near, -l2, DE_SEL(teach, lq_t, lq_s));
-    DE_T lp_far = DE_SEL(teach, -(k->lb + l1), lq_s - d);
+    DE_T lp_far, lq_far;
+    de_far_logs(k, d, l1, teach, &lp_far, &lq_far);
+    m.lq = DE_SEL(m.near, -l2, lq_far);
     m.lp = DE_SEL(m.near, -l1, lp_far);
     /* near: m = p (1 + (1 - beta) u) = q (1 + beta w); far: m = (larger part) (1 + r). */
     DE_T one = DE_V(DE_K(1.0));
@@ -329,10 +338,9 @@ DE_FN DE_T de_mix(int sv, int hi, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_
     DE_T h1 = hi ? h : h + o3 + kv;
     DE_T h2 = hi ? h - o3 + kv : h;
     DE_T lq_near = hi ? h2 - t2 : -l; /* x - log m = -log1p(t2) = h2 - t2 */
-    DE_T lq_t = d - (k->lb + l);      /* x - log m, far, teacher part larger */
-    DE_T lq_s = -(k->l1b + l);        /* x - log m, far, student part larger */
-    DE_T lq = DE_SEL(near, lq_near, DE_SEL(teach, lq_t, lq_s));
-    DE_T lp_far = DE_SEL(teach, -(k->lb + l), lq_s - d);
+    DE_T lp_far, lq_far;
+    de_far_logs(k, d, l, teach, &lp_far, &lq_far);
+    DE_T lq = DE_SEL(near, lq_near, lq_far);
     DE_T ep = bp * DE_SEL(near, h1, lp_far);
     DE_T eq = oq * DE_SEL(near, h2, lq);
     DE_M p0 = p == DE_K(0.0);
