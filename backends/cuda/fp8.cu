@@ -1,6 +1,6 @@
 /*
- * fp8.cu - the fp8 teacher head of docs/SPEC.md §6 on cuda / hip: quant_rows (one block per row:
- * the row's amax, then scale and convert, one pass over the row) and gemm_e4m3.
+ * fp8.cu - the fp8 teacher head of docs/SPEC.md §6 on cuda / hip: quant_rows (one warp per row:
+ * the row's amax, then scale and convert, one pass over the row in HBM) and gemm_e4m3.
  *
  * gemm_e4m3 runs, first that applies:
  *   1. cuBLASLt fp8 (sm_89+): CUDA_R_8F_E4M3 A and B in the "TN" layout (both K-major: Wt's and
@@ -53,27 +53,71 @@ __device__ __forceinline__ unsigned char fp8_code(float x, float s) {
 #endif
 }
 
-/* Row blockIdx.x of src (rows, cols) stride src_ld -> dst (rows, dst_ld) codes and scale; the
- * padding columns [cols, dst_ld) get 0, so that a product over dst_ld columns equals one over
- * cols. */
-template <int DT>
+/* VW codes into q[0..VW): one store (q is aligned to VW bytes). */
+template <int VW>
+__device__ __forceinline__ void fp8_store_codes(unsigned char *q, const unsigned char (&c)[VW]) {
+    if constexpr (VW == 1) {
+        q[0] = c[0];
+    } else {
+        union {
+            typename bytes_type<VW>::T w;
+            unsigned char e[VW];
+        } u;
+#pragma unroll
+        for (int k = 0; k < VW; k++) {
+            u.e[k] = c[k];
+        }
+        *reinterpret_cast<typename bytes_type<VW>::T *>(q) = u.w;
+    }
+}
+
+/* One warp per row (QUANT_ROWS rows per block): row r of src (rows, cols), stride src_ld, ->
+ * dst (rows, dst_ld) codes and scale[r]. Vectors of VW elements (one 16-byte load each where the
+ * host found the rows aligned, else VW = 1); the second pass re-reads the row the warp has just
+ * read (from cache), so HBM sees the row once. The padding columns [cols, dst_ld) get 0, so that
+ * a product over dst_ld columns equals one over cols. (One block per row with scalar loads ran
+ * at 0.95 TB/s on an H200 for Wt (128256, 4096) bf16: docs/CUDA-NOTES.md fifteenth session.) */
+constexpr int QUANT_ROWS = QUANT_THREADS / DISTIL_GPU_WARP;
+
+template <int DT, int VW>
 __global__ void __launch_bounds__(QUANT_THREADS)
-    fp8_quant_kernel(const typename dt_traits<DT>::T *src, int64_t src_ld, int64_t cols,
-                     unsigned char *dst, int64_t dst_ld, float *scale) {
-    __shared__ float scratch[DISTIL_GPU_MAX_WARPS];
-    const typename dt_traits<DT>::T *x = src + static_cast<int64_t>(blockIdx.x) * src_ld;
-    unsigned char *q = dst + static_cast<int64_t>(blockIdx.x) * dst_ld;
+    fp8_quant_kernel(const typename dt_traits<DT>::T *src, int64_t src_ld, int64_t rows,
+                     int64_t cols, unsigned char *dst, int64_t dst_ld, float *scale) {
+    const int lane = threadIdx.x % DISTIL_GPU_WARP;
+    const int64_t row =
+        static_cast<int64_t>(blockIdx.x) * QUANT_ROWS + threadIdx.x / DISTIL_GPU_WARP;
+    if (row >= rows) { /* the whole warp: no block barrier below */
+        return;
+    }
+    const typename dt_traits<DT>::T *x = src + row * src_ld;
+    unsigned char *q = dst + row * dst_ld;
     float m = 0.0f;
-    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-        m = reduce_amax{}(m, fabsf(dt_traits<DT>::to_f(x[j])));
+#pragma unroll 4
+    for (int64_t j = static_cast<int64_t>(lane) * VW; j < cols; j += DISTIL_GPU_WARP * VW) {
+        float v[VW];
+        vload<DT, VW>(x, j, v);
+#pragma unroll
+        for (int k = 0; k < VW; k++) {
+            m = reduce_amax{}(m, fabsf(v[k]));
+        }
     }
-    m = block_reduce(m, scratch, reduce_amax{});
-    const float s = distil_e4m3_row_scale(m);
-    for (int64_t j = threadIdx.x; j < dst_ld; j += blockDim.x) {
-        q[j] = j < cols ? fp8_code(dt_traits<DT>::to_f(x[j]), s) : 0;
+    const float s = distil_e4m3_row_scale(warp_reduce(m, reduce_amax{}));
+#pragma unroll 4
+    for (int64_t j = static_cast<int64_t>(lane) * VW; j < cols; j += DISTIL_GPU_WARP * VW) {
+        float v[VW];
+        unsigned char c[VW];
+        vload<DT, VW>(x, j, v);
+#pragma unroll
+        for (int k = 0; k < VW; k++) {
+            c[k] = fp8_code(v[k], s);
+        }
+        fp8_store_codes<VW>(q + j, c);
     }
-    if (threadIdx.x == 0) {
-        scale[blockIdx.x] = s;
+    for (int64_t j = cols + lane; j < dst_ld; j += DISTIL_GPU_WARP) {
+        q[j] = 0;
+    }
+    if (lane == 0) {
+        scale[row] = s;
     }
 }
 
@@ -272,11 +316,22 @@ extern "C" distil_status DISTIL_GPU_FN(quant_rows)(void *vb, const distil_quant_
         return DISTIL_OK;
     }
     gpu_device_guard guard(b);
+    const unsigned grid = static_cast<unsigned>((a->rows + QUANT_ROWS - 1) / QUANT_ROWS);
     dt_dispatch(a->src_dtype, [&](auto d) {
         constexpr int DT = decltype(d)::value;
-        fp8_quant_kernel<DT><<<static_cast<unsigned>(a->rows), QUANT_THREADS, 0, b->lane.stream>>>(
-            gpu_ptr<const typename dt_traits<DT>::T>(a->src), a->src_ld, a->cols,
-            gpu_ptr<unsigned char>(a->dst), a->dst_ld, gpu_ptr<float>(a->scale));
+        typedef typename dt_traits<DT>::T E;
+        constexpr int VW = vec16<DT>::N;
+        const E *src = gpu_ptr<const E>(a->src);
+        unsigned char *dst = gpu_ptr<unsigned char>(a->dst);
+        const bool vec = a->cols % VW == 0 && a->src_ld % VW == 0 && gpu_aligned(src, 16) &&
+                         gpu_aligned(dst, VW) && a->dst_ld % VW == 0;
+        if (vec) {
+            fp8_quant_kernel<DT, VW><<<grid, QUANT_THREADS, 0, b->lane.stream>>>(
+                src, a->src_ld, a->rows, a->cols, dst, a->dst_ld, gpu_ptr<float>(a->scale));
+        } else {
+            fp8_quant_kernel<DT, 1><<<grid, QUANT_THREADS, 0, b->lane.stream>>>(
+                src, a->src_ld, a->rows, a->cols, dst, a->dst_ld, gpu_ptr<float>(a->scale));
+        }
     });
     return gpu_check_launch(b, "quant_rows");
 }
