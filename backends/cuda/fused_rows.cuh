@@ -305,9 +305,9 @@ __device__ __forceinline__ void fused_logp(const fused_params &p, const S &st, c
     }
 }
 
-/* Pass 2: the thread's sums of e (acc[0]) and g (acc[1]), in double; the finite form of the terms
- * where a vector's log-probabilities are finite (jsd_with_sv). */
-template <int VW, int MODE>
+/* Pass 2: the thread's sums of e (acc[0]) and, for the gradient (SUM_G), g (acc[1]), in double;
+ * the finite form of the terms where a vector's log-probabilities are finite (jsd_with_sv). */
+template <int VW, int MODE, bool SUM_G = true>
 __device__ inline void fused_pass_jsd(const fused_params &p, const fused_row_stats &st,
                                       const float *zs, const float *zt, int64_t n,
                                       double (&acc)[2]) {
@@ -319,7 +319,9 @@ __device__ inline void fused_pass_jsd(const fused_params &p, const fused_row_sta
             for (int k = 0; k < VW; k++) {
                 float g, q;
                 acc[0] += jsd_elem_q<MODE, decltype(sv)::value>(p.coef, x[k], y[k], &g, &q);
-                acc[1] += g;
+                if (SUM_G) {
+                    acc[1] += g;
+                }
             }
         });
     });
@@ -409,8 +411,9 @@ __device__ inline void fused_stream_row(const fused_params &p, fused_smem &sm, c
     fused_row_stats st;
     fused_row_stats_of<VW>(p, sm, zs, zt, n, st);
     double acc[2] = {0.0, 0.0};
-    fused_with_mode(
-        p, [&](auto mode) { fused_pass_jsd<VW, decltype(mode)::value>(p, st, zs, zt, n, acc); });
+    fused_with_mode(p, [&](auto mode) {
+        fused_pass_jsd<VW, decltype(mode)::value, HAS_G>(p, st, zs, zt, n, acc);
+    });
     fused_block_sums<2>(sm, acc); /* its barriers order pass 3's writes after every read */
     if (threadIdx.x == 0) {
         fused_row_results(p, row, st.ms, st.lce, z_label, acc[0]);

@@ -159,11 +159,11 @@ struct res_row_stats {
 
 /* Pass 3: the JSD terms once (the finite form where a vector's log-probabilities are finite,
  * jsd_with_sv); with G wanted, P = hw s + sw g into sa (one rounding: a fused
- * multiply-add onto hw s) and q into sb (in place). Sums of e and g (in double) go to acc[0],
- * acc[1]. lc: the label's column in the slice (-1: not in it), where P is hw (s - 1) + sw g with
- * s - 1 the row's st.sm1 (fused_label_sm1), taken before the soft part is added, so that a
- * confident correct label (s = 1 in fp32) keeps the soft part whole (adding hw s + sw g before
- * taking hw off kept it to an ulp of hw). */
+ * multiply-add onto hw s) and q into sb (in place). Sums of e and, with G wanted, g (in double)
+ * go to acc[0], acc[1]. lc: the label's column in the slice (-1: not in it), where P is hw (s - 1)
+ * + sw g with s - 1 the row's st.sm1 (fused_label_sm1), taken before the soft part is added, so
+ * that a confident correct label (s = 1 in fp32) keeps the soft part whole (adding hw s + sw g
+ * before taking hw off kept it to an ulp of hw). */
 template <bool HAS_G, int VW, int MODE, bool UNIT>
 __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st, float *sa,
                                     float *sb, int n, int lc, double (&acc)[2]) {
@@ -175,8 +175,8 @@ __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st
             for (int k = 0; k < VW; k++) {
                 float g, q;
                 acc[0] += jsd_elem_q<MODE, decltype(sv)::value>(p.coef, x[k], y[k], &g, &q);
-                acc[1] += g;
-                if (HAS_G) {
+                if (HAS_G) { /* the loss alone needs no g: its terms are left out */
+                    acc[1] += g;
                     const float s =
                         UNIT ? q : distil_exp2_ftz((a[k] - st.ms) * FUSED_LOG2E - st.lce);
                     pv[k] = fmaf(st.sw, g, st.hw * (j + k == lc ? st.sm1 : s));
