@@ -35,9 +35,10 @@ static void distil_chunk_plan_fp8(const distil_fused_shape *s, size_t c, distil_
                                   size_t *cur) {
     const bool on = s->e4m3_bytes > 0;
     const size_t v = (size_t)s->vocab, eb = (size_t)s->e4m3_bytes;
-    p->ldq = on ? (s->ht + 15) / 16 * 16 : 0;
-    p->off_wq = distil_take(cur, on ? v * (size_t)p->ldq * eb : 0);
-    p->off_sw = distil_take(cur, on ? v * sizeof(float) : 0);
+    const bool wq = on && !s->e4m3_head; /* Wt's rows, unless made once by the caller */
+    p->ldq = on ? distil_e4m3_ld(s->ht) : 0;
+    p->off_wq = distil_take(cur, wq ? v * (size_t)p->ldq * eb : 0);
+    p->off_sw = distil_take(cur, wq ? v * sizeof(float) : 0);
     p->off_xq = distil_take(cur, on ? c * (size_t)p->ldq * eb : 0);
     p->off_sx = distil_take(cur, on ? c * sizeof(float) : 0);
 }

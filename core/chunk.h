@@ -24,6 +24,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Row stride of e4m3 codes of `cols` columns (docs/SPEC.md §6 fp8 teacher head): cols rounded up
+ * to 16 (cuBLASLt's fp8 takes K-major rows of a multiple of 16 bytes; the padding codes are 0). */
+static inline int64_t distil_e4m3_ld(int64_t cols) {
+    return (cols + 15) / 16 * 16;
+}
+
 typedef struct distil_fused_shape {
     int64_t rows, vocab, hs, ht;
     distil_dtype dtype;   /* of the inputs and the gradient outputs */
@@ -35,6 +41,7 @@ typedef struct distil_fused_shape {
     bool want_dz; /* the student's head scaled or capped, with gradients: room for dz'/dz */
     /* docs/SPEC.md §6 fp8 teacher head: bytes of one stored e4m3 element (0: the exact head) */
     int e4m3_bytes;
+    bool e4m3_head; /* Wt's rows made once by the caller: no room for them */
 } distil_fused_shape;
 
 typedef struct distil_fused_plan {
@@ -45,8 +52,8 @@ typedef struct distil_fused_plan {
     size_t off_n, off_ce, off_jsd, off_gw, off_gb, off_labels, off_zs, off_zt, off_g, off_ones;
     size_t off_dz; /* (C, V) fp32 dz'/dz of the student's head (docs/SPEC.md §6), want_dz only */
     /* fp8 teacher head (docs/SPEC.md §6), e4m3_bytes only: Wt's e4m3 rows (V, ldq) and scales
-     * (V), once per call; the chunk's xt rows (C, ldq) and scales (C). ldq = Ht rounded up to 16.
-     */
+     * (V), once per call (none with e4m3_head); the chunk's xt rows (C, ldq) and scales (C).
+     * ldq = distil_e4m3_ld(Ht). */
     int64_t ldq;
     size_t off_wq, off_sw, off_xq, off_sx;
     size_t bytes;

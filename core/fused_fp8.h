@@ -1,7 +1,8 @@
 /*
  * fused_fp8.h - the fp8 teacher head of the fused loss (docs/SPEC.md §6): the teacher's logits
- * from e4m3 rows of Wt (quantised once per call) and of each chunk's xt, with a scale per row, in
- * the chunk loop's place of the teacher's exact GEMM.
+ * from e4m3 rows of Wt (quantised once per call, or once for all calls by distil_e4m3_head_make)
+ * and of each chunk's xt, with a scale per row, in the chunk loop's place of the teacher's exact
+ * GEMM.
  */
 #ifndef DISTIL_CORE_FUSED_FP8_H
 #define DISTIL_CORE_FUSED_FP8_H
@@ -9,7 +10,13 @@
 #include "chunk.h"
 #include "ctx.h"
 
-/* teacher_head_precision is a known value, and the context's backend computes it. */
+/* Bytes of a head made once (distil_e4m3_head_make) of rows x cols on a backend whose e4m3
+ * elements take eb bytes: codes (rows, distil_e4m3_ld(cols), chunk.h), then at *off_scale (right
+ * after them, 16-byte aligned) the scales (rows) fp32: no byte is left unwritten. */
+size_t distil_e4m3_head_bytes(int eb, int64_t rows, int64_t cols, size_t *off_scale);
+
+/* teacher_head_precision is a known value, the context's backend computes it, and a head made
+ * once (teacher_weight_e4m3) comes with the precision and the size it must have. */
 distil_status distil_fused_fp8_check(distil_ctx *ctx, const char *fn,
                                      const distil_fused_linear_jsd_desc *d);
 
@@ -17,7 +24,12 @@ distil_status distil_fused_fp8_check(distil_ctx *ctx, const char *fn,
  * that computes the loss whole (ref). */
 int distil_fused_fp8_bytes(const distil_ctx *ctx, const distil_fused_linear_jsd_desc *d);
 
-/* Before the loop: Wt's rows [0, vocab) into the plan's wq and sw. */
+/* a's head made once (wq, wq_ld, wq_scale) from the descriptor, or a NULL wq. */
+void distil_fused_fp8_head_args(const distil_ctx *ctx, const distil_fused_linear_jsd_desc *d,
+                                distil_fused_args *a);
+
+/* Before the loop: Wt's rows [0, vocab) into the plan's wq and sw (nothing when a head made once
+ * is given). */
 distil_status distil_fused_fp8_weights(const distil_backend *be, void *b,
                                        const distil_fused_args *a, const distil_fused_plan *p);
 

@@ -105,7 +105,8 @@ static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused
         {"student_weight", a->ws, true, v * hs * es, false},
         {"student_bias", a->bs, false, v * es, false},
         {"teacher_hidden", a->xt, a->rows > 0, t * (size_t)a->ht * es, false},
-        {"teacher_weight", a->wt, true, vt * (size_t)a->ht * es, false},
+        {"teacher_weight", a->wt, !distil_dptr_present(a->wq), vt * (size_t)a->ht * es, false},
+        {"teacher_weight_e4m3", a->wq, false, a->wq_bytes, false},
         {"teacher_bias", a->bt, false, vt * es, false},
         {"labels", a->labels, a->rows > 0 && a->weight_hard != 0.0f, t * sizeof(int64_t), false},
         {"normaliser_device", a->normaliser_device, false, sizeof(float), false},
@@ -172,7 +173,8 @@ static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
                             .want_gb = gb,
                             .own_labels = d->weight_hard == 0.0f,
                             .want_dz = distil_fused_desc_student_head(d),
-                            .e4m3_bytes = distil_fused_fp8_bytes(ctx, d)};
+                            .e4m3_bytes = distil_fused_fp8_bytes(ctx, d),
+                            .e4m3_head = d->teacher_weight_e4m3 != NULL};
     return s;
 }
 
@@ -222,6 +224,7 @@ distil_status distil_fused_call(distil_ctx *ctx, const distil_fused_linear_jsd_d
                            .grad_bs = distil_dptr_make(grads[2], 0)};
     DISTIL_TRY(distil_fused_check_desc(ctx, desc));
     distil_fused_fill_args(desc, &a);
+    distil_fused_fp8_head_args(ctx, desc, &a);
     DISTIL_TRY(distil_fused_check_ptrs(ctx, &a));
     if (a.rows == 0) {
         return distil_fused_empty(ctx, &a);

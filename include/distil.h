@@ -351,6 +351,12 @@ typedef struct distil_fused_linear_jsd_desc {
      * with a scale per row, multiplied with fp32 accumulation (cuBLASLt fp8 on sm_89+); cuda
      * before sm_89, hip and opencl: DISTIL_ERR_UNSUPPORTED. The student's head is untouched. */
     distil_head_precision teacher_head_precision;
+    /* docs/SPEC.md §6 "fp8 teacher head, made once": with FP8_E4M3, the teacher's head as
+     * distil_e4m3_head_make rounded it (Vt rows, Ht columns), so that a frozen teacher's head is
+     * rounded once rather than in every call (same values, bit for bit); teacher_weight is then
+     * not read and may be NULL. NULL (the default): Wt rounded in each call, in the workspace. */
+    const void *teacher_weight_e4m3;
+    size_t teacher_weight_e4m3_bytes; /* its size, distil_e4m3_head_size(ctx, Vt, Ht, &bytes) */
 } distil_fused_linear_jsd_desc;
 
 DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *desc);
@@ -400,6 +406,22 @@ DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd(
  */
 DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd_workspace_size(
     distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc, int want_grads, size_t *bytes);
+
+/*
+ * A frozen teacher's head, rounded once for the fp8 teacher head (docs/SPEC.md §6): the rows of
+ * weight (rows, cols) dtype, dense, in the context's memory, each rounded to e4m3 with its own
+ * scale, into head (in the context's memory, `bytes` as distil_e4m3_head_size gives for these
+ * rows and cols), in the backend's own form: hand it to fused calls on contexts of the same
+ * backend as desc.teacher_weight_e4m3. Asynchronous on GPU backends; weight may be freed or
+ * changed once the call is ordered before that. DISTIL_ERR_UNSUPPORTED where the backend has no
+ * fp8 teacher head (opencl).
+ */
+DISTIL_API DISTIL_NODISCARD distil_status distil_e4m3_head_size(distil_ctx *ctx, int64_t rows,
+                                                                int64_t cols, size_t *bytes);
+DISTIL_API DISTIL_NODISCARD distil_status distil_e4m3_head_make(distil_ctx *ctx, distil_dtype dtype,
+                                                                const void *weight, int64_t rows,
+                                                                int64_t cols, void *head,
+                                                                size_t bytes);
 
 /* ---------------------------------------------------------------- cached top-k teacher */
 

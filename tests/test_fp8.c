@@ -5,7 +5,9 @@
  *   - non-finite rows: a NaN or an inf in one row of xt makes that row's teacher LSE NaN (and the
  *     loss NaN); a NaN in one row of Wt makes the loss NaN; an all-zero row of xt gives the
  *     teacher logits bt exactly (scale 1), as ref;
- *   - the workspace query counts the fp8 regions; reruns are bitwise equal (docs/SPEC.md §4).
+ *   - the workspace query counts the fp8 regions; reruns are bitwise equal (docs/SPEC.md §4);
+ *   - Wt's rows made once (distil_e4m3_head_make) give the bits of the call that rounds Wt itself,
+ *     with teacher_weight NULL and less workspace; its misuse is refused naming the argument.
  * A backend without the fp8 head (opencl) is skipped with its message.
  */
 #include "test_problems.h"
@@ -224,6 +226,103 @@ static void test_workspace_and_rerun(void **state) {
     tp_fused_free(&p);
 }
 
+/* Wt's rows made once (distil_e4m3_head_make) on ctx: a device buffer of *bytes. */
+static void *make_head(distil_ctx *ctx, const tp_fused *p, size_t *bytes) {
+    const int64_t vt = p->vt, ht = p->s.ht;
+    TU_OK(ctx, distil_e4m3_head_size(ctx, vt, ht, bytes));
+    void *wt = tu_upload(ctx, p->wt, p->n_wt * distil_dtype_size(p->d.dtype));
+    void *head = tu_alloc_poisoned(ctx, *bytes);
+    TU_OK(ctx, distil_e4m3_head_make(ctx, p->d.dtype, wt, vt, ht, head, *bytes));
+    TU_OK(ctx, distil_ctx_synchronize(ctx));
+    distil_free(ctx, wt);
+    return head;
+}
+
+/* p's call with Wt's rows made once on ctx and teacher_weight NULL (docs/SPEC.md §6): the
+ * workspace has no room for Wt's codes, and every output has the bits of the call that rounds
+ * Wt itself. On the backend under test and on ref, for each dtype, and for a teacher head with
+ * fewer rows than the student's (Vt < V: the common prefix of the head made once). */
+static void check_head_once(distil_ctx *ctx, tp_fused *p) {
+    size_t bytes = 0;
+    void *head = make_head(ctx, p, &bytes);
+    tp_fused once = *p;
+    once.wt = NULL; /* not read: tp_fused_run passes NULL for it */
+    once.d.teacher_weight_e4m3 = head;
+    once.d.teacher_weight_e4m3_bytes = bytes;
+    size_t with = 0, without = 0;
+    TU_OK(ctx, distil_fused_linear_jsd_workspace_size(ctx, &p->d, 1, &with));
+    TU_OK(ctx, distil_fused_linear_jsd_workspace_size(ctx, &once.d, 1, &without));
+    print_message("%s: head made once %zu bytes; workspace %zu -> %zu\n",
+                  distil_dtype_name(p->d.dtype), bytes, with, without);
+    if (ctx == g_ctx) { /* ref's workspace is its own */
+        assert_true(without + (size_t)(p->vt * p->s.ht) <= with);
+    }
+    tp_fused_out a, b;
+    tp_fused_run(ctx, p, &a);
+    tp_fused_run(ctx, &once, &b);
+    tp_fused_check_same(p, &a, &b);
+    tp_fused_out_free(&a), tp_fused_out_free(&b);
+    distil_free(ctx, head);
+}
+
+static void test_head_made_once(void **state) {
+    (void)state;
+    static const tp_head fewer = {.t_fp8 = true, .lse = true, .vt = 1000};
+    const distil_dtype dts[] = {DISTIL_F32, DISTIL_BF16, DISTIL_F16};
+    for (size_t k = 0; k < TU_LEN(dts) + 1; k++) {
+        const bool last = k == TU_LEN(dts); /* Vt < V, bf16 */
+        tp_fused_spec s = fp8_spec(last ? &fewer : &H_FP8_LSE, last ? DISTIL_BF16 : dts[k]);
+        tp_fused p;
+        tp_fused_make(&p, &s, last ? DISTIL_BF16 : dts[k], 2700 + k);
+        if (fp8_skip(&p)) {
+            skip();
+        }
+        check_head_once(g_ctx, &p);
+        check_head_once(g_ref, &p);
+        tp_fused_free(&p);
+    }
+}
+
+/* The head's misuse: a size that is not distil_e4m3_head_size's (for the call, and for the head
+ * of another shape), and a head given with the exact teacher head; each names the argument. */
+static void test_head_misuse(void **state) {
+    (void)state;
+    tp_fused_spec s = fp8_spec(&H_FP8_LSE, DISTIL_BF16);
+    tp_fused p;
+    tp_fused_make(&p, &s, DISTIL_BF16, 2800);
+    if (fp8_skip(&p)) {
+        skip();
+    }
+    size_t bytes = 0, other = 0;
+    void *head = make_head(g_ctx, &p, &bytes);
+    TU_OK(g_ctx, distil_e4m3_head_size(g_ctx, p.vt, s.ht + 16, &other));
+    assert_true(other != bytes);
+    void *wt = tu_upload(g_ctx, p.wt, p.n_wt * 2);
+    assert_int_equal(distil_e4m3_head_make(g_ctx, DISTIL_BF16, wt, p.vt, s.ht, head, other),
+                     DISTIL_ERR_INVALID_ARG);
+    assert_non_null(strstr(distil_ctx_last_error(g_ctx), "bytes"));
+    assert_int_equal(distil_e4m3_head_make(g_ctx, DISTIL_BF16, NULL, p.vt, s.ht, head, bytes),
+                     DISTIL_ERR_INVALID_ARG);
+    assert_non_null(strstr(distil_ctx_last_error(g_ctx), "weight"));
+    assert_int_equal(distil_e4m3_head_size(g_ctx, 0, s.ht, &other), DISTIL_ERR_INVALID_ARG);
+    assert_non_null(strstr(distil_ctx_last_error(g_ctx), "rows"));
+    size_t ws = 0;
+    distil_fused_linear_jsd_desc d = p.d;
+    d.teacher_weight_e4m3 = head;
+    d.teacher_weight_e4m3_bytes = bytes + 1;
+    assert_int_equal(distil_fused_linear_jsd_workspace_size(g_ctx, &d, 1, &ws),
+                     DISTIL_ERR_INVALID_ARG);
+    assert_non_null(strstr(distil_ctx_last_error(g_ctx), "teacher_weight_e4m3_bytes"));
+    d.teacher_weight_e4m3_bytes = bytes;
+    d.teacher_head_precision = DISTIL_HEAD_PRECISION_DEFAULT;
+    assert_int_equal(distil_fused_linear_jsd_workspace_size(g_ctx, &d, 1, &ws),
+                     DISTIL_ERR_INVALID_ARG);
+    assert_non_null(strstr(distil_ctx_last_error(g_ctx), "teacher_weight_e4m3"));
+    distil_free(g_ctx, wt);
+    distil_free(g_ctx, head);
+    tp_fused_free(&p);
+}
+
 /* The exact head of the same spec as a control: the fp8 tests above are not vacuous. */
 static void test_exact_control(void **state) {
     (void)state;
@@ -259,7 +358,8 @@ static int run_group(const char *backend) {
     static const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_not_skipped),   cmocka_unit_test(test_nonfinite_rows),
         cmocka_unit_test(test_zero_row),      cmocka_unit_test(test_workspace_and_rerun),
-        cmocka_unit_test(test_exact_control),
+        cmocka_unit_test(test_exact_control), cmocka_unit_test(test_head_made_once),
+        cmocka_unit_test(test_head_misuse),
     };
     g_backend = backend;
     return cmocka_run_group_tests_name(tu_group_name("fp8", backend), tests, setup, teardown);

@@ -44,8 +44,11 @@ distil_status distil_cpu_quant_rows(void *b, const distil_quant_rows_args *a) {
     const size_t es = distil_dtype_size(a->src_dtype);
 #pragma omp parallel for num_threads(st->threads) schedule(static) if (a->rows * a->cols >= 65536)
     for (int64_t i = 0; i < a->rows; i++) {
-        scale[i] = cpu_fp8_row(src + (size_t)(i * a->src_ld) * es, a->src_dtype, a->cols,
-                               dst + i * a->dst_ld);
+        uint16_t *q = dst + i * a->dst_ld;
+        scale[i] = cpu_fp8_row(src + (size_t)(i * a->src_ld) * es, a->src_dtype, a->cols, q);
+        for (int64_t j = a->cols; j < a->dst_ld; j++) {
+            q[j] = 0; /* unread by gemm_e4m3; zeroed so that a head made once has fixed bytes */
+        }
     }
     return DISTIL_OK;
 }

@@ -257,6 +257,13 @@ typedef struct distil_fused_args {
     /* docs/SPEC.md §6 fp8 teacher head: the teacher's logits from e4m3 rows of xt and Wt with
      * per-row scales (quant_rows, gemm_e4m3) instead of the exact GEMM. */
     bool teacher_fp8;
+    /* With teacher_fp8: Wt's rows made once by distil_e4m3_head_make (codes (teacher_vocab,
+     * wq_ld) in the backend's e4m3 form, then scales (teacher_vocab) fp32 at wq_scale), or a NULL
+     * base: made in this call from wt. */
+    distil_dptr wq;
+    size_t wq_bytes;
+    int64_t wq_ld;
+    distil_dptr wq_scale;
 } distil_fused_args;
 
 /* ---- cached top-k teacher (docs/SPEC.md §7) */
@@ -337,7 +344,8 @@ typedef struct distil_topk_args {
  * with both divisions correctly rounded in fp32. dst (rows, dst_ld) holds the codes in the
  * backend's e4m3 form (e4m3_bytes per element: the e4m3 byte, or its value in fp16); scale (rows)
  * fp32. dst_ld is a multiple of 16 elements; the padding columns [cols, dst_ld) are written 0
- * where the backend's gemm_e4m3 runs over them (cuda), else left as they are (cpu).
+ * (cuda's gemm_e4m3 runs over them; every backend writes them, so that distil_e4m3_head_make's
+ * bytes are a function of the weight).
  */
 typedef struct distil_quant_rows_args {
     distil_dptr src;

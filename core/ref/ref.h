@@ -65,6 +65,9 @@ typedef struct distil_ref_fused_buf {
  * i's teacher logits z (V) from the e4m3 rows. */
 distil_status distil_ref_fp8_alloc(distil_ref_state *st, const distil_fused_args *a,
                                    distil_ref_fused_buf *B);
+/* quant_rows of the backend table (docs/SPEC.md §6): codes one byte each, for
+ * distil_e4m3_head_make; the padding columns get 0. */
+distil_status distil_ref_quant_rows(void *b, const distil_quant_rows_args *a);
 void distil_ref_fp8_logits(const distil_fused_args *a, distil_ref_fused_buf *B, int64_t i,
                            double *z);
 

@@ -109,5 +109,7 @@ const distil_backend distil_backend_ref = {
     .scale = distil_ref_scale,
     .jsd = distil_ref_jsd,
     .fused_linear_jsd = distil_ref_fused,
+    .quant_rows = distil_ref_quant_rows, /* distil_e4m3_head_make only (ref_fp8.c) */
+    .e4m3_bytes = 1,
     .topk = distil_ref_topk,
 };
