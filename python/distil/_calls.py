@@ -90,6 +90,11 @@ def head_precision_code(name):
     return code
 
 
+# What the workspace query of a call with Wt's rows made once sees in teacher_weight_e4m3: a
+# present pointer (distil_fused_linear_jsd_workspace_size checks the head's size, not its memory).
+_QUERY_HEAD = 16
+
+
 def fused_plan(ctx, rows, vocab, hs, ht, dtype, weights, beta, temperature, ignore_index,
                chunk_rows, want_grads, head_shapes, div=DIV_DEFAULT, temperature_squared=False,
                heads=DEFAULT_HEADS, parts=True):
@@ -100,7 +105,8 @@ def fused_plan(ctx, rows, vocab, hs, ht, dtype, weights, beta, temperature, igno
     as the caller holds them, so that the library refuses a mismatch; div as in jsd_plan;
     temperature_squared: the soft part times tau^2 (docs/SPEC.md §6); heads as DEFAULT_HEADS
     (the head options of docs/SPEC.md §6, checked by the library; the teacher's vocabulary in
-    head_shapes may differ).
+    head_shapes may differ), then the teacher head precision code and the bytes of Wt's rows
+    made once (docs/SPEC.md §6; 0: none; each call passes the head itself to run_fused).
     """
     key = ("fused", rows, vocab, hs, ht, dtype, weights, beta, temperature, ignore_index,
            chunk_rows, want_grads, head_shapes, div, temperature_squared, heads, parts)
@@ -124,10 +130,16 @@ def fused_plan(ctx, rows, vocab, hs, ht, dtype, weights, beta, temperature, igno
          d.teacher_temperature) = heads[:5]
         # docs/SPEC.md §6 fp8 teacher head: heads[5], a distil_head_precision (0 = exact)
         d.teacher_head_precision = int(heads[5]) if len(heads) > 5 else 0
+        head_bytes = int(heads[6]) if len(heads) > 6 else 0
         n = ctypes.c_size_t()
         _lend(ctx, 0, 0)  # the size query plans for a lent workspace: ask for the whole need
-        ctx.check(_lib.lib.distil_fused_linear_jsd_workspace_size(
-            ctx.handle, ctypes.byref(d), 1 if want_grads else 0, ctypes.byref(n)))
+        if head_bytes:  # the query reads the head's presence and size, never its memory
+            d.teacher_weight_e4m3, d.teacher_weight_e4m3_bytes = _QUERY_HEAD, head_bytes
+        try:
+            ctx.check(_lib.lib.distil_fused_linear_jsd_workspace_size(
+                ctx.handle, ctypes.byref(d), 1 if want_grads else 0, ctypes.byref(n)))
+        finally:
+            d.teacher_weight_e4m3 = None  # a per-call field (run_fused)
         d.ref = ctypes.byref(d)  # made once: the descriptor is passed by reference every call
         plan = _remember(ctx, key, (d, n.value))
     return plan
@@ -170,20 +182,37 @@ def run_jsd(ctx, desc, workspace, nbytes, x, y, labels, loss, grad, normaliser_d
         ctx.check(status)
 
 
-def run_fused(ctx, desc, workspace, nbytes, ptrs, normaliser_device=0, lse=(0, 0)):
+def run_fused(ctx, desc, workspace, nbytes, ptrs, normaliser_device=0, lse=(0, 0), head=0):
     """distil_fused_linear_jsd; ptrs = the 11 addresses in the C argument order (0 = absent);
     normaliser_device as in run_jsd; lse = the addresses of the (rows) fp32 LSE outputs
-    (docs/SPEC.md §6), 0 = not wanted: they sit in the plan's descriptor for this call only."""
+    (docs/SPEC.md §6), 0 = not wanted, and head the address of Wt's rows made once (the plan
+    has its size; 0 = none): they sit in the plan's descriptor for this call only."""
     _lend(ctx, workspace, nbytes)
     _normaliser_on(desc, normaliser_device)
-    if lse[0] or lse[1]:
+    if lse[0] or lse[1] or head:
         desc.student_lse, desc.teacher_lse = lse[0] or None, lse[1] or None
+        desc.teacher_weight_e4m3 = head or None
         try:
             status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *ptrs)
         finally:
-            desc.student_lse = desc.teacher_lse = None
+            desc.student_lse = desc.teacher_lse = desc.teacher_weight_e4m3 = None
     else:  # addresses as ints: a c_void_p argument takes 0 as NULL
         status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *ptrs)
+    if status:
+        ctx.check(status)
+
+
+def e4m3_head_size(ctx, rows, cols):
+    """Bytes of distil_e4m3_head_make's head of a (rows, cols) weight on ctx's backend."""
+    n = ctypes.c_size_t()
+    ctx.check(_lib.lib.distil_e4m3_head_size(ctx.handle, _int64("rows", rows),
+                                              _int64("cols", cols), ctypes.byref(n)))
+    return n.value
+
+
+def run_e4m3_head(ctx, dtype, weight, rows, cols, head, nbytes):
+    """distil_e4m3_head_make on addresses; raises the status's exception."""
+    status = _lib.lib.distil_e4m3_head_make(ctx.handle, dtype, weight, rows, cols, head, nbytes)
     if status:
         ctx.check(status)
 

@@ -95,6 +95,8 @@ class FusedDesc(ctypes.Structure):
         ("student_lse", c_void_p),
         ("teacher_lse", c_void_p),
         ("teacher_head_precision", c_int),  # docs/SPEC.md §6 fp8 teacher head
+        ("teacher_weight_e4m3", c_void_p),  # ... Wt's rows made once (distil_e4m3_head_make)
+        ("teacher_weight_e4m3_bytes", c_size_t),
     ]
 
 
@@ -124,6 +126,9 @@ _prototypes = {
     "distil_fused_linear_jsd_workspace_size": (c_int, [c_void_p, POINTER(FusedDesc), c_int,
                                                        POINTER(c_size_t)]),
     "distil_scale": (c_int, [c_void_p, c_void_p, c_int, c_int64, c_void_p]),
+    "distil_e4m3_head_size": (c_int, [c_void_p, c_int64, c_int64, POINTER(c_size_t)]),
+    "distil_e4m3_head_make": (c_int, [c_void_p, c_int, c_void_p, c_int64, c_int64, c_void_p,
+                                      c_size_t]),
     "distil_debug_fail_allocations": (None, [c_long]),
     "distil_version_number": (c_uint, []),
 }

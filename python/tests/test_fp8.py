@@ -110,3 +110,86 @@ def test_bad_name():
     with pytest.raises(ValueError, match="teacher_head_precision"):
         F.fused_linear_jsd(inp["xs"], inp["ws"], inp["xt"], inp["wt"], inp["labels"],
                            teacher_head_precision="int4")
+
+
+def _distinct(seed, dtype, device, t=20, v=300, hs=24, ht=40):
+    """A student and a teacher of their own (the head made once must be the teacher's)."""
+    g = gen(seed)
+    return dict(xs=leaf(normal(g, (t, hs), dtype), device),
+                ws=leaf(normal(g, (v, hs), dtype, 0.5), device),
+                xt=normal(g, (t, ht), dtype).to(device),
+                wt=normal(g, (v, ht), dtype, 0.5).to(device),
+                labels=labels_for(g, t, v).to(device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_head_made_once(device, dtype):
+    """e4m3_head's head gives the bits of the call that rounds Wt itself (docs/SPEC.md §6):
+    loss, parts and gradients, through the functional form, a module's cache and a module
+    given the head per call."""
+    inp = _distinct(11, dtype, device)
+    xs, ws, xt, wt, lab = (inp[k] for k in ("xs", "ws", "xt", "wt", "labels"))
+    head = dt.e4m3_head(wt)
+    assert head.dtype is torch.uint8 and head.device == wt.device
+
+    def run(**kw):
+        xs.grad = ws.grad = None
+        loss = F.fused_linear_jsd_loss(xs, ws, xt, wt, lab, teacher_head_precision="fp8",
+                                       chunk_rows=7, **kw)
+        loss.backward()
+        return loss.detach().clone(), xs.grad.clone(), ws.grad.clone()
+
+    want = run()
+    got = run(teacher_weight_e4m3=head)
+    for name, a, b in zip(("loss", "grad_xs", "grad_Ws"), want, got):
+        assert torch.equal(a, b), name
+    module = dt.FusedLinearJSDLoss(teacher_head_precision="fp8", cache_teacher_head=True,
+                                   chunk_rows=7)
+    for _ in range(2):  # made on the first call, reused on the second
+        xs.grad = ws.grad = None
+        loss = module(xs, ws, xt, wt, lab)
+        loss.backward()
+        assert torch.equal(loss.detach(), want[0]) and torch.equal(xs.grad, want[1])
+    kept = module._head_cache.head
+    assert kept is not None and torch.equal(kept, head)
+    loss = dt.FusedLinearJSDLoss(teacher_head_precision="fp8", chunk_rows=7)(
+        xs, ws, xt, wt, lab, teacher_weight_e4m3=head)
+    assert torch.equal(loss.detach(), want[0])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_head_cache_follows_the_weight(device):
+    """An in-place change of the teacher's weight makes the cache round it again: the loss
+    follows the new weight (the stale head would give the old loss)."""
+    inp = _distinct(12, torch.bfloat16, device)
+    xs, ws, xt, wt, lab = (inp[k] for k in ("xs", "ws", "xt", "wt", "labels"))
+    module = dt.FusedLinearJSD(teacher_head_precision="fp8", cache_teacher_head=True)
+    before = module(xs, ws, xt, wt, lab).detach().clone()
+    first = module._head_cache.head
+    with torch.no_grad():
+        wt.mul_(-1.5)
+    after = module(xs, ws, xt, wt, lab).detach()
+    fresh = F.fused_linear_jsd(xs, ws, xt, wt, lab, teacher_head_precision="fp8").detach()
+    assert module._head_cache.head is not first
+    assert torch.equal(after, fresh) and not torch.equal(after, before)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_head_misuse(device):
+    """A head of another shape, of another dtype, or without the fp8 precision is refused with
+    a message naming the argument."""
+    inp = _distinct(13, torch.float32, device)
+    xs, ws, xt, wt, lab = (inp[k] for k in ("xs", "ws", "xt", "wt", "labels"))
+    other = dt.e4m3_head(wt[:, :24].contiguous())
+    with pytest.raises(ValueError, match="teacher_weight_e4m3_bytes"):
+        F.fused_linear_jsd(xs, ws, xt, wt, lab, teacher_head_precision="fp8",
+                           teacher_weight_e4m3=other)
+    head = dt.e4m3_head(wt)
+    with pytest.raises(ValueError, match="teacher_weight_e4m3"):
+        F.fused_linear_jsd(xs, ws, xt, wt, lab, teacher_weight_e4m3=head)
+    with pytest.raises(ValueError, match="teacher_weight_e4m3"):
+        F.fused_linear_jsd(xs, ws, xt, wt, lab, teacher_head_precision="fp8",
+                           teacher_weight_e4m3=head.float())
+    with pytest.raises(ValueError, match="teacher_weight"):
+        dt.e4m3_head(wt[0])

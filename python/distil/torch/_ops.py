@@ -15,7 +15,9 @@ Ops (namespace ``distil``), on 2-D row-major tensors prepared by the public wrap
   teacher_logit_scale, teacher_softcap, teacher_temperature, want_lse, with two more outputs
   student_lse [T], teacher_lse [T] ([0] unless want_lse). Wt may have more or fewer rows than Ws
   (the loss over the common prefix); the LSEs are not differentiable. Last,
-  teacher_head_precision: 0 the exact teacher head, 1 the fp8 (e4m3) one.
+  teacher_head_precision: 0 the exact teacher head, 1 the fp8 (e4m3) one; teacher_weight_e4m3
+  (uint8 [bytes])?: with 1, Wt's rows made once by e4m3_head (the library then skips rounding
+  Wt in the call).
 The gradients are computed in the forward call (as Liger does) and saved; backward scales them
 by the upstream gradient on the device (distil_scale), so the usual `loss.backward()` reads
 nothing back to the host and makes no extra pass over them. Every call runs on the caller's
@@ -179,7 +181,7 @@ def _jsd_plan(ctx, x, y, beta, ignore_index, reduction, divergence, alpha, norma
 
 # Positions in jsd_op's and fused_op's argument tuples that the call sites read (_site.py).
 JSD_REDUCTION, JSD_WANT, JSD_N_DEVICE = 5, 6, 10
-FUSED_WANTS, FUSED_N_DEVICE, FUSED_WANT_LSE = slice(13, 16), 19, 26
+FUSED_WANTS, FUSED_N_DEVICE, FUSED_WANT_LSE, FUSED_E4M3_HEAD = slice(13, 16), 19, 26, 28
 
 
 def jsd_plan_of(ctx, args: tuple):
@@ -233,7 +235,8 @@ def _fused_impl(student_hidden: Tensor, student_weight: Tensor, student_bias: Op
              temperature_squared: bool = False, student_logit_scale: float = 1.0,
              student_softcap: float = 0.0, teacher_logit_scale: float = 1.0,
              teacher_softcap: float = 0.0, teacher_temperature: float = 0.0,
-             want_lse: bool = False, teacher_head_precision: int = 0
+             want_lse: bool = False, teacher_head_precision: int = 0,
+             teacher_weight_e4m3: Optional[Tensor] = None
              ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     return _fused_run(_out, student_hidden, student_weight, student_bias, teacher_hidden,
                       teacher_weight, teacher_bias, labels, weight_hard, weight_soft, beta,
@@ -241,7 +244,7 @@ def _fused_impl(student_hidden: Tensor, student_weight: Tensor, student_bias: Op
                       want_grad_bias, divergence, alpha, normaliser, normaliser_device,
                       temperature_squared, student_logit_scale, student_softcap,
                       teacher_logit_scale, teacher_softcap, teacher_temperature, want_lse,
-                      teacher_head_precision)
+                      teacher_head_precision, teacher_weight_e4m3)
 
 
 def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, beta, temperature,
@@ -249,19 +252,20 @@ def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, b
                divergence=0, alpha=0.1, normaliser=0.0, normaliser_device=None,
                temperature_squared=False, student_logit_scale=1.0, student_softcap=0.0,
                teacher_logit_scale=1.0, teacher_softcap=0.0, teacher_temperature=0.0,
-               want_lse=False, teacher_head_precision=0, want_parts=True):
+               want_lse=False, teacher_head_precision=0, teacher_weight_e4m3=None,
+               want_parts=True):
     """The fused op's kernel with its outputs made by make(like, shape or None, dtype): the op
     needs a [0] tensor for each unwanted output, the eager path passes None for it (the library
     takes NULL), saving an allocation each. want_parts=False: the loss alone, [] instead of the
     [3] parts (the eager path, when the caller does not hand out the parts). With make
     _wanted (the eager path) a small GPU workspace may be the context's kept block
     (_workspace). teacher_head_precision: a distil_head_precision (docs/SPEC.md §6; 1 = the fp8
-    head)."""
+    head); teacher_weight_e4m3: Wt's rows made once (e4m3_head) or None."""
     parts, gx, gw, gb = _fused_outputs(xs, ws, want_grad_hidden, want_grad_weight, want_grad_bias,
                                        make, want_parts)
     ls, lt = _lse_outputs(xs, want_lse, make)
     heads = (student_logit_scale, student_softcap, teacher_logit_scale, teacher_softcap,
-             teacher_temperature, teacher_head_precision)
+             teacher_temperature, teacher_head_precision, _bytes(teacher_weight_e4m3))
     ctx = context_for(xs)
     desc, nbytes = _fused_plan(ctx, xs, ws, xt, wt, weight_hard, weight_soft, beta, temperature,
                                ignore_index, chunk_rows,
@@ -273,18 +277,23 @@ def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, b
         _calls.run_fused(ctx, desc, _addr(work), nbytes,
                          (_addr(xs), _addr(ws), _addr(bs), _addr(xt), _addr(wt), _addr(bt),
                           _addr(labels), _addr(parts), _addr(gx), _addr(gw), _addr(gb)),
-                         _addr(normaliser_device), (_addr(ls), _addr(lt)) if want_lse else _NO_LSE)
+                         _addr(normaliser_device), (_addr(ls), _addr(lt)) if want_lse else _NO_LSE,
+                         _addr(teacher_weight_e4m3))
     except _errors.OutOfMemory as e:
         raise _OutOfMemoryError(str(e)) from e
     _after_call(ctx, xs)
     return parts, gx, gw, gb, ls, lt
 
 
+def _bytes(t: Optional[Tensor]) -> int:
+    return t.numel() * t.element_size() if t is not None else 0
+
+
 def _fused_plan(ctx, xs, ws, xt, wt, weight_hard, weight_soft, beta, temperature, ignore_index,
                 chunk_rows, want, divergence, alpha, normaliser, temperature_squared, heads,
                 want_parts):
-    """_calls.fused_plan of the op's 2-D tensors and options; heads = the five head options and
-    the teacher head precision code."""
+    """_calls.fused_plan of the op's 2-D tensors and options; heads = the five head options, the
+    teacher head precision code and the bytes of Wt's rows made once (0: none)."""
     rows, hs = xs.shape
     (vocab, ws_hidden), (t_vocab, wt_hidden) = ws.shape, wt.shape  # 2-D: the wrappers check
     return _calls.fused_plan(ctx, rows, vocab, hs, xt.shape[1], _DTYPES[xs.dtype],
@@ -298,7 +307,9 @@ def fused_plan_of(ctx, args: tuple, want_parts: bool):
     """The plan of a call of the op with these arguments (every one of fused_op's, in order)."""
     return _fused_plan(ctx, args[0], args[1], args[3], args[4], args[7], args[8], args[9],
                        args[10], args[11], args[12], args[13] or args[14] or args[15], args[16],
-                       args[17], args[18], args[20], args[21:26] + (args[27],), want_parts)
+                       args[17], args[18], args[20],
+                       args[21:26] + (args[27], _bytes(args[28]) if len(args) > 28 else 0),
+                       want_parts)
 
 
 fused_op = torch.library.custom_op("distil::fused_linear_jsd", _fused_impl, mutates_args=())
@@ -350,12 +361,12 @@ def _fused_fake(student_hidden, student_weight, student_bias, teacher_hidden, te
                 alpha=0.1, normaliser=0.0, normaliser_device=None, temperature_squared=False,
                 student_logit_scale=1.0, student_softcap=0.0, teacher_logit_scale=1.0,
                 teacher_softcap=0.0, teacher_temperature=0.0, want_lse=False,
-                teacher_head_precision=0):
+                teacher_head_precision=0, teacher_weight_e4m3=None):
     return _fused_outputs(student_hidden, student_weight, want_grad_hidden, want_grad_weight,
                           want_grad_bias, _fake) + _lse_outputs(student_hidden, want_lse, _fake)
 
 
-_FUSED_ARGS = 28  # inputs of fused_op: three gradients (xs, Ws, bs), None for the others
+_FUSED_ARGS = 29  # inputs of fused_op: three gradients (xs, Ws, bs), None for the others
 
 
 def _fused_setup(ctx, inputs, output):
@@ -533,7 +544,7 @@ def fused(*args, parts: bool = True) -> tuple[Tensor, Optional[Tensor], Optional
     there, every one given); only the loss is differentiable; the LSEs are None (eager) or
     [0] (traced) unless asked for; parts=False: the parts may be None (eager: the library
     writes the loss alone)."""
-    tensors = args[:7] + (args[19],)
+    tensors = args[:7] + (args[19], args[28])
     if not _untraced(*tensors):
         out = fused_op(*args)
         return out[0][0], out[0].detach(), out[4], out[5]

@@ -180,9 +180,11 @@ def fused_key(xs, ws, bs, xt, wt, bt, labels) -> Optional[tuple]:
 def fused_site(key, xs, ws, bs, xt, wt, labels, args, parts) -> Optional[FusedSite]:
     """A site for a call that the checked path just ran with the op arguments args (its 2-D
     views, fused_op's order), or None when the call is one a site does not reproduce: a
-    normaliser on the device or the LSEs (per-call fields of the descriptor), or a tensor that is
-    not plain, not dense or not as the library takes it (the checked path converts those)."""
-    if args[_ops.FUSED_N_DEVICE] is not None or args[_ops.FUSED_WANT_LSE]:
+    normaliser on the device, the LSEs or a head made once (per-call fields of the descriptor),
+    or a tensor that is not plain, not dense or not as the library takes it (the checked path
+    converts those)."""
+    if (args[_ops.FUSED_N_DEVICE] is not None or args[_ops.FUSED_WANT_LSE]
+            or args[_ops.FUSED_E4M3_HEAD] is not None):
         return None
     found = _site_context(key, xs, (xs, ws, bs, xt, wt, labels), labels)
     if found is None:

@@ -180,15 +180,48 @@ _FUSED_NAMES = ("student_input", "student_weight", "teacher_input", "teacher_wei
 
 def _head_options(student_logit_scale=1.0, student_softcap=0.0, teacher_logit_scale=1.0,
                   teacher_softcap=0.0, teacher_temperature=None, return_lse=False,
-                  teacher_head_precision=None):
+                  teacher_head_precision=None, teacher_weight_e4m3=None):
     """The head options of docs/SPEC.md §6 as the op takes them: (heads tuple, want_lse). The
     library checks the values (scales > 0, caps >= 0, finite) and names the bad one.
     teacher_temperature None (or 0) is the student's temperature; teacher_head_precision None
-    / "default" or "fp8" (the fp8 teacher head, docs/SPEC.md §6), as the op's code last."""
+    / "default" or "fp8" (the fp8 teacher head, docs/SPEC.md §6), as the op's code, then the
+    teacher's head made once (e4m3_head) or None."""
     heads = (float(student_logit_scale), float(student_softcap), float(teacher_logit_scale),
              float(teacher_softcap), float(teacher_temperature or 0.0),
-             _calls.head_precision_code(teacher_head_precision))
+             _calls.head_precision_code(teacher_head_precision), teacher_weight_e4m3)
     return heads, bool(return_lse)
+
+
+def e4m3_head(teacher_weight: Tensor) -> Tensor:
+    """The teacher's head [V, Ht] rounded to fp8 e4m3 once (docs/SPEC.md §6): a uint8 tensor on
+    its device holding each row's codes and scale in the backend's own form.
+
+    Pass it as teacher_weight_e4m3= with teacher_head_precision="fp8" to the fused losses: the
+    call then skips rounding Wt itself (the same numbers, bit for bit; less time and working
+    memory per call). The head is a copy: make it again after the teacher's weight changes.
+    Made eagerly (call it outside torch.compile and CUDA-graph capture, once)."""
+    fn = "e4m3_head"
+    _same(fn, ("teacher_weight",), (teacher_weight,))
+    if teacher_weight.dim() != 2:
+        _fail(f"{fn}: teacher_weight must be 2-D [V, Ht] (nn.Linear layout)")
+    w = teacher_weight.detach().contiguous()
+    ctx = _ops.context_for(w)  # bound to the current stream
+    rows, cols = w.shape
+    nbytes = _calls.e4m3_head_size(ctx, rows, cols)
+    head = torch.empty(nbytes, dtype=torch.uint8, device=w.device)
+    _calls.run_e4m3_head(ctx, _ops._DTYPES[w.dtype], w.data_ptr(), rows, cols, head.data_ptr(),
+                         nbytes)
+    return head
+
+
+def _check_e4m3_head(fn, head, xs):
+    """A head made once (e4m3_head): uint8, dense, on the inputs' device; its size the library
+    checks against the teacher's head."""
+    if head.dtype is not torch.uint8 or head.dim() != 1 or not head.is_contiguous():
+        _fail(f"{fn}: teacher_weight_e4m3 must be the 1-D uint8 tensor of e4m3_head, not "
+              f"{head.dtype} {tuple(head.shape)}")
+    if head.device != xs.device:
+        _fail(f"{fn}: teacher_weight_e4m3 is on {head.device} but student_input on {xs.device}")
 
 
 def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, labels,
@@ -221,7 +254,10 @@ def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, lab
     args = (xs, ws, bs, xt, wt, bt, lab, float(weight_hard), float(weight_soft), float(beta),
             float(temperature), int(ignore_index), int(chunk_rows),
             *_wants_grads(student_input, student_weight, student_bias), code, alpha, n_host,
-            n_dev, bool(div[3]), *heads[:5], want_lse, heads[5])
+            n_dev, bool(div[3]), *heads[:5], want_lse, heads[5],
+            heads[6] if len(heads) > 6 else None)
+    if args[28] is not None:
+        _check_e4m3_head(fn, args[28], xs)
     loss, parts, ls, lt = _ops.fused(*args, parts=want_parts)
     if record is not None:
         record.append(args)
@@ -239,7 +275,8 @@ def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_inpu
                      student_logit_scale: float = 1.0, student_softcap: float = 0.0,
                      teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
                      teacher_temperature: Optional[float] = None, return_lse: bool = False,
-                     teacher_head_precision: Optional[str] = None, _record=None):
+                     teacher_head_precision: Optional[str] = None,
+                     teacher_weight_e4m3: Optional[Tensor] = None, _record=None):
     """JSD of the two heads' tempered distributions (Liger's LigerFusedLinearJSD), fp32.
 
     student_input [..., Hs], student_weight [V, Hs], teacher_input [..., Ht], teacher_weight
@@ -249,7 +286,7 @@ def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_inpu
     """
     heads, want_lse = _head_options(student_logit_scale, student_softcap, teacher_logit_scale,
                                     teacher_softcap, teacher_temperature, return_lse,
-                                    teacher_head_precision)
+                                    teacher_head_precision, teacher_weight_e4m3)
     loss, _, ls, lt = _fused("fused_linear_jsd", student_input, student_weight, teacher_input,
                                 teacher_weight, shift_labels, None, None, 0.0, 1.0, jsd_beta,
                                 ignore_index, temperature, chunk_rows,
@@ -271,7 +308,8 @@ def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher
                           student_logit_scale: float = 1.0, student_softcap: float = 0.0,
                           teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
                           teacher_temperature: Optional[float] = None, return_lse: bool = False,
-                          teacher_head_precision: Optional[str] = None):
+                          teacher_head_precision: Optional[str] = None,
+                          teacher_weight_e4m3: Optional[Tensor] = None):
     """Hard CE + soft JSD through both heads (Liger's LigerFusedLinearJSDLoss).
 
     loss = weight_hard_loss * CE / N + weight_soft_loss * JSD(beta, temperature) / N with
@@ -293,7 +331,9 @@ def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher
     (amax / 448), multiplied with fp32 accumulation, logits in fp32: faster on GPUs with fp8
     tensor cores (cuda sm_89+; slower emulation elsewhere on cuda / hip; cpu computes the same
     numbers; opencl refuses it). The teacher is frozen, so only its distribution changes (by
-    e4m3's rounding); the student's head is exact.
+    e4m3's rounding); the student's head is exact. teacher_weight_e4m3 = e4m3_head(
+    teacher_weight), made once for a frozen teacher, saves rounding Wt in every call (same
+    numbers).
     """
     del compiled, chunk_size  # accepted for Liger compatibility, see the module docstring
     return _fused_loss(student_input, student_weight, teacher_input, teacher_weight, true_labels,
@@ -302,7 +342,7 @@ def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher
                        (divergence, alpha, normaliser, temperature_squared),
                        (student_logit_scale, student_softcap, teacher_logit_scale,
                         teacher_softcap, teacher_temperature, return_lse,
-                        teacher_head_precision))
+                        teacher_head_precision, teacher_weight_e4m3))
 
 
 def _fused_loss(student_input, student_weight, teacher_input, teacher_weight, true_labels,

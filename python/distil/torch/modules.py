@@ -41,6 +41,47 @@ def _head_options(module) -> dict:
     return {name: getattr(module, name) for name in _HEAD_OPTIONS}
 
 
+class _HeadCache:
+    """The teacher's head made once (F.e4m3_head) for cache_teacher_head=True (docs/SPEC.md §6),
+    made again when the weight's storage, shape, dtype or version changes (the version counts
+    in-place changes through the tensor itself, load_state_dict's copy included; a change
+    through `.data`, which torch does not count, is not seen: call clear()). While compiling
+    (the weight is not a real tensor then) or capturing a CUDA graph (no allocation) it hands
+    out only a head it already has, else None (the call rounds Wt itself)."""
+
+    def __init__(self):
+        self.key, self.head = None, None
+
+    def clear(self):
+        self.key, self.head = None, None
+
+    def get(self, wt: Tensor) -> Optional[Tensor]:
+        if torch.compiler.is_compiling():
+            return None
+        key = (wt.data_ptr(), wt._version, tuple(wt.shape), wt.dtype, wt.device)
+        if key == self.key:
+            return self.head
+        if wt.is_cuda and torch.cuda.is_current_stream_capturing():
+            return None
+        self.key, self.head = None, None  # the old head is freed before the new one is made
+        self.head, self.key = F.e4m3_head(wt), key
+        return self.head
+
+
+def _teacher_head(module, wt: Tensor, given: Optional[Tensor]) -> Optional[Tensor]:
+    """The head made once for this call: the caller's, the module's cache, or None."""
+    if given is not None or not module.cache_teacher_head:
+        return given
+    if module.teacher_head_precision in (None, "default"):
+        return None
+    return module._head_cache.get(wt)
+
+
+def _init_head_cache(module, cache_teacher_head: bool):
+    module.cache_teacher_head = bool(cache_teacher_head)
+    object.__setattr__(module, "_head_cache", _HeadCache())  # not an option: sites stay
+
+
 class _SiteModule(torch.nn.Module):
     """A loss module with call sites (_site.py): the checks and plan of each kind of call it has
     seen, reused while the inputs look the same; setting any attribute drops them all (every
@@ -99,7 +140,9 @@ class FusedLinearJSD(_SiteModule):
     """The JSD of log_softmax(student_input Ws^T / T) and log_softmax(teacher_input Wt^T / T),
     computed chunk by chunk without holding the [BT, V] logits; gradients for student_input and
     student_weight. No hard loss, no biases (as Liger's LigerFusedLinearJSD). Keyword
-    teacher_head_precision="fp8": the fp8 teacher head (docs/SPEC.md §6)."""
+    teacher_head_precision="fp8": the fp8 teacher head (docs/SPEC.md §6), with
+    cache_teacher_head=True the teacher's head rounded once and kept (_HeadCache says when it is
+    made again), or a forward teacher_weight_e4m3= (distil.torch.functional.e4m3_head)."""
 
     def __init__(self, jsd_beta: float = 0.5, ignore_index: int = -100,
                  temperature: float = 1.0, *, divergence: str = "jsd", alpha: float = 0.1,
@@ -107,9 +150,11 @@ class FusedLinearJSD(_SiteModule):
                  student_logit_scale: float = 1.0, student_softcap: float = 0.0,
                  teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
                  teacher_temperature: Optional[float] = None, return_lse: bool = False,
-                 teacher_head_precision: Optional[str] = None):
+                 teacher_head_precision: Optional[str] = None,
+                 cache_teacher_head: bool = False):
         super().__init__()
         _check_temperature(temperature)
+        _init_head_cache(self, cache_teacher_head)
         self.jsd_beta = jsd_beta
         self.temperature = temperature
         self.ignore_index = ignore_index
@@ -121,8 +166,9 @@ class FusedLinearJSD(_SiteModule):
 
     def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
                 teacher_weight: Tensor, shift_labels: Optional[torch.LongTensor] = None, *,
-                normaliser=None):
-        key = None if normaliser is not None else _site.fused_key(
+                normaliser=None, teacher_weight_e4m3: Optional[Tensor] = None):
+        head = _teacher_head(self, teacher_weight, teacher_weight_e4m3)
+        key = None if normaliser is not None or head is not None else _site.fused_key(
             student_input, student_weight, None, teacher_input, teacher_weight, None,
             shift_labels)
         site = self._sites.get(key)
@@ -137,7 +183,8 @@ class FusedLinearJSD(_SiteModule):
                                  normaliser=normaliser if normaliser is not None
                                  else self.normaliser,
                                  temperature_squared=self.temperature_squared,
-                                 **_head_options(self), _record=record)
+                                 teacher_weight_e4m3=head, **_head_options(self),
+                                 _record=record)
         self._sites.put(key, _site.fused_site(key, student_input, student_weight, None,
                                               teacher_input, teacher_weight, shift_labels,
                                               record[0], False))
@@ -153,7 +200,9 @@ class FusedLinearJSDLoss(_SiteModule):
     return_soft_hard_loss, forward returns (loss, soft_loss, hard_loss), the parts detached.
     `compiled` and `chunk_size` are accepted for compatibility and ignored: distil plans its
     own chunks (keyword `chunk_rows` to force one). Keyword teacher_head_precision="fp8": the
-    fp8 teacher head (docs/SPEC.md §6), as in distil.torch.functional.fused_linear_jsd_loss.
+    fp8 teacher head (docs/SPEC.md §6), as in distil.torch.functional.fused_linear_jsd_loss;
+    with cache_teacher_head=True its head rounded once and kept (_HeadCache says when it is made
+    again), or a forward teacher_weight_e4m3= (distil.torch.functional.e4m3_head).
     """
 
     def __init__(self, weight_hard_loss: float = 0.5, weight_soft_loss: float = 0.5,
@@ -166,8 +215,10 @@ class FusedLinearJSDLoss(_SiteModule):
                  teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
                  teacher_temperature: Optional[float] = None, return_lse: bool = False,
                  process_group=None, vocab_offset: Optional[int] = None,
-                 teacher_head_precision: Optional[str] = None):
+                 teacher_head_precision: Optional[str] = None,
+                 cache_teacher_head: bool = False):
         super().__init__()
+        _init_head_cache(self, cache_teacher_head)
         self.divergence, self.alpha, self.normaliser = divergence, alpha, normaliser
         self.temperature_squared = temperature_squared
         # docs/SPEC.md §8: the heads are this rank's vocabulary rows (distil.torch.parallel)
@@ -192,7 +243,7 @@ class FusedLinearJSDLoss(_SiteModule):
     def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
                 teacher_weight: Tensor, true_labels: Optional[torch.LongTensor],
                 student_bias: Optional[Tensor] = None, teacher_bias: Optional[Tensor] = None, *,
-                normaliser=None):
+                normaliser=None, teacher_weight_e4m3: Optional[Tensor] = None):
         if self.parallel is not None:
             heads = (self.student_logit_scale, self.student_softcap, self.teacher_logit_scale,
                      self.teacher_softcap, self.teacher_temperature, self.return_lse,
@@ -208,7 +259,8 @@ class FusedLinearJSDLoss(_SiteModule):
                 student_bias, teacher_bias, self.weight_hard_loss, self.weight_soft_loss,
                 self.beta, self.ignore_index, self.temperature, self.chunk_rows)
             return (loss, soft, hard) if self.return_soft_hard_loss else loss
-        key = None if normaliser is not None else _site.fused_key(
+        head = _teacher_head(self, teacher_weight, teacher_weight_e4m3)
+        key = None if normaliser is not None or head is not None else _site.fused_key(
             student_input, student_weight, student_bias, teacher_input, teacher_weight,
             teacher_bias, true_labels)
         site = self._sites.get(key)
@@ -229,7 +281,7 @@ class FusedLinearJSDLoss(_SiteModule):
                             (self.student_logit_scale, self.student_softcap,
                              self.teacher_logit_scale, self.teacher_softcap,
                              self.teacher_temperature, self.return_lse,
-                             self.teacher_head_precision), record)
+                             self.teacher_head_precision, head), record)
         self._sites.put(key, _site.fused_site(key, student_input, student_weight, student_bias,
                                               teacher_input, teacher_weight, true_labels,
                                               record[0], bool(self.return_soft_hard_loss)))
