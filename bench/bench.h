@@ -48,6 +48,7 @@ typedef struct bench_shape {
     int64_t teacher_vocab; /* rows of the teacher's head; 0 = vocab */
     float softcap;         /* both heads' softcap (Gemma 2); 0 = none */
     int teacher_fp8;       /* the fp8 teacher head, docs/SPEC.md §6 (--teacher-fp8) */
+    int teacher_fp8_head;  /* ... with Wt's rows made once, outside the timed calls */
 } bench_shape;
 
 /* The command line, after defaults and presets. */
@@ -139,7 +140,7 @@ distil_status bench_call(distil_ctx *ctx, const bench_shape *s, bench_mode mode,
                          const bench_buffers *b, int set);
 distil_status bench_read_loss(distil_ctx *ctx, const bench_buffers *b, double *loss);
 distil_status bench_workspace_bytes(distil_ctx *ctx, const bench_shape *s, bench_mode mode,
-                                    size_t *bytes);
+                                    const bench_buffers *b, size_t *bytes);
 
 /* bench_run.c */
 int bench_is_host_backend(const char *backend);

@@ -87,6 +87,8 @@ static const bench_flag bench_flags[] = {
      "F     softcap of both heads (fused; default 0: none), docs/SPEC.md §6"},
     {"teacher-fp8", K_SWITCH, OFF(fused.teacher_fp8), NONE, 0, 0,
      "      fused: the fp8 (e4m3) teacher head, docs/SPEC.md §6"},
+    {"teacher-fp8-head", K_SWITCH, OFF(fused.teacher_fp8_head), NONE, 0, 0,
+     " fused: the fp8 teacher head with Wt's rows made once (distil_e4m3_head_make)"},
     {"ignore-frac", K_DBL, OFF(jsd.ignore_frac), OFF(fused.ignore_frac), 0, 1,
      "F     fraction of rows labelled ignore_index (default 0)"},
     {"warmup", K_INT, OFF(warmup), NONE, 0, 1e6, "N     untimed calls first (default 3)"},

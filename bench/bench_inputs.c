@@ -21,6 +21,9 @@ struct bench_buffers {
     float *loss;  /* 4 floats */
     void *grad_a; /* jsd: grad_student (T, V); fused: grad_xs (T, Hs) */
     void *grad_b; /* fused: grad_Ws (V, Hs) */
+    /* --teacher-fp8-head: each set's Wt made once (distil_e4m3_head_make), head_bytes each */
+    void *head[BENCH_MAX_SETS];
+    size_t head_bytes;
 };
 
 #define BENCH_TABLE 4096
@@ -307,6 +310,20 @@ static distil_status bench_outputs_make(distil_ctx *ctx, const bench_shape *s, i
     return st;
 }
 
+/* --teacher-fp8-head: each set's teacher head (IN_D, teacher_vocab or vocab rows) made once. */
+static distil_status bench_heads_make(distil_ctx *ctx, const bench_shape *s, bench_buffers *b) {
+    const int64_t vt = s->teacher_vocab > 0 ? s->teacher_vocab : s->vocab;
+    distil_status st = distil_e4m3_head_size(ctx, vt, s->ht, &b->head_bytes);
+    for (int k = 0; k < b->sets && st == DISTIL_OK; k++) {
+        st = distil_malloc(ctx, b->head_bytes, &b->head[k]);
+        if (st == DISTIL_OK) {
+            st = distil_e4m3_head_make(ctx, s->dtype, b->in[k][IN_D], vt, s->ht, b->head[k],
+                                       b->head_bytes);
+        }
+    }
+    return st == DISTIL_OK ? distil_ctx_synchronize(ctx) : st;
+}
+
 distil_status bench_buffers_create(distil_ctx *ctx, const bench_shape *s, int want_grads, int sets,
                                    uint64_t seed, bench_buffers **out) {
     static int table_ready = 0;
@@ -333,6 +350,9 @@ distil_status bench_buffers_create(distil_ctx *ctx, const bench_shape *s, int wa
     if (st == DISTIL_OK) {
         st = bench_outputs_make(ctx, s, want_grads, host_direct, b);
     }
+    if (st == DISTIL_OK && s->teacher_fp8_head) {
+        st = bench_heads_make(ctx, s, b);
+    }
     if (st != DISTIL_OK) {
         bench_buffers_destroy(ctx, b);
         return st;
@@ -350,6 +370,9 @@ void bench_buffers_destroy(distil_ctx *ctx, bench_buffers *b) {
             distil_free(ctx, b->in[k][i]);
         }
     }
+    for (int k = 0; k < BENCH_MAX_SETS; k++) {
+        distil_free(ctx, b->head[k]);
+    }
     distil_free(ctx, b->loss);
     distil_free(ctx, b->grad_a);
     distil_free(ctx, b->grad_b);
@@ -366,7 +389,9 @@ static void bench_jsd_desc_of(const bench_shape *s, distil_jsd_desc *d) {
     d->alpha = s->alpha;
 }
 
-static void bench_fused_desc_of(const bench_shape *s, distil_fused_linear_jsd_desc *d) {
+/* b (NULL: none yet) and set: the head made once of --teacher-fp8-head. */
+static void bench_fused_desc_of(const bench_shape *s, const bench_buffers *b, int set,
+                                distil_fused_linear_jsd_desc *d) {
     distil_fused_linear_jsd_desc_init(d);
     d->rows = s->rows;
     d->vocab = s->vocab;
@@ -383,8 +408,13 @@ static void bench_fused_desc_of(const bench_shape *s, distil_fused_linear_jsd_de
     d->teacher_vocab = s->teacher_vocab; /* docs/SPEC.md §6 head options */
     d->student_softcap = s->softcap;
     d->teacher_softcap = s->softcap;
-    d->teacher_head_precision =
-        s->teacher_fp8 ? DISTIL_HEAD_PRECISION_FP8_E4M3 : DISTIL_HEAD_PRECISION_DEFAULT;
+    d->teacher_head_precision = s->teacher_fp8 || s->teacher_fp8_head
+                                    ? DISTIL_HEAD_PRECISION_FP8_E4M3
+                                    : DISTIL_HEAD_PRECISION_DEFAULT;
+    if (s->teacher_fp8_head && b != NULL) {
+        d->teacher_weight_e4m3 = b->head[set % b->sets];
+        d->teacher_weight_e4m3_bytes = b->head_bytes;
+    }
 }
 
 static void bench_topk_desc_of(const bench_shape *s, distil_fused_linear_topk_desc *d) {
@@ -422,14 +452,14 @@ distil_status bench_call(distil_ctx *ctx, const bench_shape *s, bench_mode mode,
                                         full ? b->grad_b : NULL, NULL);
     }
     distil_fused_linear_jsd_desc d;
-    bench_fused_desc_of(s, &d);
+    bench_fused_desc_of(s, b, set, &d);
     return distil_fused_linear_jsd(ctx, &d, in[IN_A], in[IN_B], NULL, in[IN_C], in[IN_D], NULL,
                                    in[IN_LABELS], b->loss, full ? b->grad_a : NULL,
                                    full ? b->grad_b : NULL, NULL);
 }
 
 distil_status bench_workspace_bytes(distil_ctx *ctx, const bench_shape *s, bench_mode mode,
-                                    size_t *bytes) {
+                                    const bench_buffers *b, size_t *bytes) {
     if (s->workload == BENCH_JSD) {
         distil_jsd_desc d;
         bench_jsd_desc_of(s, &d);
@@ -441,7 +471,7 @@ distil_status bench_workspace_bytes(distil_ctx *ctx, const bench_shape *s, bench
         return distil_fused_linear_topk_workspace_size(ctx, &d, mode == BENCH_FULL, bytes);
     }
     distil_fused_linear_jsd_desc d;
-    bench_fused_desc_of(s, &d);
+    bench_fused_desc_of(s, b, 0, &d);
     return distil_fused_linear_jsd_workspace_size(ctx, &d, mode == BENCH_FULL, bytes);
 }
 

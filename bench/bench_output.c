@@ -55,7 +55,8 @@ static void bench_fields(const bench_result *r, bench_field_fn fn, void *u) {
     fn(u, "weight_soft", NULL, s->workload == BENCH_FUSED ? s->weight_soft : NAN);
     fn(u, "chunk_rows", NULL, s->workload == BENCH_FUSED ? (double)s->chunk_rows : NAN);
     fn(u, "topk", NULL, s->workload == BENCH_FUSED ? (double)s->topk_k : NAN);
-    fn(u, "teacher_fp8", NULL, s->workload == BENCH_FUSED ? (double)s->teacher_fp8 : NAN);
+    fn(u, "teacher_fp8", NULL,
+       s->workload == BENCH_FUSED ? (double)(s->teacher_fp8_head ? 2 : s->teacher_fp8) : NAN);
     fn(u, "topk_tail", s->topk_k > 0 ? bench_topk_tail_name(s->topk_tail) : NULL, NAN);
     fn(u, "ignore_frac", NULL, s->ignore_frac);
     fn(u, "status", ok ? "ok" : distil_status_string(r->status), 0);
@@ -124,7 +125,8 @@ void bench_print_header(FILE *f) {
 
 void bench_print_row(FILE *f, const bench_result *r) {
     const bench_shape *s = &r->shape;
-    const char *name = s->topk_k > 0        ? "topk"
+    const char *name = s->topk_k > 0             ? "topk"
+                       : s->teacher_fp8_head > 0 ? "fp8h" /* Wt's rows made once */
                        : s->teacher_fp8 > 0 ? "fp8" /* the fp8 teacher head, docs/SPEC.md §6 */
                                             : bench_workload_name(s->workload);
     fprintf(f, "%-5s %-7s %-7s %-4s %6lld %7lld ", name, bench_mode_name(r->mode), r->backend,

@@ -136,7 +136,7 @@ static distil_status bench_time_mode(const bench_options *opt, distil_ctx *ctx,
 static void bench_measure(const bench_options *opt, distil_ctx *ctx, const bench_shape *s,
                           const bench_buffers *b, double rss_before, bench_result *r) {
     size_t work = 0;
-    distil_status st = bench_workspace_bytes(ctx, s, r->mode, &work);
+    distil_status st = bench_workspace_bytes(ctx, s, r->mode, b, &work);
     if (st != DISTIL_OK) {
         bench_fail(r, ctx, st, "workspace size");
         return;

@@ -3,10 +3,12 @@
  * records the start and end of every kernel of `reps` back-to-back calls (no serialisation, unlike
  * Nsight Compute), so the gaps between kernels and the kernels' in-flight durations (clocks as the
  * running load leaves them) are seen. Nsight Systems is not needed.
- *   usage: [TL_SYNC=1] [TL_LIST=1] [TL_TOPK=k] distil-gpu-timeline [T] [reps] [chunk_rows]
+ *   usage: [TL_SYNC=1] [TL_LIST=1] [TL_TOPK=k] [TL_FP8=1] [TL_LOSS=1] distil-gpu-timeline [T]
+ *          [reps] [chunk_rows]
  *   (bf16, Hs 2048, Ht 4096, V 128256, loss + gradients; calls back to back unless TL_SYNC;
  *   TL_TOPK: distil_fused_linear_topk against a cached teacher of k fp32 entries per row
- *   instead, docs/SPEC.md §7)
+ *   instead, docs/SPEC.md §7; TL_FP8: the fp8 teacher head, docs/SPEC.md §6; TL_LOSS: the loss
+ *   only, no gradients)
  * Prints, for the median call: its period, span, busy time, idle gaps, and per kernel name the
  * count and time (TL_LIST: every kernel in order).
  */
@@ -214,6 +216,12 @@ int main(int argc, char **argv) {
     d.student_hidden = hs;
     d.teacher_hidden = ht;
     d.chunk_rows = argc > 3 ? atoll(argv[3]) : 0;
+    if (getenv("TL_FP8")) {
+        d.teacher_head_precision = DISTIL_HEAD_PRECISION_FP8_E4M3;
+    }
+    if (getenv("TL_LOSS")) {
+        gx = gw = NULL;
+    }
     const char *topk = getenv("TL_TOPK");
     distil_fused_linear_topk_desc dk;
     distil_fused_linear_topk_desc_init(&dk);
@@ -291,8 +299,9 @@ int main(int argc, char **argv) {
     while (period[med] != sorted[n / 2]) {
         med++;
     }
-    printf("fused bf16 full T=%lld V=%lld Hs=%lld Ht=%lld, %s, call %d of %d (median period "
+    printf("fused bf16 %s%s T=%lld V=%lld Hs=%lld Ht=%lld, %s, call %d of %d (median period "
            "%.3f ms; min %.3f max %.3f)\n",
+           gx ? "full" : "loss only", d.teacher_head_precision ? ", fp8 teacher head" : "",
            (long long)t, (long long)v, (long long)hs, (long long)ht,
            sync_each ? "synchronized after each call" : "back to back", med + 1, n,
            (double)sorted[n / 2] / 1e6, (double)sorted[0] / 1e6, (double)sorted[n - 1] / 1e6);
