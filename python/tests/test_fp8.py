@@ -193,3 +193,22 @@ def test_head_misuse(device):
                            teacher_weight_e4m3=head.float())
     with pytest.raises(ValueError, match="teacher_weight"):
         dt.e4m3_head(wt[0])
+
+
+def test_head_made_once_compiles():
+    """teacher_weight_e4m3 through torch.compile(fullgraph=True): the same loss and gradient
+    as eager (the op takes the head as a tensor argument)."""
+    inp = _distinct(14, torch.float32, "cpu", t=16)
+    xs, ws, xt, wt, lab = (inp[k] for k in ("xs", "ws", "xt", "wt", "labels"))
+    head = dt.e4m3_head(wt)
+
+    def f(xs, ws, xt, wt, lab, head):
+        return F.fused_linear_jsd_loss(xs, ws, xt, wt, lab, teacher_head_precision="fp8",
+                                       teacher_weight_e4m3=head)
+
+    want = f(xs, ws, xt, wt, lab, head)
+    want.backward()
+    want_grad, xs.grad = xs.grad.clone(), None
+    got = torch.compile(f, fullgraph=True)(xs, ws, xt, wt, lab, head)
+    got.backward()
+    assert torch.equal(got.detach(), want.detach()) and torch.equal(xs.grad, want_grad)
