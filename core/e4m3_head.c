@@ -62,7 +62,11 @@ static distil_status distil_e4m3_head_make_call(distil_ctx *ctx, distil_dtype dt
         {"head", distil_dptr_make(head, 0), true, bytes, true},
     };
     DISTIL_TRY(distil_ptr_rules_present(ctx, fn_make, ptrs, 2));
-    DISTIL_TRY(distil_ptr_rules_spans(ctx, fn_make, ptrs, 2));
+    /* Sizes and overlap of the two; not against a lent workspace, which this call does not use
+     * (a fused call given the head checks it against its workspace). */
+    const distil_span s[2] = {{"weight", weight, ptrs[0].bytes, false},
+                              {"head", head, bytes, true}};
+    DISTIL_TRY(distil_spans_check(ctx, fn_make, s, 2, -1, -1));
     const distil_quant_rows_args q = {.src = ptrs[0].p,
                                       .src_ld = cols,
                                       .src_dtype = dtype,

@@ -323,6 +323,44 @@ static void test_head_misuse(void **state) {
     tp_fused_free(&p);
 }
 
+/* distil_e4m3_head_make uses no workspace: a head made in memory lent as the workspace is made
+ * (distil.torch lends a workspace and leaves it lent, and torch hands the freed block out again,
+ * so a head lands there: found on an H200); a fused call that would use that workspace with the
+ * head as an input refuses it, naming teacher_weight_e4m3. */
+static void test_head_in_lent_workspace(void **state) {
+    (void)state;
+    tp_fused_spec s = fp8_spec(&H_FP8_LSE, DISTIL_BF16);
+    tp_fused p;
+    tp_fused_make(&p, &s, DISTIL_BF16, 2900);
+    if (fp8_skip(&p)) {
+        skip();
+    }
+    size_t bytes = 0, ws = 0;
+    TU_OK(g_ctx, distil_e4m3_head_size(g_ctx, p.vt, s.ht, &bytes));
+    distil_fused_linear_jsd_desc d = p.d;
+    d.teacher_weight_e4m3 = &bytes; /* the query reads only its presence */
+    d.teacher_weight_e4m3_bytes = bytes;
+    TU_OK(g_ctx, distil_fused_linear_jsd_workspace_size(g_ctx, &d, 1, &ws));
+    void *lent = tu_alloc_poisoned(g_ctx, ws + bytes);
+    TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, lent, ws + bytes));
+    void *wt = tu_upload(g_ctx, p.wt, p.n_wt * 2);
+    TU_OK(g_ctx, distil_e4m3_head_make(g_ctx, DISTIL_BF16, wt, p.vt, s.ht, lent, bytes));
+    void *in[TP_FUSED_INPUTS];
+    tp_fused_upload(g_ctx, &p, in);
+    void *loss = tu_alloc_poisoned(g_ctx, 4 * sizeof(float));
+    d.teacher_weight_e4m3 = lent;
+    assert_int_equal(distil_fused_linear_jsd(g_ctx, &d, in[0], in[1], in[2], in[3], NULL, in[5],
+                                             in[6], loss, NULL, NULL, NULL),
+                     DISTIL_ERR_INVALID_ARG);
+    assert_non_null(strstr(distil_ctx_last_error(g_ctx), "teacher_weight_e4m3"));
+    TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, NULL, 0));
+    for (size_t i = 0; i < TU_LEN(in); i++) {
+        distil_free(g_ctx, in[i]);
+    }
+    distil_free(g_ctx, loss), distil_free(g_ctx, wt), distil_free(g_ctx, lent);
+    tp_fused_free(&p);
+}
+
 /* The exact head of the same spec as a control: the fp8 tests above are not vacuous. */
 static void test_exact_control(void **state) {
     (void)state;
@@ -359,7 +397,7 @@ static int run_group(const char *backend) {
         cmocka_unit_test(test_not_skipped),   cmocka_unit_test(test_nonfinite_rows),
         cmocka_unit_test(test_zero_row),      cmocka_unit_test(test_workspace_and_rerun),
         cmocka_unit_test(test_exact_control), cmocka_unit_test(test_head_made_once),
-        cmocka_unit_test(test_head_misuse),
+        cmocka_unit_test(test_head_misuse),   cmocka_unit_test(test_head_in_lent_workspace),
     };
     g_backend = backend;
     return cmocka_run_group_tests_name(tu_group_name("fp8", backend), tests, setup, teardown);
