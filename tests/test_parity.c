@@ -195,6 +195,12 @@ static const tp_fused_spec fused_cases[] = {
     /* V % 4 == 0, rows spread over 8 and 16 blocks of a GPU (the seed vocabulary last) */
     F(9,  65536, 16, 32, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   0),
     F(4,  128256, 8, 16, 0.2f, 0.8f, 0.7f, 2.0f, BIAS_S,  false, ALL,      MIXED,       0,   0),
+    /* more rows than a GPU holds clusters at once (cuda's resident kernel: each cluster takes
+     * several rows in turn, its exchanges' barrier phases, with ignored rows among them) */
+    F(200, 32004, 16, 32, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true, ALL,      MIXED,       0,   0),
+    F(200, 32004, 16, 32, 0.3f, 0.7f, 0.5f, 2.0f, BIAS_S,  false, NO_GRADS, MIXED,      0,   0),
+    F(60, 128256, 8, 16, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, false, ALL,      MIXED,       0,   0),
+    F(60, 128256, 8, 16, 0.5f, 0.5f, 0.1f, 1.0f, BIAS_S,  false, NO_GRADS, MIXED,       0,   0),
     /* hidden sizes of GEMM-tile scale (Hs = Ht / 2), chunks of 20 rows with a partial last one */
     F(48, 2053,  256, 512, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true, ALL,      MIXED,       0,   20),
     /* docs/SPEC.md §6: every divergence in the soft part, tau^2, the given N */

@@ -101,20 +101,50 @@ __device__ __forceinline__ void vload(const void *base, int64_t i, float (&o)[N]
     }
 }
 
-/* base[i .. i + N) = v[0..N) rounded to DT; same alignment rule as vload. */
+/* NW 32-bit words as one store of 4, 8 or 16 bytes (p aligned to it), the 8-byte halves joined
+ * by distil_pack64 (vendor.h): a uint2 built from two words was stored as two 4-byte stores
+ * (NVVM split it), and a 64-bit value built by shifts and ors was miscompiled by CUDA 13.0's
+ * ptxas (the bfi.b64 chain left half of the stored register pair unwritten). */
+template <int NW> __device__ __forceinline__ void store_words(void *p, const unsigned (&w)[NW]) {
+    if constexpr (NW == 1) {
+        *static_cast<unsigned *>(p) = w[0];
+    } else if constexpr (NW == 2) {
+        *static_cast<unsigned long long *>(p) = distil_pack64(w[0], w[1]);
+    } else {
+        static_assert(NW == 4, "a vector of 4, 8 or 16 bytes");
+        *static_cast<ulonglong2 *>(p) =
+            make_ulonglong2(distil_pack64(w[0], w[1]), distil_pack64(w[2], w[3]));
+    }
+}
+
+/* base[i .. i + N) = v[0..N) rounded to DT; same alignment rule as vload. 16-bit elements are
+ * packed into 32-bit words first: through a union of shorts the compiler split an 8-byte bf16
+ * store into two 4-byte ones (half of every sector of G's stores wasted, Nsight Compute on the
+ * resident row kernel, docs/CUDA-NOTES.md sixteenth session). */
 template <int DT, int N>
 __device__ __forceinline__ void vstore(void *base, int64_t i, const float (&v)[N]) {
     typedef typename dt_traits<DT>::T E;
-    typedef typename bytes_type<N * sizeof(E)>::T W;
-    union {
-        W w;
-        E e[N];
-    } u;
+    E *p = static_cast<E *>(base) + i;
+    if constexpr (sizeof(E) == 2 && N >= 2) {
+        unsigned w[N / 2];
 #pragma unroll
-    for (int k = 0; k < N; k++) {
-        u.e[k] = dt_traits<DT>::from_f(v[k]);
+        for (int k = 0; k < N / 2; k++) {
+            w[k] = static_cast<unsigned>(dt_traits<DT>::from_f(v[2 * k])) |
+                   static_cast<unsigned>(dt_traits<DT>::from_f(v[2 * k + 1])) << 16;
+        }
+        store_words<N / 2>(p, w);
+    } else {
+        typedef typename bytes_type<N * sizeof(E)>::T W;
+        union {
+            W w;
+            E e[N];
+        } u;
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            u.e[k] = dt_traits<DT>::from_f(v[k]);
+        }
+        *reinterpret_cast<W *>(p) = u.w;
     }
-    *reinterpret_cast<W *>(static_cast<E *>(base) + i) = u.w;
 }
 
 template <int DT> __device__ __forceinline__ float load1(const void *base, int64_t i) {

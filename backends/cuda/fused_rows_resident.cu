@@ -3,7 +3,10 @@
  * spread over a cluster of CL blocks (CL > 1 on sm_90+, else 1), each holding its slice of zs and
  * zt in shared memory, read from HBM once (an ignored row is not read at all). Two exchanges of
  * row statistics through distributed shared memory: the blocks' maxima with their sums of
- * exponentials relative to them, then the JSD sums. The element work is done once: the JSD pass
+ * exponentials relative to them, then the JSD sums. Each block pushes its value into every
+ * block's slot for it (st.async, counted on the receiver's barrier), so an exchange is one
+ * one-way trip with no cluster barrier and no fence (res_push_wait says why one slot per
+ * exchange is enough). The element work is done once: the JSD pass
  * leaves P = hw s + sw g and q in shared memory in place of zs and zt, and the last pass writes
  * G = dz'/dz (P - kappa q), kappa = sw (sum g) (res_pass_grad says how each is rounded). Element
  * terms from jsd_math.cuh (x = log q), row sums in double.
@@ -19,6 +22,8 @@ namespace DISTIL_GPU_NS {
 
 constexpr int RES_THREADS = 256;
 constexpr int RES_WARPS = RES_THREADS / DISTIL_GPU_WARP;
+constexpr int RES_MAX_CL = 16; /* the largest cluster res_plan tries (non-portable on sm_90) */
+constexpr double RES_INV_LN2 = 1.4426950408889634074; /* 1 / ln 2 */
 /* Largest slice of a block (zs + zt bytes), and the budgets tried in turn: a slice that lets
  * three blocks share an SM first (one computes while others load), then two, then one. */
 constexpr size_t RES_MAX_SLICE = 200u << 10;
@@ -33,20 +38,29 @@ struct res_params : fused_params {
 /* Block statistics: per-warp partials; this block's value of each exchange, read by the cluster
  * (one slot per exchange: a block may write the next exchange's while others still read this
  * one's); the row's values, broadcast to the block. */
-struct res_exp_slot {
+struct alignas(16) res_exp_slot {
     float ms, mt;  /* the block's maxima of zs and zt */
     double sum[3]; /* its sums of exponentials relative to them (res_pass_exp) */
 };
+struct alignas(16) res_jsd_slot {
+    double sum[2]; /* the block's sums of e and g (res_pass_jsd) */
+};
+/* in_exp, in_jsd: every block's value of each exchange, by rank (pushed, cl > 1); bar: one
+ * barrier per exchange, a phase per row. */
 struct res_smem {
     float wmax[2][RES_WARPS];
     double wsum[3][RES_WARPS];
     res_exp_slot xexp;
-    double xjsd[2];
+    res_jsd_slot xjsd;
+    res_exp_slot in_exp[RES_MAX_CL];
+    res_jsd_slot in_jsd[RES_MAX_CL];
+    unsigned long long bar[2];
     float row[5];
 };
 
 /* --------------------------------------------------------------- exchanges of statistics */
 
+/* A barrier over the cluster (the kernel's first and last step; cl = 1: the block's). */
 __device__ inline void res_cluster_sync(const res_params &p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (p.cl > 1) {
@@ -57,16 +71,53 @@ __device__ inline void res_cluster_sync(const res_params &p) {
     __syncthreads();
 }
 
-/* A partial of rank r (lanes of warp 0 fetch one rank each; r < cl). */
-template <typename T> __device__ inline const T *res_rank_ptr(const res_params &p, T *mine, int r) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (p.cl > 1) {
-        return cooperative_groups::this_cluster().map_shared_rank(mine, r);
+/* Before the first row: the two exchange barriers, made visible to the cluster. */
+__device__ inline void res_exchange_init(const res_params &p, res_smem &sm) {
+    if (p.cl > 1 && threadIdx.x == 0) {
+        distil_cluster_bar_init(&sm.bar[0]);
+        distil_cluster_bar_init(&sm.bar[1]);
     }
-#endif
-    (void)p;
-    (void)r;
-    return mine;
+    res_cluster_sync(p);
+}
+
+/* At the start of a row (thread 0): both barriers expect the cluster's cl values. Their previous
+ * phases are complete: thread 0's warp waited on them in the previous row. */
+__device__ inline void res_exchange_arm(const res_params &p, res_smem &sm) {
+    if (p.cl > 1 && threadIdx.x == 0) {
+        distil_cluster_bar_arm(&sm.bar[0], static_cast<unsigned>(p.cl * sizeof(res_exp_slot)));
+        distil_cluster_bar_arm(&sm.bar[1], static_cast<unsigned>(p.cl * sizeof(res_jsd_slot)));
+    }
+}
+
+/* One exchange, on warp 0: thread 0 has written this block's value `mine`; lane r < cl pushes it
+ * into block r's in[rank], then the warp waits for the phase (parity ph) in which all cl values
+ * have arrived. Returns the slots in rank order (cl = 1: mine, which thread 0 itself wrote). The
+ * other warps wait at the caller's block barrier.
+ * One slot per block and exchange is enough: a block pushes row k + 1's value of an exchange
+ * only after it has received every block's value of the other exchange of row k, and each block
+ * pushes that only after reading its slots of this exchange of row k (its push carries values
+ * computed from them), so no push overwrites a slot that is still to be read. */
+template <typename S>
+__device__ inline const S *res_push_wait(const res_params &p, res_smem &sm, const S &mine, S *in,
+                                         int which, unsigned ph) {
+    if (p.cl == 1) {
+        return &mine;
+    }
+    static_assert(sizeof(S) % 16 == 0, "slots of 16-byte words");
+    const int lane = threadIdx.x % DISTIL_GPU_WARP;
+    const int rank = static_cast<int>(blockIdx.x % p.cl);
+    __syncwarp();
+    if (lane < p.cl) {
+        const ulonglong2 *w = reinterpret_cast<const ulonglong2 *>(&mine);
+#pragma unroll
+        for (int k = 0; k < static_cast<int>(sizeof(S) / 16); k++) {
+            const ulonglong2 v = w[k];
+            distil_cluster_push16(reinterpret_cast<char *>(&in[rank]) + 16 * k, &sm.bar[which],
+                                  lane, v.x, v.y);
+        }
+    }
+    distil_cluster_bar_wait(&sm.bar[which], ph & 1u);
+    return in;
 }
 
 /* The block's sums of v[0..N) in double, fixed order, into slot[] by thread 0. */
@@ -84,20 +135,18 @@ template <int N> __device__ inline void res_block_sums(res_smem &sm, double (&v)
     }
 }
 
-/* The row sums of v[0..N) in double over every block, in a fixed order; lane 0 of warp 0 gets
+/* The row sums of e and g in double over every block, in a fixed order; lane 0 of warp 0 gets
  * them in out[] (other threads: unspecified). Ends before any thread reads sm.row. */
-template <int N>
-__device__ inline void res_row_sums(const res_params &p, res_smem &sm, double *slot, double (&v)[N],
-                                    double (&out)[N]) {
+__device__ inline void res_row_sums(const res_params &p, res_smem &sm, unsigned ph, double (&v)[2],
+                                    double (&out)[2]) {
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
     const int warp = threadIdx.x / DISTIL_GPU_WARP;
-    res_block_sums<N>(sm, v, slot);
-    res_cluster_sync(p);
+    res_block_sums<2>(sm, v, sm.xjsd.sum);
     if (warp == 0) {
+        const res_jsd_slot *in = res_push_wait(p, sm, sm.xjsd, sm.in_jsd, 1, ph);
 #pragma unroll
-        for (int k = 0; k < N; k++) {
-            double s = lane < p.cl ? res_rank_ptr(p, slot, lane)[k] : 0.0;
-            out[k] = warp_sum(s);
+        for (int k = 0; k < 2; k++) {
+            out[k] = warp_sum(lane < p.cl ? in[lane].sum[k] : 0.0);
         }
     }
 }
@@ -243,11 +292,11 @@ template <int VW> __device__ inline void res_load_wait() {
  * block's sums to the row maxima (one exp2f per block: the rounding of one element term), then a
  * fixed-order warp sum in double. Lane 0 leaves the row's maxima and LSEs (natural for x and y,
  * base 2 for the CE's s) in sm.row. */
-__device__ inline void res_merge_exp(const res_params &p, res_smem &sm) {
+__device__ inline void res_merge_exp(const res_params &p, res_smem &sm, const res_exp_slot *in) {
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
     res_exp_slot b = {-INFINITY, -INFINITY, {0.0, 0.0, 0.0}};
     if (lane < p.cl) {
-        b = *res_rank_ptr(p, &sm.xexp, lane);
+        b = in[lane];
     }
     float ms = b.ms, mt = b.mt;
 #pragma unroll
@@ -267,10 +316,14 @@ __device__ inline void res_merge_exp(const res_params &p, res_smem &sm) {
     for (int k = 0; k < 3; k++) {
         sum[k] = warp_sum(sum[k]);
     }
+    /* The three logarithms on three lanes at once (every lane holds the sums): the merge is
+     * what the block's other warps wait for. log2 s as ln s / ln 2 in double, then rounded. */
+    if (lane < 3) {
+        const double v = lane == 0 ? sum[0] : lane == 1 ? sum[1] : p.unit_temp ? sum[0] : sum[2];
+        const double l = log(v);
+        sm.row[lane] = static_cast<float>(lane == 2 ? l * RES_INV_LN2 : l);
+    }
     if (lane == 0) {
-        sm.row[0] = static_cast<float>(log(sum[0]));
-        sm.row[1] = static_cast<float>(log(sum[1]));
-        sm.row[2] = static_cast<float>(log2(p.unit_temp ? sum[0] : sum[2]));
         sm.row[3] = ms;
         sm.row[4] = mt;
     }
@@ -280,7 +333,7 @@ __device__ inline void res_merge_exp(const res_params &p, res_smem &sm) {
  * them, then the cluster merge. */
 template <int VW>
 __device__ inline void res_row_stats_of(const res_params &p, res_smem &sm, const float *sa,
-                                        const float *sb, int n, res_row_stats &st) {
+                                        const float *sb, int n, unsigned ph, res_row_stats &st) {
     /* st.hw and st.sw are the caller's (the same for every row). */
     float ma, mb;
     res_pass_max<VW>(sa, sb, n, &ma, &mb);
@@ -299,9 +352,8 @@ __device__ inline void res_row_stats_of(const res_params &p, res_smem &sm, const
         sm.xexp.ms = bms;
         sm.xexp.mt = bmt;
     }
-    res_cluster_sync(p);
     if (threadIdx.x < DISTIL_GPU_WARP) {
-        res_merge_exp(p, sm);
+        res_merge_exp(p, sm, res_push_wait(p, sm, sm.xexp, sm.in_exp, 0, ph));
     }
     __syncthreads();
     st.lx = sm.row[0];
@@ -311,23 +363,44 @@ __device__ inline void res_row_stats_of(const res_params &p, res_smem &sm, const
     st.mt = sm.row[4];
 }
 
+/* The row's slice of zs and zt copied in (res_load_issue), or nothing for an ignored row. */
+template <int VW>
+__device__ inline bool res_row_load(const res_params &p, int64_t row, int64_t label, int64_t c0,
+                                    int n, float *sa, float *sb) {
+    if (row < 0 || row >= p.rows || !fused_label_valid(p, label)) {
+        return false;
+    }
+    res_load_issue<VW>(p.zs + row * p.vocab + c0, p.zt + row * p.vocab + c0, n, sa, sb);
+    return true;
+}
+
+/* One row: `loaded` says whether its copy is already under way (issued by the previous row);
+ * the next row's (next, next_label) copy is issued as soon as this thread's last pass over the
+ * slice is done (the loss alone: after the JSD pass, so that it overlaps the second exchange;
+ * with G: after the G pass). Returns whether it was issued. ph: the valid rows done before. */
 template <int GDT, bool HAS_G, int VW>
-__device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, float *sb, int64_t row,
-                               int64_t label, int rank, int64_t c0, int n, res_row_stats st) {
+__device__ inline bool res_row(const res_params &p, res_smem &sm, float *sa, float *sb, int64_t row,
+                               int64_t label, int64_t next, int64_t next_label, bool loaded,
+                               int rank, int64_t c0, int n, unsigned ph, res_row_stats st) {
     const float *zs = p.zs + row * p.vocab;
     void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab : nullptr;
     const bool lead = rank == 0 && threadIdx.x == 0; /* writes the row's results */
     if (!fused_label_valid(p, label)) {              /* no copy: nothing to read */
         fused_ignored_row<GDT, HAS_G, VW>(p, row, g, c0, n, lead);
-        return;
+        return false;
     }
-    res_load_issue<VW>(zs + c0, p.zt + row * p.vocab + c0, n, sa, sb);
+    if (!loaded) {
+        res_row_load<VW>(p, row, label, c0, n, sa, sb);
+    }
+    res_exchange_arm(p, sm);
     /* docs/SPEC.md §6: the slice's dz'/dz of the student's head, or nullptr */
     const float *dzs = p.dz != nullptr ? p.dz + row * p.vocab + c0 : nullptr;
-    /* Read before G may overwrite zs (in place, F32): the exchanges order it before any write. */
-    const float z_label = zs[label]; /* every thread: fused_label_sm1 */
+    /* Read before G may overwrite zs (in place, F32): every thread consumes it (st.sm1 in the JSD
+     * pass) before the barriers that precede its block's second push, and G is written only
+     * after every block's second push has arrived. */
+    const float z_label = zs[label];
     res_load_wait<VW>();
-    res_row_stats_of<VW>(p, sm, sa, sb, n, st);
+    res_row_stats_of<VW>(p, sm, sa, sb, n, ph, st);
     st.sm1 = fused_label_sm1(z_label, st.ms, st.lce);
     double acc[2] = {0.0, 0.0};
     const int64_t lc = label - c0; /* the label's column in this block's slice */
@@ -336,8 +409,12 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
         res_pass_jsd<HAS_G, VW, decltype(mode)::value, decltype(unit)::value>(p, st, sa, sb, n,
                                                                               lcol, acc);
     });
+    bool issued = false;
+    if (!HAS_G) { /* the slice is no longer read: the next row's copy overlaps the exchange */
+        issued = res_row_load<VW>(p, next, next_label, c0, n, sa, sb);
+    }
     double tot[2];
-    res_row_sums<2>(p, sm, sm.xjsd, acc, tot);
+    res_row_sums(p, sm, ph, acc, tot);
     if (threadIdx.x == 0) {
         const double kappa = static_cast<double>(st.sw) * tot[1]; /* sw sum g, as kh + kl */
         sm.row[0] = static_cast<float>(kappa);
@@ -347,9 +424,11 @@ __device__ inline void res_row(const res_params &p, res_smem &sm, float *sa, flo
         }
     }
     __syncthreads();
-    if (HAS_G) { /* sm.row is next written after the next row's first exchange barrier */
+    if (HAS_G) { /* sm.row is next written after the next row's first exchange */
         res_pass_grad<GDT, VW>(sa, sb, n, sm.row[0], sm.row[1], dzs, g, c0);
+        issued = res_row_load<VW>(p, next, next_label, c0, n, sa, sb);
     }
+    return issued;
 }
 
 /* Grid: clusters of cl blocks, a persistent loop over rows (cluster k: rows k, k + K, ...).
@@ -368,10 +447,17 @@ __global__ void __launch_bounds__(RES_THREADS) distil_fused_resident_kernel(res_
     fused_weights(p, &w.hw, &w.sw);
     int64_t row = blockIdx.x / p.cl;
     int64_t label = row < p.rows ? p.labels[row] : 0;
+    res_exchange_init(p, sm);
+    bool loaded = false; /* this row's copy was issued by the previous one */
+    unsigned ph = 0;     /* valid rows done: the exchange barriers' phase */
     for (; row < p.rows; row += clusters) {
         /* The next row's label is read a row ahead: its latency no longer starts each row. */
-        const int64_t next_label = row + clusters < p.rows ? p.labels[row + clusters] : 0;
-        res_row<GDT, HAS_G, VW>(p, sm, sa, sb, row, label, rank, c0, n, w);
+        const int64_t next = row + clusters;
+        const int64_t next_label = next < p.rows ? p.labels[next] : 0;
+        const bool valid = fused_label_valid(p, label);
+        loaded = res_row<GDT, HAS_G, VW>(p, sm, sa, sb, row, label, next, next_label, loaded, rank,
+                                         c0, n, ph, w);
+        ph += valid ? 1u : 0u;
         label = next_label;
     }
     /* No block leaves while another may still read its statistics. */

@@ -79,6 +79,71 @@ __device__ __forceinline__ void distil_cp_async_wait_all() {
 #endif
 }
 
+/* The 64-bit value whose low word is lo and high word hi, as one register-pair move (the shift
+ * and or form was miscompiled by CUDA 13.0's ptxas: dtype.cuh's store_words). */
+__device__ __forceinline__ unsigned long long distil_pack64(unsigned lo, unsigned hi) {
+    unsigned long long r;
+    asm("mov.b64 %0, {%1, %2};" : "=l"(r) : "r"(lo), "r"(hi));
+    return r;
+}
+
+/* Pushes between the blocks of a cluster (sm_90+): a 16-byte store into block `rank`'s shared
+ * memory at the address that `local` has in this block, counted on that block's barrier at
+ * `bar` (st.async: no fence, the receiver's wait makes it visible), and the local barrier's
+ * init, arming (one arrival that expects `bytes`) and wait for a phase of given parity.
+ * Before sm_90 these are never called (a cluster of one needs no push). */
+__device__ __forceinline__ void distil_cluster_push16(void *local, unsigned long long *bar,
+                                                      int rank, unsigned long long a,
+                                                      unsigned long long b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(local));
+    unsigned m = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+    asm volatile("mapa.shared::cluster.u32 %0, %0, %1;" : "+r"(d) : "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %0, %1;" : "+r"(m) : "r"(rank));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b64 [%0], {%1, %2}, "
+                 "[%3];" ::"r"(d),
+                 "l"(a), "l"(b), "r"(m)
+                 : "memory");
+#else
+    (void)local, (void)bar, (void)rank, (void)a, (void)b;
+#endif
+}
+__device__ __forceinline__ void distil_cluster_bar_init(unsigned long long *bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned m = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n"
+                 "fence.mbarrier_init.release.cluster;" ::"r"(m)
+                 : "memory");
+#else
+    (void)bar;
+#endif
+}
+__device__ __forceinline__ void distil_cluster_bar_arm(unsigned long long *bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned m = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(m), "r"(bytes)
+                 : "memory");
+#else
+    (void)bar, (void)bytes;
+#endif
+}
+__device__ __forceinline__ void distil_cluster_bar_wait(unsigned long long *bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned m = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+    unsigned done = 0;
+    while (!done) {
+        asm volatile("{\n .reg .pred p;\n"
+                     " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(m), "r"(parity)
+                     : "memory");
+    }
+#else
+    (void)bar, (void)parity;
+#endif
+}
+
 /* 2^x by the special-function unit alone: relative error ~2 ulp, results below 2^-126 flushed to
  * 0 (exp2f adds the denormal range for ~3 more instructions per call). */
 __device__ __forceinline__ float distil_exp2_ftz(float x) {

@@ -94,6 +94,11 @@ __device__ __forceinline__ long long distil_warp_xor(long long v, int lane_mask)
     return __shfl_xor(v, lane_mask);
 }
 
+/* The 64-bit value whose low word is lo and high word hi (dtype.cuh's store_words). */
+__device__ __forceinline__ unsigned long long distil_pack64(unsigned lo, unsigned hi) {
+    return static_cast<unsigned long long>(hi) << 32 | lo;
+}
+
 /* 2^x, fast: AMD's exp2f is the hardware instruction already (results below 2^-126 may flush). */
 __device__ __forceinline__ float distil_exp2_ftz(float x) {
     return exp2f(x);
