@@ -19,6 +19,8 @@ static distil_status distil_e4m3_head_check(distil_ctx *ctx, const char *fn, int
                                             int64_t cols) {
     DISTIL_TRY(distil_check_min(ctx, fn, "rows", rows, 1));
     DISTIL_TRY(distil_check_min(ctx, fn, "cols", cols, 1));
+    /* cols first: distil_e4m3_ld(cols) must not overflow (cols near INT64_MAX wrapped it) */
+    DISTIL_TRY(distil_check_size(ctx, fn, "weight", rows, cols, 4));
     DISTIL_TRY(distil_check_size(ctx, fn, "weight", rows, distil_e4m3_ld(cols), 4));
     if (ctx->be->quant_rows == NULL || ctx->be->e4m3_bytes <= 0) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
@@ -56,6 +58,7 @@ static distil_status distil_e4m3_head_make_call(distil_ctx *ctx, distil_dtype dt
                                 "%lld columns",
                                 fn_make, bytes, want, (long long)rows, (long long)cols);
     }
+    DISTIL_TRY(distil_e4m3_head_check_align(ctx, fn_make, "head", head));
     const size_t es = distil_dtype_size(dtype);
     const distil_ptr_rule ptrs[] = {
         {"weight", distil_dptr_make(weight, 0), true, (size_t)(rows * cols) * es, false},

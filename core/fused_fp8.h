@@ -15,6 +15,11 @@
  * after them, 16-byte aligned) the scales (rows) fp32: no byte is left unwritten. */
 size_t distil_e4m3_head_bytes(int eb, int64_t rows, int64_t cols, size_t *off_scale);
 
+/* A head's address is 16-byte aligned (docs/SPEC.md §6: its scales are read as fp32 and its code
+ * rows as 16-byte vectors); else DISTIL_ERR_INVALID_ARG naming arg. */
+distil_status distil_e4m3_head_check_align(distil_ctx *ctx, const char *fn, const char *arg,
+                                           const void *head);
+
 /* teacher_head_precision is a known value, the context's backend computes it, and a head made
  * once (teacher_weight_e4m3) comes with the precision and the size it must have. */
 distil_status distil_fused_fp8_check(distil_ctx *ctx, const char *fn,

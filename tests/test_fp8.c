@@ -14,6 +14,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 static const char *g_backend;
@@ -306,6 +307,15 @@ static void test_head_misuse(void **state) {
     assert_non_null(strstr(distil_ctx_last_error(g_ctx), "weight"));
     assert_int_equal(distil_e4m3_head_size(g_ctx, 0, s.ht, &other), DISTIL_ERR_INVALID_ARG);
     assert_non_null(strstr(distil_ctx_last_error(g_ctx), "rows"));
+    /* columns whose 16-rounding would wrap int64 (it once passed as a 36-byte head) */
+    assert_int_equal(distil_e4m3_head_size(g_ctx, 1, INT64_MAX, &other), DISTIL_ERR_INVALID_ARG);
+    assert_non_null(strstr(distil_ctx_last_error(g_ctx), "weight"));
+    /* a head not 16-byte aligned: its fp32 scales would be misaligned */
+    assert_int_equal(distil_e4m3_head_make(g_ctx, DISTIL_BF16, wt, p.vt, s.ht,
+                                           (char *)head + 1, bytes),
+                     DISTIL_ERR_INVALID_ARG);
+    assert_non_null(strstr(distil_ctx_last_error(g_ctx), "head"));
+    assert_non_null(strstr(distil_ctx_last_error(g_ctx), "aligned"));
     size_t ws = 0;
     distil_fused_linear_jsd_desc d = p.d;
     d.teacher_weight_e4m3 = head;
@@ -314,6 +324,12 @@ static void test_head_misuse(void **state) {
                      DISTIL_ERR_INVALID_ARG);
     assert_non_null(strstr(distil_ctx_last_error(g_ctx), "teacher_weight_e4m3_bytes"));
     d.teacher_weight_e4m3_bytes = bytes;
+    d.teacher_weight_e4m3 = (char *)head + 8;
+    assert_int_equal(distil_fused_linear_jsd_workspace_size(g_ctx, &d, 1, &ws),
+                     DISTIL_ERR_INVALID_ARG);
+    assert_non_null(strstr(distil_ctx_last_error(g_ctx), "teacher_weight_e4m3"));
+    assert_non_null(strstr(distil_ctx_last_error(g_ctx), "aligned"));
+    d.teacher_weight_e4m3 = head;
     d.teacher_head_precision = DISTIL_HEAD_PRECISION_DEFAULT;
     assert_int_equal(distil_fused_linear_jsd_workspace_size(g_ctx, &d, 1, &ws),
                      DISTIL_ERR_INVALID_ARG);
@@ -338,7 +354,8 @@ static void test_head_in_lent_workspace(void **state) {
     size_t bytes = 0, ws = 0;
     TU_OK(g_ctx, distil_e4m3_head_size(g_ctx, p.vt, s.ht, &bytes));
     distil_fused_linear_jsd_desc d = p.d;
-    d.teacher_weight_e4m3 = &bytes; /* the query reads only its presence */
+    static _Alignas(16) char placeholder[16];
+    d.teacher_weight_e4m3 = placeholder; /* the query reads only its presence and alignment */
     d.teacher_weight_e4m3_bytes = bytes;
     TU_OK(g_ctx, distil_fused_linear_jsd_workspace_size(g_ctx, &d, 1, &ws));
     void *lent = tu_alloc_poisoned(g_ctx, ws + bytes);

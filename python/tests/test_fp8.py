@@ -127,21 +127,25 @@ def _distinct(seed, dtype, device, t=20, v=300, hs=24, ht=40):
 def test_head_made_once(device, dtype):
     """e4m3_head's head gives the bits of the call that rounds Wt itself (docs/SPEC.md §6):
     loss, parts and gradients, through the functional form, a module's cache and a module
-    given the head per call."""
+    given the head per call. Where a head is given the teacher weight passed beside it is zeros
+    (it gives the shape only), so a call that ignored the head would fail here."""
     inp = _distinct(11, dtype, device)
     xs, ws, xt, wt, lab = (inp[k] for k in ("xs", "ws", "xt", "wt", "labels"))
     head = dt.e4m3_head(wt)
     assert head.dtype is torch.uint8 and head.device == wt.device
 
-    def run(**kw):
+    zeros = torch.zeros_like(wt)
+
+    def run(w=wt, **kw):
         xs.grad = ws.grad = None
-        loss = F.fused_linear_jsd_loss(xs, ws, xt, wt, lab, teacher_head_precision="fp8",
+        loss = F.fused_linear_jsd_loss(xs, ws, xt, w, lab, teacher_head_precision="fp8",
                                        chunk_rows=7, **kw)
         loss.backward()
         return loss.detach().clone(), xs.grad.clone(), ws.grad.clone()
 
     want = run()
-    got = run(teacher_weight_e4m3=head)
+    got = run(zeros, teacher_weight_e4m3=head)
+    assert not torch.equal(run(zeros)[0], want[0])  # zeros are a weight of another loss
     for name, a, b in zip(("loss", "grad_xs", "grad_Ws"), want, got):
         assert torch.equal(a, b), name
     module = dt.FusedLinearJSDLoss(teacher_head_precision="fp8", cache_teacher_head=True,
@@ -154,7 +158,7 @@ def test_head_made_once(device, dtype):
     kept = module._head_cache.head
     assert kept is not None and torch.equal(kept, head)
     loss = dt.FusedLinearJSDLoss(teacher_head_precision="fp8", chunk_rows=7)(
-        xs, ws, xt, wt, lab, teacher_weight_e4m3=head)
+        xs, ws, xt, zeros, lab, teacher_weight_e4m3=head)
     assert torch.equal(loss.detach(), want[0])
 
 
@@ -173,6 +177,36 @@ def test_head_cache_follows_the_weight(device):
     fresh = F.fused_linear_jsd(xs, ws, xt, wt, lab, teacher_head_precision="fp8").detach()
     assert module._head_cache.head is not first
     assert torch.equal(after, fresh) and not torch.equal(after, before)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_head_cache_not_fooled(device):
+    """The cache keys on the weight's storage object and view, not its address: a new tensor
+    that the allocator placed where the old one was (a clone each step), a transposed view of
+    the same storage and an inference tensor (no version counter) each get their own head."""
+    inp = _distinct(15, torch.bfloat16, device)
+    xs, ws, xt, wt, lab = (inp[k] for k in ("xs", "ws", "xt", "wt", "labels"))
+    module = dt.FusedLinearJSD(teacher_head_precision="fp8", cache_teacher_head=True)
+
+    def fresh(w):
+        return F.fused_linear_jsd(xs, ws, xt, w, lab, teacher_head_precision="fp8").detach()
+
+    master = wt.clone()
+    for _ in range(3):
+        with torch.no_grad():
+            master.mul_(-1.3)
+        step = master.clone()  # version 0, often at the address the last step's clone had
+        assert torch.equal(module(xs, ws, xt, step, lab).detach(), fresh(step))
+        del step
+    sq = _distinct(16, torch.bfloat16, device, v=40, ht=40)  # Wt square: Wt.t() fits too
+    square = dt.FusedLinearJSD(teacher_head_precision="fp8", cache_teacher_head=True)
+    for w in (sq["wt"], sq["wt"].t()):
+        args = (sq["xs"], sq["ws"], sq["xt"], w, sq["labels"])
+        assert torch.equal(square(*args).detach(),
+                           F.fused_linear_jsd(*args, teacher_head_precision="fp8").detach())
+    with torch.inference_mode():
+        frozen = wt.clone()
+    assert torch.equal(module(xs, ws, xt, frozen, lab).detach(), fresh(frozen))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -206,9 +240,10 @@ def test_head_made_once_compiles():
         return F.fused_linear_jsd_loss(xs, ws, xt, wt, lab, teacher_head_precision="fp8",
                                        teacher_weight_e4m3=head)
 
-    want = f(xs, ws, xt, wt, lab, head)
+    want = F.fused_linear_jsd_loss(xs, ws, xt, wt, lab, teacher_head_precision="fp8")
     want.backward()
     want_grad, xs.grad = xs.grad.clone(), None
-    got = torch.compile(f, fullgraph=True)(xs, ws, xt, wt, lab, head)
+    # zeros beside the head: only a compiled op that reads the head gives the eager loss
+    got = torch.compile(f, fullgraph=True)(xs, ws, xt, torch.zeros_like(wt), lab, head)
     got.backward()
     assert torch.equal(got.detach(), want.detach()) and torch.equal(xs.grad, want_grad)

@@ -11,6 +11,7 @@ KLDivLoss and TVDLoss (Liger's LigerKLDIVLoss, LigerTVDLoss) are in distil.torch
 """
 
 import math
+import weakref
 from typing import Optional
 
 import torch
@@ -43,28 +44,44 @@ def _head_options(module) -> dict:
 
 class _HeadCache:
     """The teacher's head made once (F.e4m3_head) for cache_teacher_head=True (docs/SPEC.md §6),
-    made again when the weight's storage, shape, dtype or version changes (the version counts
-    in-place changes through the tensor itself, load_state_dict's copy included; a change
-    through `.data`, which torch does not count, is not seen: call clear()). While compiling
-    (the weight is not a real tensor then) or capturing a CUDA graph (no allocation) it hands
-    out only a head it already has, else None (the call rounds Wt itself)."""
+    made again unless the weight is the same view of the same storage at the same version: the
+    storage object itself (held weakly, so a new tensor at a reused address is not mistaken for
+    it), offset, shape, strides, dtype, device and version counter (which counts in-place changes
+    through the tensor, load_state_dict's copy included; a change through `.data`, which torch
+    does not count, is not seen: call clear()). An inference tensor has no version counter: its
+    head is made on every call. Under torch.compile the cache is off (the weight is not a real
+    tensor there: make the head once with e4m3_head and pass teacher_weight_e4m3=); while a CUDA
+    graph is captured it hands out only a head it already has, else None (the call rounds Wt
+    itself), and keeps every head it handed out then, which the graph goes on reading."""
 
     def __init__(self):
-        self.key, self.head = None, None
+        self.key, self.storage, self.head = None, None, None
+        self.pinned = []  # heads read by captured graphs
 
     def clear(self):
-        self.key, self.head = None, None
+        self.key, self.storage, self.head = None, None, None
+
+    def _same(self, wt: Tensor, key) -> bool:
+        return (self.head is not None and key == self.key
+                and self.storage is not None and self.storage() is wt.untyped_storage())
 
     def get(self, wt: Tensor) -> Optional[Tensor]:
         if torch.compiler.is_compiling():
             return None
-        key = (wt.data_ptr(), wt._version, tuple(wt.shape), wt.dtype, wt.device)
-        if key == self.key:
+        if wt.is_inference():
+            return F.e4m3_head(wt)
+        key = (wt.storage_offset(), tuple(wt.shape), wt.stride(), wt.dtype, wt.device,
+               wt._version)
+        capturing = wt.is_cuda and torch.cuda.is_current_stream_capturing()
+        if self._same(wt, key):
+            if capturing and not any(h is self.head for h in self.pinned):
+                self.pinned.append(self.head)
             return self.head
-        if wt.is_cuda and torch.cuda.is_current_stream_capturing():
+        if capturing:
             return None
-        self.key, self.head = None, None  # the old head is freed before the new one is made
-        self.head, self.key = F.e4m3_head(wt), key
+        self.clear()  # the old head is freed before the new one is made (unless pinned)
+        self.head = F.e4m3_head(wt)
+        self.key, self.storage = key, weakref.ref(wt.untyped_storage())
         return self.head
 
 
