@@ -22,8 +22,8 @@ size_t distil_e4m3_head_bytes(int eb, int64_t rows, int64_t cols, size_t *off_sc
 distil_status distil_e4m3_head_check_align(distil_ctx *ctx, const char *fn, const char *arg,
                                            const void *head) {
     if ((uintptr_t)head % 16 != 0) {
-        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
-                                "%s: %s %p is not 16-byte aligned", fn, arg, head);
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG, "%s: %s %p is not 16-byte aligned", fn,
+                                arg, head);
     }
     return DISTIL_OK;
 }
@@ -39,8 +39,8 @@ static distil_status distil_fused_fp8_check_head(distil_ctx *ctx, const char *fn
                                 "not FP8_E4M3",
                                 fn);
     }
-    DISTIL_TRY(distil_e4m3_head_check_align(ctx, fn, "teacher_weight_e4m3",
-                                            d->teacher_weight_e4m3));
+    DISTIL_TRY(
+        distil_e4m3_head_check_align(ctx, fn, "teacher_weight_e4m3", d->teacher_weight_e4m3));
     size_t off;
     const int64_t vt = distil_fused_teacher_vocab(d);
     const size_t want = distil_e4m3_head_bytes(ctx->be->e4m3_bytes, vt, d->teacher_hidden, &off);

@@ -311,9 +311,9 @@ static void test_head_misuse(void **state) {
     assert_int_equal(distil_e4m3_head_size(g_ctx, 1, INT64_MAX, &other), DISTIL_ERR_INVALID_ARG);
     assert_non_null(strstr(distil_ctx_last_error(g_ctx), "weight"));
     /* a head not 16-byte aligned: its fp32 scales would be misaligned */
-    assert_int_equal(distil_e4m3_head_make(g_ctx, DISTIL_BF16, wt, p.vt, s.ht,
-                                           (char *)head + 1, bytes),
-                     DISTIL_ERR_INVALID_ARG);
+    assert_int_equal(
+        distil_e4m3_head_make(g_ctx, DISTIL_BF16, wt, p.vt, s.ht, (char *)head + 1, bytes),
+        DISTIL_ERR_INVALID_ARG);
     assert_non_null(strstr(distil_ctx_last_error(g_ctx), "head"));
     assert_non_null(strstr(distil_ctx_last_error(g_ctx), "aligned"));
     size_t ws = 0;
