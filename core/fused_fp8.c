@@ -18,7 +18,6 @@ size_t distil_e4m3_head_bytes(int eb, int64_t rows, int64_t cols, size_t *off_sc
     return *off_scale + (size_t)rows * sizeof(float);
 }
 
-/* The head made once: given only with the fp8 head, of the size this backend makes for Wt. */
 distil_status distil_e4m3_head_check_align(distil_ctx *ctx, const char *fn, const char *arg,
                                            const void *head) {
     if ((uintptr_t)head % 16 != 0) {
@@ -28,6 +27,8 @@ distil_status distil_e4m3_head_check_align(distil_ctx *ctx, const char *fn, cons
     return DISTIL_OK;
 }
 
+/* The head made once: given only with the fp8 head, aligned, of the size this backend makes for
+ * Wt. */
 static distil_status distil_fused_fp8_check_head(distil_ctx *ctx, const char *fn,
                                                  const distil_fused_linear_jsd_desc *d) {
     if (d->teacher_weight_e4m3 == NULL) {

@@ -35,9 +35,9 @@ struct res_params : fused_params {
     int cl;       /* blocks per row (the cluster) */
 };
 
-/* Block statistics: per-warp partials; this block's value of each exchange, read by the cluster
- * (one slot per exchange: a block may write the next exchange's while others still read this
- * one's); the row's values, broadcast to the block. */
+/* Block statistics: per-warp partials; this block's value of each exchange (xexp, xjsd: written
+ * by thread 0, read by its own warp 0, which pushes it to the cluster); the row's values,
+ * broadcast to the block. */
 struct alignas(16) res_exp_slot {
     float ms, mt;  /* the block's maxima of zs and zt */
     double sum[3]; /* its sums of exponentials relative to them (res_pass_exp) */
@@ -460,7 +460,7 @@ __global__ void __launch_bounds__(RES_THREADS) distil_fused_resident_kernel(res_
         ph += valid ? 1u : 0u;
         label = next_label;
     }
-    /* No block leaves while another may still read its statistics. */
+    /* No block leaves while another may still push into its shared memory. */
     res_cluster_sync(p);
 }
 

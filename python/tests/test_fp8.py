@@ -150,12 +150,15 @@ def test_head_made_once(device, dtype):
         assert torch.equal(a, b), name
     module = dt.FusedLinearJSDLoss(teacher_head_precision="fp8", cache_teacher_head=True,
                                    chunk_rows=7)
+    first = None
     for _ in range(2):  # made on the first call, reused on the second
         xs.grad = ws.grad = None
         loss = module(xs, ws, xt, wt, lab)
         loss.backward()
         assert torch.equal(loss.detach(), want[0]) and torch.equal(xs.grad, want[1])
+        first = first if first is not None else module._head_cache.head
     kept = module._head_cache.head
+    assert kept is first  # a cache that never hit would make a new head per call
     assert kept is not None and torch.equal(kept, head)
     loss = dt.FusedLinearJSDLoss(teacher_head_precision="fp8", chunk_rows=7)(
         xs, ws, xt, zeros, lab, teacher_weight_e4m3=head)
