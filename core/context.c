@@ -122,7 +122,10 @@ distil_status distil_ctx_set_stream(distil_ctx *ctx, void *stream) {
 
 distil_status distil_ctx_wait(distil_ctx *ctx) {
     distil_status s = ctx->be->synchronize(ctx->b);
-    if (s == DISTIL_ERR_INVALID_LABEL) {
+    /* A device backend's deferred error of an earlier call's input, kept for
+     * distil_ctx_synchronize: an invalid label or teacher id (INVALID_LABEL), or a head made once
+     * for another shape (INVALID_ARG naming teacher_weight_e4m3, docs/SPEC.md §6). */
+    if (s == DISTIL_ERR_INVALID_LABEL || s == DISTIL_ERR_INVALID_ARG) {
         if (ctx->deferred == DISTIL_OK) {
             ctx->deferred = s;
             snprintf(ctx->deferred_msg, sizeof ctx->deferred_msg, "%s", ctx->msg);

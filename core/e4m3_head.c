@@ -2,8 +2,9 @@
  * e4m3_head.c - the public entry points distil_e4m3_head_size and distil_e4m3_head_make: a frozen
  * teacher's head rounded to e4m3 once (docs/SPEC.md §6), by the same backend quant_rows that a
  * fused call runs on Wt itself, so that a fused call given the head computes the same bits.
- * Layout (fused_fp8.h, distil_e4m3_head_bytes): codes (rows, distil_e4m3_ld(cols)) in the
- * backend's e4m3 form, then the scales (rows) fp32.
+ * Layout (fused_fp8.h, distil_e4m3_head_layout): a 32-byte header naming what the head was made
+ * for (checked by every fused call given it), codes (rows, distil_e4m3_ld(cols)) in the backend's
+ * e4m3 form, then the scales (rows) fp32.
  */
 #include "ctx.h"
 #include "error.h"
@@ -20,11 +21,12 @@ static distil_status distil_e4m3_head_check(distil_ctx *ctx, const char *fn, int
     DISTIL_TRY(distil_check_min(ctx, fn, "rows", rows, 1));
     DISTIL_TRY(distil_check_min(ctx, fn, "cols", cols, 1));
     /* cols first: distil_e4m3_ld(cols) must not overflow (cols near INT64_MAX wrapped it) */
-    DISTIL_TRY(distil_check_size(ctx, fn, "weight", rows, cols, 4));
-    DISTIL_TRY(distil_check_size(ctx, fn, "weight", rows, distil_e4m3_ld(cols), 4));
-    if (ctx->be->quant_rows == NULL || ctx->be->e4m3_bytes <= 0) {
+    DISTIL_TRY(distil_e4m3_head_check_size(ctx, fn, "weight", rows, cols));
+    const distil_backend *be = ctx->be;
+    if (be->quant_rows == NULL || be->e4m3_bytes <= 0 ||
+        (!be->host_memory && be->e4m3_header == NULL)) { /* the header: written by an op */
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "%s: backend '%s' has no fp8 teacher head", fn, ctx->be->name);
+                                "%s: backend '%s' has no fp8 teacher head", fn, be->name);
     }
     return DISTIL_OK;
 }
@@ -33,8 +35,7 @@ static distil_status distil_e4m3_head_size_call(distil_ctx *ctx, int64_t rows, i
                                                 size_t *bytes) {
     DISTIL_TRY(distil_check_not_null(ctx, fn_size, "bytes", bytes));
     DISTIL_TRY(distil_e4m3_head_check(ctx, fn_size, rows, cols));
-    size_t off;
-    *bytes = distil_e4m3_head_bytes(ctx->be->e4m3_bytes, rows, cols, &off);
+    *bytes = distil_e4m3_head_layout(ctx->be->e4m3_bytes, rows, cols).bytes;
     return DISTIL_OK;
 }
 
@@ -50,8 +51,8 @@ static distil_status distil_e4m3_head_make_call(distil_ctx *ctx, distil_dtype dt
                                                 void *head, size_t bytes) {
     DISTIL_TRY(distil_check_dtype(ctx, fn_make, "dtype", dtype));
     DISTIL_TRY(distil_e4m3_head_check(ctx, fn_make, rows, cols));
-    size_t off;
-    const size_t want = distil_e4m3_head_bytes(ctx->be->e4m3_bytes, rows, cols, &off);
+    const distil_e4m3_layout l = distil_e4m3_head_layout(ctx->be->e4m3_bytes, rows, cols);
+    const size_t want = l.bytes;
     if (bytes != want) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
                                 "%s: bytes %zu != %zu, distil_e4m3_head_size of %lld rows and "
@@ -75,10 +76,11 @@ static distil_status distil_e4m3_head_make_call(distil_ctx *ctx, distil_dtype dt
                                       .src_dtype = dtype,
                                       .rows = rows,
                                       .cols = cols,
-                                      .dst = ptrs[1].p,
-                                      .dst_ld = distil_e4m3_ld(cols),
-                                      .scale = distil_dptr_add(ptrs[1].p, off)};
-    return ctx->be->quant_rows(ctx->b, &q);
+                                      .dst = distil_dptr_add(ptrs[1].p, l.off_codes),
+                                      .dst_ld = l.ld,
+                                      .scale = distil_dptr_add(ptrs[1].p, l.off_scale)};
+    DISTIL_TRY(ctx->be->quant_rows(ctx->b, &q));
+    return distil_e4m3_head_write_header(ctx, head, rows, cols);
 }
 
 distil_status distil_e4m3_head_make(distil_ctx *ctx, distil_dtype dtype, const void *weight,

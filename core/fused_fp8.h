@@ -10,10 +10,44 @@
 #include "chunk.h"
 #include "ctx.h"
 
-/* Bytes of a head made once (distil_e4m3_head_make) of rows x cols on a backend whose e4m3
- * elements take eb bytes: codes (rows, distil_e4m3_ld(cols), chunk.h), then at *off_scale (right
- * after them, 16-byte aligned) the scales (rows) fp32: no byte is left unwritten. */
-size_t distil_e4m3_head_bytes(int eb, int64_t rows, int64_t cols, size_t *off_scale);
+/* A head made once (distil_e4m3_head_make, docs/SPEC.md §6; drawn in docs/DESIGN.md "The fp8
+ * teacher head") is, from its first byte, which is 16-byte aligned:
+ *   header  distil_e4m3_header (backend.h), 32 bytes: magic, layout, e4m3_bytes, rows, cols
+ *   codes   (rows, ld) in the backend's e4m3 form, eb bytes each, ld = distil_e4m3_ld(cols)
+ *   scales  (rows) fp32
+ * with no gap: 32 and a row of codes (ld * eb bytes) are multiples of 16, so the codes and the
+ * scales are 16-byte aligned (cuda's 16-byte code stores, cuBLASLt's fp8 operands, fp32 loads),
+ * and every byte is written. This file is the one place of that layout. */
+#define DISTIL_E4M3_HEAD_MAGIC  0x48344544u /* "DE4H" in memory order on a little-endian host */
+#define DISTIL_E4M3_HEAD_LAYOUT 1u
+
+/* Where a head's parts lie, in bytes from its first. */
+typedef struct distil_e4m3_layout {
+    int64_t ld;       /* the codes' row stride, elements */
+    size_t off_codes; /* = the header's size */
+    size_t off_scale; /* right after the codes */
+    size_t bytes;     /* the whole head: distil_e4m3_head_size */
+} distil_e4m3_layout;
+
+/* rows x cols (>= 1, checked by the caller) of a head, or of the fused call's e4m3 rows, within
+ * validate.h's size limit: cols first (so that its 16-rounding cannot overflow: cols near
+ * INT64_MAX wrapped it), then the rounded rows at 4 bytes per element, which bounds the whole
+ * head (codes of at most 2 bytes, a 4-byte scale per row of >= 16, the header). `name` is the
+ * argument the message names. */
+distil_status distil_e4m3_head_check_size(distil_ctx *ctx, const char *fn, const char *name,
+                                          int64_t rows, int64_t cols);
+
+/* The layout of a head of rows x cols with eb-byte codes, once distil_e4m3_head_check_size
+ * accepted them. */
+distil_e4m3_layout distil_e4m3_head_layout(int eb, int64_t rows, int64_t cols);
+
+/* The header of a head of rows x cols made by a backend of eb-byte codes. */
+distil_e4m3_header distil_e4m3_head_header(int eb, int64_t rows, int64_t cols);
+
+/* Store the header of a head of rows x cols at head (in ctx's memory, checked): directly on a
+ * host-memory backend, else by the backend's e4m3_header op (in stream order). */
+distil_status distil_e4m3_head_write_header(distil_ctx *ctx, void *head, int64_t rows,
+                                            int64_t cols);
 
 /* A head's address is 16-byte aligned (docs/SPEC.md §6: its scales are read as fp32 and its code
  * rows as 16-byte vectors); else DISTIL_ERR_INVALID_ARG naming arg. */
@@ -29,12 +63,20 @@ distil_status distil_fused_fp8_check(distil_ctx *ctx, const char *fn,
  * that computes the loss whole (ref). */
 int distil_fused_fp8_bytes(const distil_ctx *ctx, const distil_fused_linear_jsd_desc *d);
 
-/* a's head made once (wq, wq_ld, wq_scale) from the descriptor, or a NULL wq. */
+/* a's head made once (wq_head, wq_bytes, wq, wq_ld, wq_scale) from the descriptor (checked by
+ * distil_fused_fp8_check), or NULL wq_head and wq. */
 void distil_fused_fp8_head_args(const distil_ctx *ctx, const distil_fused_linear_jsd_desc *d,
                                 distil_fused_args *a);
 
-/* Before the loop: Wt's rows [0, vocab) into the plan's wq and sw (nothing when a head made once
- * is given). */
+/* The fused call's head made once, after its pointer checks, on a host-memory backend: its
+ * header is that of the call's teacher head (Vt, Ht) on this backend, else INVALID_ARG naming
+ * teacher_weight_e4m3 (made for another shape / backend). A device backend compares the header
+ * on the device instead (distil_fused_fp8_weights; synchronize reports it). */
+distil_status distil_fused_fp8_check_given(distil_ctx *ctx, const char *fn,
+                                           const distil_fused_args *a);
+
+/* Before the loop: Wt's rows [0, vocab) into the plan's wq and sw, or, with a head made once on a
+ * device backend, its header compared with the call's on the device (e4m3_header). */
 distil_status distil_fused_fp8_weights(const distil_backend *be, void *b,
                                        const distil_fused_args *a, const distil_fused_plan *p);
 

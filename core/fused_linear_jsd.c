@@ -105,8 +105,8 @@ static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused
         {"student_weight", a->ws, true, v * hs * es, false},
         {"student_bias", a->bs, false, v * es, false},
         {"teacher_hidden", a->xt, a->rows > 0, t * (size_t)a->ht * es, false},
-        {"teacher_weight", a->wt, !distil_dptr_present(a->wq), vt * (size_t)a->ht * es, false},
-        {"teacher_weight_e4m3", a->wq, false, a->wq_bytes, false},
+        {"teacher_weight", a->wt, !distil_dptr_present(a->wq_head), vt * (size_t)a->ht * es, false},
+        {"teacher_weight_e4m3", a->wq_head, false, a->wq_bytes, false},
         {"teacher_bias", a->bt, false, vt * es, false},
         {"labels", a->labels, a->rows > 0 && a->weight_hard != 0.0f, t * sizeof(int64_t), false},
         {"normaliser_device", a->normaliser_device, false, sizeof(float), false},
@@ -226,6 +226,7 @@ distil_status distil_fused_call(distil_ctx *ctx, const distil_fused_linear_jsd_d
     distil_fused_fill_args(desc, &a);
     distil_fused_fp8_head_args(ctx, desc, &a);
     DISTIL_TRY(distil_fused_check_ptrs(ctx, &a));
+    DISTIL_TRY(distil_fused_fp8_check_given(ctx, fn, &a)); /* docs/SPEC.md §6: its header */
     if (a.rows == 0) {
         return distil_fused_empty(ctx, &a);
     }

@@ -354,7 +354,8 @@ typedef struct distil_fused_linear_jsd_desc {
     /* docs/SPEC.md §6 "fp8 teacher head, made once": with FP8_E4M3, the teacher's head as
      * distil_e4m3_head_make rounded it (Vt rows, Ht columns), so that a frozen teacher's head is
      * rounded once rather than in every call (same values, bit for bit); teacher_weight is then
-     * not read and may be NULL. NULL (the default): Wt rounded in each call, in the workspace. */
+     * not read and may be NULL. 16-byte aligned; its header must name this call's Vt and Ht and
+     * the context's backend. NULL (the default): Wt rounded in each call, in the workspace. */
     const void *teacher_weight_e4m3;
     size_t teacher_weight_e4m3_bytes; /* its size, distil_e4m3_head_size(ctx, Vt, Ht, &bytes) */
 } distil_fused_linear_jsd_desc;
@@ -410,9 +411,12 @@ DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd_workspace_size
 /*
  * A frozen teacher's head, rounded once for the fp8 teacher head (docs/SPEC.md §6): the rows of
  * weight (rows, cols) dtype, dense, in the context's memory, each rounded to e4m3 with its own
- * scale, into head (in the context's memory, `bytes` as distil_e4m3_head_size gives for these
- * rows and cols), in the backend's own form: hand it to fused calls on contexts of the same
- * backend as desc.teacher_weight_e4m3. Asynchronous on GPU backends; weight may be freed or
+ * scale, into head (in the context's memory, 16-byte aligned, `bytes` as distil_e4m3_head_size
+ * gives for these rows and cols), in the backend's own form after a header naming the rows, the
+ * columns and the backend's form: hand it to fused calls on contexts of the same backend as
+ * desc.teacher_weight_e4m3 (each checks the header: a head made for another shape or backend is
+ * DISTIL_ERR_INVALID_ARG naming teacher_weight_e4m3, from the call on cpu / ref, from the next
+ * distil_ctx_synchronize on cuda / hip). Asynchronous on GPU backends; weight may be freed or
  * changed once the call is ordered before that. DISTIL_ERR_UNSUPPORTED where the backend has no
  * fp8 teacher head (opencl).
  */

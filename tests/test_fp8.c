@@ -7,7 +7,8 @@
  *     teacher logits bt exactly (scale 1), as ref;
  *   - the workspace query counts the fp8 regions; reruns are bitwise equal (docs/SPEC.md §4);
  *   - Wt's rows made once (distil_e4m3_head_make) give the bits of the call that rounds Wt itself,
- *     with teacher_weight NULL and less workspace; its misuse is refused naming the argument.
+ *     with teacher_weight NULL and less workspace; its misuse is refused naming the argument, a
+ *     head of another shape or backend with the right byte count included (its header).
  * A backend without the fp8 head (opencl) is skipped with its message.
  */
 #include "test_problems.h"
@@ -339,6 +340,91 @@ static void test_head_misuse(void **state) {
     tp_fused_free(&p);
 }
 
+/* p's call on ctx given `head` (bytes) as Wt's rows made once, teacher_weight NULL, loss only: the
+ * call's status and that of the synchronize after it (a device backend compares the head's header
+ * on the device and reports a difference there, as it does an invalid label). */
+static void run_with_head(distil_ctx *ctx, const tp_fused *p, const void *head, size_t bytes,
+                          distil_status *call, distil_status *sync) {
+    void *in[TP_FUSED_INPUTS];
+    tp_fused_upload(ctx, p, in);
+    void *loss = tu_alloc_poisoned(ctx, 4 * sizeof(float));
+    distil_fused_linear_jsd_desc d = p->d;
+    d.teacher_weight_e4m3 = head;
+    d.teacher_weight_e4m3_bytes = bytes;
+    *call = distil_fused_linear_jsd(ctx, &d, in[0], in[1], in[2], in[3], NULL, in[5], in[6], loss,
+                                    NULL, NULL, NULL);
+    *sync = distil_ctx_synchronize(ctx);
+    for (size_t i = 0; i < TU_LEN(in); i++) {
+        distil_free(ctx, in[i]);
+    }
+    distil_free(ctx, loss);
+}
+
+/* A head refused once, naming teacher_weight_e4m3 and `why`: by the call (host-memory backends)
+ * or by the synchronize after it (cuda, hip); the context is usable after it. */
+static void expect_head_refused(distil_ctx *ctx, const tp_fused *p, const void *head, size_t bytes,
+                                const char *why) {
+    distil_status call, sync;
+    run_with_head(ctx, p, head, bytes, &call, &sync);
+    print_message("%s: %s\n", distil_ctx_backend_name(ctx), distil_ctx_last_error(ctx));
+    assert_true((call == DISTIL_ERR_INVALID_ARG && sync == DISTIL_OK) ||
+                (call == DISTIL_OK && sync == DISTIL_ERR_INVALID_ARG));
+    assert_non_null(strstr(distil_ctx_last_error(ctx), "teacher_weight_e4m3"));
+    assert_non_null(strstr(distil_ctx_last_error(ctx), why));
+    TU_OK(ctx, distil_ctx_synchronize(ctx)); /* reported once */
+}
+
+/* A head of another shape with the bytes of the call's: made for (64, 10), given to a call of
+ * (64, 16) (both rows of 16 codes), on the backend under test and on ref; on cpu, its head of
+ * (64, 16) (fp16 values, 2 bytes a code) given to ref's call of (64, 32) (1 byte a code); a
+ * buffer of the right size that no head_make wrote. The header of each names what it was made
+ * for (docs/SPEC.md §6); the right head still passes after them. */
+static void test_head_other_shape(void **state) {
+    (void)state;
+    static const tp_head fp8 = {.t_fp8 = true};
+    tp_fused_spec s = fp8_spec(&fp8, DISTIL_F32);
+    s.v = 64, s.ht = 16;
+    tp_fused call16, made10;
+    tp_fused_make(&call16, &s, DISTIL_F32, 3000);
+    s.ht = 10;
+    tp_fused_make(&made10, &s, DISTIL_F32, 3001);
+    if (fp8_skip(&call16)) {
+        tp_fused_free(&made10);
+        skip();
+    }
+    distil_ctx *ctxs[2] = {g_ctx, g_ref};
+    for (int k = 0; k < 2; k++) {
+        size_t bytes = 0, want = 0;
+        void *head = make_head(ctxs[k], &made10, &bytes);
+        TU_OK(ctxs[k], distil_e4m3_head_size(ctxs[k], 64, 16, &want));
+        assert_int_equal(bytes, want); /* the byte count alone cannot tell them apart */
+        expect_head_refused(ctxs[k], &call16, head, bytes, "another shape");
+        void *blank = tu_alloc_poisoned(ctxs[k], bytes);
+        expect_head_refused(ctxs[k], &call16, blank, bytes, "not a head");
+        distil_free(ctxs[k], blank);
+        distil_free(ctxs[k], head);
+        head = make_head(ctxs[k], &call16, &bytes);
+        distil_status call, sync;
+        run_with_head(ctxs[k], &call16, head, bytes, &call, &sync);
+        TU_OK(ctxs[k], call);
+        TU_OK(ctxs[k], sync);
+        distil_free(ctxs[k], head);
+    }
+    if (strcmp(g_backend, "cpu") == 0) {
+        size_t bytes = 0, want = 0;
+        void *head = make_head(g_ctx, &call16, &bytes); /* (64, 16), fp16 values */
+        TU_OK(g_ref, distil_e4m3_head_size(g_ref, 64, 32, &want));
+        assert_int_equal(bytes, want);
+        tp_fused call32;
+        s.ht = 32;
+        tp_fused_make(&call32, &s, DISTIL_F32, 3002);
+        expect_head_refused(g_ref, &call32, head, bytes, "another shape");
+        tp_fused_free(&call32);
+        distil_free(g_ctx, head);
+    }
+    tp_fused_free(&made10), tp_fused_free(&call16);
+}
+
 /* distil_e4m3_head_make uses no workspace: a head made in memory lent as the workspace is made
  * (distil.torch lends a workspace and leaves it lent, and torch hands the freed block out again,
  * so a head lands there: found on an H200); a fused call that would use that workspace with the
@@ -411,10 +497,11 @@ static int teardown(void **state) {
 
 static int run_group(const char *backend) {
     static const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_not_skipped),   cmocka_unit_test(test_nonfinite_rows),
-        cmocka_unit_test(test_zero_row),      cmocka_unit_test(test_workspace_and_rerun),
-        cmocka_unit_test(test_exact_control), cmocka_unit_test(test_head_made_once),
-        cmocka_unit_test(test_head_misuse),   cmocka_unit_test(test_head_in_lent_workspace),
+        cmocka_unit_test(test_not_skipped),      cmocka_unit_test(test_nonfinite_rows),
+        cmocka_unit_test(test_zero_row),         cmocka_unit_test(test_workspace_and_rerun),
+        cmocka_unit_test(test_exact_control),    cmocka_unit_test(test_head_made_once),
+        cmocka_unit_test(test_head_misuse),      cmocka_unit_test(test_head_in_lent_workspace),
+        cmocka_unit_test(test_head_other_shape),
     };
     g_backend = backend;
     return cmocka_run_group_tests_name(tu_group_name("fp8", backend), tests, setup, teardown);

@@ -55,4 +55,6 @@ const distil_backend DISTIL_GPU_TABLE = {
     .quant_rows = DISTIL_GPU_FN(quant_rows),
     .gemm_e4m3 = DISTIL_GPU_FN(gemm_e4m3),
     .e4m3_bytes = 1,
+    /* a head made once: its header written and checked on the device (fp8.cu) */
+    .e4m3_header = DISTIL_GPU_FN(e4m3_header),
 };

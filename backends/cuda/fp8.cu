@@ -306,9 +306,43 @@ static bool fp8_vendor(gpu_state *b, const distil_gemm_e4m3_args *a, distil_stat
 }
 #endif
 
+/* The header of a head made once (distil_e4m3_header_args, docs/SPEC.md §6): written, or compared
+ * with the call's and a difference recorded in the deferred-error word unless an error is
+ * recorded already (synchronize reports it naming teacher_weight_e4m3). One thread of one block:
+ * 32 bytes in stream order, no host synchronisation, so a captured graph checks on every replay. */
+__global__ void fp8_header_kernel(distil_e4m3_header *head, distil_e4m3_header want, bool write,
+                                  gpu_label_error *err) {
+    if (write) {
+        *head = want;
+        return;
+    }
+    const distil_e4m3_header got = *head;
+    const bool ours = got.magic == want.magic && got.layout == want.layout;
+    const bool same = ours && got.e4m3_bytes == want.e4m3_bytes && got.reserved == 0 &&
+                      got.rows == want.rows && got.cols == want.cols;
+    if (same || err->row >= 0) {
+        return;
+    }
+    err->row = 0;
+    err->kind = ours ? GPU_ERR_HEAD_SHAPE : GPU_ERR_HEAD_NONE;
+    err->head_rows = got.rows;
+    err->head_cols = got.cols;
+    err->head_eb = got.e4m3_bytes;
+    err->want_rows = want.rows;
+    err->want_cols = want.cols;
+}
+
 } // namespace DISTIL_GPU_NS
 
 using namespace DISTIL_GPU_NS;
+
+extern "C" distil_status DISTIL_GPU_FN(e4m3_header)(void *vb, const distil_e4m3_header_args *a) {
+    gpu_state *b = gpu_of(vb);
+    gpu_device_guard guard(b);
+    fp8_header_kernel<<<1, 1, 0, b->lane.stream>>>(gpu_ptr<distil_e4m3_header>(a->head), a->want,
+                                                   a->write, b->label_err);
+    return gpu_check_launch(b, a->write ? "e4m3_head_make header" : "teacher_weight_e4m3 header");
+}
 
 extern "C" distil_status DISTIL_GPU_FN(quant_rows)(void *vb, const distil_quant_rows_args *a) {
     gpu_state *b = gpu_of(vb);

@@ -51,6 +51,7 @@ void *DISTIL_GPU_FN(native_stream)(void *b);
 /* docs/SPEC.md §6 fp8 teacher head (fp8.cu) */
 distil_status DISTIL_GPU_FN(quant_rows)(void *b, const distil_quant_rows_args *a);
 distil_status DISTIL_GPU_FN(gemm_e4m3)(void *b, const distil_gemm_e4m3_args *a);
+distil_status DISTIL_GPU_FN(e4m3_header)(void *b, const distil_e4m3_header_args *a);
 
 #ifdef __cplusplus
 }

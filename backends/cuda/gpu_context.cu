@@ -142,7 +142,7 @@ static distil_status gpu_init(gpu_state *b) {
     GPU_TRY(b, cudaMalloc(&b->label_err, sizeof(gpu_label_error)), "label error word");
     /* On the context's own stream, and waited for: a plain cudaMemcpy from pageable memory may
      * return before the write lands, and it is not ordered with a non-blocking stream. */
-    const gpu_label_error none = {-1, 0, 0, 0, ~0ull};
+    const gpu_label_error none = gpu_label_none();
     GPU_TRY(
         b,
         cudaMemcpyAsync(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice, b->lane.stream),
@@ -186,7 +186,8 @@ static void gpu_release(gpu_state *b) {
     free(b);
 }
 
-/* The recorded invalid label, if any, as a status (and reset the word). */
+/* The recorded deferred input error (a label, a teacher id, a head made once), if any, as a
+ * status (and reset the word). */
 static distil_status gpu_take_label_error(gpu_state *b) {
     gpu_label_error e;
     GPU_TRY(b, cudaMemcpyAsync(&e, b->label_err, sizeof e, cudaMemcpyDeviceToHost, b->lane.stream),
@@ -195,12 +196,27 @@ static distil_status gpu_take_label_error(gpu_state *b) {
     if (e.row < 0) {
         return DISTIL_OK;
     }
-    const gpu_label_error none = {-1, 0, 0, 0, ~0ull};
+    const gpu_label_error none = gpu_label_none();
     GPU_TRY(
         b,
         cudaMemcpyAsync(b->label_err, &none, sizeof none, cudaMemcpyHostToDevice, b->lane.stream),
         "synchronize");
     GPU_TRY(b, cudaStreamSynchronize(b->lane.stream), "synchronize");
+    if (e.kind == GPU_ERR_HEAD_SHAPE) {
+        return distil_error_set(b->ctx, DISTIL_ERR_INVALID_ARG,
+                                "fused_linear_jsd: teacher_weight_e4m3 was made for another shape "
+                                "/ backend: %lld rows, %lld columns, %lld-byte codes; the call's "
+                                "teacher head has %lld rows, %lld columns, and backend '%s' "
+                                "1-byte codes",
+                                e.head_rows, e.head_cols, e.head_eb, e.want_rows, e.want_cols,
+                                DISTIL_GPU_NAME);
+    }
+    if (e.kind == GPU_ERR_HEAD_NONE) {
+        return distil_error_set(b->ctx, DISTIL_ERR_INVALID_ARG,
+                                "fused_linear_jsd: teacher_weight_e4m3 is not a head of "
+                                "distil_e4m3_head_make (no header of this library's layout): made "
+                                "for another shape / backend, or not a head");
+    }
     if (e.kind == 2) {
         return distil_error_set(b->ctx, DISTIL_ERR_INVALID_LABEL,
                                 "teacher_ids: row %lld has id %lld twice", e.row, e.label);

@@ -17,16 +17,37 @@
 
 namespace DISTIL_GPU_NS {
 
-/* The first invalid label found by count_valid (the one label check), or the first bad teacher
- * id found by topk_rows (docs/SPEC.md §7), in device memory. */
+/* The kinds of gpu_label_error. */
+enum {
+    GPU_ERR_LABEL = 0,      /* a label outside [0, vocab) */
+    GPU_ERR_TOPK_RANGE = 1, /* a teacher id outside [0, vocab) */
+    GPU_ERR_TOPK_TWICE = 2, /* a teacher id twice in a row */
+    GPU_ERR_HEAD_SHAPE = 3, /* a head made once for another shape / backend (docs/SPEC.md §6) */
+    GPU_ERR_HEAD_NONE = 4,  /* a head made once without a header of this layout */
+};
+
+/* The first invalid label found by count_valid (the one label check), the first bad teacher id
+ * found by topk_rows (docs/SPEC.md §7), or a head made once whose header is not the fused call's
+ * (fp8.cu, docs/SPEC.md §6), in device memory: synchronize reports the first one recorded. */
 struct gpu_label_error {
-    long long row; /* -1: none */
+    long long row; /* -1: none; 0 for a head */
     long long label, vocab;
-    long long kind; /* 0: a label; 1 / 2: a teacher id out of range / twice */
+    long long kind; /* GPU_ERR_* */
     /* topk_rows: the first row with a bad id in the current call of it (atomicMin over the row
      * blocks; ULLONG_MAX: none), moved into row / label / kind by one block after them. */
     unsigned long long topk_row;
+    /* GPU_ERR_HEAD_SHAPE: the header's rows, columns and e4m3 bytes, and the call's rows and
+     * columns (its e4m3 bytes are the backend's). */
+    long long head_rows, head_cols, head_eb, want_rows, want_cols;
 };
+
+/* The record of no error (row -1, no top-k row), what create and synchronize store. */
+static inline gpu_label_error gpu_label_none() {
+    gpu_label_error e = {};
+    e.row = -1;
+    e.topk_row = ~0ull;
+    return e;
+}
 
 /* The last plan of the resident distill kernel (fused_rows_resident.cu), per (kernel, V). */
 struct resident_plan {

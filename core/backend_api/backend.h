@@ -257,11 +257,13 @@ typedef struct distil_fused_args {
     /* docs/SPEC.md §6 fp8 teacher head: the teacher's logits from e4m3 rows of xt and Wt with
      * per-row scales (quant_rows, gemm_e4m3) instead of the exact GEMM. */
     bool teacher_fp8;
-    /* With teacher_fp8: Wt's rows made once by distil_e4m3_head_make (codes (teacher_vocab,
-     * wq_ld) in the backend's e4m3 form, then scales (teacher_vocab) fp32 at wq_scale), or a NULL
-     * base: made in this call from wt. */
-    distil_dptr wq;
+    /* With teacher_fp8: Wt's rows made once by distil_e4m3_head_make: the head as given
+     * (wq_head, wq_bytes bytes, its header first: core/fused_fp8.h), its codes (teacher_vocab,
+     * wq_ld) in the backend's e4m3 form at wq and its scales (teacher_vocab) fp32 at wq_scale; or
+     * NULL wq_head and wq: made in this call from wt. */
+    distil_dptr wq_head;
     size_t wq_bytes;
+    distil_dptr wq;
     int64_t wq_ld;
     distil_dptr wq_scale;
 } distil_fused_args;
@@ -356,6 +358,35 @@ typedef struct distil_quant_rows_args {
     int64_t dst_ld;
     distil_dptr scale;
 } distil_quant_rows_args;
+
+/*
+ * The header at the start of a head made once (distil_e4m3_head_make, docs/SPEC.md §6; the
+ * head's layout is core/fused_fp8.c's, drawn in docs/DESIGN.md "The fp8 teacher head"): 32 bytes
+ * naming what the head was made for, so that a fused call refuses a head of another shape or
+ * backend whose byte count happens to match. Every field is written; reserved is 0.
+ */
+typedef struct distil_e4m3_header {
+    uint32_t magic;     /* DISTIL_E4M3_HEAD_MAGIC (core/fused_fp8.h) */
+    uint32_t layout;    /* DISTIL_E4M3_HEAD_LAYOUT: the version of the head's layout */
+    int32_t e4m3_bytes; /* the making backend's e4m3_bytes */
+    uint32_t reserved;
+    int64_t rows, cols; /* of the weight it was made from */
+} distil_e4m3_header;
+
+/*
+ * The header of a head made once, on a backend whose memory the host does not read (cuda, hip;
+ * the core reads and writes a host-memory backend's header itself). head: the head's first byte
+ * in the context's memory, 16-byte aligned. write: store `want` there (distil_e4m3_head_make).
+ * !write (a fused call given the head): compare the header there with `want` on the device, in
+ * stream order, with no host synchronisation and no copy to the host (CUDA-graph capture safe),
+ * and record a difference in the backend's deferred-error state (unless an error is recorded
+ * already), which synchronize reports as DISTIL_ERR_INVALID_ARG naming teacher_weight_e4m3.
+ */
+typedef struct distil_e4m3_header_args {
+    distil_dptr head;
+    distil_e4m3_header want;
+    bool write;
+} distil_e4m3_header_args;
 
 /*
  * C (m, n) fp32, row stride ldc: C[i][j] = sa[i] sb[j] sum_k A[i][k] B[j][k] + bias[j], fp32
@@ -524,6 +555,10 @@ typedef struct distil_backend {
     distil_status (*quant_rows)(void *b, const distil_quant_rows_args *a);
     distil_status (*gemm_e4m3)(void *b, const distil_gemm_e4m3_args *a);
     int e4m3_bytes;
+    /* The header of a head made once (distil_e4m3_header_args): required for heads made once on
+     * a backend with the fp8 ops that is not host_memory (else they are UNSUPPORTED); NULL on
+     * host-memory backends, whose headers the core reads and writes itself. */
+    distil_status (*e4m3_header)(void *b, const distil_e4m3_header_args *a);
 } distil_backend;
 
 #ifdef __cplusplus

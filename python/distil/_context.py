@@ -49,7 +49,8 @@ class Context:
         return self._stream
 
     def synchronize(self):
-        """Wait for this context's work; raise a deferred error (an invalid label) once."""
+        """Wait for this context's work; raise a deferred error (an invalid label, a head made
+        once for another shape on cuda / hip) once."""
         self.check(_lib.lib.distil_ctx_synchronize(self.handle))
 
     def close(self):

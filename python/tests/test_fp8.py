@@ -77,10 +77,9 @@ def test_module_against_reference(device, dtype):
         return_soft_hard_loss=True)(xs, ws, xt, wt, lab, bs, bt)
     loss.backward()
     r = {k: v.double() for k, v in inp.items() if k != "labels"}
-    want, want_soft, want_lt = ref_fp8(r["xs"], r["ws"], r["xt"], r["wt"], inp["labels"], r["bs"], r["bt"],
-                            temperature=2.0)
-    _, exact_soft, _ = ref_fp8(r["xs"], r["ws"], r["xt"], r["wt"], inp["labels"], r["bs"], r["bt"],
-                       temperature=2.0, fp8=False)
+    args = (r["xs"], r["ws"], r["xt"], r["wt"], inp["labels"], r["bs"], r["bt"])
+    want, want_soft, want_lt = ref_fp8(*args, temperature=2.0)
+    _, exact_soft, _ = ref_fp8(*args, temperature=2.0, fp8=False)
     lb, _ = bounds(dtype)
     check("loss", loss.detach().cpu(), want, lb)
     check("soft part", soft.cpu(), want_soft, teacher_bound(str(device), lb))
@@ -210,6 +209,22 @@ def test_head_cache_not_fooled(device):
     with torch.inference_mode():
         frozen = wt.clone()
     assert torch.equal(module(xs, ws, xt, frozen, lab).detach(), fresh(frozen))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_head_cache_checks_first(device):
+    """A module's cache makes no head for a call that its own checks refuse: the teacher's
+    weight of another dtype is not rounded, and the message names the loss, not e4m3_head."""
+    inp = _distinct(17, torch.float32, device)
+    xs, ws, xt, wt, lab = (inp[k] for k in ("xs", "ws", "xt", "wt", "labels"))
+    loss = dt.FusedLinearJSDLoss(teacher_head_precision="fp8", cache_teacher_head=True)
+    with pytest.raises(ValueError, match="fused_linear_jsd_loss: teacher_weight is torch.float16"):
+        loss(xs, ws, xt, wt.half(), lab)
+    assert loss._head_cache.head is None
+    jsd = dt.FusedLinearJSD(teacher_head_precision="fp8", cache_teacher_head=True)
+    with pytest.raises(ValueError, match="fused_linear_jsd: student_weight and teacher_weight"):
+        jsd(xs, ws, xt, wt[0], lab)
+    assert jsd._head_cache.head is None
 
 
 @pytest.mark.parametrize("device", DEVICES)

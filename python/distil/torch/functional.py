@@ -215,13 +215,25 @@ def e4m3_head(teacher_weight: Tensor) -> Tensor:
 
 
 def _check_e4m3_head(fn, head, xs):
-    """A head made once (e4m3_head): uint8, dense, on the inputs' device; its size the library
-    checks against the teacher's head."""
+    """A head made once (e4m3_head): uint8, dense, on the inputs' device; the library checks its
+    size, alignment and header (the shape and backend it was made for) against the teacher's
+    head (on cuda / hip a wrong header is reported by the next synchronize)."""
     if head.dtype is not torch.uint8 or head.dim() != 1 or not head.is_contiguous():
         _fail(f"{fn}: teacher_weight_e4m3 must be the 1-D uint8 tensor of e4m3_head, not "
               f"{head.dtype} {tuple(head.shape)}")
     if head.device != xs.device:
         _fail(f"{fn}: teacher_weight_e4m3 is on {head.device} but student_input on {xs.device}")
+
+
+def _check_tensors(fn, student_input, student_weight, teacher_input, teacher_weight,
+                   student_bias=None, teacher_bias=None):
+    """The fused losses' first checks, named after fn: one dtype (one distil takes) and one
+    device for every float input, and both heads 2-D. The modules run them before their cache
+    makes a head (so a call refused here rounds nothing and the message names the loss)."""
+    _same(fn, _FUSED_NAMES, (student_input, student_weight, teacher_input, teacher_weight,
+                             student_bias, teacher_bias))
+    if student_weight.dim() != 2 or teacher_weight.dim() != 2:
+        _fail(f"{fn}: student_weight and teacher_weight must be 2-D [V, H] (nn.Linear layout)")
 
 
 def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, labels,
@@ -232,15 +244,13 @@ def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, lab
     detached [3] (loss, hard, soft) with want_parts (else possibly None: the library then
     writes the loss alone); the LSEs shaped like the leading dimensions (None unless
     want_lse). record: a list that receives the op's arguments (for a call site, _site.py)."""
-    _same(fn, _FUSED_NAMES, (student_input, student_weight, teacher_input, teacher_weight,
-                             student_bias, teacher_bias))
+    _check_tensors(fn, student_input, student_weight, teacher_input, teacher_weight,
+                   student_bias, teacher_bias)
     _check_temperature(fn, float(temperature))
     xs = _rows("student_input", student_input).contiguous()
     xt = _rows("teacher_input", teacher_input).contiguous()
     if xs.shape[0] != xt.shape[0]:
         _fail(f"{fn}: student_input has {xs.shape[0]} rows, teacher_input {xt.shape[0]}")
-    if student_weight.dim() != 2 or teacher_weight.dim() != 2:
-        _fail(f"{fn}: student_weight and teacher_weight must be 2-D [V, H] (nn.Linear layout)")
     if student_bias is not None or teacher_bias is not None:
         _check_biases(fn, student_bias, student_weight, teacher_bias, teacher_weight)
     if labels is None and weight_hard != 0:

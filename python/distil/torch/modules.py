@@ -85,13 +85,16 @@ class _HeadCache:
         return self.head
 
 
-def _teacher_head(module, wt: Tensor, given: Optional[Tensor]) -> Optional[Tensor]:
-    """The head made once for this call: the caller's, the module's cache, or None."""
+def _teacher_head(module, fn: str, tensors: tuple, given: Optional[Tensor]) -> Optional[Tensor]:
+    """The head made once for this call: the caller's, the module's cache, or None. tensors =
+    (student_input, student_weight, teacher_input, teacher_weight, student_bias, teacher_bias):
+    the loss's own checks (named after fn) run before the cache rounds teacher_weight."""
     if given is not None or not module.cache_teacher_head:
         return given
     if module.teacher_head_precision in (None, "default"):
         return None
-    return module._head_cache.get(wt)
+    F._check_tensors(fn, *tensors)
+    return module._head_cache.get(tensors[3])
 
 
 def _init_head_cache(module, cache_teacher_head: bool):
@@ -184,7 +187,9 @@ class FusedLinearJSD(_SiteModule):
     def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
                 teacher_weight: Tensor, shift_labels: Optional[torch.LongTensor] = None, *,
                 normaliser=None, teacher_weight_e4m3: Optional[Tensor] = None):
-        head = _teacher_head(self, teacher_weight, teacher_weight_e4m3)
+        head = _teacher_head(self, "fused_linear_jsd", (student_input, student_weight,
+                                                        teacher_input, teacher_weight, None,
+                                                        None), teacher_weight_e4m3)
         key = None if normaliser is not None or head is not None else _site.fused_key(
             student_input, student_weight, None, teacher_input, teacher_weight, None,
             shift_labels)
@@ -276,7 +281,9 @@ class FusedLinearJSDLoss(_SiteModule):
                 student_bias, teacher_bias, self.weight_hard_loss, self.weight_soft_loss,
                 self.beta, self.ignore_index, self.temperature, self.chunk_rows)
             return (loss, soft, hard) if self.return_soft_hard_loss else loss
-        head = _teacher_head(self, teacher_weight, teacher_weight_e4m3)
+        head = _teacher_head(self, "fused_linear_jsd_loss",
+                             (student_input, student_weight, teacher_input, teacher_weight,
+                              student_bias, teacher_bias), teacher_weight_e4m3)
         key = None if normaliser is not None or head is not None else _site.fused_key(
             student_input, student_weight, student_bias, teacher_input, teacher_weight,
             teacher_bias, true_labels)
