@@ -112,6 +112,7 @@ template <class CtaTileShapeMNK, class S> struct Sm90RowStats {
             : args_tuple(cute::forward<ArgsTuple>(t)), params(p) {}
         ArgsTuple args_tuple;
         Params const &params;
+        bool interior = false; /* the CTA tile lies wholly inside the problem */
 
         template <typename EA, typename EI, int FS>
         CUTLASS_DEVICE auto visit(cutlass::Array<EA, FS> const &, int epi_v, int epi_m, int epi_n,
@@ -129,9 +130,12 @@ template <class CtaTileShapeMNK, class S> struct Sm90RowStats {
             for (int j = 0; j < size(fm); ++j) {
                 old[j] = fm(j);
             }
+            /* Inside the problem (a tile-uniform test) no element needs its own bounds check:
+             * the checks were a branch per element (docs/CUDA-NOTES.md, seventeenth session). */
+            const bool all_in = interior;
             CUTLASS_PRAGMA_UNROLL
             for (int i = 0; i < FS; ++i) {
-                if (elem_less(cc(epi_v * FS + i), residue_tCcCol)) {
+                if (all_in || elem_less(cc(epi_v * FS + i), residue_tCcCol)) {
                     float &m = mx(epi_v * FS + i);
                     m = fmaxf(m, static_cast<float>(frg_input[i]));
                 }
@@ -139,19 +143,21 @@ template <class CtaTileShapeMNK, class S> struct Sm90RowStats {
             /* 2. each row's sum rescaled to its new maximum once (a sum of 0 stays 0) */
             CUTLASS_PRAGMA_UNROLL
             for (int j = 0; j < size(fm); ++j) {
-                if (old[j] != fm(j) && fs(j) != S(0)) {
-                    fs(j) *= static_cast<S>(probe_exp2<FAST>((old[j] - fm(j)) * cx));
-                }
+                const S f = static_cast<S>(probe_exp2<FAST>((old[j] - fm(j)) * cx));
+                fs(j) = fs(j) == S(0) ? S(0) : fs(j) * f;
             }
-            /* 3. the fragment's terms, each <= 1, independent of one another */
+            /* 3. the fragment's terms, each <= 1 (z = -inf gives 0; m = -inf only when every
+             * term so far is -inf, whose sum stays 0) */
             CUTLASS_PRAGMA_UNROLL
             for (int i = 0; i < FS; ++i) {
-                if (elem_less(cc(epi_v * FS + i), residue_tCcCol)) {
-                    const float z = static_cast<float>(frg_input[i]);
-                    const float m = mx(epi_v * FS + i);
-                    const float e = z == -INFINITY ? 0.0f : probe_exp2<FAST>((z - m) * cx);
-                    sm(epi_v * FS + i) += static_cast<S>(e);
+                const float z = static_cast<float>(frg_input[i]);
+                const float m = mx(epi_v * FS + i);
+                float e = probe_exp2<FAST>(fmaf(z, cx, -m * cx));
+                e = m == -INFINITY ? 0.0f : e;
+                if (!all_in && !elem_less(cc(epi_v * FS + i), residue_tCcCol)) {
+                    e = 0.0f;
                 }
+                sm(epi_v * FS + i) += static_cast<S>(e);
             }
             return frg_input;
         }
@@ -250,11 +256,12 @@ template <class CtaTileShapeMNK, class S> struct Sm90RowStats {
         auto t =
             make_tuple(cute::move(tCrMax), cute::move(tCrSum), args.tCcD, args.residue_tCcD, rest);
         (void)L;
-        (void)N;
         (void)K;
         (void)k;
         (void)l;
-        return ConsumerStoreCallbacks<decltype(t)>(std::move(t), params);
+        ConsumerStoreCallbacks<decltype(t)> cb(std::move(t), params);
+        cb.interior = (m + 1) * TM <= M && (n + 1) * TN <= N;
+        return cb;
     }
 };
 
