@@ -6,7 +6,10 @@
  * plain epilogue (z stored) and with z stored beside the row statistics of each CTA tile
  * (Sm90RowStats: per row and N-tile the maximum and the sum of exponentials relative to it, the
  * first exchange of the fused loss's row pass). Checks z against cuBLAS and the statistics
- * against the stored z (in double on the host).
+ * against the stored z (in double on the host). Kernels: cooperative 128x256 (cluster 2x1) and
+ * pingpong 128x128 / 64x256 (cluster 2x1), whose epilogue runs beside the other warpgroup's MMAs;
+ * PROBE_ALL=1 adds the first runs' variants (double sums, cluster 1x2). Results: bench/RESULTS.md
+ * (seventeenth session).
  * Not part of the build (it needs CUTLASS's headers: `pip download nvidia-cutlass`, unzip):
  *   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -I$CUTLASS/include \
  *        -I$CUTLASS/tools/util/include bench/probes/epilogue_stats.cu -lcublas -o epilogue_stats
