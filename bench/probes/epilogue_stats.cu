@@ -36,29 +36,13 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 
-using namespace cute;
+#include "probe_util.cuh"
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+using namespace cute;
 
 namespace fu = cutlass::epilogue::fusion;
 constexpr auto RND = cutlass::FloatRoundStyle::round_to_nearest;
 
-/* The fused loss's row statistics over one CTA tile's columns, as an epilogue node beside the
- * store of z: per row and N-tile, the maximum m and s = sum 2^((z - m) cx) (cx = log2 e / tau),
- * written m-major to two (round(M, CTA_M), ceil(N / CTA_N)) float buffers; z passes through.
- * Each thread keeps (m, s) per row it holds (registers aliased along N, as Sm90ColReduction
- * does). Per fragment: the maxima first, each row's s rescaled once to its new maximum, then the
- * fragment's terms added (independent exponentials <= 1; the first run's per-element online
- * update was one long dependent chain per row, docs/CUDA-NOTES.md). The lanes that hold
- * a row's other columns are merged by shuffles at the tile's last subtile. Only layouts with one
- * warp along N (wgmma tiles: a row's columns are in one quad of lanes). */
 /* 2^t: the accurate exp2f, or (FAST) the bare ex2.approx.ftz (the row kernel's distil_exp2_ftz). */
 template <bool FAST> __device__ __forceinline__ float probe_exp2(float t) {
     if constexpr (FAST) {
@@ -70,7 +54,16 @@ template <bool FAST> __device__ __forceinline__ float probe_exp2(float t) {
     }
 }
 
-/* S: the type of the sums (double, or float with the fast exponential). */
+/* The fused loss's row statistics over one CTA tile's columns, as an epilogue node beside the
+ * store of z: per row and N-tile, the maximum m and s = sum 2^((z - m) cx) (cx = log2 e / tau),
+ * written m-major to two (round(M, CTA_M), ceil(N / CTA_N)) float buffers; z passes through.
+ * Each thread keeps (m, s) per row it holds (registers aliased along N, as Sm90ColReduction
+ * does). Per fragment: the maxima first, each row's s rescaled once to its new maximum, then the
+ * fragment's terms added (independent exponentials <= 1; the first run updated (m, s) per
+ * element, docs/CUDA-NOTES.md). The lanes that hold
+ * a row's other columns are merged by shuffles at the tile's last subtile. Only layouts with one
+ * warp along N (wgmma tiles: a row's columns are in one quad of lanes).
+ * S: the type of the sums (double, or float with the fast exponential). */
 template <class CtaTileShapeMNK, class S> struct Sm90RowStats {
     static constexpr bool FAST = std::is_same_v<S, float>;
     struct SharedStorage {};
@@ -341,53 +334,6 @@ template <class Tile, class Cluster, class MainSched, class EpiSched, int STATS_
         return gemm.run(s) == cutlass::Status::kSuccess;
     }
 };
-
-static float median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-template <class F> static float time_ms(F &&f, int reps, cudaStream_t s) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    for (int i = 0; i < 3; i++) {
-        f();
-    }
-    std::vector<float> t;
-    for (int i = 0; i < reps; i++) {
-        CK(cudaEventRecord(a, s));
-        f();
-        CK(cudaEventRecord(b, s));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms);
-    }
-    CK(cudaGetLastError());
-    return median(t);
-}
-
-__global__ void probe_fill(__nv_bfloat16 *p, size_t n, unsigned seed, float scale) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2654435761u ^ seed;
-        h ^= h >> 13;
-        h *= 0x5bd1e995u;
-        h ^= h >> 15;
-        p[i] = __float2bfloat16(((h & 0xffffff) / 16777216.0f - 0.5f) * scale);
-    }
-}
-
-/* Largest |a - b| over n floats, and the largest |b|. */
-static void probe_diff(const float *a, const float *b, size_t n, double *d, double *m) {
-    *d = 0;
-    *m = 0;
-    for (size_t i = 0; i < n; i++) {
-        *d = std::max(*d, (double)std::fabs(a[i] - b[i]));
-        *m = std::max(*m, (double)std::fabs(b[i]));
-    }
-}
 
 template <class P>
 static void probe_one(const char *name, int M, int N, int K, int reps, const void *x, const void *w,

@@ -1,0 +1,74 @@
+/*
+ * probe_util.cuh - what the probes of bench/probes/ share: a CUDA error check that exits (a probe
+ * is a measurement program, not the library), the median of event-timed calls, a fill of bf16
+ * buffers with hashed non-zero values, and the largest difference of two float arrays.
+ */
+#ifndef DISTIL_PROBE_UTIL_CUH
+#define DISTIL_PROBE_UTIL_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static float median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+template <class F> static float time_ms(F &&f, int reps, cudaStream_t s) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; i++) {
+        f();
+    }
+    std::vector<float> t;
+    for (int i = 0; i < reps; i++) {
+        CK(cudaEventRecord(a, s));
+        f();
+        CK(cudaEventRecord(b, s));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms);
+    }
+    CK(cudaGetLastError());
+    return median(t);
+}
+
+__global__ void probe_fill(__nv_bfloat16 *p, size_t n, unsigned seed, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u ^ seed;
+        h ^= h >> 13;
+        h *= 0x5bd1e995u;
+        h ^= h >> 15;
+        p[i] = __float2bfloat16(((h & 0xffffff) / 16777216.0f - 0.5f) * scale);
+    }
+}
+
+/* Largest |a - b| over n floats, and the largest |b|. */
+static void probe_diff(const float *a, const float *b, size_t n, double *d, double *m) {
+    *d = 0;
+    *m = 0;
+    for (size_t i = 0; i < n; i++) {
+        *d = std::max(*d, (double)std::fabs(a[i] - b[i]));
+        *m = std::max(*m, (double)std::fabs(b[i]));
+    }
+}
+
+#endif /* DISTIL_PROBE_UTIL_CUH */
