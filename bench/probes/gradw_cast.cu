@@ -93,17 +93,6 @@ __global__ void probe_cast(const float *src, __nv_bfloat16 *dst, size_t n) {
     }
 }
 
-__global__ void probe_fill_f32(float *p, size_t n, unsigned seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        unsigned h = (unsigned)i * 2246822519u ^ seed;
-        h ^= h >> 13;
-        h *= 0x5bd1e995u;
-        h ^= h >> 15;
-        p[i] = ((h & 0xffffff) / 16777216.0f - 0.5f) * 4.0f;
-    }
-}
-
 /* Elements whose bf16 differ, and the largest difference in units of the larger's ulp. */
 static void probe_compare_bf16(const __nv_bfloat16 *a, const __nv_bfloat16 *b, size_t n,
                                size_t *differ, double *ulps) {
@@ -173,7 +162,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&scratch, n * 2));
     probe_fill<<<1024, 256>>>((__nv_bfloat16 *)g, (size_t)C * V, 3u, 1e-3f);
     probe_fill<<<1024, 256>>>((__nv_bfloat16 *)x, (size_t)C * H, 5u, 2.0f);
-    probe_fill_f32<<<1024, 256>>>(acc0, n, 9u);
+    probe_fill<<<1024, 256>>>(acc0, n, 9u, 4.0f);
     CK(cudaDeviceSynchronize());
     const double flops = 2.0 * C * V * (double)H;
 

@@ -50,14 +50,15 @@ template <class F> static float time_ms(F &&f, int reps, cudaStream_t s) {
     return median(t);
 }
 
-__global__ void probe_fill(__nv_bfloat16 *p, size_t n, unsigned seed, float scale) {
+/* p[i] = hashed uniform values in [-scale/2, scale/2), never all zero (T: __nv_bfloat16, float) */
+template <class T> __global__ void probe_fill(T *p, size_t n, unsigned seed, float scale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         unsigned h = (unsigned)i * 2654435761u ^ seed;
         h ^= h >> 13;
         h *= 0x5bd1e995u;
         h ^= h >> 15;
-        p[i] = __float2bfloat16(((h & 0xffffff) / 16777216.0f - 0.5f) * scale);
+        p[i] = static_cast<T>(((h & 0xffffff) / 16777216.0f - 0.5f) * scale);
     }
 }
 
