@@ -69,6 +69,9 @@ void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_f
     p->off_ones = distil_take(&cur, s->want_gb ? c * es : 0);
     p->off_dz = distil_take(&cur, s->want_dz && grads ? c * v * sizeof(float) : 0);
     distil_chunk_plan_fp8(s, c, p, &cur);
+    p->stats_tiles = s->stats_cols > 0 ? (s->vocab + s->stats_cols - 1) / s->stats_cols : 0;
+    p->stats_plane = (size_t)p->stats_tiles * c;
+    p->off_stats = distil_take(&cur, 5 * p->stats_plane * sizeof(float));
     p->bytes = cur;
 }
 

@@ -4,7 +4,8 @@
  * Workspace layout, every region aligned to DISTIL_WORKSPACE_ALIGN bytes:
  *   fixed    n (1 fp32) | ce (T) fp32 | jsd (T) fp32 | gw (V, Hs) fp32 | gb (V) fp32 |
  *            labels (T) int64
- *   chunk    zs (C, V) fp32 | zt (C, V) fp32 | g (C, V) g_dtype | ones (C) dtype | dz (C, V) fp32
+ *   chunk    zs (C, V) fp32 | zt (C, V) fp32 | g (C, V) g_dtype | ones (C) dtype | dz (C, V) fp32 |
+ *            stats 5 x (tiles, C) fp32
  * dz (docs/SPEC.md §6) exists only with gradients and a scaled or capped student head.
  * fp8 teacher head (docs/SPEC.md §6): fixed wq (V, ldq) e4m3 | sw (V) fp32, chunk xq (C, ldq)
  * e4m3 | sx (C) fp32, e4m3 elements of the backend's e4m3_bytes.
@@ -13,7 +14,8 @@
  * the output dtype directly, rounded once, beta = 0: no accumulator); g exists only when gradients
  * are wanted and g_dtype is not F32 (an F32 logit gradient overwrites zs); ones only when grad_bs
  * is wanted; labels only without a hard part (weight_hard == 0), where the caller may give no
- * labels and the core stands in a row of zeros (every row counts).
+ * labels and the core stands in a row of zeros (every row counts); stats only with the shape's
+ * stats_cols (tiles = ceil(V / stats_cols)).
  */
 #ifndef DISTIL_CORE_CHUNK_H
 #define DISTIL_CORE_CHUNK_H
@@ -42,6 +44,8 @@ typedef struct distil_fused_shape {
     /* docs/SPEC.md §6 fp8 teacher head: bytes of one stored e4m3 element (0: the exact head) */
     int e4m3_bytes;
     bool e4m3_head; /* Wt's rows made once by the caller: no room for them */
+    /* Row statistics from the logits GEMMs (docs/DESIGN.md): columns per tile, 0: none */
+    int stats_cols;
 } distil_fused_shape;
 
 typedef struct distil_fused_plan {
@@ -56,6 +60,10 @@ typedef struct distil_fused_plan {
      * ldq = distil_e4m3_ld(Ht). */
     int64_t ldq;
     size_t off_wq, off_sw, off_xq, off_sx;
+    /* Row statistics (stats_cols only): five (stats_tiles, C) fp32 planes, zs's maxima, sums at
+     * 1/tau and at 1, zt's maxima and sums, stats_plane floats apart from off_stats. */
+    int64_t stats_tiles;
+    size_t off_stats, stats_plane;
     size_t bytes;
 } distil_fused_plan;
 

@@ -159,9 +159,18 @@ static distil_status distil_fused_make_plan(distil_ctx *ctx, const distil_fused_
 
 /* The call's shape on ctx's backend: G stays fp32 where the backend's GEMMs compute in fp32
  * anyway (fp32_gemm), else it takes the input dtype its GEMMs run in. */
+/* Columns per tile of the row statistics that the loop will take from the logits GEMMs
+ * (docs/DESIGN.md "Row statistics from the logits GEMM"), 0: none. Unsharded calls only. */
+static int distil_fused_stats_cols(const distil_ctx *ctx, const distil_fused_linear_jsd_desc *d,
+                                   bool grads, bool tp) {
+    distil_fused_args a = {0};
+    distil_fused_fill_args(d, &a);
+    return !tp && distil_fused_stats_wanted(ctx, &a, grads) ? ctx->be->stats_cols : 0;
+}
+
 static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
                                                 const distil_fused_linear_jsd_desc *d, bool gx,
-                                                bool gw, bool gb) {
+                                                bool gw, bool gb, bool tp) {
     distil_fused_shape s = {.rows = d->rows,
                             .vocab = distil_fused_common_vocab(d),
                             .hs = d->student_hidden,
@@ -174,7 +183,8 @@ static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
                             .own_labels = d->weight_hard == 0.0f,
                             .want_dz = distil_fused_desc_student_head(d),
                             .e4m3_bytes = distil_fused_fp8_bytes(ctx, d),
-                            .e4m3_head = d->teacher_weight_e4m3 != NULL};
+                            .e4m3_head = d->teacher_weight_e4m3 != NULL,
+                            .stats_cols = distil_fused_stats_cols(ctx, d, gx || gw || gb, tp)};
     return s;
 }
 
@@ -188,7 +198,7 @@ distil_status distil_fused_workspace_call(distil_ctx *ctx, const distil_fused_li
         return DISTIL_OK;
     }
     bool g = want_grads != 0;
-    distil_fused_shape s = distil_fused_shape_of(ctx, desc, g, g, g);
+    distil_fused_shape s = distil_fused_shape_of(ctx, desc, g, g, g, tp_in != NULL);
     distil_fused_plan p;
     DISTIL_TRY(distil_fused_make_plan(ctx, desc, &s, &p));
     if (tp_in != NULL) {
@@ -230,9 +240,9 @@ distil_status distil_fused_call(distil_ctx *ctx, const distil_fused_linear_jsd_d
     if (a.rows == 0) {
         return distil_fused_empty(ctx, &a);
     }
-    distil_fused_shape s =
-        distil_fused_shape_of(ctx, desc, distil_dptr_present(a.grad_xs),
-                              distil_dptr_present(a.grad_ws), distil_dptr_present(a.grad_bs));
+    distil_fused_shape s = distil_fused_shape_of(ctx, desc, distil_dptr_present(a.grad_xs),
+                                                 distil_dptr_present(a.grad_ws),
+                                                 distil_dptr_present(a.grad_bs), tp_in != NULL);
     distil_fused_plan p;
     DISTIL_TRY(distil_fused_make_plan(ctx, desc, &s, &p));
     distil_tp tp_plan, *tp = NULL;

@@ -37,6 +37,7 @@ typedef struct distil_fused_loop {
     size_t es;             /* bytes of an input element */
     bool grads;            /* any gradient wanted */
     bool head;             /* a head pass before each row pass (docs/SPEC.md §6, fused_head.c) */
+    bool stats;            /* row statistics from the logits GEMMs (distil_fused_stats_wanted) */
     const distil_tp *tp;   /* vocabulary shard (docs/SPEC.md §8), or NULL */
 } distil_fused_loop;
 
@@ -60,11 +61,16 @@ static distil_status distil_fused_first(distil_status s, distil_status t) {
     return s != DISTIL_OK ? s : t;
 }
 
-/* zs = xs_c Ws^T + bs (student) or zt = xt_c Wt^T + bt (teacher), rows [r0, r0 + c). */
-static distil_status distil_fused_logits_of(const distil_fused_loop *L, int64_t r0, int64_t c,
-                                            bool teacher) {
-    const distil_fused_args *a = L->a;
+/* The GEMM zs = xs_c Ws^T + bs (student) or zt = xt_c Wt^T + bt (teacher) of rows [r0, r0 + c),
+ * into plan p's workspace (p NULL: the workspace is not known yet); with stats, the row statistics
+ * into p's planes (docs/DESIGN.md "Row statistics from the logits GEMM"). */
+static distil_gemm_args distil_fused_logits_gemm(const distil_fused_args *a,
+                                                 const distil_fused_plan *p, int64_t r0, int64_t c,
+                                                 bool teacher, bool stats) {
     const int64_t h = teacher ? a->ht : a->hs;
+    const size_t es = distil_dtype_size(a->dtype);
+    const distil_dptr ws = p ? a->workspace : distil_dptr_make(NULL, 0);
+    const float log2e = 1.4426950408889634f;
     distil_gemm_args g = {.trans_b = true,
                           .m = c,
                           .n = a->vocab,
@@ -73,13 +79,52 @@ static distil_status distil_fused_logits_of(const distil_fused_loop *L, int64_t 
                           .a_dtype = a->dtype,
                           .b_dtype = a->dtype,
                           .c_dtype = DISTIL_F32,
-                          .a = distil_dptr_add(teacher ? a->xt : a->xs, (size_t)(r0 * h) * L->es),
+                          .a = distil_dptr_add(teacher ? a->xt : a->xs, (size_t)(r0 * h) * es),
                           .lda = h,
                           .b = teacher ? a->wt : a->ws,
                           .ldb = h,
-                          .c = distil_fused_ws(L, teacher ? L->p->off_zt : L->p->off_zs),
+                          .c = distil_dptr_add(ws, p ? (teacher ? p->off_zt : p->off_zs) : 0),
                           .ldc = a->vocab,
-                          .bias = teacher ? a->bt : a->bs};
+                          .bias = teacher ? a->bt : a->bs,
+                          .stats_c1 =
+                              log2e * (teacher ? a->inv_teacher_temperature : a->inv_temperature),
+                          .stats_c2 = log2e};
+    if (stats) { /* planes: zs max, s1, s2 (tau != 1), zt max, s1 */
+        const size_t plane = p ? p->stats_plane * sizeof(float) : 0;
+        const distil_dptr st = distil_dptr_add(ws, p ? p->off_stats : 0);
+        g.stats_max = distil_dptr_add(st, (teacher ? 3 : 0) * plane);
+        g.stats_s1 = distil_dptr_add(st, (teacher ? 4 : 1) * plane);
+        if (!teacher && a->inv_temperature != 1.0f) {
+            g.stats_s2 = distil_dptr_add(st, 2 * plane);
+        }
+    }
+    return g;
+}
+
+bool distil_fused_stats_wanted(const distil_ctx *ctx, const distil_fused_args *a, bool grads) {
+    const distil_backend *be = ctx->be;
+    if (be->stats_ok == NULL || be->stats_cols <= 0 || a->topk != NULL || a->teacher_fp8 ||
+        distil_fused_head_needed(a)) {
+        return false;
+    }
+    const int64_t c = a->rows; /* the shape; the chunk's rows do not change what is asked */
+    const distil_gemm_args s = distil_fused_logits_gemm(a, NULL, 0, c, false, true);
+    const distil_gemm_args t = distil_fused_logits_gemm(a, NULL, 0, c, true, true);
+    return be->stats_ok(ctx->b, &s, grads) && be->stats_ok(ctx->b, &t, grads);
+}
+
+/* stats_ok on the call's own pointers (chunk 0's GEMMs; every chunk's rows start at a multiple
+ * of the hidden size, so what the alignment allows for the first holds for all). */
+static bool distil_fused_stats_ready(const distil_fused_loop *L) {
+    const int64_t c = distil_fused_chunk_len(L, 0);
+    const distil_gemm_args s = distil_fused_logits_gemm(L->a, L->p, 0, c, false, true);
+    const distil_gemm_args t = distil_fused_logits_gemm(L->a, L->p, 0, c, true, true);
+    return L->be->stats_ok(L->b, &s, L->grads) && L->be->stats_ok(L->b, &t, L->grads);
+}
+
+static distil_status distil_fused_logits_of(const distil_fused_loop *L, int64_t r0, int64_t c,
+                                            bool teacher) {
+    const distil_gemm_args g = distil_fused_logits_gemm(L->a, L->p, r0, c, teacher, L->stats);
     return L->be->gemm(L->b, &g);
 }
 
@@ -159,6 +204,16 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         .alpha = a->alpha,
         .inv_teacher_temperature = a->inv_teacher_temperature,
         .dz = distil_fused_head_dz(a, p, L->grads && distil_fused_student_head(a))};
+    if (L->stats) {
+        const distil_gemm_args s = distil_fused_logits_gemm(a, p, r0, c, false, true);
+        const distil_gemm_args t = distil_fused_logits_gemm(a, p, r0, c, true, true);
+        r.zs_max = s.stats_max;
+        r.zs_s1 = s.stats_s1;
+        r.zs_s2 = s.stats_s2;
+        r.zt_max = t.stats_max;
+        r.zt_s1 = t.stats_s1;
+        r.stats_tiles = p->stats_tiles;
+    }
     if (L->head) {
         DISTIL_TRY(distil_fused_head_pass(L->be, L->b, a, p, r.dz, r0, c));
     }
@@ -392,6 +447,8 @@ distil_status distil_fused_loop_run_tp(distil_ctx *ctx, const distil_fused_args 
     L.gw_dtype = p->gw_acc || p->gb_acc ? DISTIL_F32 : a->dtype;
     L.grads =
         distil_dptr_present(a->grad_xs) || distil_dptr_present(L.gw) || distil_dptr_present(L.gb);
+    /* planned for (stats_tiles), and the backend takes this call's pointers too */
+    L.stats = tp == NULL && p->stats_tiles > 0 && distil_fused_stats_ready(&L);
     DISTIL_TRY(distil_fused_prologue(&L));
     DISTIL_TRY(distil_fused_logits(&L, 0, distil_fused_chunk_len(&L, 0)));
     for (int64_t r0 = 0; r0 < a->rows; r0 += p->chunk_rows) {

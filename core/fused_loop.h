@@ -8,6 +8,13 @@
 #include "chunk.h"
 #include "ctx.h"
 
+/* Whether the chunk loop takes the row statistics from the logits GEMMs (docs/DESIGN.md "Row
+ * statistics from the logits GEMM") for a call like a: a dense teacher with the exact head, no head
+ * pass, and the backend's stats_ok for both GEMMs and the row pass with or without gradients
+ * (a's pointers may be absent: the workspace plan asks before it has them). Unsharded calls only.
+ */
+bool distil_fused_stats_wanted(const distil_ctx *ctx, const distil_fused_args *a, bool grads);
+
 /* Run the loss of a (validated, rows >= 1, workspace acquired) on ctx's backend by plan p. */
 distil_status distil_fused_loop_run(distil_ctx *ctx, const distil_fused_args *a,
                                     const distil_fused_plan *p);

@@ -201,6 +201,18 @@ static const tp_fused_spec fused_cases[] = {
     F(200, 32004, 16, 32, 0.3f, 0.7f, 0.5f, 2.0f, BIAS_S,  false, NO_GRADS, MIXED,      0,   0),
     F(60, 128256, 8, 16, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, false, ALL,      MIXED,       0,   0),
     F(60, 128256, 8, 16, 0.5f, 0.5f, 0.1f, 1.0f, BIAS_S,  false, NO_GRADS, MIXED,       0,   0),
+    /* the loss alone in the shapes whose logits GEMMs can give the row statistics (docs/DESIGN.md:
+     * bf16, V % 4 == 0, hidden sizes % 8 == 0; cuda on sm_90): chunks of a partial row tile, a
+     * partial last column tile, tau != 1 (the CE's own sums) and 1, biases (V % 8 == 0), ignored
+     * rows, the divergences */
+    F(300, 4100, 16, 32, 0.5f, 0.5f, 0.5f, 2.0f, NO_BIAS, true,  NO_GRADS, MIXED,       0,   130),
+    F(140, 4096, 24, 40, 0.3f, 0.7f, 0.1f, 1.0f, BIAS_ST, false, NO_GRADS, NONE,        0,   0),
+    F(70,  4104, 8,  16, 0.5f, 0.5f, 0.9f, 0.5f, BIAS_T,  true,  NO_GRADS, ALL_IGNORED, 0,   0),
+    F(129, 2052, 16, 24, 0.5f, 0.5f, 0.5f, 1.0f, NO_BIAS, true,  NO_GRADS, MIXED,       8,   64),
+    {64, 4100, 16, 32, 0.5f, 0.5f, 0.5f, 1.5f, BIAS_S, true, NO_GRADS, TP_LABELS_MIXED, 0, 0,
+     .div = DISTIL_DIVERGENCE_REVERSE_KL},
+    {64, 4100, 16, 32, 0.5f, 0.5f, 0.5f, 0.7f, NO_BIAS, false, NO_GRADS, TP_LABELS_NONE, 0, 0,
+     .div = DISTIL_DIVERGENCE_SKEW_KL, .alpha = 0.1f},
     /* hidden sizes of GEMM-tile scale (Hs = Ht / 2), chunks of 20 rows with a partial last one */
     F(48, 2053,  256, 512, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true, ALL,      MIXED,       0,   20),
     /* docs/SPEC.md §6: every divergence in the soft part, tau^2, the given N */

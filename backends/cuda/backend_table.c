@@ -57,4 +57,9 @@ const distil_backend DISTIL_GPU_TABLE = {
     .e4m3_bytes = 1,
     /* a head made once: its header written and checked on the device (fp8.cu) */
     .e4m3_header = DISTIL_GPU_FN(e4m3_header),
+#if DISTIL_GPU_HAVE_GEMM_STATS
+    /* the logits GEMMs' row statistics (gemm_stats.cu: 128-column tiles) */
+    .stats_ok = DISTIL_GPU_FN(stats_ok),
+    .stats_cols = 128,
+#endif
 };

@@ -4,6 +4,7 @@
  * cluster) where it applies, else the streaming kernel here (fused_rows.cuh has its passes):
  * one block per row reading zs and zt from global memory in each of three passes. The streaming
  * kernel serves HIP and rows too long for shared memory; DISTIL_CUDA_DISTILL=stream forces it.
+ * Given the row statistics from the logits GEMMs (the loss alone), one pass: fused_loss_kernel.
  *   zs, zt (rows, V) fp32 dense; labels (rows); ce, jsd (rows) fp32; g (rows, V) optional.
  */
 #include "fused_rows.cuh"
@@ -33,6 +34,37 @@ __global__ void __launch_bounds__(FUSED_THREADS) distil_fused_rows_kernel(fused_
      * it before any write. */
     const float z_label = zs[label]; /* every thread: fused_label_sm1 */
     fused_stream_row<GDT, HAS_G, VW>(p, sm, zs, zt, n, g, row, label, z_label);
+}
+
+/* The loss alone with the row statistics from the GEMMs: one block per row, one pass over zs and
+ * zt (pass 2 without the gradient's sum). VW as above. */
+template <int VW>
+__global__ void __launch_bounds__(FUSED_THREADS) distil_fused_loss_kernel(fused_params p) {
+    __shared__ fused_smem sm;
+    const int64_t row = blockIdx.x;
+    const float *zs = p.zs + row * p.vocab;
+    const float *zt = p.zt + row * p.vocab;
+    const int64_t n = p.vocab;
+    const int64_t label = p.labels[row];
+    if (!fused_label_valid(p, label)) {
+        fused_ignored_row<DISTIL_F32, false, VW>(p, row, nullptr, 0, n, threadIdx.x == 0);
+        return;
+    }
+    const float z_label = zs[label];
+    fused_row_stats st;
+    if (p.unit_temp) {
+        fused_row_stats_tiles<true>(p, sm, row, st);
+    } else {
+        fused_row_stats_tiles<false>(p, sm, row, st);
+    }
+    double acc[2] = {0.0, 0.0};
+    fused_with_mode(p, [&](auto mode) {
+        fused_pass_jsd<VW, decltype(mode)::value, false>(p, st, zs, zt, n, acc);
+    });
+    fused_block_sums<2>(sm, acc);
+    if (threadIdx.x == 0) {
+        fused_row_results(p, row, st.ms, st.lce, z_label, acc[0]);
+    }
 }
 
 template <int GDT, bool HAS_G, int VW>
@@ -72,7 +104,25 @@ static fused_params fused_params_of(const distil_fused_rows_args *a) {
     p.inv_tt = a->inv_teacher_temperature; /* docs/SPEC.md §6 head options */
     p.cy = FUSED_LOG2E * a->inv_teacher_temperature;
     p.dz = gpu_ptr<const float>(a->dz);
+    p.zs_max = gpu_ptr<const float>(a->zs_max);
+    p.zs_s1 = gpu_ptr<const float>(a->zs_s1);
+    p.zs_s2 = gpu_ptr<const float>(a->zs_s2);
+    p.zt_max = gpu_ptr<const float>(a->zt_max);
+    p.zt_s1 = gpu_ptr<const float>(a->zt_s1);
+    p.tiles = a->stats_tiles;
     return p;
+}
+
+/* The loss-only kernel with the GEMMs' statistics. */
+static cudaError_t fused_loss_launch(const fused_params &q, cudaStream_t s) {
+    const bool vec = q.vocab % 4 == 0 && gpu_aligned(q.zs, 16) && gpu_aligned(q.zt, 16);
+    const unsigned blocks = static_cast<unsigned>(q.rows);
+    if (vec) {
+        distil_fused_loss_kernel<4><<<blocks, FUSED_THREADS, 0, s>>>(q);
+    } else {
+        distil_fused_loss_kernel<1><<<blocks, FUSED_THREADS, 0, s>>>(q);
+    }
+    return cudaGetLastError();
 }
 
 /* The streaming kernel, 16-byte vectors when the buffers allow. */
@@ -98,6 +148,10 @@ extern "C" distil_status DISTIL_GPU_FN(fused_rows)(void *vb, const distil_fused_
     }
     const fused_params p = fused_params_of(a);
     gpu_device_guard guard(b);
+    if (p.zs_max != nullptr && p.g == nullptr) { /* statistics given: stats_ok, loss only */
+        const cudaError_t e = fused_loss_launch(p, b->lane.stream);
+        return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "fused_rows");
+    }
     bool done = false;
     cudaError_t e = cudaSuccess;
     if (!b->fused_stream) {

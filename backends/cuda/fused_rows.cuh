@@ -45,6 +45,10 @@ struct fused_params {
      * and each element of G is multiplied by dz'/dz from dz (a uniform branch, off by default) */
     float inv_tt, cy;
     const float *dz;
+    /* The row statistics of zs and zt from their GEMMs, or nullptr (distil_fused_rows_args):
+     * element t rows + r of each, t < tiles; zs_s2 only when tau != 1. */
+    const float *zs_max, *zs_s1, *zs_s2, *zt_max, *zt_s1;
+    int64_t tiles;
 };
 
 constexpr float FUSED_LOG2E = 1.4426950408889634f;
@@ -275,12 +279,9 @@ __device__ __forceinline__ double fused_to_row(double s, float m, float row_m, f
     return s;
 }
 
-/* Pass 1 and its reductions: the row's maxima and LSEs, and the weights, into st. */
-template <int VW>
-__device__ inline void fused_row_stats_of(const fused_params &p, fused_smem &sm, const float *zs,
-                                          const float *zt, int64_t n, fused_row_stats &st) {
-    const fused_exp_acc t = p.unit_temp ? fused_pass_exp<VW, true>(p, zs, zt, n)
-                                        : fused_pass_exp<VW, false>(p, zs, zt, n);
+/* The threads' pass-1 states combined: the row's maxima and LSEs, and the weights, into st. */
+__device__ inline void fused_row_stats_reduce(const fused_params &p, fused_smem &sm,
+                                              const fused_exp_acc &t, fused_row_stats &st) {
     st.ms = t.ms;
     st.mt = t.mt;
     fused_block_max(sm.wmax, static_cast<int>(blockDim.x / DISTIL_GPU_WARP), st.ms, st.mt);
@@ -291,6 +292,54 @@ __device__ inline void fused_row_stats_of(const fused_params &p, fused_smem &sm,
     st.ly = static_cast<float>(log(v[1]));
     st.lce = static_cast<float>(log2(p.unit_temp ? v[0] : v[2]));
     fused_weights(p, &st.hw, &st.sw);
+}
+
+/* Pass 1 and its reductions. */
+template <int VW>
+__device__ inline void fused_row_stats_of(const fused_params &p, fused_smem &sm, const float *zs,
+                                          const float *zt, int64_t n, fused_row_stats &st) {
+    const fused_exp_acc t = p.unit_temp ? fused_pass_exp<VW, true>(p, zs, zt, n)
+                                        : fused_pass_exp<VW, false>(p, zs, zt, n);
+    fused_row_stats_reduce(p, sm, t, st);
+}
+
+/* A tile's sum ts relative to its maximum tm, added to a running sum s relative to m >= tm. A
+ * tile sum of 0 adds nothing (its factor is NaN when both maxima are -inf); NaN propagates. */
+__device__ __forceinline__ void fused_tile_add(double &s, float ts, float tm, float m, float c) {
+    if (ts != 0.0f) {
+        s += static_cast<double>(ts) * static_cast<double>(exp2f((tm - m) * c));
+    }
+}
+
+/* The row statistics from the GEMMs' tiles (p.zs_max ...) instead of pass 1: each thread merges
+ * tiles tid, tid + T, ... into a pass-1 state (its sums moved to a larger maximum first), then the
+ * same reductions. UNIT: tau == 1, the CE's sum is the JSD's. */
+template <bool UNIT>
+__device__ inline void fused_row_stats_tiles(const fused_params &p, fused_smem &sm, int64_t row,
+                                             fused_row_stats &st) {
+    fused_exp_acc t = {-INFINITY, -INFINITY, 0.0, 0.0, 0.0};
+    for (int64_t k = threadIdx.x; k < p.tiles; k += blockDim.x) {
+        const int64_t i = k * p.rows + row;
+        const float ms = p.zs_max[i];
+        const float mt = p.zt_max[i];
+        if (ms > t.ms) {
+            t.sx = fused_to_row(t.sx, t.ms, ms, p.cx);
+            if (!UNIT) {
+                t.sc = fused_to_row(t.sc, t.ms, ms, FUSED_LOG2E);
+            }
+            t.ms = ms;
+        }
+        if (mt > t.mt) {
+            t.sy = fused_to_row(t.sy, t.mt, mt, p.cy);
+            t.mt = mt;
+        }
+        fused_tile_add(t.sx, p.zs_s1[i], ms, t.ms, p.cx);
+        if (!UNIT) {
+            fused_tile_add(t.sc, p.zs_s2[i], ms, t.ms, FUSED_LOG2E);
+        }
+        fused_tile_add(t.sy, p.zt_s1[i], mt, t.mt, p.cy);
+    }
+    fused_row_stats_reduce(p, sm, t, st);
 }
 
 /* The log-probabilities of one vector: x = (zs - ms) / tau - lx, y = (zt - mt) / tau_t - ly. Every

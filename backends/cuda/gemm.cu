@@ -4,10 +4,18 @@
  * fp32 accumulation always (CUBLAS_COMPUTE_32F, no TF32). A bias is fused with cuBLASLt's bias
  * epilogue when the library accepts it, else added by a small kernel after the product.
  * The portable kernel (gemm_portable.cu) serves when there is no vendor BLAS or when
- * DISTIL_CUDA_GEMM=portable.
+ * DISTIL_CUDA_GEMM=portable. A GEMM that asks for row statistics runs gemm_stats.cu's kernel (only
+ * where stats_ok said yes).
  */
 #include "gemm_portable.cuh"
 #include "lt_plan.cuh"
+
+#ifndef DISTIL_GPU_HAVE_GEMM_STATS
+#define DISTIL_GPU_HAVE_GEMM_STATS 0
+#endif
+#if DISTIL_GPU_HAVE_GEMM_STATS
+#include "gemm_stats.cuh"
+#endif
 
 namespace DISTIL_GPU_NS {
 
@@ -110,6 +118,51 @@ static bool gemm_lt_bias(gpu_state *b, const distil_gemm_args *a) {
 }
 #endif
 
+#if DISTIL_GPU_HAVE_GEMM_STATS
+/* The logits GEMM of distil_gemm_args with its row statistics (gemm_stats.cuh); absent pointers
+ * stay NULL (stats_ok's question before the workspace is known). */
+static gemm_stats_args gemm_stats_of(const gpu_state *b, const distil_gemm_args *a) {
+    gemm_stats_args g;
+    g.x = distil_dptr_addr(a->a);
+    g.w = distil_dptr_addr(a->b);
+    g.bias = distil_dptr_addr(a->bias);
+    g.z = static_cast<float *>(distil_dptr_addr(a->c));
+    g.m = static_cast<int>(a->m);
+    g.n = static_cast<int>(a->n);
+    g.k = static_cast<int>(a->k);
+    g.pmax = static_cast<float *>(distil_dptr_addr(a->stats_max));
+    g.ps1 = static_cast<float *>(distil_dptr_addr(a->stats_s1));
+    g.ps2 = static_cast<float *>(distil_dptr_addr(a->stats_s2));
+    g.c1 = a->stats_c1;
+    g.c2 = a->stats_c2;
+    g.device = b->device;
+    g.sm_count = b->sm_count;
+    return g;
+}
+
+/* What the kernel computes: z (m, n) fp32 dense = x W^T + bias, bf16 operands with row strides k,
+ * on an sm_90 device (the kernel is sm_90a code). */
+static bool gemm_stats_shape(const gpu_state *b, const distil_gemm_args *a) {
+    const int64_t lim = 0x7fffffff;
+    return b->gemm_stats && !b->portable_gemm && b->cc_major == 9 && b->cc_minor == 0 &&
+           !a->trans_a && a->trans_b && a->a_dtype == DISTIL_BF16 && a->b_dtype == DISTIL_BF16 &&
+           a->c_dtype == DISTIL_F32 && a->alpha == 1.0f && a->beta == 0.0f && a->lda == a->k &&
+           a->ldb == a->k && a->ldc == a->n && a->m <= lim && a->n <= lim && a->k <= lim &&
+           a->m * ((a->n + GEMM_STATS_COLS - 1) / GEMM_STATS_COLS) <= lim;
+}
+
+static distil_status gemm_with_stats(gpu_state *b, const distil_gemm_args *a) {
+    const gemm_stats_args g = gemm_stats_of(b, a);
+    if (!gemm_stats_shape(b, a) || !gemm_stats_fits(g)) { /* the core asked against stats_ok */
+        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
+                                "%s: gemm: row statistics asked for a GEMM that stats_ok refuses",
+                                DISTIL_GPU_NAME);
+    }
+    const cudaError_t e = gemm_stats_launch(g, b->lane.stream);
+    return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm (row statistics)");
+}
+#endif
+
 static distil_status gemm_portable(gpu_state *b, const distil_gemm_args *a) {
     const cudaError_t e = gemm_portable_launch(a, b->lane.stream);
     return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm (portable)");
@@ -129,6 +182,11 @@ extern "C" distil_status DISTIL_GPU_FN(gemm)(void *vb, const distil_gemm_args *a
                                 "%s: gemm of operands of two dtypes", DISTIL_GPU_NAME);
     }
     gpu_device_guard guard(b);
+#if DISTIL_GPU_HAVE_GEMM_STATS
+    if (distil_dptr_present(a->stats_max)) {
+        return gemm_with_stats(b, a);
+    }
+#endif
 #if DISTIL_GPU_HAVE_BLAS
     if (!b->portable_gemm && gemm_fits_int(a)) {
         const bool bias = distil_dptr_present(a->bias);
@@ -147,3 +205,12 @@ extern "C" distil_status DISTIL_GPU_FN(gemm)(void *vb, const distil_gemm_args *a
 #endif
     return gemm_portable(b, a);
 }
+
+#if DISTIL_GPU_HAVE_GEMM_STATS
+/* The statistics are taken by the loss-only row pass (fused_rows.cu); the resident kernel of the
+ * gradient pass finds its own. */
+extern "C" bool DISTIL_GPU_FN(stats_ok)(void *vb, const distil_gemm_args *a, bool grads) {
+    const gpu_state *b = gpu_of(vb);
+    return !grads && gemm_stats_shape(b, a) && gemm_stats_fits(gemm_stats_of(b, a));
+}
+#endif

@@ -37,7 +37,8 @@ distil_status gpu_check_launch(gpu_state *b, const char *what) {
  * DISTIL_CUDA_DISTILL=stream (the row kernel of HIP and of rows too long for shared memory);
  * DISTIL_CUDA_OVERLAP=off runs the fused loss on one stream and creates no second lane (A/B);
  * DISTIL_CUDA_SIDE_DELAY_US delays the second lane after each fork (tests of the join);
- * DISTIL_CUDA_FP8=lt|emulate picks the fp8 teacher head's product (fp8.cu). */
+ * DISTIL_CUDA_FP8=lt|emulate picks the fp8 teacher head's product (fp8.cu);
+ * DISTIL_CUDA_STATS=off: the logits GEMMs write no row statistics (gemm_stats.cu; A/B). */
 static void gpu_read_env(gpu_state *b) {
     const char *g = getenv("DISTIL_CUDA_GEMM");
     b->portable_gemm = !DISTIL_GPU_HAVE_BLAS || (g != nullptr && strcmp(g, "portable") == 0);
@@ -53,6 +54,8 @@ static void gpu_read_env(gpu_state *b) {
                   : strcmp(f, "lt") == 0      ? GPU_FP8_LT
                   : strcmp(f, "emulate") == 0 ? GPU_FP8_EMULATE
                                               : GPU_FP8_AUTO;
+    const char *st = getenv("DISTIL_CUDA_STATS");
+    b->gemm_stats = st == nullptr || strcmp(st, "off") != 0;
 }
 
 static distil_status gpu_query_device(gpu_state *b) {

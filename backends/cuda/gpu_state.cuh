@@ -93,7 +93,8 @@ struct gpu_state {
     bool side_joinable;     /* join was recorded by side_end and not yet waited for */
     long long side_delay;   /* test knob: clock cycles the side lane spins after each fork */
     resident_plan resident;
-    int fp8_mode; /* DISTIL_CUDA_FP8: GPU_FP8_AUTO, _LT (cuBLASLt only), _EMULATE (fp8.cu) */
+    int fp8_mode;    /* DISTIL_CUDA_FP8: GPU_FP8_AUTO, _LT (cuBLASLt only), _EMULATE (fp8.cu) */
+    bool gemm_stats; /* row statistics from the logits GEMMs (DISTIL_CUDA_STATS=off: not) */
 };
 
 enum { GPU_FP8_AUTO = 0, GPU_FP8_LT = 1, GPU_FP8_EMULATE = 2 };

@@ -67,6 +67,13 @@ typedef struct distil_gemm_args {
     distil_dptr c;
     int64_t ldc;
     distil_dptr bias;
+    /* Optional row statistics of C (docs/DESIGN.md "Row statistics from the logits GEMM"), asked
+     * only where the backend's stats_ok said yes. Per row r of C and tile t of the backend's
+     * stats_cols columns, element t m + r of each (ceil(n / stats_cols), m) fp32 vector:
+     * stats_max the tile's maximum of C, stats_s1 the sum over the tile of 2^((C - max) stats_c1),
+     * stats_s2 (optional) the same with stats_c2. Absent stats_max: none. */
+    distil_dptr stats_max, stats_s1, stats_s2;
+    float stats_c1, stats_c2;
 } distil_gemm_args;
 
 /*
@@ -145,6 +152,12 @@ typedef struct distil_fused_rows_args {
      * (zs then holds z', head_rows wrote dz = dz'/dz), each element of G is multiplied by it. */
     float inv_teacher_temperature;
     distil_dptr dz;
+    /* Optional: the row statistics of zs and zt from their GEMMs (distil_gemm_args's layout with
+     * m = rows, stats_tiles tiles per row): zs_max, zs_s1 (c1 = log2(e) / tau) and, when tau != 1,
+     * zs_s2 (c2 = log2(e), the CE's); zt_max, zt_s1 (c1 = log2(e) / tau_t). Given only where the
+     * backend's stats_ok said yes for this row pass; absent zs_max: none. */
+    distil_dptr zs_max, zs_s1, zs_s2, zt_max, zt_s1;
+    int64_t stats_tiles;
 } distil_fused_rows_args;
 
 /*
@@ -559,6 +572,12 @@ typedef struct distil_backend {
      * a backend with the fp8 ops that is not host_memory (else they are UNSUPPORTED); NULL on
      * host-memory backends, whose headers the core reads and writes itself. */
     distil_status (*e4m3_header)(void *b, const distil_e4m3_header_args *a);
+    /* ---- row statistics from the logits GEMM (docs/DESIGN.md), optional: whether gemm writes the
+     * statistics of distil_gemm_args for a, and fused_rows takes them for a row pass with or
+     * without gradients (grads). Pointers of a that are absent are not known yet (the workspace
+     * plan): judge the rest. stats_cols: the tile's columns. NULL: never. */
+    bool (*stats_ok)(void *b, const distil_gemm_args *a, bool grads);
+    int stats_cols;
 } distil_backend;
 
 #ifdef __cplusplus
