@@ -71,7 +71,7 @@ void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_f
     distil_chunk_plan_fp8(s, c, p, &cur);
     p->stats_tiles = s->stats_cols > 0 ? (s->vocab + s->stats_cols - 1) / s->stats_cols : 0;
     p->stats_plane = (size_t)p->stats_tiles * c;
-    p->off_stats = distil_take(&cur, 5 * p->stats_plane * sizeof(float));
+    p->off_stats = distil_take(&cur, 4 * p->stats_plane * sizeof(float));
     p->bytes = cur;
 }
 

@@ -5,7 +5,7 @@
  *   fixed    n (1 fp32) | ce (T) fp32 | jsd (T) fp32 | gw (V, Hs) fp32 | gb (V) fp32 |
  *            labels (T) int64
  *   chunk    zs (C, V) fp32 | zt (C, V) fp32 | g (C, V) g_dtype | ones (C) dtype | dz (C, V) fp32 |
- *            stats 5 x (tiles, C) fp32
+ *            stats 4 x (tiles, C) fp32
  * dz (docs/SPEC.md §6) exists only with gradients and a scaled or capped student head.
  * fp8 teacher head (docs/SPEC.md §6): fixed wq (V, ldq) e4m3 | sw (V) fp32, chunk xq (C, ldq)
  * e4m3 | sx (C) fp32, e4m3 elements of the backend's e4m3_bytes.
@@ -60,8 +60,8 @@ typedef struct distil_fused_plan {
      * ldq = distil_e4m3_ld(Ht). */
     int64_t ldq;
     size_t off_wq, off_sw, off_xq, off_sx;
-    /* Row statistics (stats_cols only): five (stats_tiles, C) fp32 planes, zs's maxima, sums at
-     * 1/tau and at 1, zt's maxima and sums, stats_plane floats apart from off_stats. */
+    /* Row statistics (stats_cols only): four (stats_tiles, C) fp32 planes, zs's maxima and sums,
+     * zt's maxima and sums, stats_plane floats apart from off_stats. */
     int64_t stats_tiles;
     size_t off_stats, stats_plane;
     size_t bytes;

@@ -87,16 +87,12 @@ static distil_gemm_args distil_fused_logits_gemm(const distil_fused_args *a,
                           .ldc = a->vocab,
                           .bias = teacher ? a->bt : a->bs,
                           .stats_c1 =
-                              log2e * (teacher ? a->inv_teacher_temperature : a->inv_temperature),
-                          .stats_c2 = log2e};
-    if (stats) { /* planes: zs max, s1, s2 (tau != 1), zt max, s1 */
+                              log2e * (teacher ? a->inv_teacher_temperature : a->inv_temperature)};
+    if (stats) { /* planes: zs max, sums, zt max, sums */
         const size_t plane = p ? p->stats_plane * sizeof(float) : 0;
         const distil_dptr st = distil_dptr_add(ws, p ? p->off_stats : 0);
-        g.stats_max = distil_dptr_add(st, (teacher ? 3 : 0) * plane);
-        g.stats_s1 = distil_dptr_add(st, (teacher ? 4 : 1) * plane);
-        if (!teacher && a->inv_temperature != 1.0f) {
-            g.stats_s2 = distil_dptr_add(st, 2 * plane);
-        }
+        g.stats_max = distil_dptr_add(st, (teacher ? 2 : 0) * plane);
+        g.stats_s1 = distil_dptr_add(st, (teacher ? 3 : 1) * plane);
     }
     return g;
 }
@@ -209,7 +205,6 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         const distil_gemm_args t = distil_fused_logits_gemm(a, p, r0, c, true, true);
         r.zs_max = s.stats_max;
         r.zs_s1 = s.stats_s1;
-        r.zs_s2 = s.stats_s2;
         r.zt_max = t.stats_max;
         r.zt_s1 = t.stats_s1;
         r.stats_tiles = p->stats_tiles;

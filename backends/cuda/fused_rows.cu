@@ -36,8 +36,36 @@ __global__ void __launch_bounds__(FUSED_THREADS) distil_fused_rows_kernel(fused_
     fused_stream_row<GDT, HAS_G, VW>(p, sm, zs, zt, n, g, row, label, z_label);
 }
 
+/* One pass over the row with its statistics known: the thread's sum of the JSD terms (acc[0]) and,
+ * unless UNIT (tau == 1, where the JSD's sum is the CE's), of the CE's 2^((zs - ms) log2 e)
+ * (acc[1]; each vector's terms, <= 1, added in fp32 first), in double. */
+template <int VW, int MODE, bool UNIT>
+__device__ inline void fused_pass_loss(const fused_params &p, const fused_row_stats &st,
+                                       const float *zs, const float *zt, int64_t n,
+                                       double (&acc)[2]) {
+    fused_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t) {
+        float x[VW], y[VW];
+        fused_logp(p, st, a, b, x, y);
+        jsd_with_sv(x, y, [&](auto sv) {
+#pragma unroll
+            for (int k = 0; k < VW; k++) {
+                float g, q;
+                acc[0] += jsd_elem_q<MODE, decltype(sv)::value>(p.coef, x[k], y[k], &g, &q);
+            }
+        });
+        if (!UNIT) {
+            float c = 0.0f;
+#pragma unroll
+            for (int k = 0; k < VW; k++) {
+                c += exp2f((a[k] - st.ms) * FUSED_LOG2E);
+            }
+            acc[1] += c;
+        }
+    });
+}
+
 /* The loss alone with the row statistics from the GEMMs: one block per row, one pass over zs and
- * zt (pass 2 without the gradient's sum). VW as above. */
+ * zt. VW as above. */
 template <int VW>
 __global__ void __launch_bounds__(FUSED_THREADS) distil_fused_loss_kernel(fused_params p) {
     __shared__ fused_smem sm;
@@ -52,16 +80,15 @@ __global__ void __launch_bounds__(FUSED_THREADS) distil_fused_loss_kernel(fused_
     }
     const float z_label = zs[label];
     fused_row_stats st;
-    if (p.unit_temp) {
-        fused_row_stats_tiles<true>(p, sm, row, st);
-    } else {
-        fused_row_stats_tiles<false>(p, sm, row, st);
-    }
+    fused_row_stats_tiles(p, sm, row, st);
     double acc[2] = {0.0, 0.0};
-    fused_with_mode(p, [&](auto mode) {
-        fused_pass_jsd<VW, decltype(mode)::value, false>(p, st, zs, zt, n, acc);
+    fused_with_mode_unit(p, [&](auto mode, auto unit) {
+        fused_pass_loss<VW, decltype(mode)::value, decltype(unit)::value>(p, st, zs, zt, n, acc);
     });
     fused_block_sums<2>(sm, acc);
+    if (!p.unit_temp) {
+        st.lce = static_cast<float>(log2(acc[1]));
+    }
     if (threadIdx.x == 0) {
         fused_row_results(p, row, st.ms, st.lce, z_label, acc[0]);
     }
@@ -106,7 +133,6 @@ static fused_params fused_params_of(const distil_fused_rows_args *a) {
     p.dz = gpu_ptr<const float>(a->dz);
     p.zs_max = gpu_ptr<const float>(a->zs_max);
     p.zs_s1 = gpu_ptr<const float>(a->zs_s1);
-    p.zs_s2 = gpu_ptr<const float>(a->zs_s2);
     p.zt_max = gpu_ptr<const float>(a->zt_max);
     p.zt_s1 = gpu_ptr<const float>(a->zt_s1);
     p.tiles = a->stats_tiles;

@@ -46,8 +46,8 @@ struct fused_params {
     float inv_tt, cy;
     const float *dz;
     /* The row statistics of zs and zt from their GEMMs, or nullptr (distil_fused_rows_args):
-     * element t rows + r of each, t < tiles; zs_s2 only when tau != 1. */
-    const float *zs_max, *zs_s1, *zs_s2, *zt_max, *zt_s1;
+     * element t rows + r of each, t < tiles. */
+    const float *zs_max, *zs_s1, *zt_max, *zt_s1;
     int64_t tiles;
 };
 
@@ -313,8 +313,8 @@ __device__ __forceinline__ void fused_tile_add(double &s, float ts, float tm, fl
 
 /* The row statistics from the GEMMs' tiles (p.zs_max ...) instead of pass 1: each thread merges
  * tiles tid, tid + T, ... into a pass-1 state (its sums moved to a larger maximum first), then the
- * same reductions. UNIT: tau == 1, the CE's sum is the JSD's. */
-template <bool UNIT>
+ * same reductions. The CE's sum at tau != 1 is not among the tiles' (st.lce is then -inf): the
+ * caller sums it in its pass over the row. */
 __device__ inline void fused_row_stats_tiles(const fused_params &p, fused_smem &sm, int64_t row,
                                              fused_row_stats &st) {
     fused_exp_acc t = {-INFINITY, -INFINITY, 0.0, 0.0, 0.0};
@@ -324,9 +324,6 @@ __device__ inline void fused_row_stats_tiles(const fused_params &p, fused_smem &
         const float mt = p.zt_max[i];
         if (ms > t.ms) {
             t.sx = fused_to_row(t.sx, t.ms, ms, p.cx);
-            if (!UNIT) {
-                t.sc = fused_to_row(t.sc, t.ms, ms, FUSED_LOG2E);
-            }
             t.ms = ms;
         }
         if (mt > t.mt) {
@@ -334,9 +331,6 @@ __device__ inline void fused_row_stats_tiles(const fused_params &p, fused_smem &
             t.mt = mt;
         }
         fused_tile_add(t.sx, p.zs_s1[i], ms, t.ms, p.cx);
-        if (!UNIT) {
-            fused_tile_add(t.sc, p.zs_s2[i], ms, t.ms, FUSED_LOG2E);
-        }
         fused_tile_add(t.sy, p.zt_s1[i], mt, t.mt, p.cy);
     }
     fused_row_stats_reduce(p, sm, t, st);

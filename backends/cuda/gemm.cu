@@ -125,29 +125,27 @@ static gemm_stats_args gemm_stats_of(const gpu_state *b, const distil_gemm_args 
     gemm_stats_args g;
     g.x = distil_dptr_addr(a->a);
     g.w = distil_dptr_addr(a->b);
-    g.bias = distil_dptr_addr(a->bias);
     g.z = static_cast<float *>(distil_dptr_addr(a->c));
     g.m = static_cast<int>(a->m);
     g.n = static_cast<int>(a->n);
     g.k = static_cast<int>(a->k);
     g.pmax = static_cast<float *>(distil_dptr_addr(a->stats_max));
     g.ps1 = static_cast<float *>(distil_dptr_addr(a->stats_s1));
-    g.ps2 = static_cast<float *>(distil_dptr_addr(a->stats_s2));
     g.c1 = a->stats_c1;
-    g.c2 = a->stats_c2;
     g.device = b->device;
     g.sm_count = b->sm_count;
     return g;
 }
 
-/* What the kernel computes: z (m, n) fp32 dense = x W^T + bias, bf16 operands with row strides k,
- * on an sm_90 device (the kernel is sm_90a code). */
+/* What the kernel computes: z (m, n) fp32 dense = x W^T, no bias, bf16 operands with row strides
+ * k, on an sm_90 device (the kernel is sm_90a code). */
 static bool gemm_stats_shape(const gpu_state *b, const distil_gemm_args *a) {
     const int64_t lim = 0x7fffffff;
     return b->gemm_stats && !b->portable_gemm && b->cc_major == 9 && b->cc_minor == 0 &&
            !a->trans_a && a->trans_b && a->a_dtype == DISTIL_BF16 && a->b_dtype == DISTIL_BF16 &&
-           a->c_dtype == DISTIL_F32 && a->alpha == 1.0f && a->beta == 0.0f && a->lda == a->k &&
-           a->ldb == a->k && a->ldc == a->n && a->m <= lim && a->n <= lim && a->k <= lim &&
+           a->c_dtype == DISTIL_F32 && a->alpha == 1.0f && a->beta == 0.0f &&
+           !distil_dptr_present(a->bias) && a->lda == a->k && a->ldb == a->k && a->ldc == a->n &&
+           a->m <= lim && a->n <= lim && a->k <= lim &&
            a->m * ((a->n + GEMM_STATS_COLS - 1) / GEMM_STATS_COLS) <= lim;
 }
 

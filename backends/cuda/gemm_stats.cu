@@ -2,9 +2,9 @@
  * gemm_stats.cu - see gemm_stats.cuh. A CUTLASS 3 pingpong kernel (128 x 128 x 64 tiles, cluster
  * 2 x 1, persistent): one warpgroup's epilogue runs beside the other's MMAs, so the statistics
  * cost about nothing there (docs/CUDA-NOTES.md, seventeenth session: 0.785 ms against cuBLAS's
- * 0.771 for the plain GEMM of a 1024 x 128256 x 2048 chunk). The epilogue tree is
- *   RowStats(z) with z = acc + bias (a row broadcast; 0 without a bias), z stored by TMA.
- * RowStats keeps, per thread and row it holds, the maximum and the sums relative to it, in fp32
+ * 0.771 for the plain GEMM of a 1024 x 128256 x 2048 chunk). The epilogue tree is RowStats(acc),
+ * z = acc stored by TMA.
+ * RowStats keeps, per thread and row it holds, the maximum and the sum relative to it, in fp32
  * with ex2.approx (each term <= 1; the tile's sum of 128 terms errs by a few 1e-7 relative), and
  * merges the quad's lanes by shuffles after the tile's last subtile. Elements of a tile that lies
  * wholly inside the problem skip their bounds checks (a branch per element otherwise).
@@ -41,8 +41,8 @@ __device__ __forceinline__ float moved(float s, float m, float m_new, float c) {
 template <class Tile> struct RowStats {
     struct SharedStorage {};
     struct Arguments {
-        float *pmax = nullptr, *ps1 = nullptr, *ps2 = nullptr;
-        float c1 = 1.0f, c2 = 1.0f;
+        float *pmax = nullptr, *ps1 = nullptr;
+        float c1 = 1.0f;
     };
     using Params = Arguments;
     template <class PS>
@@ -85,17 +85,14 @@ template <class Tile> struct RowStats {
         template <typename EA, typename EI, int FS>
         CUTLASS_DEVICE auto visit(cutlass::Array<EA, FS> const &, int epi_v, int epi_m, int epi_n,
                                   cutlass::Array<EI, FS> const &frg) {
-            auto &[tMax, tS1, tS2, tCc, residue, rest] = args_tuple;
+            auto &[tMax, tS1, tCc, residue, rest] = args_tuple;
             Tensor mx = tMax(_, _, _, epi_m, epi_n);
             Tensor s1 = tS1(_, _, _, epi_m, epi_n);
-            Tensor s2 = tS2(_, _, _, epi_m, epi_n);
             Tensor cc = tCc(_, _, _, epi_m, epi_n);
-            const float c1 = params.c1, c2 = params.c2;
-            const bool two = params.ps2 != nullptr;
+            const float c1 = params.c1;
             const bool all_in = interior;
             Tensor fm = filter(mx);
             Tensor f1 = filter(s1);
-            Tensor f2 = filter(s2);
             float old[decltype(size(fm))::value];
             CUTLASS_PRAGMA_UNROLL
             for (int j = 0; j < size(fm); ++j) {
@@ -113,9 +110,6 @@ template <class Tile> struct RowStats {
             CUTLASS_PRAGMA_UNROLL
             for (int j = 0; j < size(fm); ++j) {
                 f1(j) = moved(f1(j), old[j], fm(j), c1);
-                if (two) {
-                    f2(j) = moved(f2(j), old[j], fm(j), c2);
-                }
             }
             /* 3. the fragment's terms, each <= 1 (m = -inf only while every z so far is -inf:
              * the terms are 0 then; a NaN z gives a NaN term, which propagates) */
@@ -126,9 +120,6 @@ template <class Tile> struct RowStats {
                 const bool in = all_in || elem_less(cc(epi_v * FS + i), residue);
                 const bool live = in && m != -INFINITY;
                 s1(epi_v * FS + i) += live ? ex2(fmaf(z, c1, -m * c1)) : 0.0f;
-                if (two) {
-                    s2(epi_v * FS + i) += live ? ex2(fmaf(z, c2, -m * c2)) : 0.0f;
-                }
             }
             return frg;
         }
@@ -139,17 +130,15 @@ template <class Tile> struct RowStats {
             if (!is_last_iteration) {
                 return;
             }
-            auto &[tMax, tS1, tS2, tCc, residue, rest] = args_tuple;
-            auto &[ref_src, lane_layout_MN, lane_mn, gMax, gS1, gS2, cCol, residue_cCol, epi_tile,
+            auto &[tMax, tS1, tCc, residue, rest] = args_tuple;
+            auto &[ref_src, lane_layout_MN, lane_mn, gMax, gS1, cCol, residue_cCol, epi_tile,
                    tiled_copy, thread_idx] = rest;
             if (!elem_less(cCol(_0{}, _0{}), residue_cCol)) {
                 return; /* a CTA wholly outside the problem */
             }
             Tensor fm = filter(tMax);
             Tensor f1 = filter(tS1);
-            Tensor f2 = filter(tS2);
-            const float c1 = params.c1, c2 = params.c2;
-            const bool two = params.ps2 != nullptr;
+            const float c1 = params.c1;
             CUTLASS_PRAGMA_UNROLL
             for (int cols = size<1>(lane_layout_MN) / 2; cols > 0; cols /= 2) {
                 const int off = lane_layout_MN(_0{}, cols);
@@ -157,12 +146,8 @@ template <class Tile> struct RowStats {
                 for (int i = 0; i < size(fm); ++i) {
                     const float m2 = __shfl_down_sync(0xffffffffu, fm(i), off);
                     const float a2 = __shfl_down_sync(0xffffffffu, f1(i), off);
-                    const float b2 = __shfl_down_sync(0xffffffffu, f2(i), off);
                     const float mm = fmaxf(fm(i), m2);
                     f1(i) = moved(f1(i), fm(i), mm, c1) + moved(a2, m2, mm, c1);
-                    if (two) {
-                        f2(i) = moved(f2(i), fm(i), mm, c2) + moved(b2, m2, mm, c2);
-                    }
                     fm(i) = mm;
                 }
             }
@@ -173,15 +158,11 @@ template <class Tile> struct RowStats {
             Tensor pMax =
                 fu::sm90_partition_for_epilogue<RS>(gMax, epi_tile, tiled_copy, thread_idx);
             Tensor pS1 = fu::sm90_partition_for_epilogue<RS>(gS1, epi_tile, tiled_copy, thread_idx);
-            Tensor pS2 = fu::sm90_partition_for_epilogue<RS>(gS2, epi_tile, tiled_copy, thread_idx);
             CUTLASS_PRAGMA_UNROLL
             for (int i = 0; i < size(tMax); ++i) {
                 if (elem_less(tCc(i), residue)) {
                     pMax(i) = tMax(i);
                     pS1(i) = tS1(i);
-                    if (two) {
-                        pS2(i) = tS2(i);
-                    }
                 }
             }
         }
@@ -219,24 +200,18 @@ template <class Tile> struct RowStats {
         auto tile = make_layout(make_shape(Int<TM>{}, Int<TN>{}), make_stride(_1{}, _0{}));
         const size_t base =
             static_cast<size_t>(n) * static_cast<size_t>(M) + static_cast<size_t>(m) * TM;
-        /* ps2 absent: its tensor points at ps1 and is never written */
-        float *p2 = params.ps2 != nullptr ? params.ps2 : params.ps1;
         Tensor gMax = make_tensor(make_gmem_ptr(params.pmax + base), tile);
         Tensor gS1 = make_tensor(make_gmem_ptr(params.ps1 + base), tile);
-        Tensor gS2 = make_tensor(make_gmem_ptr(p2 + base), tile);
         Tensor tCgMax = fu::sm90_partition_for_epilogue<ReferenceSrc>(
             gMax, args.epi_tile, args.tiled_copy, args.thread_idx);
         Tensor tMax = make_tensor_like<float>(tCgMax);
         Tensor tS1 = make_tensor_like<float>(tCgMax);
-        Tensor tS2 = make_tensor_like<float>(tCgMax);
         fill(tMax, -INFINITY);
         fill(tS1, 0.0f);
-        fill(tS2, 0.0f);
         auto rest =
-            make_tuple(bool_constant<ReferenceSrc>{}, lane_layout_MN, lane_mn, gMax, gS1, gS2,
-                       args.cD, args.residue_cD, args.epi_tile, args.tiled_copy, args.thread_idx);
-        auto t = make_tuple(cute::move(tMax), cute::move(tS1), cute::move(tS2), args.tCcD,
-                            args.residue_tCcD, rest);
+            make_tuple(bool_constant<ReferenceSrc>{}, lane_layout_MN, lane_mn, gMax, gS1, args.cD,
+                       args.residue_cD, args.epi_tile, args.tiled_copy, args.thread_idx);
+        auto t = make_tuple(cute::move(tMax), cute::move(tS1), args.tCcD, args.residue_tCcD, rest);
         (void)K;
         (void)L;
         (void)k;
@@ -250,12 +225,11 @@ template <class Tile> struct RowStats {
 using Tile = Shape<_128, Int<GEMM_STATS_COLS>, _64>;
 using Cluster = Shape<_2, _1, _1>;
 using Bf16 = cutlass::bfloat16_t;
-constexpr auto RND = cutlass::FloatRoundStyle::round_to_nearest;
 
-/* z = acc + bias, then the statistics of z */
-using Bias = fu::Sm90RowBroadcast<0, Tile, Bf16, float>;
-using Z = fu::Sm90EVT<fu::Sm90Compute<cutlass::plus, float, float, RND>, fu::Sm90AccFetch, Bias>;
-using EVT = fu::Sm90EVT<RowStats<Tile>, Z>;
+/* z = acc and its statistics. (A bias node, a row broadcast, cost the K 2048 GEMM 0.46 ms in the
+ * loop: its per-tile shared-memory fill and barrier no longer hid behind the other warpgroup's
+ * MMAs; docs/CUDA-NOTES.md, eighteenth session. Heads with a bias take cuBLAS.) */
+using EVT = fu::Sm90EVT<RowStats<Tile>, fu::Sm90AccFetch>;
 
 using Epi = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
@@ -284,8 +258,7 @@ static typename Gemm::Arguments arguments_of(const gemm_stats_args &a) {
         {a.m, a.n, a.k, 1},
         {static_cast<const Bf16 *>(a.x), sa, static_cast<const Bf16 *>(a.w), sb},
         {{}, nullptr, {}, a.z, sd}};
-    g.epilogue.thread = {{{}, {static_cast<const Bf16 *>(a.bias), Bf16(0.0f), {}}, {}},
-                         {a.pmax, a.ps1, a.ps2, a.c1, a.c2}};
+    g.epilogue.thread = {{}, {a.pmax, a.ps1, a.c1}};
     g.hw_info.device_id = a.device;
     g.hw_info.sm_count = a.sm_count;
     return g;
@@ -300,12 +273,9 @@ static bool aligned16(const void *p) {
 using namespace gemm_stats_impl;
 
 bool gemm_stats_fits(const gemm_stats_args &a) {
-    /* TMA: 16-byte aligned bases and row strides (k bf16, n fp32); the bias's 8-element vectors */
+    /* TMA: 16-byte aligned bases and row strides (k bf16, n fp32) */
     if (a.m < 1 || a.n < 1 || a.k < 1 || a.k % 8 != 0 || a.n % 4 != 0 || !aligned16(a.x) ||
         !aligned16(a.w) || !aligned16(a.z)) {
-        return false;
-    }
-    if (a.bias != nullptr && (a.n % 8 != 0 || !aligned16(a.bias))) {
         return false;
     }
     const typename Gemm::Arguments g = arguments_of(a);

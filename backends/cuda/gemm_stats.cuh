@@ -1,10 +1,10 @@
 /*
  * gemm_stats.cuh - the logits GEMM that also writes each row's statistics (gemm_stats.cu, a CUTLASS
  * 3 kernel for sm_90a; docs/DESIGN.md "Row statistics from the logits GEMM"):
- *   z (m, n) fp32, row stride n = x (m, k) W^T (W (n, k), both bf16, row strides k) [+ bias (n)]
+ *   z (m, n) fp32, row stride n = x (m, k) W^T (W (n, k), both bf16, row strides k), no bias
  * and, per row r and tile t of GEMM_STATS_COLS columns, m-major (element t m + r):
- *   pmax = max of the tile's z,  ps1 = sum 2^((z - pmax) c1),  ps2 = sum 2^((z - pmax) c2)
- * (optional) The cuda backend's gemm takes it for distil_gemm_args with stats; without CUTLASS's
+ *   pmax = max of the tile's z,  ps1 = sum 2^((z - pmax) c1)
+ * The cuda backend's gemm takes it for distil_gemm_args with stats; without CUTLASS's
  * headers (or on HIP) DISTIL_GPU_HAVE_GEMM_STATS is 0 and gemm never writes statistics. The file is
  * compiled for sm_90a alone; the caller checks the device before it launches.
  */
@@ -19,11 +19,11 @@
 constexpr int GEMM_STATS_COLS = 128;
 
 struct gemm_stats_args {
-    const void *x, *w, *bias; /* bf16; bias optional */
+    const void *x, *w; /* bf16 */
     float *z;
     int m, n, k;
-    float *pmax, *ps1, *ps2; /* (ceil(n / GEMM_STATS_COLS), m) each; ps2 optional */
-    float c1, c2;
+    float *pmax, *ps1; /* (ceil(n / GEMM_STATS_COLS), m) each */
+    float c1;
     int device, sm_count;
 };
 

@@ -70,10 +70,10 @@ typedef struct distil_gemm_args {
     /* Optional row statistics of C (docs/DESIGN.md "Row statistics from the logits GEMM"), asked
      * only where the backend's stats_ok said yes. Per row r of C and tile t of the backend's
      * stats_cols columns, element t m + r of each (ceil(n / stats_cols), m) fp32 vector:
-     * stats_max the tile's maximum of C, stats_s1 the sum over the tile of 2^((C - max) stats_c1),
-     * stats_s2 (optional) the same with stats_c2. Absent stats_max: none. */
-    distil_dptr stats_max, stats_s1, stats_s2;
-    float stats_c1, stats_c2;
+     * stats_max the tile's maximum of C, stats_s1 the sum over the tile of 2^((C - max) stats_c1).
+     * Absent stats_max: none. */
+    distil_dptr stats_max, stats_s1;
+    float stats_c1;
 } distil_gemm_args;
 
 /*
@@ -153,10 +153,10 @@ typedef struct distil_fused_rows_args {
     float inv_teacher_temperature;
     distil_dptr dz;
     /* Optional: the row statistics of zs and zt from their GEMMs (distil_gemm_args's layout with
-     * m = rows, stats_tiles tiles per row): zs_max, zs_s1 (c1 = log2(e) / tau) and, when tau != 1,
-     * zs_s2 (c2 = log2(e), the CE's); zt_max, zt_s1 (c1 = log2(e) / tau_t). Given only where the
+     * m = rows, stats_tiles tiles per row): zs_max, zs_s1 (c1 = log2(e) / tau), zt_max, zt_s1
+     * (c1 = log2(e) / tau_t); the CE's sum at tau != 1 is the row pass's own. Given only where the
      * backend's stats_ok said yes for this row pass; absent zs_max: none. */
-    distil_dptr zs_max, zs_s1, zs_s2, zt_max, zt_s1;
+    distil_dptr zs_max, zs_s1, zt_max, zt_s1;
     int64_t stats_tiles;
 } distil_fused_rows_args;
 
