@@ -97,25 +97,23 @@ static distil_gemm_args distil_fused_logits_gemm(const distil_fused_args *a,
     return g;
 }
 
+/* Whether be takes the row statistics of both logits GEMMs of c rows (plan p, or NULL: not known
+ * yet) for a row pass with or without gradients. */
+static bool distil_fused_stats_ask(const distil_backend *be, void *b, const distil_fused_args *a,
+                                   const distil_fused_plan *p, int64_t c, bool grads) {
+    const distil_gemm_args s = distil_fused_logits_gemm(a, p, 0, c, false, true);
+    const distil_gemm_args t = distil_fused_logits_gemm(a, p, 0, c, true, true);
+    return be->stats_ok(b, &s, grads) && be->stats_ok(b, &t, grads);
+}
+
 bool distil_fused_stats_wanted(const distil_ctx *ctx, const distil_fused_args *a, bool grads) {
     const distil_backend *be = ctx->be;
     if (be->stats_ok == NULL || be->stats_cols <= 0 || a->topk != NULL || a->teacher_fp8 ||
         distil_fused_head_needed(a)) {
         return false;
     }
-    const int64_t c = a->rows; /* the shape; the chunk's rows do not change what is asked */
-    const distil_gemm_args s = distil_fused_logits_gemm(a, NULL, 0, c, false, true);
-    const distil_gemm_args t = distil_fused_logits_gemm(a, NULL, 0, c, true, true);
-    return be->stats_ok(ctx->b, &s, grads) && be->stats_ok(ctx->b, &t, grads);
-}
-
-/* stats_ok on the call's own pointers (chunk 0's GEMMs; every chunk's rows start at a multiple
- * of the hidden size, so what the alignment allows for the first holds for all). */
-static bool distil_fused_stats_ready(const distil_fused_loop *L) {
-    const int64_t c = distil_fused_chunk_len(L, 0);
-    const distil_gemm_args s = distil_fused_logits_gemm(L->a, L->p, 0, c, false, true);
-    const distil_gemm_args t = distil_fused_logits_gemm(L->a, L->p, 0, c, true, true);
-    return L->be->stats_ok(L->b, &s, L->grads) && L->be->stats_ok(L->b, &t, L->grads);
+    /* the shape; the chunk's rows do not change what is asked */
+    return distil_fused_stats_ask(be, ctx->b, a, NULL, a->rows, grads);
 }
 
 static distil_status distil_fused_logits_of(const distil_fused_loop *L, int64_t r0, int64_t c,
@@ -443,7 +441,10 @@ distil_status distil_fused_loop_run_tp(distil_ctx *ctx, const distil_fused_args 
     L.grads =
         distil_dptr_present(a->grad_xs) || distil_dptr_present(L.gw) || distil_dptr_present(L.gb);
     /* planned for (stats_tiles), and the backend takes this call's pointers too */
-    L.stats = tp == NULL && p->stats_tiles > 0 && distil_fused_stats_ready(&L);
+    /* (chunk 0's pointers: every chunk's rows start at a multiple of the hidden size, so what
+     * the alignment allows for the first holds for all) */
+    L.stats = tp == NULL && p->stats_tiles > 0 &&
+              distil_fused_stats_ask(be, L.b, a, p, distil_fused_chunk_len(&L, 0), L.grads);
     DISTIL_TRY(distil_fused_prologue(&L));
     DISTIL_TRY(distil_fused_logits(&L, 0, distil_fused_chunk_len(&L, 0)));
     for (int64_t r0 = 0; r0 < a->rows; r0 += p->chunk_rows) {
