@@ -61,6 +61,16 @@ static distil_status distil_fused_first(distil_status s, distil_status t) {
     return s != DISTIL_OK ? s : t;
 }
 
+/* Plane i of the row statistics in plan p's workspace: 0, 1 the maxima and sums of zs, 2, 3 of zt
+ * (p NULL: the workspace is not known yet, a NULL pointer). */
+static distil_dptr distil_fused_stats_plane(const distil_fused_args *a, const distil_fused_plan *p,
+                                            int i) {
+    if (p == NULL) {
+        return distil_dptr_make(NULL, 0);
+    }
+    return distil_dptr_add(a->workspace, p->off_stats + (size_t)i * p->stats_plane * sizeof(float));
+}
+
 /* The GEMM zs = xs_c Ws^T + bs (student) or zt = xt_c Wt^T + bt (teacher) of rows [r0, r0 + c),
  * into plan p's workspace (p NULL: the workspace is not known yet); with stats, the row statistics
  * into p's planes (docs/DESIGN.md "Row statistics from the logits GEMM"). */
@@ -88,11 +98,9 @@ static distil_gemm_args distil_fused_logits_gemm(const distil_fused_args *a,
                           .bias = teacher ? a->bt : a->bs,
                           .stats_c1 =
                               log2e * (teacher ? a->inv_teacher_temperature : a->inv_temperature)};
-    if (stats) { /* planes: zs max, sums, zt max, sums */
-        const size_t plane = p ? p->stats_plane * sizeof(float) : 0;
-        const distil_dptr st = distil_dptr_add(ws, p ? p->off_stats : 0);
-        g.stats_max = distil_dptr_add(st, (teacher ? 2 : 0) * plane);
-        g.stats_s1 = distil_dptr_add(st, (teacher ? 3 : 1) * plane);
+    if (stats) {
+        g.stats_max = distil_fused_stats_plane(a, p, teacher ? 2 : 0);
+        g.stats_s1 = distil_fused_stats_plane(a, p, teacher ? 3 : 1);
     }
     return g;
 }
@@ -199,12 +207,10 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         .inv_teacher_temperature = a->inv_teacher_temperature,
         .dz = distil_fused_head_dz(a, p, L->grads && distil_fused_student_head(a))};
     if (L->stats) {
-        const distil_gemm_args s = distil_fused_logits_gemm(a, p, r0, c, false, true);
-        const distil_gemm_args t = distil_fused_logits_gemm(a, p, r0, c, true, true);
-        r.zs_max = s.stats_max;
-        r.zs_s1 = s.stats_s1;
-        r.zt_max = t.stats_max;
-        r.zt_s1 = t.stats_s1;
+        r.zs_max = distil_fused_stats_plane(a, p, 0);
+        r.zs_s1 = distil_fused_stats_plane(a, p, 1);
+        r.zt_max = distil_fused_stats_plane(a, p, 2);
+        r.zt_s1 = distil_fused_stats_plane(a, p, 3);
         r.stats_tiles = p->stats_tiles;
     }
     if (L->head) {

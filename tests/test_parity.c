@@ -213,6 +213,10 @@ static const tp_fused_spec fused_cases[] = {
      .div = DISTIL_DIVERGENCE_REVERSE_KL},
     {64, 4100, 16, 32, 0.5f, 0.5f, 0.5f, 0.7f, NO_BIAS, false, NO_GRADS, TP_LABELS_NONE, 0, 0,
      .div = DISTIL_DIVERGENCE_SKEW_KL, .alpha = 0.1f},
+    /* (the statistics path without a bias: ignored rows, the reverse KL at tau != 1) */
+    F(70,  4104, 8,  16, 0.5f, 0.5f, 0.9f, 0.5f, NO_BIAS, false, NO_GRADS, ALL_IGNORED, 0,   0),
+    {96, 4096, 24, 40, 0.5f, 0.5f, 0.5f, 1.5f, NO_BIAS, true, NO_GRADS, TP_LABELS_MIXED, 0, 40,
+     .div = DISTIL_DIVERGENCE_REVERSE_KL},
     /* hidden sizes of GEMM-tile scale (Hs = Ht / 2), chunks of 20 rows with a partial last one */
     F(48, 2053,  256, 512, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true, ALL,      MIXED,       0,   20),
     /* docs/SPEC.md §6: every divergence in the soft part, tau^2, the given N */
@@ -420,5 +424,8 @@ static int run_group(const char *backend) {
 
 int main(void) {
     build_tests();
+    if (!tu_filter_selects(g_tests, N_TESTS)) {
+        return 1;
+    }
     return tu_run_per_backend(run_group, false);
 }

@@ -4,10 +4,12 @@
  * cluster) where it applies, else the streaming kernel here (fused_rows.cuh has its passes):
  * one block per row reading zs and zt from global memory in each of three passes. The streaming
  * kernel serves HIP and rows too long for shared memory; DISTIL_CUDA_DISTILL=stream forces it.
- * Given the row statistics from the logits GEMMs (the loss alone), one pass: fused_loss_kernel.
+ * Given the row statistics from the logits GEMMs (the loss alone), one pass: fused_loss_kernel,
+ * the JSD kernel's loop (jsd_rows.cuh) on the rows' log-probabilities.
  *   zs, zt (rows, V) fp32 dense; labels (rows); ce, jsd (rows) fp32; g (rows, V) optional.
  */
 #include "fused_rows.cuh"
+#include "jsd_rows.cuh"
 
 #include <stdlib.h>
 
@@ -36,54 +38,61 @@ __global__ void __launch_bounds__(FUSED_THREADS) distil_fused_rows_kernel(fused_
     fused_stream_row<GDT, HAS_G, VW>(p, sm, zs, zt, n, g, row, label, z_label);
 }
 
-/* One pass over the row with its statistics known: the thread's sum of the JSD terms (acc[0]) and,
- * unless UNIT (tau == 1, where the JSD's sum is the CE's), of the CE's 2^((zs - ms) log2 e)
- * (acc[1]; each vector's terms, <= 1, added in fp32 first), in double. */
-template <int VW, int MODE, bool UNIT>
-__device__ inline void fused_pass_loss(const fused_params &p, const fused_row_stats &st,
-                                       const float *zs, const float *zt, int64_t n,
-                                       double (&acc)[2]) {
-    fused_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t) {
-        float x[VW], y[VW];
-        fused_logp(p, st, a, b, x, y);
-        jsd_with_sv(x, y, [&](auto sv) {
-#pragma unroll
-            for (int k = 0; k < VW; k++) {
-                float g, q;
-                acc[0] += jsd_elem_q<MODE, decltype(sv)::value>(p.coef, x[k], y[k], &g, &q);
-            }
-        });
+/* jsd_span's input map for the loss alone: the logits of a vector to their log-probabilities
+ * (fused_logp) and, unless UNIT (tau == 1, where the JSD's sum is the CE's), the CE's sum of
+ * 2^((zs - ms) log2 e) (each vector's terms, <= 1, added in fp32 first, then in double). */
+template <bool UNIT> struct fused_in_logits {
+    const fused_params &p;
+    const fused_row_stats &st;
+    double ce;
+    template <int N> __device__ __forceinline__ void operator()(float (&a)[N], float (&b)[N]) {
         if (!UNIT) {
             float c = 0.0f;
 #pragma unroll
-            for (int k = 0; k < VW; k++) {
+            for (int k = 0; k < N; k++) {
                 c += exp2f((a[k] - st.ms) * FUSED_LOG2E);
             }
-            acc[1] += c;
+            ce += c;
         }
-    });
-}
+        float x[N], y[N];
+        fused_logp(p, st, a, b, x, y);
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            a[k] = x[k];
+            b[k] = y[k];
+        }
+    }
+};
 
 /* The loss alone with the row statistics from the GEMMs: one block per row, one pass over zs and
- * zt. VW as above. */
+ * zt, the JSD kernel's own loop (jsd_span) on the log-probabilities. VW = 4 needs V % 4 == 0
+ * and 16-byte aligned bases (the rows are then aligned too); VW = 1 otherwise. Two blocks per SM,
+ * as the JSD kernel's fp32 loop. */
 template <int VW>
-__global__ void __launch_bounds__(FUSED_THREADS) distil_fused_loss_kernel(fused_params p) {
+__global__ void __launch_bounds__(FUSED_THREADS, 2) distil_fused_loss_kernel(fused_params p) {
     __shared__ fused_smem sm;
     const int64_t row = blockIdx.x;
-    const float *zs = p.zs + row * p.vocab;
-    const float *zt = p.zt + row * p.vocab;
-    const int64_t n = p.vocab;
     const int64_t label = p.labels[row];
     if (!fused_label_valid(p, label)) {
-        fused_ignored_row<DISTIL_F32, false, VW>(p, row, nullptr, 0, n, threadIdx.x == 0);
+        fused_ignored_row<DISTIL_F32, false, VW>(p, row, nullptr, 0, p.vocab, threadIdx.x == 0);
         return;
     }
-    const float z_label = zs[label];
+    const float z_label = p.zs[row * p.vocab + label];
     fused_row_stats st;
     fused_row_stats_tiles(p, sm, row, st);
+    jsd_rows_params jp = {};
+    jp.x = p.zs;
+    jp.y = p.zt;
+    jp.x_stride = jp.y_stride = p.vocab;
+    jp.rows = p.rows;
+    jp.vocab = p.vocab;
+    jp.coef = p.coef;
     double acc[2] = {0.0, 0.0};
     fused_with_mode_unit(p, [&](auto mode, auto unit) {
-        fused_pass_loss<VW, decltype(mode)::value, decltype(unit)::value>(p, st, zs, zt, n, acc);
+        fused_in_logits<decltype(unit)::value> in{p, st, 0.0};
+        acc[0] = jsd_span<DISTIL_F32, false, VW, decltype(mode)::value>(jp, row, 0, p.vocab / VW,
+                                                                        true, 0.0f, in);
+        acc[1] = in.ce;
     });
     fused_block_sums<2>(sm, acc);
     if (!p.unit_temp) {
@@ -174,9 +183,16 @@ extern "C" distil_status DISTIL_GPU_FN(fused_rows)(void *vb, const distil_fused_
     }
     const fused_params p = fused_params_of(a);
     gpu_device_guard guard(b);
-    if (p.zs_max != nullptr && p.g == nullptr) { /* statistics given: stats_ok, loss only */
+    /* statistics given (stats_ok, the loss alone); jsd_span's 32-bit offsets */
+    if (p.zs_max != nullptr && p.g == nullptr && p.vocab <= 0x7fffffff - 8 * 1024) {
         const cudaError_t e = fused_loss_launch(p, b->lane.stream);
         return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "fused_rows");
+    }
+    if (p.g == nullptr && b->stats_require && gpu_stats_device(b)) {
+        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
+                                "%s: fused_rows: DISTIL_CUDA_STATS=require, and this loss-only "
+                                "row pass does not take the row statistics",
+                                DISTIL_GPU_NAME);
     }
     bool done = false;
     cudaError_t e = cudaSuccess;

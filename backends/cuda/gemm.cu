@@ -10,9 +10,6 @@
 #include "gemm_portable.cuh"
 #include "lt_plan.cuh"
 
-#ifndef DISTIL_GPU_HAVE_GEMM_STATS
-#define DISTIL_GPU_HAVE_GEMM_STATS 0
-#endif
 #if DISTIL_GPU_HAVE_GEMM_STATS
 #include "gemm_stats.cuh"
 #endif
@@ -141,22 +138,23 @@ static gemm_stats_args gemm_stats_of(const gpu_state *b, const distil_gemm_args 
  * k, on an sm_90 device (the kernel is sm_90a code). */
 static bool gemm_stats_shape(const gpu_state *b, const distil_gemm_args *a) {
     const int64_t lim = 0x7fffffff;
-    return b->gemm_stats && !b->portable_gemm && b->cc_major == 9 && b->cc_minor == 0 &&
-           !a->trans_a && a->trans_b && a->a_dtype == DISTIL_BF16 && a->b_dtype == DISTIL_BF16 &&
-           a->c_dtype == DISTIL_F32 && a->alpha == 1.0f && a->beta == 0.0f &&
-           !distil_dptr_present(a->bias) && a->lda == a->k && a->ldb == a->k && a->ldc == a->n &&
-           a->m <= lim && a->n <= lim && a->k <= lim &&
+    return gpu_stats_device(b) && !a->trans_a && a->trans_b && a->a_dtype == DISTIL_BF16 &&
+           a->b_dtype == DISTIL_BF16 && a->c_dtype == DISTIL_F32 && a->alpha == 1.0f &&
+           a->beta == 0.0f && !distil_dptr_present(a->bias) && a->lda == a->k && a->ldb == a->k &&
+           a->ldc == a->n && a->m <= lim && a->n <= lim && a->k <= lim &&
            a->m * ((a->n + GEMM_STATS_COLS - 1) / GEMM_STATS_COLS) <= lim;
 }
 
 static distil_status gemm_with_stats(gpu_state *b, const distil_gemm_args *a) {
-    const gemm_stats_args g = gemm_stats_of(b, a);
-    if (!gemm_stats_shape(b, a) || !gemm_stats_fits(g)) { /* the core asked against stats_ok */
+    /* the core asked stats_ok first: a refusal here is the core's error */
+    const cudaError_t e = gemm_stats_shape(b, a)
+                              ? gemm_stats_launch(gemm_stats_of(b, a), b->lane.stream)
+                              : cudaErrorNotSupported;
+    if (e == cudaErrorNotSupported) {
         return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
                                 "%s: gemm: row statistics asked for a GEMM that stats_ok refuses",
                                 DISTIL_GPU_NAME);
     }
-    const cudaError_t e = gemm_stats_launch(g, b->lane.stream);
     return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm (row statistics)");
 }
 #endif

@@ -282,16 +282,19 @@ bool gemm_stats_fits(const gemm_stats_args &a) {
     return Gemm::get_workspace_size(g) == 0 && Gemm::can_implement(g) == cutlass::Status::kSuccess;
 }
 
+cudaError_t gemm_stats_setup(void) {
+    const int smem = static_cast<int>(Kernel::SharedStorageSize);
+    return cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+}
+
 cudaError_t gemm_stats_launch(const gemm_stats_args &a, cudaStream_t s) {
     if (!gemm_stats_fits(a)) {
-        return cudaErrorInvalidValue;
+        return cudaErrorNotSupported;
     }
-    Gemm gemm;
-    if (gemm.initialize(arguments_of(a), nullptr, s) != cutlass::Status::kSuccess) {
-        const cudaError_t e = cudaGetLastError();
-        return e != cudaSuccess ? e : cudaErrorInvalidValue;
-    }
-    if (gemm.run(s) != cutlass::Status::kSuccess) {
+    /* no workspace (fits checked it); the kernel's attribute is set by gemm_stats_setup */
+    typename Kernel::Params params = Kernel::to_underlying_arguments(arguments_of(a), nullptr);
+    if (Gemm::run(params, s) != cutlass::Status::kSuccess) {
         const cudaError_t e = cudaGetLastError();
         return e != cudaSuccess ? e : cudaErrorLaunchFailure;
     }

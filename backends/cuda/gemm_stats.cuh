@@ -30,7 +30,10 @@ struct gemm_stats_args {
 /* Whether the kernel takes these operands (alignment of the TMA copies, sizes). Host only. */
 bool gemm_stats_fits(const gemm_stats_args &a);
 
-/* The product and the statistics on stream s; cudaErrorInvalidValue when it does not fit. */
+/* Once per context, on its (sm_90) device: the kernel's shared-memory attribute. */
+cudaError_t gemm_stats_setup(void);
+
+/* The product and the statistics on stream s; cudaErrorNotSupported when it does not fit. */
 cudaError_t gemm_stats_launch(const gemm_stats_args &a, cudaStream_t s);
 
 #endif /* DISTIL_GPU_GEMM_STATS_CUH */

@@ -7,6 +7,9 @@
  */
 #include "fused_rows.cuh"
 #include "gpu_state.cuh"
+#if DISTIL_GPU_HAVE_GEMM_STATS
+#include "gemm_stats.cuh"
+#endif
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +41,9 @@ distil_status gpu_check_launch(gpu_state *b, const char *what) {
  * DISTIL_CUDA_OVERLAP=off runs the fused loss on one stream and creates no second lane (A/B);
  * DISTIL_CUDA_SIDE_DELAY_US delays the second lane after each fork (tests of the join);
  * DISTIL_CUDA_FP8=lt|emulate picks the fp8 teacher head's product (fp8.cu);
- * DISTIL_CUDA_STATS=off: the logits GEMMs write no row statistics (gemm_stats.cu; A/B). */
+ * DISTIL_CUDA_STATS=off: the logits GEMMs write no row statistics (gemm_stats.cu; A/B);
+ * DISTIL_CUDA_STATS=require: where the statistics kernel can run (sm_90, built with it), a
+ * loss-only row pass given none is an error, so that tests prove the path ran (fused_rows.cu). */
 static void gpu_read_env(gpu_state *b) {
     const char *g = getenv("DISTIL_CUDA_GEMM");
     b->portable_gemm = !DISTIL_GPU_HAVE_BLAS || (g != nullptr && strcmp(g, "portable") == 0);
@@ -56,6 +61,7 @@ static void gpu_read_env(gpu_state *b) {
                                               : GPU_FP8_AUTO;
     const char *st = getenv("DISTIL_CUDA_STATS");
     b->gemm_stats = st == nullptr || strcmp(st, "off") != 0;
+    b->stats_require = st != nullptr && strcmp(st, "require") == 0;
 }
 
 static distil_status gpu_query_device(gpu_state *b) {
@@ -131,6 +137,12 @@ static distil_status gpu_init_side(gpu_state *b) {
 static distil_status gpu_init(gpu_state *b) {
     DISTIL_TRY(gpu_query_device(b));
     DISTIL_TRY(fused_resident_setup(b));
+#if DISTIL_GPU_HAVE_GEMM_STATS
+    if (gpu_stats_device(b) && gemm_stats_setup() != cudaSuccess) {
+        (void)cudaGetLastError();
+        b->gemm_stats = false; /* the logits GEMMs on cuBLAS, the row pass finds the statistics */
+    }
+#endif
     GPU_TRY(b, cudaStreamCreateWithFlags(&b->own_stream, cudaStreamNonBlocking), "stream create");
     b->lane.stream = b->own_stream;
     DISTIL_TRY(gpu_init_blas(b));

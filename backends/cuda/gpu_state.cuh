@@ -15,6 +15,11 @@
 
 #include <stdint.h>
 
+/* 1 where CMake builds gemm_stats.cu (cuda with sm_90a and CUTLASS's headers) */
+#ifndef DISTIL_GPU_HAVE_GEMM_STATS
+#define DISTIL_GPU_HAVE_GEMM_STATS 0
+#endif
+
 namespace DISTIL_GPU_NS {
 
 /* The kinds of gpu_label_error. */
@@ -93,14 +98,22 @@ struct gpu_state {
     bool side_joinable;     /* join was recorded by side_end and not yet waited for */
     long long side_delay;   /* test knob: clock cycles the side lane spins after each fork */
     resident_plan resident;
-    int fp8_mode;    /* DISTIL_CUDA_FP8: GPU_FP8_AUTO, _LT (cuBLASLt only), _EMULATE (fp8.cu) */
-    bool gemm_stats; /* row statistics from the logits GEMMs (DISTIL_CUDA_STATS=off: not) */
+    int fp8_mode;       /* DISTIL_CUDA_FP8: GPU_FP8_AUTO, _LT (cuBLASLt only), _EMULATE (fp8.cu) */
+    bool gemm_stats;    /* row statistics from the logits GEMMs (DISTIL_CUDA_STATS=off: not) */
+    bool stats_require; /* DISTIL_CUDA_STATS=require: a loss-only row pass without them fails */
 };
 
 enum { GPU_FP8_AUTO = 0, GPU_FP8_LT = 1, GPU_FP8_EMULATE = 2 };
 
 static inline gpu_state *gpu_of(void *b) {
     return static_cast<gpu_state *>(b);
+}
+
+/* Whether the logits GEMMs of this context can write row statistics at all: the kernel is built
+ * (sm_90a code), the device is sm_90, and neither knob turned it off (gemm.cu asks the shape). */
+static inline bool gpu_stats_device(const gpu_state *b) {
+    return DISTIL_GPU_HAVE_GEMM_STATS && b->gemm_stats && !b->portable_gemm && b->cc_major == 9 &&
+           b->cc_minor == 0;
 }
 
 /* The test knob's spin on the side lane (DISTIL_CUDA_SIDE_DELAY_US; nothing when 0), so that a

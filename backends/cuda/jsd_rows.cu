@@ -31,8 +31,9 @@ __global__ void __launch_bounds__(512, jsd_min_blocks<DT>())
                 }
                 continue;
             }
-            const double acc =
-                jsd_span<DT, GRAD, VW, decltype(mode)::value>(p, row, 0, p.vocab / VW, true, gf);
+            jsd_in_logp in;
+            const double acc = jsd_span<DT, GRAD, VW, decltype(mode)::value>(
+                p, row, 0, p.vocab / VW, true, gf, in);
             const float loss = static_cast<float>(block_sum(acc, scratch));
             if (threadIdx.x == 0) {
                 p.row_loss[row] = loss;

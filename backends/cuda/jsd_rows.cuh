@@ -58,17 +58,24 @@ template <typename E> struct jsd_cursor {
     int off;
 };
 
-/* One group of this thread: the JSD_UNROLL vectors v0, v0 + blockDim.x, ... at c's offset, their
- * terms into acc and, when GRAD, their gradients (times gf) into the row. CHECKED: some of the
+/* The input map of the JSD itself: x and y are the log-probabilities as loaded. (The fused loss
+ * alone maps logits to log-probabilities: fused_rows.cu's fused_in_logits.) */
+struct jsd_in_logp {
+    template <int N> __device__ __forceinline__ void operator()(float (&)[N], float (&)[N]) const {}
+};
+
+/* One group of this thread: the JSD_UNROLL vectors v0, v0 + blockDim.x, ... at c's offset, each
+ * passed through the input map in, their terms into acc and, when GRAD, their gradients (times
+ * gf) into the row. CHECKED: some of the
  * vectors may lie at or past n_vec (a thread's last group), so each is tested, and the terms take
  * the special-value form (distil_elem.h's de_elem_sv: right for any input; one group of ~31 per
  * row at V 128256, and a second copy of the finite form would double the kernels' compile
  * time); otherwise no vector is tested, and the group takes the finite form where its x - y,
  * the same values as the terms' own, sum to a finite number (jsd_with_sv_of). */
-template <int DT, bool GRAD, int VW, int MODE, bool CHECKED>
+template <int DT, bool GRAD, int VW, int MODE, bool CHECKED, typename In>
 __device__ __forceinline__ void jsd_step(const jsd_rows_params &p,
                                          const jsd_cursor<typename dt_traits<DT>::T> &c, int v0,
-                                         int n_vec, float gf, double &acc) {
+                                         int n_vec, float gf, double &acc, In &in) {
     const int nt = static_cast<int>(blockDim.x);
     float xv[JSD_UNROLL][VW];
     float yv[JSD_UNROLL][VW];
@@ -77,6 +84,12 @@ __device__ __forceinline__ void jsd_step(const jsd_rows_params &p,
         if (!CHECKED || v0 + u * nt < n_vec) {
             vload<DT, VW, true>(c.x, c.off + u * nt * VW, xv[u]);
             vload<DT, VW, true>(c.y, c.off + u * nt * VW, yv[u]);
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < JSD_UNROLL; u++) {
+        if (!CHECKED || v0 + u * nt < n_vec) {
+            in(xv[u], yv[u]);
         }
     }
     float fs = 0.0f; /* sum of the group's x - y */
@@ -118,11 +131,12 @@ __device__ __forceinline__ void jsd_step(const jsd_rows_params &p,
  * sums would add their rounding to it. A group of loaded vectors takes the finite form of the
  * terms where its x - y sum to a finite number (jsd_with_sv_of: the kernel is issue-bound on an
  * H200, docs/CUDA-NOTES.md). The groups that lie wholly in the span run without bounds tests;
- * a thread's last group, if partial, with them.
+ * a thread's last group, if partial, with them. Every element passes through the input map in
+ * (jsd_in_logp for the JSD itself) before its terms.
  */
-template <int DT, bool GRAD, int VW, int MODE>
+template <int DT, bool GRAD, int VW, int MODE, typename In>
 __device__ inline double jsd_span(const jsd_rows_params &p, int64_t row, int64_t v_begin,
-                                  int64_t v_end, bool tail, float gf) {
+                                  int64_t v_end, bool tail, float gf, In &in) {
     typedef typename dt_traits<DT>::T E;
     const int first = static_cast<int>(v_begin) + static_cast<int>(threadIdx.x);
     const E *x = static_cast<const E *>(p.x) + row * p.x_stride;
@@ -142,15 +156,16 @@ __device__ inline double jsd_span(const jsd_rows_params &p, int64_t row, int64_t
     double acc = 0.0;
     int v0 = first;
     for (; v0 + last < n_vec; v0 += step, c.off += step * VW) {
-        jsd_step<DT, GRAD, VW, MODE, false>(p, c, v0, n_vec, gf, acc);
+        jsd_step<DT, GRAD, VW, MODE, false>(p, c, v0, n_vec, gf, acc, in);
     }
     if (v0 < n_vec) {
-        jsd_step<DT, GRAD, VW, MODE, true>(p, c, v0, n_vec, gf, acc);
+        jsd_step<DT, GRAD, VW, MODE, true>(p, c, v0, n_vec, gf, acc, in);
     }
     const int64_t t0 = tail ? p.vocab / VW * VW : p.vocab;
     for (int64_t i = t0 + threadIdx.x; i < p.vocab; i += blockDim.x) {
-        float d, q;
-        acc += jsd_elem_q<MODE>(p.coef, load1<DT>(x, i), load1<DT>(y, i), &d, &q);
+        float d, q, xi[1] = {load1<DT>(x, i)}, yi[1] = {load1<DT>(y, i)};
+        in(xi, yi);
+        acc += jsd_elem_q<MODE>(p.coef, xi[0], yi[0], &d, &q);
         if (GRAD) {
             store1<DT>(g, i, d * gf);
         }

@@ -5,6 +5,7 @@
  */
 #include "test_util.h"
 
+#include <fnmatch.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -406,6 +407,20 @@ void tu_apply_filter(void) {
     if (filter && *filter) {
         cmocka_set_test_filter(filter);
     }
+}
+
+bool tu_filter_selects(const struct CMUnitTest *tests, size_t n) {
+    const char *filter = getenv("DISTIL_TEST_FILTER");
+    if (filter == NULL || *filter == '\0') {
+        return true;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (fnmatch(filter, tests[i].name, 0) == 0) {
+            return true;
+        }
+    }
+    fprintf(stderr, "DISTIL_TEST_FILTER=%s selects none of the %zu tests\n", filter, n);
+    return false;
 }
 
 int tu_run_per_backend(int (*run_group)(const char *backend), bool with_ref) {

@@ -155,6 +155,10 @@ int tu_run_per_backend(int (*run_group)(const char *backend), bool with_ref);
 /* Set cmocka's test filter from DISTIL_TEST_FILTER (a pattern such as "jsd f32*"), if given. */
 void tu_apply_filter(void);
 
+/* Whether DISTIL_TEST_FILTER, when given, selects at least one of the n tests (else says so on
+ * stderr): a filter that matches nothing would make a ctest entry that cannot fail. */
+bool tu_filter_selects(const struct CMUnitTest *tests, size_t n);
+
 /* Whether the named backend has at least one device. */
 bool tu_backend_has_device(const char *name);
 
