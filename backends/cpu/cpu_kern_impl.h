@@ -290,9 +290,31 @@ static inline __attribute__((always_inline)) double k_fused_jsd(int mode, const 
     return se;
 }
 
-/* Pass 4: G = gh (s - onehot) + gs inv_t (dq - q sum_dq), s = softmax(zs) (= q when inv_t is 1).
- * zs is read before g is written at the same place, so g may be zs. */
-static void k_fused_grad(const cpu_fused_row *r, const k_lsm *l1, double sg) {
+/* The first column of the row at its maximum m (the student's mode), or -1 (a NaN row). */
+static int64_t k_mode_of(const float *z, int64_t vocab, float m) {
+    for (int64_t v = 0; v < vocab; v++) {
+        if (z[v] == m) {
+            return v;
+        }
+    }
+    return -1;
+}
+
+/* The soft part of G at the mode (de_soft_grad_mode): 1 - q = -expm1(x), x = -ls.l there, and the
+ * rest of the sum in double. */
+static float k_soft_at_mode(const cpu_fused_row *r, const k_lsm *ls, int64_t mode, double sg) {
+    const float *dqs = r->scratch;
+    const float *qs = r->scratch + k_round_up(r->vocab);
+    const float g = dqs[mode];
+    const vf o = de_soft_grad_mode(vf_set(g), vf_set(qs[mode]), vf_set(-expm1f(-ls->l)),
+                                   vf_set((float)(sg - (double)g)));
+    return o[0];
+}
+
+/* Pass 4: G = gh (s - onehot) + gs inv_t (dq - q sum_dq), s = softmax(zs) (= q when inv_t is 1),
+ * the soft part at the mode by k_soft_at_mode. zs is read before g is written at the same place,
+ * so g may be zs. */
+static void k_fused_grad(const cpu_fused_row *r, const k_lsm *ls, const k_lsm *l1, double sg) {
     alignas(64) float sb[CPU_TILE];
     alignas(64) float gb[CPU_TILE];
     const float *dqs = r->scratch;
@@ -303,6 +325,11 @@ static void k_fused_grad(const cpu_fused_row *r, const k_lsm *l1, double sg) {
     alignas(64) float db[CPU_TILE];
     bool head = r->dz != NULL; /* docs/SPEC.md §6: G times dz'/dz of the student's head */
     size_t es = distil_dtype_size(r->g_dtype);
+    /* s - 1 at the label as expm1 of its log-softmax: at a confident label s = 1 - 2e-5 keeps only
+     * exp's rounding in s - 1 (0.3% of it), expm1 keeps it to an ulp (l1.s is 1 here) */
+    const float sm1 = expm1f((r->zs[r->label] - l1->m) - l1->l);
+    const int64_t mode = k_mode_of(r->zs, r->vocab, ls->m);
+    const float soft_mode = mode >= 0 ? k_soft_at_mode(r, ls, mode, sg) : 0.0f;
     for (int64_t off = 0; off < r->vocab; off += CPU_TILE) {
         int64_t n = r->vocab - off < CPU_TILE ? r->vocab - off : CPU_TILE;
         bool direct = r->g_dtype == DISTIL_F32 && n == k_round_up(n);
@@ -315,9 +342,13 @@ static void k_fused_grad(const cpu_fused_row *r, const k_lsm *l1, double sg) {
             /* s - onehot before the weights and the soft part: s = 1 - 5e-10 at a confident label
              * is 1 in fp32, and (gh s + soft) - gh would keep the soft part to an ulp of gh */
             if (r->label >= off + i && r->label < off + i + CPU_VW) {
-                s[r->label - off - i] -= 1.0f;
+                s[r->label - off - i] = sm1;
             }
-            vf o = s * r->gh + de_soft_grad(vf_load(dqs + off + i), q, gsum) * gsi;
+            vf soft = de_soft_grad(vf_load(dqs + off + i), q, gsum);
+            if (mode >= off + i && mode < off + i + CPU_VW) {
+                soft[mode - off - i] = soft_mode;
+            }
+            vf o = s * r->gh + soft * gsi;
             vf_store(gp + i, head ? o * vf_load(dp + i) : o);
         }
         if (!direct) {
@@ -355,7 +386,7 @@ static void k_fused_row(cpu_fused_row *r) {
     }
 #undef K_FUSED_CASE
     if (r->g) {
-        k_fused_grad(r, &l1, sg);
+        k_fused_grad(r, &ls, &l1, sg);
     }
 }
 
@@ -414,7 +445,7 @@ static void k_tp_row(cpu_tp_row *t) {
     if (r->g) {
         double sg_local = 0.0;
         (void)k_tp_jsd(r, &ls, &lt, &sg_local); /* dq and q again, into the scratch */
-        k_fused_grad(r, &l1, t->sterm[2]);
+        k_fused_grad(r, &ls, &l1, t->sterm[2]);
     }
 }
 
