@@ -4,8 +4,8 @@
 #   2. the thread test under ThreadSanitizer (ref, cpu with one OpenMP thread, opencl)
 #   3. valgrind memcheck over a subset of the suite (host backends)
 # Each builds in its own folder (build-fuzz, build-tsan; valgrind reuses build-test from
-# scripts/test.sh, or builds build-valgrind). Budget: about 5 minutes on 2 cores.
-# Knobs: DISTIL_FUZZ_SECONDS (default 120), DISTIL_HARDENING_STEPS ("fuzz tsan valgrind").
+# scripts/test.sh, or builds build-valgrind). Budget: about 3 minutes on 2 cores (CI's 25).
+# Knobs: DISTIL_FUZZ_SECONDS (default 60), DISTIL_HARDENING_STEPS ("fuzz tsan valgrind").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -31,7 +31,7 @@ common=(-DDISTIL_CUDA=OFF -DDISTIL_HIP=OFF -DDISTIL_BUILD_BENCH=OFF -DDISTIL_BUI
 # OpenCL stays out of this build: PoCL's LLVM installs its own SIGABRT handler, which hides a
 # failure from libFuzzer (the corpus replays on opencl as ctest hardening_fuzz_corpus_opencl).
 run_fuzz() {
-    local build=build-fuzz seconds="${DISTIL_FUZZ_SECONDS:-120}"
+    local build=build-fuzz seconds="${DISTIL_FUZZ_SECONDS:-60}"
     cmake -S . -B "$build" "${common[@]}" -DCMAKE_C_COMPILER=clang -DDISTIL_OPENCL=OFF \
         -DDISTIL_BUILD_TESTS=OFF -DDISTIL_BUILD_FUZZ=ON -DDISTIL_SANITIZE="address;undefined" \
         -DBUILD_SHARED_LIBS=OFF >/dev/null || return 1
@@ -84,12 +84,13 @@ run_valgrind() {
     build=$(valgrind_build) || return 1
     local vg=(valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect
               --show-leak-kinds=definite,indirect --suppressions="$root/tests/hardening/valgrind.supp")
-    # "executable backend [args]"; backend "-" runs without DISTIL_TEST_BACKEND.
-    local runs=("tests/test_api -" "tests/test_bad_input ref" "tests/test_bad_input cpu"
-                "tests/hardening/hardening_faults ref" "tests/hardening/hardening_faults cpu"
-                "tests/hardening/hardening_threads ref" "tests/hardening/hardening_threads cpu"
+    # "executable backend [args]"; backend "-" runs without DISTIL_TEST_BACKEND, i.e. every
+    # compiled backend with a device (ref and cpu here: no OpenCL platform) in one process, so
+    # that valgrind's start is paid once per executable.
+    local runs=("tests/test_api -" "tests/test_bad_input -" "tests/hardening/hardening_faults -"
+                "tests/hardening/hardening_threads -"
                 "tests/hardening/hardening_fuzz_replay - $root/fuzz/corpus"
-                "tests/test_topk_bad ref" "tests/test_topk_bad cpu")
+                "tests/test_topk_bad -")
     local bad=0
     # No OpenCL platform (an empty ICD vendor folder): test_api would otherwise create PoCL
     # contexts under valgrind, minutes of JIT (opencl runs under ASan instead, above).
