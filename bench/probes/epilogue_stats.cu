@@ -10,10 +10,13 @@
  * pingpong 128x128 / 64x256 (cluster 2x1), whose epilogue runs beside the other warpgroup's MMAs;
  * PROBE_ALL=1 adds the first runs' variants (double sums, cluster 1x2). Results: bench/RESULTS.md
  * (seventeenth session).
- * Not part of the build (it needs CUTLASS's headers: `pip download nvidia-cutlass`, unzip):
- *   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -I$CUTLASS/include \
- *        -I$CUTLASS/tools/util/include bench/probes/epilogue_stats.cu -lcublas -o epilogue_stats
- *   ./epilogue_stats [M N K reps]                       (default 1024 128256 2048 20)
+ * Not part of the build (it needs CUTLASS's headers: scripts/install-deps.sh puts them in
+ * deps/cutlass). -DPROBE_LIB with backends/cuda/gemm_stats.cu also times the library's kernel;
+ * PROBE_PRE=1 times each GEMM right after a read of 2 M N floats (the loop's row pass):
+ *   nvcc -O3 -DNDEBUG -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Ideps/cutlass/include \
+ *        -Ideps/cutlass/tools/util/include -Ibackends/cuda -DPROBE_LIB \
+ *        bench/probes/epilogue_stats.cu backends/cuda/gemm_stats.cu -lcublas -o epilogue_stats
+ *   [PROBE_PRE=1] ./epilogue_stats [M N K reps]          (default 1024 128256 2048 20)
  */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -38,7 +41,27 @@
 
 #include "probe_util.cuh"
 
+#ifdef PROBE_LIB
+#include "gemm_stats.cuh"
+#endif
+
 using namespace cute;
+
+/* PROBE_PRE=1: every timed GEMM runs right after a read of 2 M N floats (the row pass's zs and zt,
+ * as in the fused loop), not back to back. */
+static float *g_pre_buf = nullptr;
+static size_t g_pre_n4 = 0;
+static float *g_pre_out = nullptr;
+
+template <class F> static float timed(F &&f, int reps, cudaStream_t s) {
+    if (g_pre_buf == nullptr) {
+        return time_ms(f, reps, s);
+    }
+    auto pre = [&] {
+        probe_read<<<1056, 512, 0, s>>>((const float4 *)g_pre_buf, g_pre_n4, g_pre_out);
+    };
+    return time_ms_after(pre, f, reps, s);
+}
 
 namespace fu = cutlass::epilogue::fusion;
 constexpr auto RND = cutlass::FloatRoundStyle::round_to_nearest;
@@ -383,7 +406,7 @@ static void probe_one(const char *name, int M, int N, int K, int reps, const voi
             }
         }
     }
-    const float ms = time_ms([&] { p.run(s); }, reps, s);
+    const float ms = timed([&] { p.run(s); }, reps, s);
     printf(
         "%-36s %8.3f ms %6.1f TFLOP/s  |z - cublas| %.2g (|z| %.2g)  max err %.2g  sum rel %.2g\n",
         name, ms, flops / ms / 1e9, d, m, dmax, dsum);
@@ -393,6 +416,33 @@ static void probe_one(const char *name, int M, int N, int K, int reps, const voi
         cudaFree(p.ws);
     }
 }
+
+#ifdef PROBE_LIB
+/* The library's kernel (backends/cuda/gemm_stats.cu, linked in): z against cuBLAS, its time. */
+static void probe_lib(int M, int N, int K, int reps, const void *x, const void *w, float *z,
+                      const std::vector<float> &zref, double flops, cudaStream_t s) {
+    const int nt = (N + GEMM_STATS_COLS - 1) / GEMM_STATS_COLS;
+    float *pm = nullptr, *p1 = nullptr;
+    CK(cudaMalloc(&pm, sizeof(float) * M * nt));
+    CK(cudaMalloc(&p1, sizeof(float) * M * nt));
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    gemm_stats_args a{x, w, z, M, N, K, pm, p1, 1.4426950408889634f, 0, prop.multiProcessorCount};
+    CK(gemm_stats_setup());
+    CK(cudaMemset(z, 0xff, sizeof(float) * M * N));
+    CK(gemm_stats_launch(a, s));
+    CK(cudaStreamSynchronize(s));
+    std::vector<float> zh((size_t)M * N);
+    CK(cudaMemcpy(zh.data(), z, sizeof(float) * zh.size(), cudaMemcpyDeviceToHost));
+    double d, m;
+    probe_diff(zh.data(), zref.data(), zh.size(), &d, &m);
+    const float ms = timed([&] { CK(gemm_stats_launch(a, s)); }, reps, s);
+    printf("%-36s %8.3f ms %6.1f TFLOP/s  |z - cublas| %.2g (|z| %.2g)\n", "library gemm_stats.cu",
+           ms, flops / ms / 1e9, d, m);
+    cudaFree(pm);
+    cudaFree(p1);
+}
+#endif
 
 using Coop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using CoopE = cutlass::epilogue::TmaWarpSpecializedCooperative;
@@ -437,9 +487,17 @@ int main(int argc, char **argv) {
     CK(cudaStreamSynchronize(s));
     std::vector<float> zref((size_t)M * N);
     CK(cudaMemcpy(zref.data(), z, sizeof(float) * zref.size(), cudaMemcpyDeviceToHost));
-    const float ms = time_ms(cub, reps, s);
+    if (getenv("PROBE_PRE") != nullptr) {
+        g_pre_n4 = (size_t)M * N / 2; /* 2 M N floats */
+        CK(cudaMalloc(&g_pre_buf, g_pre_n4 * 16));
+        CK(cudaMalloc(&g_pre_out, 4096 * sizeof(float)));
+        CK(cudaMemset(g_pre_buf, 0, g_pre_n4 * 16));
+        printf("each GEMM timed after a read of %.2f GB\n", g_pre_n4 * 16 / 1e9);
+    }
+    const float ms = timed(cub, reps, s);
     printf("%-40s %8.3f ms %6.1f TFLOP/s\n", "cuBLAS", ms, flops / ms / 1e9);
 
+#ifndef PROBE_FEW /* -DPROBE_FEW: only the pingpong 128x128 kernels (and the library's) */
     probe_one<Probe<T128x256, C2x1, Coop, CoopE, 0>>("cutlass coop 128x256 2x1", M, N, K, reps, x,
                                                      w, z, zref, flops, s);
     if (getenv("PROBE_ALL") != nullptr) { /* the first call's variants */
@@ -450,17 +508,23 @@ int main(int argc, char **argv) {
     }
     probe_one<Probe<T128x256, C2x1, Coop, CoopE, 2>>("  + stats, float sums, ex2.approx", M, N, K,
                                                      reps, x, w, z, zref, flops, s);
+#endif
     /* pingpong: one warpgroup's epilogue beside the other's MMAs */
     probe_one<Probe<T128x128, C2x1, Ping, PingE, 0>>("cutlass pingpong 128x128 2x1", M, N, K, reps,
                                                      x, w, z, zref, flops, s);
     probe_one<Probe<T128x128, C2x1, Ping, PingE, 2>>("  + stats, float sums", M, N, K, reps, x, w,
                                                      z, zref, flops, s);
+#ifndef PROBE_FEW
     probe_one<Probe<T64x256, C2x1, Ping, PingE, 0>>("cutlass pingpong 64x256 2x1", M, N, K, reps, x,
                                                     w, z, zref, flops, s);
     probe_one<Probe<T64x256, C2x1, Ping, PingE, 2>>("  + stats, float sums", M, N, K, reps, x, w, z,
                                                     zref, flops, s);
+#endif
+#ifdef PROBE_LIB
+    probe_lib(M, N, K, reps, x, w, z, zref, flops, s);
+#endif
     /* cuBLAS again: the card's clock after the others */
-    const float ms2 = time_ms(cub, reps, s);
+    const float ms2 = timed(cub, reps, s);
     printf("%-40s %8.3f ms %6.1f TFLOP/s\n", "cuBLAS (again)", ms2, flops / ms2 / 1e9);
     return 0;
 }

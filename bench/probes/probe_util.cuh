@@ -29,25 +29,46 @@ static float median(std::vector<float> v) {
     return v[v.size() / 2];
 }
 
-template <class F> static float time_ms(F &&f, int reps, cudaStream_t s) {
+/* The median time of f alone, each call run right after pre (not timed): pre stands for the
+ * kernel the fused loop runs before a GEMM (the row pass, memory-bound), so that f starts on a
+ * card in the state the loop leaves it in. */
+template <class P, class F> static float time_ms_after(P &&pre, F &&f, int reps, cudaStream_t s) {
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
-    for (int i = 0; i < 3; i++) {
-        f();
-    }
     std::vector<float> t;
-    for (int i = 0; i < reps; i++) {
+    for (int i = 0; i < reps + 3; i++) {
+        pre();
         CK(cudaEventRecord(a, s));
         f();
         CK(cudaEventRecord(b, s));
         CK(cudaEventSynchronize(b));
         float ms;
         CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms);
+        if (i >= 3) {
+            t.push_back(ms);
+        }
     }
     CK(cudaGetLastError());
     return median(t);
+}
+
+/* The median of reps event-timed calls of f, after 3 untimed ones. */
+template <class F> static float time_ms(F &&f, int reps, cudaStream_t s) {
+    return time_ms_after([] {}, f, reps, s);
+}
+
+/* Reads n floats and writes one sum per block (the row pass's reads, in a kernel of its own). */
+__global__ void probe_read(const float4 *p, size_t n4, float *out) {
+    float acc = 0.0f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float4 v = p[i];
+        acc += v.x + v.y + v.z + v.w;
+    }
+    if (acc == 12345.678f) { /* never: keeps the loads */
+        out[blockIdx.x] = acc;
+    }
 }
 
 /* p[i] = hashed uniform values in [-scale/2, scale/2), never all zero (T: __nv_bfloat16, float) */
