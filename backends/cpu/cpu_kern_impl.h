@@ -290,30 +290,22 @@ static inline __attribute__((always_inline)) double k_fused_jsd(int mode, const 
     return se;
 }
 
-/* The first column of the row at its maximum m (the student's mode), or -1 (a NaN row). */
-static int64_t k_mode_of(const float *z, int64_t vocab, float m) {
-    for (int64_t v = 0; v < vocab; v++) {
-        if (z[v] == m) {
-            return v;
-        }
-    }
-    return -1;
-}
-
-/* The soft part of G at the mode (de_soft_grad_mode): 1 - q = -expm1(x), x = -ls.l there, and the
- * rest of the sum in double. */
-static float k_soft_at_mode(const cpu_fused_row *r, const k_lsm *ls, int64_t mode, double sg) {
+/* The soft part of G at column j by de_soft_grad_mode (for the student's mode: q > 1/2, where the
+ * plain form cancels): 1 - q = -expm1(x) from the column's log-probability and the rest of the sum
+ * in double. zs[j] is read before G is written there. */
+static float k_soft_at_mode(const cpu_fused_row *r, const k_lsm *ls, int64_t j, double sg) {
     const float *dqs = r->scratch;
     const float *qs = r->scratch + k_round_up(r->vocab);
-    const float g = dqs[mode];
-    const vf o = de_soft_grad_mode(vf_set(g), vf_set(qs[mode]), vf_set(-expm1f(-ls->l)),
+    const float g = dqs[j];
+    const float x = (r->zs[j] - ls->m) * ls->s - ls->l;
+    const vf o = de_soft_grad_mode(vf_set(g), vf_set(qs[j]), vf_set(-expm1f(x)),
                                    vf_set((float)(sg - (double)g)));
     return o[0];
 }
 
 /* Pass 4: G = gh (s - onehot) + gs inv_t (dq - q sum_dq), s = softmax(zs) (= q when inv_t is 1),
- * the soft part at the mode by k_soft_at_mode. zs is read before g is written at the same place,
- * so g may be zs. */
+ * the soft part at a column with q > 1/2 by k_soft_at_mode. zs is read before g is written at the
+ * same place, so g may be zs. */
 static void k_fused_grad(const cpu_fused_row *r, const k_lsm *ls, const k_lsm *l1, double sg) {
     alignas(64) float sb[CPU_TILE];
     alignas(64) float gb[CPU_TILE];
@@ -326,10 +318,9 @@ static void k_fused_grad(const cpu_fused_row *r, const k_lsm *ls, const k_lsm *l
     bool head = r->dz != NULL; /* docs/SPEC.md §6: G times dz'/dz of the student's head */
     size_t es = distil_dtype_size(r->g_dtype);
     /* s - 1 at the label as expm1 of its log-softmax: at a confident label s = 1 - 2e-5 keeps only
-     * exp's rounding in s - 1 (0.3% of it), expm1 keeps it to an ulp (l1.s is 1 here) */
-    const float sm1 = expm1f((r->zs[r->label] - l1->m) - l1->l);
-    const int64_t mode = k_mode_of(r->zs, r->vocab, ls->m);
-    const float soft_mode = mode >= 0 ? k_soft_at_mode(r, ls, mode, sg) : 0.0f;
+     * exp's rounding in s - 1, expm1 keeps it to an ulp (l1.s is 1 here). Label -1: a rank of the
+     * vocabulary-parallel row whose shard does not hold it. */
+    const float sm1 = r->label >= 0 ? expm1f((r->zs[r->label] - l1->m) - l1->l) : 0.0f;
     for (int64_t off = 0; off < r->vocab; off += CPU_TILE) {
         int64_t n = r->vocab - off < CPU_TILE ? r->vocab - off : CPU_TILE;
         bool direct = r->g_dtype == DISTIL_F32 && n == k_round_up(n);
@@ -345,8 +336,13 @@ static void k_fused_grad(const cpu_fused_row *r, const k_lsm *ls, const k_lsm *l
                 s[r->label - off - i] = sm1;
             }
             vf soft = de_soft_grad(vf_load(dqs + off + i), q, gsum);
-            if (mode >= off + i && mode < off + i + CPU_VW) {
-                soft[mode - off - i] = soft_mode;
+            const vi mode = q > vf_set(0.5f); /* the mode, where it holds most of the mass */
+            if (__builtin_expect(vi_any(mode), 0)) {
+                for (int z = 0; z < CPU_VW; z++) {
+                    if (mode[z] && off + i + z < r->vocab) {
+                        soft[z] = k_soft_at_mode(r, ls, off + i + z, sg);
+                    }
+                }
             }
             vf o = s * r->gh + soft * gsi;
             vf_store(gp + i, head ? o * vf_load(dp + i) : o);

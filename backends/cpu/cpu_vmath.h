@@ -40,15 +40,18 @@ static inline vf vf_and(vi m, vf a) {
 static inline vf vf_abs(vf a) {
     return (vf)((vi)a & 0x7fffffff);
 }
-/* Whether any lane is inf or NaN (its exponent bits all ones): an OR of integer lanes, which the
- * compiler reduces in log2(CPU_VW) steps (a float sum of the lanes may not be reassociated). */
-static inline int vf_any_nonfinite(vf a) {
-    vi e = ((vi)a & 0x7f800000) == 0x7f800000;
+/* Whether any lane of a comparison's mask is set: an OR of integer lanes, which the compiler
+ * reduces in log2(CPU_VW) steps (a float sum of the lanes may not be reassociated). */
+static inline int vi_any(vi m) {
     int32_t r = 0;
     for (int i = 0; i < CPU_VW; i++) {
-        r |= e[i];
+        r |= m[i];
     }
     return r != 0;
+}
+/* Whether any lane is inf or NaN (its exponent bits all ones). */
+static inline int vf_any_nonfinite(vf a) {
+    return vi_any(((vi)a & 0x7f800000) == 0x7f800000);
 }
 /* Lane-wise maximum that ignores NaN in b (a NaN row is caught by the sum that follows). */
 static inline vf vf_max(vf a, vf b) {

@@ -56,7 +56,7 @@ distil_row_stats distil_row_stats_of(__global const float *zsr, __global const f
 /* Pass 2: the JSD row sum and sum_u dx_u over the work-group (in distil_acc). */
 void distil_row_jsd_sums(__global const float *zsr, __global const float *ztr, long vocab,
                          const distil_row_stats *st, __local distil_acc *red, float *sum_e,
-                         float *sum_dx) {
+                         distil_acc *sum_dx) {
     const int lid = (int)get_local_id(0);
     distil_acc se = 0.0f, sg = 0.0f;
     for (long base = 0; base < vocab; base += WG_SIZE * VEC) {
@@ -72,15 +72,26 @@ void distil_row_jsd_sums(__global const float *zsr, __global const float *ztr, l
         }
     }
     *sum_e = (float)distil_group_sum_acc(se, red);
-    *sum_dx = (float)distil_group_sum_acc(sg, red);
+    *sum_dx = distil_group_sum_acc(sg, red);
+}
+
+/* The soft part dx - q sum_dx of one column; at the student's mode (q > 1/2, where it cancels) as
+ * de_soft_grad_mode with 1 - q = -expm1(x) and the rest of the sum in distil_acc (docs/SPEC.md
+ * §3). */
+float distil_row_soft(float dx, float q, float x, distil_acc sum_dx) {
+    if (q > 0.5f) {
+        return de_soft_grad_mode(dx, q, -expm1(x), (float)(sum_dx - (distil_acc)dx));
+    }
+    return de_soft_grad(dx, q, (float)sum_dx);
 }
 
 /* Pass 3: G_j = hard (s_j - [j == label]) + soft (dx_j - q_j sum_dx), times dz'/dz of the
- * student's scale and cap when has_dz (docs/SPEC.md §6: zs holds z', dzr the row of dz'/dz). Each
- * work-item reads zs[j] before it writes g[j], so g may be zs. */
+ * student's scale and cap when has_dz (docs/SPEC.md §6: zs holds z', dzr the row of dz'/dz); s - 1
+ * at the label as expm1 of its log-softmax (a confident label's s rounds to 1). Each work-item
+ * reads zs[j] before it writes g[j], so g may be zs. */
 void distil_row_write_g(__global const float *zsr, __global const float *ztr, __global T *gr,
                         long vocab, long label, const distil_row_stats *st, float hard, float soft,
-                        float sum_dx, __global const float *dzr, int has_dz) {
+                        distil_acc sum_dx, __global const float *dzr, int has_dz) {
     const int lid = (int)get_local_id(0);
     for (long base = 0; base < vocab; base += WG_SIZE * VEC) {
 #pragma unroll
@@ -89,10 +100,11 @@ void distil_row_write_g(__global const float *zsr, __global const float *ztr, __
             if (j < vocab) {
                 const float zsv = zsr[j];
                 float dx, q;
-                de_elem(st->k.mode, &st->k, distil_row_x(st, zsv), distil_row_y(st, ztr[j]), &dx,
-                        &q);
-                const float s = exp((zsv - st->s.x) - st->s.y) - (j == label ? 1.0f : 0.0f);
-                const float o = hard * s + soft * de_soft_grad(dx, q, sum_dx);
+                const float x = distil_row_x(st, zsv);
+                de_elem(st->k.mode, &st->k, x, distil_row_y(st, ztr[j]), &dx, &q);
+                const float ls = (zsv - st->s.x) - st->s.y;
+                const float s = j == label ? expm1(ls) : exp(ls);
+                const float o = hard * s + soft * distil_row_soft(dx, q, x, sum_dx);
                 STORE(DTYPE, gr, j, has_dz ? o * dzr[j] : o);
             }
         }
@@ -145,7 +157,8 @@ distil_fused_rows(__global float *zs, ulong zs_off, __global const float *zt, ul
     const float z_label = zsr[label];
     distil_row_stats st = distil_row_stats_of(zsr, ztr, vocab, inv_t, inv_tt, red_m, red_s);
     st.k = distil_coef_of(coef);
-    float sum_e, sum_dx;
+    float sum_e;
+    distil_acc sum_dx;
     distil_row_jsd_sums(zsr, ztr, vocab, &st, red_s, &sum_e, &sum_dx);
     if (lid == 0) {
         ce[ce_off + row] = (st.s.x - z_label) + st.s.y; /* logsumexp(zs) - zs[label] */

@@ -118,7 +118,8 @@ distil_tp_rows(int phase, __global float *zs, ulong zs_off, __global const float
     distil_row_stats st = distil_tp_stats(smax, ssum, inv_t, coef);
     if (phase == 2) {
         const float z_label = own >= 0 ? zsr[own] : 0.0f;
-        float sum_e, sum_dx;
+        float sum_e;
+        distil_acc sum_dx;
         distil_row_jsd_sums(zsr, ztr, vocab, &st, red_s, &sum_e, &sum_dx);
         if (lid == 0) {
             sterm[0] = own >= 0 ? (double)z_label - (double)st.s.x : 0.0;
@@ -135,7 +136,7 @@ distil_tp_rows(int phase, __global float *zs, ulong zs_off, __global const float
         const float n = has_n ? n_valid[n_off] : 1.0f;
         const float hard = n == 0.0f ? 0.0f : w_hard / n;
         const float soft = n == 0.0f ? 0.0f : w_soft / n * inv_t;
-        distil_row_write_g(zsr, ztr, gr, vocab, own, &st, hard, soft, (float)sterm[2], 0, 0);
+        distil_row_write_g(zsr, ztr, gr, vocab, own, &st, hard, soft, (distil_acc)sterm[2], 0, 0);
     }
 }
 
