@@ -184,7 +184,7 @@ extern "C" distil_status DISTIL_GPU_FN(fused_rows)(void *vb, const distil_fused_
     const fused_params p = fused_params_of(a);
     gpu_device_guard guard(b);
     /* statistics given (stats_ok, the loss alone); jsd_span's 32-bit offsets */
-    if (p.zs_max != nullptr && p.g == nullptr && p.vocab <= 0x7fffffff - 8 * 1024) {
+    if (p.zs_max != nullptr && p.g == nullptr && p.vocab <= JSD_SPAN_MAX_VOCAB) {
         const cudaError_t e = fused_loss_launch(p, b->lane.stream);
         return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "fused_rows");
     }

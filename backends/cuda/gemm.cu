@@ -8,6 +8,7 @@
  * where stats_ok said yes).
  */
 #include "gemm_portable.cuh"
+#include "jsd_rows.cuh" /* JSD_SPAN_MAX_VOCAB: the loss-only row pass */
 #include "lt_plan.cuh"
 
 #if DISTIL_GPU_HAVE_GEMM_STATS
@@ -147,10 +148,10 @@ static bool gemm_stats_shape(const gpu_state *b, const distil_gemm_args *a) {
 
 static distil_status gemm_with_stats(gpu_state *b, const distil_gemm_args *a) {
     /* the core asked stats_ok first: a refusal here is the core's error */
-    const cudaError_t e = gemm_stats_shape(b, a)
-                              ? gemm_stats_launch(gemm_stats_of(b, a), b->lane.stream)
-                              : cudaErrorNotSupported;
-    if (e == cudaErrorNotSupported) {
+    bool fits = gemm_stats_shape(b, a);
+    const cudaError_t e =
+        fits ? gemm_stats_launch(gemm_stats_of(b, a), b->lane.stream, &fits) : cudaSuccess;
+    if (!fits) {
         return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
                                 "%s: gemm: row statistics asked for a GEMM that stats_ok refuses",
                                 DISTIL_GPU_NAME);
@@ -207,6 +208,7 @@ extern "C" distil_status DISTIL_GPU_FN(gemm)(void *vb, const distil_gemm_args *a
  * gradient pass finds its own. */
 extern "C" bool DISTIL_GPU_FN(stats_ok)(void *vb, const distil_gemm_args *a, bool grads) {
     const gpu_state *b = gpu_of(vb);
-    return !grads && gemm_stats_shape(b, a) && gemm_stats_fits(gemm_stats_of(b, a));
+    return !grads && a->n <= JSD_SPAN_MAX_VOCAB && gemm_stats_shape(b, a) &&
+           gemm_stats_fits(gemm_stats_of(b, a));
 }
 #endif

@@ -288,9 +288,10 @@ cudaError_t gemm_stats_setup(void) {
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
 }
 
-cudaError_t gemm_stats_launch(const gemm_stats_args &a, cudaStream_t s) {
-    if (!gemm_stats_fits(a)) {
-        return cudaErrorNotSupported;
+cudaError_t gemm_stats_launch(const gemm_stats_args &a, cudaStream_t s, bool *fits) {
+    *fits = gemm_stats_fits(a);
+    if (!*fits) {
+        return cudaSuccess;
     }
     /* no workspace (fits checked it); the kernel's attribute is set by gemm_stats_setup */
     typename Kernel::Params params = Kernel::to_underlying_arguments(arguments_of(a), nullptr);

@@ -33,7 +33,8 @@ bool gemm_stats_fits(const gemm_stats_args &a);
 /* Once per context, on its (sm_90) device: the kernel's shared-memory attribute. */
 cudaError_t gemm_stats_setup(void);
 
-/* The product and the statistics on stream s; cudaErrorNotSupported when it does not fit. */
-cudaError_t gemm_stats_launch(const gemm_stats_args &a, cudaStream_t s);
+/* The product and the statistics on stream s; *fits false (and nothing launched) when the kernel
+ * does not take these operands (gemm_stats_fits). */
+cudaError_t gemm_stats_launch(const gemm_stats_args &a, cudaStream_t s, bool *fits);
 
 #endif /* DISTIL_GPU_GEMM_STATS_CUH */

@@ -80,7 +80,7 @@ extern "C" distil_status DISTIL_GPU_FN(jsd_rows)(void *vb, const distil_jsd_rows
     if (a->rows <= 0) {
         return DISTIL_OK;
     }
-    if (a->vocab > 0x7fffffff - 8 * 1024) { /* jsd_span's 32-bit offsets, a step past the end */
+    if (a->vocab > JSD_SPAN_MAX_VOCAB) { /* jsd_span's 32-bit offsets, a step past the end */
         return distil_error_set(b->ctx, DISTIL_ERR_UNSUPPORTED,
                                 "jsd_rows: vocab %lld (at most 2^31 - 8192 elements per row)",
                                 (long long)a->vocab);

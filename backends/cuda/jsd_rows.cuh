@@ -31,6 +31,9 @@ struct jsd_rows_params {
 /* Vectors each thread keeps in flight per step (x and y each). */
 constexpr int JSD_UNROLL = 2;
 
+/* The longest row jsd_span takes: its 32-bit offsets, with a step past the end. */
+constexpr int64_t JSD_SPAN_MAX_VOCAB = 0x7fffffff - 8 * 1024;
+
 /* grad_scale / n, or 0 when n == 0 (no valid row: the gradient is all zero). */
 __device__ __forceinline__ float jsd_grad_factor(const jsd_rows_params &p) {
     const float n = p.n_valid ? *p.n_valid : 1.0f;
@@ -66,12 +69,12 @@ struct jsd_in_logp {
 
 /* One group of this thread: the JSD_UNROLL vectors v0, v0 + blockDim.x, ... at c's offset, each
  * passed through the input map in, their terms into acc and, when GRAD, their gradients (times
- * gf) into the row. CHECKED: some of the
- * vectors may lie at or past n_vec (a thread's last group), so each is tested, and the terms take
- * the special-value form (distil_elem.h's de_elem_sv: right for any input; one group of ~31 per
- * row at V 128256, and a second copy of the finite form would double the kernels' compile
- * time); otherwise no vector is tested, and the group takes the finite form where its x - y,
- * the same values as the terms' own, sum to a finite number (jsd_with_sv_of). */
+ * gf) into the row. CHECKED: some of the vectors may lie at or past n_vec (a thread's last
+ * group), so each is tested, and the terms take the special-value form (distil_elem.h's de_elem_sv:
+ * right for any input; one group of ~31 per row at V 128256, and a second copy of the finite form
+ * would double the kernels' compile time); otherwise no vector is tested, and the group takes the
+ * finite form where its x - y, the same values as the terms' own, sum to a finite number
+ * (jsd_with_sv_of). */
 template <int DT, bool GRAD, int VW, int MODE, bool CHECKED, typename In>
 __device__ __forceinline__ void jsd_step(const jsd_rows_params &p,
                                          const jsd_cursor<typename dt_traits<DT>::T> &c, int v0,
