@@ -376,9 +376,7 @@ static void probe_one(const char *name, int M, int N, int K, int reps, const voi
         printf("%-40s run failed\n", name);
         return;
     }
-    CK(cudaStreamSynchronize(s));
-    std::vector<float> zh((size_t)M * N);
-    CK(cudaMemcpy(zh.data(), z, sizeof(float) * zh.size(), cudaMemcpyDeviceToHost));
+    const std::vector<float> zh = probe_fetch(z, (size_t)M * N, s);
     double d, m;
     probe_diff(zh.data(), zref.data(), zh.size(), &d, &m);
     double dmax = -1, dsum = -1;
@@ -436,9 +434,7 @@ static void probe_lib(int M, int N, int K, int reps, const void *x, const void *
         printf("library gemm_stats.cu: cannot run this shape\n");
         return;
     }
-    CK(cudaStreamSynchronize(s));
-    std::vector<float> zh((size_t)M * N);
-    CK(cudaMemcpy(zh.data(), z, sizeof(float) * zh.size(), cudaMemcpyDeviceToHost));
+    const std::vector<float> zh = probe_fetch(z, (size_t)M * N, s);
     double d, m;
     probe_diff(zh.data(), zref.data(), zh.size(), &d, &m);
     const float ms = timed([&] { CK(gemm_stats_launch(a, s, &fits)); }, reps, s);

@@ -83,6 +83,14 @@ template <class T> __global__ void probe_fill(T *p, size_t n, unsigned seed, flo
     }
 }
 
+/* n floats of device buffer z on the host, after stream s has finished. */
+static std::vector<float> probe_fetch(const float *z, size_t n, cudaStream_t s) {
+    CK(cudaStreamSynchronize(s));
+    std::vector<float> h(n);
+    CK(cudaMemcpy(h.data(), z, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    return h;
+}
+
 /* Largest |a - b| over n floats, and the largest |b|. */
 static void probe_diff(const float *a, const float *b, size_t n, double *d, double *m) {
     *d = 0;
