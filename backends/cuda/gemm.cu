@@ -148,9 +148,11 @@ static bool gemm_stats_shape(const gpu_state *b, const distil_gemm_args *a) {
 
 static distil_status gemm_with_stats(gpu_state *b, const distil_gemm_args *a) {
     /* the core asked stats_ok first: a refusal here is the core's error */
-    bool fits = gemm_stats_shape(b, a);
-    const cudaError_t e =
-        fits ? gemm_stats_launch(gemm_stats_of(b, a), b->lane.stream, &fits) : cudaSuccess;
+    bool fits = false;
+    cudaError_t e = cudaSuccess;
+    if (gemm_stats_shape(b, a)) {
+        e = gemm_stats_launch(gemm_stats_of(b, a), b->lane.stream, &fits);
+    }
     if (!fits) {
         return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
                                 "%s: gemm: row statistics asked for a GEMM that stats_ok refuses",

@@ -138,16 +138,13 @@ static distil_status gpu_init(gpu_state *b) {
     DISTIL_TRY(gpu_query_device(b));
     DISTIL_TRY(fused_resident_setup(b));
 #if DISTIL_GPU_HAVE_GEMM_STATS
-    if (gpu_stats_device(b)) {
-        const cudaError_t e = gemm_stats_setup();
-        if (e != cudaSuccess && b->stats_require) { /* the knob must not pass on the other path */
-            return gpu_fail(b, e, "DISTIL_CUDA_STATS=require: the statistics GEMM's setup");
-        }
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            b->gemm_stats =
-                false; /* the logits GEMMs on cuBLAS, the row pass finds the statistics */
-        }
+    const cudaError_t se = gpu_stats_device(b) ? gemm_stats_setup() : cudaSuccess;
+    if (se != cudaSuccess && b->stats_require) { /* the knob must not pass on the other path */
+        return gpu_fail(b, se, "DISTIL_CUDA_STATS=require: the statistics GEMM's setup");
+    }
+    if (se != cudaSuccess) { /* the logits GEMMs on cuBLAS, the row pass finds the statistics */
+        (void)cudaGetLastError();
+        b->gemm_stats = false;
     }
 #endif
     GPU_TRY(b, cudaStreamCreateWithFlags(&b->own_stream, cudaStreamNonBlocking), "stream create");
