@@ -6,7 +6,8 @@
  *                 fused_rows -> ce, jsd (C) and G (C, V)
  *                 grad_xs_k = G Ws;  gw (+)= G^T xs_k;  gb (+)= 1^T G
  *                 zs, zt of chunk k + 1
- *   cast the fp32 accumulators (several chunks only) to the output dtype; the student's rows
+ *   cast the fp32 accumulators (several chunks only) to the output dtype (grad_Ws's not, where the
+ *   backend's last grad_Ws GEMM writes the output itself: gemm_d_ok); the student's rows
  *   beyond the common vocabulary prefix V of grad_Ws / grad_bs = 0; loss = reduce(ce, jsd)
  * gw / gb are the workspace's fp32 accumulators, or the outputs themselves when there is one
  * chunk (written in the output dtype, rounded once, beta = 0) or the dtype is F32. With a cached
@@ -38,6 +39,7 @@ typedef struct distil_fused_loop {
     bool grads;            /* any gradient wanted */
     bool head;             /* a head pass before each row pass (docs/SPEC.md §6, fused_head.c) */
     bool stats;            /* row statistics from the logits GEMMs (distil_fused_stats_wanted) */
+    bool gw_direct;        /* the last grad_Ws GEMM writes grad_Ws (distil_fused_gw_direct) */
     const distil_tp *tp;   /* vocabulary shard (docs/SPEC.md §8), or NULL */
 } distil_fused_loop;
 
@@ -255,8 +257,10 @@ static distil_status distil_fused_grad_x(const distil_fused_loop *L, int64_t r0,
     return L->be->cast(L->b, &k);
 }
 
-/* gw (V, Hs) (+)= G^T xs_c; the first chunk overwrites. */
-static distil_status distil_fused_grad_w(const distil_fused_loop *L, int64_t r0, int64_t c) {
+/* gw (V, Hs) (+)= G^T xs_c; the first chunk overwrites. direct: the last chunk's sum goes to
+ * grad_Ws in the output dtype (d) instead of back into the accumulator gw. */
+static distil_gemm_args distil_fused_grad_w_args(const distil_fused_loop *L, int64_t r0, int64_t c,
+                                                 bool direct) {
     const distil_fused_args *a = L->a;
     distil_gemm_args m = {.trans_a = true,
                           .m = a->vocab,
@@ -273,7 +277,29 @@ static distil_status distil_fused_grad_w(const distil_fused_loop *L, int64_t r0,
                           .ldb = a->hs,
                           .c = L->gw,
                           .ldc = a->hs};
+    if (direct) {
+        m.d = a->grad_ws;
+        m.d_dtype = a->dtype;
+    }
+    return m;
+}
+
+static distil_status distil_fused_grad_w(const distil_fused_loop *L, int64_t r0, int64_t c) {
+    const bool last = r0 + c >= L->a->rows;
+    const distil_gemm_args m = distil_fused_grad_w_args(L, r0, c, L->gw_direct && last);
     return L->be->gemm(L->b, &m);
+}
+
+/* Whether the last chunk's grad_Ws GEMM writes grad_Ws in the output dtype itself (the backend's
+ * gemm_d_ok), so that the fp32 accumulator needs no cast pass after the loop. */
+static bool distil_fused_gw_direct(const distil_fused_loop *L) {
+    if (!L->p->gw_acc || L->be->gemm_d_ok == NULL || distil_fused_stats_only(L)) {
+        return false;
+    }
+    const int64_t last = (L->a->rows - 1) / L->p->chunk_rows * L->p->chunk_rows;
+    const distil_gemm_args m =
+        distil_fused_grad_w_args(L, last, distil_fused_chunk_len(L, last), true);
+    return L->be->gemm_d_ok(L->b, &m);
 }
 
 /* gb (1, V) (+)= 1^T G; the first chunk overwrites. */
@@ -394,7 +420,7 @@ static distil_status distil_fused_epilogue(const distil_fused_loop *L) {
         return DISTIL_OK;
     }
     distil_cast_args c = {.src_dtype = DISTIL_F32, .dst_dtype = a->dtype};
-    if (p->gw_acc) {
+    if (p->gw_acc && !L->gw_direct) {
         c.src = L->gw;
         c.dst = a->grad_ws;
         c.count = a->vocab * a->hs;
@@ -451,6 +477,7 @@ distil_status distil_fused_loop_run_tp(distil_ctx *ctx, const distil_fused_args 
      * the alignment allows for the first holds for all) */
     L.stats = tp == NULL && p->stats_tiles > 0 &&
               distil_fused_stats_ask(be, L.b, a, p, distil_fused_chunk_len(&L, 0), L.grads);
+    L.gw_direct = distil_fused_gw_direct(&L);
     DISTIL_TRY(distil_fused_prologue(&L));
     DISTIL_TRY(distil_fused_logits(&L, 0, distil_fused_chunk_len(&L, 0)));
     for (int64_t r0 = 0; r0 < a->rows; r0 += p->chunk_rows) {

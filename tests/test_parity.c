@@ -217,6 +217,13 @@ static const tp_fused_spec fused_cases[] = {
     F(70,  4104, 8,  16, 0.5f, 0.5f, 0.9f, 0.5f, NO_BIAS, false, NO_GRADS, ALL_IGNORED, 0,   0),
     {96, 4096, 24, 40, 0.5f, 0.5f, 0.5f, 1.5f, NO_BIAS, true, NO_GRADS, TP_LABELS_MIXED, 0, 40,
      .div = DISTIL_DIVERGENCE_REVERSE_KL},
+    /* grad_Ws over several chunks in the shapes of cuda's last weight-gradient GEMM (docs/
+     * DESIGN.md: bf16, V % 8 == 0, Hs % 8 == 0; Ht = 24 marks them for test_parity_cuda_gradw):
+     * partial row and column tiles, a last chunk of one row, chunks shorter than a K tile, a
+     * bias; and one chunk (no accumulator: cuBLAS writes grad_Ws) */
+    F(41,  4104, 40, 24, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   20),
+    F(29,  4096, 136, 24, 0.3f, 0.7f, 0.1f, 2.0f, NO_BIAS, false, WS_BS,   NONE,        0,   7),
+    F(12,  4104, 40, 24, 0.5f, 0.5f, 0.9f, 1.0f, BIAS_S,  false, WS_BS,    MIXED,       0,   0),
     /* hidden sizes of GEMM-tile scale (Hs = Ht / 2), chunks of 20 rows with a partial last one */
     F(48, 2053,  256, 512, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true, ALL,      MIXED,       0,   20),
     /* docs/SPEC.md §6: every divergence in the soft part, tau^2, the given N */

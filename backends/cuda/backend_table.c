@@ -57,9 +57,11 @@ const distil_backend DISTIL_GPU_TABLE = {
     .e4m3_bytes = 1,
     /* a head made once: its header written and checked on the device (fp8.cu) */
     .e4m3_header = DISTIL_GPU_FN(e4m3_header),
-#if DISTIL_GPU_HAVE_GEMM_STATS
+#if DISTIL_GPU_HAVE_CUTLASS
     /* the logits GEMMs' row statistics (gemm_stats.cu: 128-column tiles) */
     .stats_ok = DISTIL_GPU_FN(stats_ok),
     .stats_cols = 128,
+    /* the last grad_Ws GEMM writes the output dtype itself (gemm_gradw.cu) */
+    .gemm_d_ok = DISTIL_GPU_FN(gemm_d_ok),
 #endif
 };

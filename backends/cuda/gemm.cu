@@ -5,13 +5,15 @@
  * epilogue when the library accepts it, else added by a small kernel after the product.
  * The portable kernel (gemm_portable.cu) serves when there is no vendor BLAS or when
  * DISTIL_CUDA_GEMM=portable. A GEMM that asks for row statistics runs gemm_stats.cu's kernel (only
- * where stats_ok said yes).
+ * where stats_ok said yes); one with an output d of its own, gemm_gradw.cu's (only where gemm_d_ok
+ * said yes: the fused loss's last grad_Ws GEMM).
  */
 #include "gemm_portable.cuh"
 #include "jsd_rows.cuh" /* JSD_SPAN_MAX_VOCAB: the loss-only row pass */
 #include "lt_plan.cuh"
 
-#if DISTIL_GPU_HAVE_GEMM_STATS
+#if DISTIL_GPU_HAVE_CUTLASS
+#include "gemm_gradw.cuh"
 #include "gemm_stats.cuh"
 #endif
 
@@ -116,7 +118,7 @@ static bool gemm_lt_bias(gpu_state *b, const distil_gemm_args *a) {
 }
 #endif
 
-#if DISTIL_GPU_HAVE_GEMM_STATS
+#if DISTIL_GPU_HAVE_CUTLASS
 /* The logits GEMM of distil_gemm_args with its row statistics (gemm_stats.cuh); absent pointers
  * stay NULL (stats_ok's question before the workspace is known). */
 static gemm_stats_args gemm_stats_of(const gpu_state *b, const distil_gemm_args *a) {
@@ -162,6 +164,52 @@ static distil_status gemm_with_stats(gpu_state *b, const distil_gemm_args *a) {
 }
 #endif
 
+#if DISTIL_GPU_HAVE_CUTLASS
+/* Whether a has gemm_gradw.cu's form (gemm_gradw.cuh): d (m, n) bf16 = A^T B + beta C, A (k, m)
+ * and B (k, n) bf16 and dense, C fp32, alpha 1, no bias, no statistics. */
+static bool gemm_gradw_form(const distil_gemm_args *a) {
+    const int64_t lim = 0x7fffffff;
+    return distil_dptr_present(a->d) && a->d_dtype == DISTIL_BF16 && a->trans_a && !a->trans_b &&
+           a->a_dtype == DISTIL_BF16 && a->b_dtype == DISTIL_BF16 && a->c_dtype == DISTIL_F32 &&
+           a->alpha == 1.0f && !distil_dptr_present(a->bias) &&
+           !distil_dptr_present(a->stats_max) && a->lda == a->m && a->ldb == a->n &&
+           a->ldc == a->n && a->m <= lim && a->n <= lim && a->k <= lim;
+}
+
+static gemm_gradw_args gemm_gradw_of(const gpu_state *b, const distil_gemm_args *a) {
+    gemm_gradw_args g;
+    g.g = distil_dptr_addr(a->a);
+    g.x = distil_dptr_addr(a->b);
+    g.c = a->beta != 0.0f ? static_cast<const float *>(distil_dptr_addr(a->c)) : nullptr;
+    g.d = distil_dptr_addr(a->d);
+    g.beta = a->beta;
+    g.m = static_cast<int>(a->m);
+    g.n = static_cast<int>(a->n);
+    g.k = static_cast<int>(a->k);
+    g.device = b->device;
+    g.sm_count = b->sm_count;
+    return g;
+}
+
+/* A GEMM with an output d on gemm_gradw.cu (the core asked gemm_d_ok first: a refusal here is the
+ * core's error, or under DISTIL_CUDA_GRADW=require a shape the kernel does not fit). */
+static distil_status gemm_to_d(gpu_state *b, const distil_gemm_args *a) {
+    bool fits = false;
+    cudaError_t e = cudaSuccess;
+    if (gpu_gradw_device(b) && gemm_gradw_form(a)) {
+        e = gemm_gradw_launch(gemm_gradw_of(b, a), b->lane.stream, &fits);
+    }
+    if (!fits) {
+        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
+                                "%s: gemm: an output d for a GEMM that gemm_gradw.cu does not take "
+                                "(m %lld, n %lld, k %lld, dtypes, alignment)",
+                                DISTIL_GPU_NAME, static_cast<long long>(a->m),
+                                static_cast<long long>(a->n), static_cast<long long>(a->k));
+    }
+    return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm (weight gradient)");
+}
+#endif
+
 static distil_status gemm_portable(gpu_state *b, const distil_gemm_args *a) {
     const cudaError_t e = gemm_portable_launch(a, b->lane.stream);
     return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm (portable)");
@@ -181,9 +229,17 @@ extern "C" distil_status DISTIL_GPU_FN(gemm)(void *vb, const distil_gemm_args *a
                                 "%s: gemm of operands of two dtypes", DISTIL_GPU_NAME);
     }
     gpu_device_guard guard(b);
-#if DISTIL_GPU_HAVE_GEMM_STATS
+#if DISTIL_GPU_HAVE_CUTLASS
     if (distil_dptr_present(a->stats_max)) {
         return gemm_with_stats(b, a);
+    }
+    if (distil_dptr_present(a->d)) {
+        return gemm_to_d(b, a);
+    }
+#else
+    if (distil_dptr_present(a->d)) { /* gemm_d_ok is not set: the core never asks */
+        return distil_error_set(b->ctx, DISTIL_ERR_UNSUPPORTED, "%s: gemm with an output d",
+                                DISTIL_GPU_NAME);
     }
 #endif
 #if DISTIL_GPU_HAVE_BLAS
@@ -205,12 +261,22 @@ extern "C" distil_status DISTIL_GPU_FN(gemm)(void *vb, const distil_gemm_args *a
     return gemm_portable(b, a);
 }
 
-#if DISTIL_GPU_HAVE_GEMM_STATS
+#if DISTIL_GPU_HAVE_CUTLASS
 /* The statistics are taken by the loss-only row pass (fused_rows.cu); the resident kernel of the
  * gradient pass finds its own. */
 extern "C" bool DISTIL_GPU_FN(stats_ok)(void *vb, const distil_gemm_args *a, bool grads) {
     const gpu_state *b = gpu_of(vb);
     return !grads && a->n <= JSD_SPAN_MAX_VOCAB && gemm_stats_shape(b, a) &&
            gemm_stats_fits(gemm_stats_of(b, a));
+}
+#endif
+
+#if DISTIL_GPU_HAVE_CUTLASS
+/* Under DISTIL_CUDA_GRADW=require the form alone answers, so that a GEMM the kernel does not fit
+ * fails in gemm instead of passing on the core's cast (the tests that prove the path ran). */
+extern "C" bool DISTIL_GPU_FN(gemm_d_ok)(void *vb, const distil_gemm_args *a) {
+    const gpu_state *b = gpu_of(vb);
+    return gpu_gradw_device(b) && gemm_gradw_form(a) &&
+           (b->gradw_require || gemm_gradw_fits(gemm_gradw_of(b, a)));
 }
 #endif

@@ -11,6 +11,8 @@
  */
 #include "gemm_stats.cuh"
 
+#include "cutlass_util.cuh"
+
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -264,13 +266,10 @@ static typename Gemm::Arguments arguments_of(const gemm_stats_args &a) {
     return g;
 }
 
-static bool aligned16(const void *p) {
-    return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
-}
-
 } // namespace gemm_stats_impl
 
 using namespace gemm_stats_impl;
+using cutlass_util::aligned16;
 
 bool gemm_stats_fits(const gemm_stats_args &a) {
     /* TMA: 16-byte aligned bases and row strides (k bf16, n fp32) */
@@ -278,14 +277,11 @@ bool gemm_stats_fits(const gemm_stats_args &a) {
         !aligned16(a.w) || !aligned16(a.z)) {
         return false;
     }
-    const typename Gemm::Arguments g = arguments_of(a);
-    return Gemm::get_workspace_size(g) == 0 && Gemm::can_implement(g) == cutlass::Status::kSuccess;
+    return cutlass_util::fits<Gemm>(arguments_of(a));
 }
 
 cudaError_t gemm_stats_setup(void) {
-    const int smem = static_cast<int>(Kernel::SharedStorageSize);
-    return cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    return cutlass_util::setup<Gemm>();
 }
 
 cudaError_t gemm_stats_launch(const gemm_stats_args &a, cudaStream_t s, bool *fits) {
@@ -293,11 +289,5 @@ cudaError_t gemm_stats_launch(const gemm_stats_args &a, cudaStream_t s, bool *fi
     if (!*fits) {
         return cudaSuccess;
     }
-    /* no workspace (fits checked it); the kernel's attribute is set by gemm_stats_setup */
-    typename Kernel::Params params = Kernel::to_underlying_arguments(arguments_of(a), nullptr);
-    if (Gemm::run(params, s) != cutlass::Status::kSuccess) {
-        const cudaError_t e = cudaGetLastError();
-        return e != cudaSuccess ? e : cudaErrorLaunchFailure;
-    }
-    return cudaGetLastError();
+    return cutlass_util::run<Gemm>(arguments_of(a), s);
 }

@@ -7,7 +7,8 @@
  */
 #include "fused_rows.cuh"
 #include "gpu_state.cuh"
-#if DISTIL_GPU_HAVE_GEMM_STATS
+#if DISTIL_GPU_HAVE_CUTLASS
+#include "gemm_gradw.cuh"
 #include "gemm_stats.cuh"
 #endif
 
@@ -43,7 +44,9 @@ distil_status gpu_check_launch(gpu_state *b, const char *what) {
  * DISTIL_CUDA_FP8=lt|emulate picks the fp8 teacher head's product (fp8.cu);
  * DISTIL_CUDA_STATS=off: the logits GEMMs write no row statistics (gemm_stats.cu; A/B);
  * DISTIL_CUDA_STATS=require: where the statistics kernel can run (sm_90, built with it), a
- * loss-only row pass given none is an error, so that tests prove the path ran (fused_rows.cu). */
+ * loss-only row pass given none is an error, so that tests prove the path ran (fused_rows.cu);
+ * DISTIL_CUDA_GRADW=off|require: the last grad_Ws GEMM on cuBLAS and the core's cast (A/B), or,
+ * where gemm_gradw.cu can run, such a GEMM that the kernel does not take is an error (gemm.cu). */
 static void gpu_read_env(gpu_state *b) {
     const char *g = getenv("DISTIL_CUDA_GEMM");
     b->portable_gemm = !DISTIL_GPU_HAVE_BLAS || (g != nullptr && strcmp(g, "portable") == 0);
@@ -62,6 +65,9 @@ static void gpu_read_env(gpu_state *b) {
     const char *st = getenv("DISTIL_CUDA_STATS");
     b->gemm_stats = st == nullptr || strcmp(st, "off") != 0;
     b->stats_require = st != nullptr && strcmp(st, "require") == 0;
+    const char *gw = getenv("DISTIL_CUDA_GRADW");
+    b->gemm_gradw = gw == nullptr || strcmp(gw, "off") != 0;
+    b->gradw_require = gw != nullptr && strcmp(gw, "require") == 0;
 }
 
 static distil_status gpu_query_device(gpu_state *b) {
@@ -134,19 +140,42 @@ static distil_status gpu_init_side(gpu_state *b) {
     return gpu_lane_blas(b, &b->side, " (second lane)");
 }
 
+#if DISTIL_GPU_HAVE_CUTLASS
+/* One CUTLASS kernel's setup result: a failure turns the kernel off (its work goes to cuBLAS), or
+ * fails the context when its knob says require (the knob must not pass on the other path). */
+static distil_status gpu_cutlass_setup_result(gpu_state *b, cudaError_t e, bool require,
+                                              bool *enabled, const char *what) {
+    if (e != cudaSuccess && require) {
+        return gpu_fail(b, e, what);
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *enabled = false;
+    }
+    return DISTIL_OK;
+}
+#endif
+
+/* The CUTLASS kernels' shared-memory attributes, once per context (gemm_stats.cu, gemm_gradw.cu).
+ */
+static distil_status gpu_init_cutlass(gpu_state *b) {
+#if DISTIL_GPU_HAVE_CUTLASS
+    const cudaError_t se = gpu_stats_device(b) ? gemm_stats_setup() : cudaSuccess;
+    DISTIL_TRY(gpu_cutlass_setup_result(b, se, b->stats_require, &b->gemm_stats,
+                                        "DISTIL_CUDA_STATS=require: the statistics GEMM's setup"));
+    const cudaError_t ge = gpu_gradw_device(b) ? gemm_gradw_setup() : cudaSuccess;
+    return gpu_cutlass_setup_result(b, ge, b->gradw_require, &b->gemm_gradw,
+                                    "DISTIL_CUDA_GRADW=require: the weight-gradient GEMM's setup");
+#else
+    (void)b;
+    return DISTIL_OK;
+#endif
+}
+
 static distil_status gpu_init(gpu_state *b) {
     DISTIL_TRY(gpu_query_device(b));
     DISTIL_TRY(fused_resident_setup(b));
-#if DISTIL_GPU_HAVE_GEMM_STATS
-    const cudaError_t se = gpu_stats_device(b) ? gemm_stats_setup() : cudaSuccess;
-    if (se != cudaSuccess && b->stats_require) { /* the knob must not pass on the other path */
-        return gpu_fail(b, se, "DISTIL_CUDA_STATS=require: the statistics GEMM's setup");
-    }
-    if (se != cudaSuccess) { /* the logits GEMMs on cuBLAS, the row pass finds the statistics */
-        (void)cudaGetLastError();
-        b->gemm_stats = false;
-    }
-#endif
+    DISTIL_TRY(gpu_init_cutlass(b));
     GPU_TRY(b, cudaStreamCreateWithFlags(&b->own_stream, cudaStreamNonBlocking), "stream create");
     b->lane.stream = b->own_stream;
     DISTIL_TRY(gpu_init_blas(b));

@@ -15,9 +15,10 @@
 
 #include <stdint.h>
 
-/* 1 where CMake builds gemm_stats.cu (cuda with sm_90a and CUTLASS's headers) */
-#ifndef DISTIL_GPU_HAVE_GEMM_STATS
-#define DISTIL_GPU_HAVE_GEMM_STATS 0
+/* 1 where CMake builds the CUTLASS kernels gemm_stats.cu and gemm_gradw.cu (cuda with sm_90a and
+ * CUTLASS's headers) */
+#ifndef DISTIL_GPU_HAVE_CUTLASS
+#define DISTIL_GPU_HAVE_CUTLASS 0
 #endif
 
 namespace DISTIL_GPU_NS {
@@ -101,6 +102,8 @@ struct gpu_state {
     int fp8_mode;       /* DISTIL_CUDA_FP8: GPU_FP8_AUTO, _LT (cuBLASLt only), _EMULATE (fp8.cu) */
     bool gemm_stats;    /* row statistics from the logits GEMMs (DISTIL_CUDA_STATS=off: not) */
     bool stats_require; /* DISTIL_CUDA_STATS=require: a loss-only row pass without them fails */
+    bool gemm_gradw;    /* the last grad_Ws GEMM on gemm_gradw.cu (DISTIL_CUDA_GRADW=off: not) */
+    bool gradw_require; /* DISTIL_CUDA_GRADW=require: one that it does not take fails */
 };
 
 enum { GPU_FP8_AUTO = 0, GPU_FP8_LT = 1, GPU_FP8_EMULATE = 2 };
@@ -109,11 +112,19 @@ static inline gpu_state *gpu_of(void *b) {
     return static_cast<gpu_state *>(b);
 }
 
-/* Whether the logits GEMMs of this context can write row statistics at all: the kernel is built
- * (sm_90a code), the device is sm_90, and neither knob turned it off (gemm.cu asks the shape). */
+/* Whether this context can run the CUTLASS kernels at all: they are built (sm_90a code), the
+ * device is sm_90, and DISTIL_CUDA_GEMM=portable did not turn the vendor GEMMs off. */
+static inline bool gpu_cutlass_device(const gpu_state *b) {
+    return DISTIL_GPU_HAVE_CUTLASS && !b->portable_gemm && b->cc_major == 9 && b->cc_minor == 0;
+}
+
+/* Whether the logits GEMMs of this context can write row statistics at all (gemm.cu asks the
+ * shape); whether its GEMMs can write an output d (gemm_gradw.cu, gemm_d_ok). */
 static inline bool gpu_stats_device(const gpu_state *b) {
-    return DISTIL_GPU_HAVE_GEMM_STATS && b->gemm_stats && !b->portable_gemm && b->cc_major == 9 &&
-           b->cc_minor == 0;
+    return gpu_cutlass_device(b) && b->gemm_stats;
+}
+static inline bool gpu_gradw_device(const gpu_state *b) {
+    return gpu_cutlass_device(b) && b->gemm_gradw;
 }
 
 /* The test knob's spin on the side lane (DISTIL_CUDA_SIDE_DELAY_US; nothing when 0), so that a

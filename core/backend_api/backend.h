@@ -54,6 +54,9 @@ static inline void *distil_dptr_addr(distil_dptr p) {
  *   c_dtype (F32, or equal to b_dtype; any dtype when fp32_gemm is set); accumulation is fp32.
  *   bias (n) has b_dtype, optional; it is added once to each row of C after the product.
  * beta == 0 means C is not read (it may hold NaN).
+ * d, optional: the result goes to d (m, n; row stride ldc, dtype d_dtype) instead of C, which is
+ * then only read; asked only where the backend's gemm_d_ok said yes (the fused loss's last grad_Ws
+ * GEMM, whose fp32 accumulator C becomes the output without a cast pass of its own).
  */
 typedef struct distil_gemm_args {
     bool trans_a, trans_b;
@@ -74,6 +77,8 @@ typedef struct distil_gemm_args {
      * Absent stats_max: none. */
     distil_dptr stats_max, stats_s1;
     float stats_c1;
+    distil_dptr d;
+    distil_dtype d_dtype;
 } distil_gemm_args;
 
 /*
@@ -578,6 +583,9 @@ typedef struct distil_backend {
      * plan): judge the rest. stats_cols: the tile's columns. NULL: never. */
     bool (*stats_ok)(void *b, const distil_gemm_args *a, bool grads);
     int stats_cols;
+    /* ---- a GEMM's result in its own output d (distil_gemm_args), optional: whether gemm writes
+     * a's result to a->d. NULL: never (the core casts C after the GEMM). */
+    bool (*gemm_d_ok)(void *b, const distil_gemm_args *a);
 } distil_backend;
 
 #ifdef __cplusplus
