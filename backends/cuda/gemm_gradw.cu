@@ -12,13 +12,7 @@
 
 #include "cutlass_util.cuh"
 
-#include "cute/tensor.hpp"
-#include "cutlass/cutlass.h"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/epilogue/fusion/operations.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 
 namespace gemm_gradw_impl {
@@ -26,22 +20,11 @@ namespace gemm_gradw_impl {
 using namespace cute;
 using Bf16 = cutlass::bfloat16_t;
 using Tile = Shape<_128, _128, _64>;
-using Cluster = Shape<_2, _1, _1>;
-
 using Op = cutlass::epilogue::fusion::LinearCombination<Bf16, float, float, float>;
-using Epi = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
-    cutlass::epilogue::collective::EpilogueTileAuto, float, float, float, cutlass::layout::RowMajor,
-    4, Bf16, cutlass::layout::RowMajor, 8, cutlass::epilogue::TmaWarpSpecialized, Op>::CollectiveOp;
-using Main = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Bf16, cutlass::layout::ColumnMajor, 8,
-    Bf16, cutlass::layout::RowMajor, 8, float, Tile, Cluster,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-        sizeof(typename Epi::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedPingpong>::CollectiveOp;
-using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Main, Epi,
-                                                    cutlass::gemm::PersistentScheduler>;
-using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+using Pingpong = cutlass_util::PingpongBf16<cutlass::layout::ColumnMajor, cutlass::layout::RowMajor,
+                                            float, 4, Bf16, 8, Tile, Op>;
+using Kernel = Pingpong::Kernel;
+using Gemm = Pingpong::Gemm;
 
 /* (c absent with beta == 0: d stands in for its address, which the epilogue then never loads
  * from) */
@@ -72,14 +55,15 @@ static typename Gemm::Arguments arguments_of(const gemm_gradw_args &a) {
 using namespace gemm_gradw_impl;
 using cutlass_util::aligned16;
 
-bool gemm_gradw_fits(const gemm_gradw_args &a) {
-    /* TMA: 16-byte aligned bases and row strides (m and n bf16, n fp32) */
+/* TMA: 16-byte aligned bases and row strides (m and n bf16, n fp32). */
+static bool gradw_operands_ok(const gemm_gradw_args &a) {
     const bool c_ok = a.beta == 0.0f || (a.c != nullptr && aligned16(a.c));
-    if (a.m < 1 || a.n < 1 || a.k < 1 || a.m % 8 != 0 || a.n % 8 != 0 || !c_ok || !aligned16(a.g) ||
-        !aligned16(a.x) || !aligned16(a.d)) {
-        return false;
-    }
-    return cutlass_util::fits<Gemm>(arguments_of(a));
+    return a.m >= 1 && a.n >= 1 && a.k >= 1 && a.m % 8 == 0 && a.n % 8 == 0 && c_ok &&
+           aligned16(a.g) && aligned16(a.x) && aligned16(a.d);
+}
+
+bool gemm_gradw_fits(const gemm_gradw_args &a) {
+    return gradw_operands_ok(a) && cutlass_util::fits<Gemm>(arguments_of(a));
 }
 
 cudaError_t gemm_gradw_setup(void) {
@@ -87,9 +71,5 @@ cudaError_t gemm_gradw_setup(void) {
 }
 
 cudaError_t gemm_gradw_launch(const gemm_gradw_args &a, cudaStream_t s, bool *fits) {
-    *fits = gemm_gradw_fits(a);
-    if (!*fits) {
-        return cudaSuccess;
-    }
-    return cutlass_util::run<Gemm>(arguments_of(a), s);
+    return cutlass_util::run_if<Gemm>(gradw_operands_ok(a), arguments_of(a), s, fits);
 }

@@ -225,7 +225,6 @@ template <class Tile> struct RowStats {
 };
 
 using Tile = Shape<_128, Int<GEMM_STATS_COLS>, _64>;
-using Cluster = Shape<_2, _1, _1>;
 using Bf16 = cutlass::bfloat16_t;
 
 /* z = acc and its statistics. (A bias node, a row broadcast, cost the K 2048 GEMM 0.46 ms in the
@@ -233,20 +232,10 @@ using Bf16 = cutlass::bfloat16_t;
  * MMAs; docs/CUDA-NOTES.md, eighteenth session. Heads with a bias take cuBLAS.) */
 using EVT = fu::Sm90EVT<RowStats<Tile>, fu::Sm90AccFetch>;
 
-using Epi = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
-    cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::RowMajor,
-    4, float, cutlass::layout::RowMajor, 4, cutlass::epilogue::TmaWarpSpecialized,
-    EVT>::CollectiveOp;
-using Main = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Bf16, cutlass::layout::RowMajor, 8, Bf16,
-    cutlass::layout::ColumnMajor, 8, float, Tile, Cluster,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-        sizeof(typename Epi::SharedStorage))>,
-    cutlass::gemm::KernelTmaWarpSpecializedPingpong>::CollectiveOp;
-using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Main, Epi,
-                                                    cutlass::gemm::PersistentScheduler>;
-using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+using Pingpong = cutlass_util::PingpongBf16<cutlass::layout::RowMajor, cutlass::layout::ColumnMajor,
+                                            void, 4, float, 4, Tile, EVT>;
+using Kernel = Pingpong::Kernel;
+using Gemm = Pingpong::Gemm;
 
 static typename Gemm::Arguments arguments_of(const gemm_stats_args &a) {
     using SA = typename Kernel::StrideA;
@@ -271,13 +260,14 @@ static typename Gemm::Arguments arguments_of(const gemm_stats_args &a) {
 using namespace gemm_stats_impl;
 using cutlass_util::aligned16;
 
+/* TMA: 16-byte aligned bases and row strides (k bf16, n fp32). */
+static bool stats_operands_ok(const gemm_stats_args &a) {
+    return a.m >= 1 && a.n >= 1 && a.k >= 1 && a.k % 8 == 0 && a.n % 4 == 0 && aligned16(a.x) &&
+           aligned16(a.w) && aligned16(a.z);
+}
+
 bool gemm_stats_fits(const gemm_stats_args &a) {
-    /* TMA: 16-byte aligned bases and row strides (k bf16, n fp32) */
-    if (a.m < 1 || a.n < 1 || a.k < 1 || a.k % 8 != 0 || a.n % 4 != 0 || !aligned16(a.x) ||
-        !aligned16(a.w) || !aligned16(a.z)) {
-        return false;
-    }
-    return cutlass_util::fits<Gemm>(arguments_of(a));
+    return stats_operands_ok(a) && cutlass_util::fits<Gemm>(arguments_of(a));
 }
 
 cudaError_t gemm_stats_setup(void) {
@@ -285,9 +275,5 @@ cudaError_t gemm_stats_setup(void) {
 }
 
 cudaError_t gemm_stats_launch(const gemm_stats_args &a, cudaStream_t s, bool *fits) {
-    *fits = gemm_stats_fits(a);
-    if (!*fits) {
-        return cudaSuccess;
-    }
-    return cutlass_util::run<Gemm>(arguments_of(a), s);
+    return cutlass_util::run_if<Gemm>(stats_operands_ok(a), arguments_of(a), s, fits);
 }
