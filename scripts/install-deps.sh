@@ -5,8 +5,8 @@
 #   install-deps.sh --hip     also Debian's hipcc (ROCm 5.2), to compile the HIP backend
 # CUDA is not a Debian package: the cuda backend builds when nvcc (CUDA 12+) is installed. Where
 # nvcc is, CUTLASS's headers (PyPI's nvidia-cutlass wheel, pinned by its hash) are unpacked into
-# deps/cutlass for the logits GEMM with row statistics (backends/cuda/gemm_stats.cu); a copy of the
-# wheel in .whl/ is taken first (machines without network). DISTIL_NO_CUTLASS=1 skips it.
+# deps/cutlass for the cuda backend's CUTLASS kernels (backends/cuda/gemm_stats.cu, gemm_gradw.cu);
+# a copy of the wheel in .whl/ is taken first (machines without network). DISTIL_NO_CUTLASS=1 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -168,6 +168,8 @@ static const tp_head H_FP8 = {.t_fp8 = true};
 static const tp_head H_FP8_ALL = {.vt = 1271 + 37, .s_cap = 5.0f, .t_scale = 1.25f, .t_cap = 9.0f,
                                   .tau_t = 0.75f, .lse = true, .t_fp8 = true};
 static const tp_head H_FP8_NARROW = {.vt = -64, .t_fp8 = true};
+/* the student's head wider and capped, in the last grad_Ws GEMM kernel's shapes (V 4040 % 8 == 0) */
+static const tp_head H_WIDE_CAP = {.vt = 4104 - 64, .s_cap = 5.0f, .lse = true};
 
 static const tp_fused_spec fused_cases[] = {
    /* T   V      Hs  Ht  wh    ws    beta  tau   bias     parts  grads     labels       std chunk */
@@ -220,10 +222,13 @@ static const tp_fused_spec fused_cases[] = {
     /* grad_Ws over several chunks in the shapes of cuda's last weight-gradient GEMM (docs/
      * DESIGN.md: bf16, V % 8 == 0, Hs % 8 == 0; Ht = 24 marks them for test_parity_cuda_gradw):
      * partial row and column tiles, a last chunk of one row, chunks shorter than a K tile, a
-     * bias; and one chunk (no accumulator: cuBLAS writes grad_Ws) */
+     * bias; one chunk (no accumulator: cuBLAS writes grad_Ws); rows a multiple of the chunk,
+     * alone and with a wider, capped student head */
     F(41,  4104, 40, 24, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   20),
     F(29,  4096, 136, 24, 0.3f, 0.7f, 0.1f, 2.0f, NO_BIAS, false, WS_BS,   NONE,        0,   7),
     F(12,  4104, 40, 24, 0.5f, 0.5f, 0.9f, 1.0f, BIAS_S,  false, WS_BS,    MIXED,       0,   0),
+    F(40,  4104, 40, 24, 0.5f, 0.5f, 0.5f, 1.0f, NO_BIAS, false, ALL,      NONE,        0,   20),
+    FH(40, 4104, 40, 24, 0.5f, 0.5f, 0.5f, 2.0f, BIAS_ST, true,  ALL,      MIXED,       0,   20, &H_WIDE_CAP),
     /* hidden sizes of GEMM-tile scale (Hs = Ht / 2), chunks of 20 rows with a partial last one */
     F(48, 2053,  256, 512, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true, ALL,      MIXED,       0,   20),
     /* docs/SPEC.md §6: every divergence in the soft part, tau^2, the given N */

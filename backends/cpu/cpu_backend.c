@@ -189,6 +189,7 @@ const distil_backend distil_backend_cpu = {
     .mem_upload = distil_host_upload,
     .mem_download = distil_host_download,
     .gemm = distil_cpu_gemm,
+    .gemm_d_ok = distil_cpu_gemm_d_ok, /* the last grad_Ws GEMM rounds into grad_Ws itself */
     .count_valid = distil_cpu_count_valid,
     .jsd_rows = distil_cpu_jsd_rows,
     .fused_rows = distil_cpu_fused_rows,

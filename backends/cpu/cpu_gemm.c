@@ -5,9 +5,10 @@
  * fp32 operands go to BLAS in place. bf16 / fp16 operands are converted to fp32 in panels along
  * the largest of m, n, k, so the backend's scratch stays near CPU_GEMM_BUDGET floats however
  * large the weight matrix is (a bf16 128k x 4k head would need 2 GiB converted whole); a C of
- * the input dtype is staged in fp32 and rounded once. Conversions run in OpenMP regions, and so
- * do the BLAS calls: each OpenMP thread makes a single-threaded OpenBLAS call on its own block of
- * C (cpu_sgemm_par), so that OpenBLAS's pthread pool never competes with OpenMP's.
+ * the input dtype is staged in fp32 and rounded once, and so is a result with its own output d.
+ * Conversions run in OpenMP regions, and so do the BLAS calls: each OpenMP thread makes a
+ * single-threaded OpenBLAS call on its own block of C (cpu_sgemm_par), so that OpenBLAS's pthread
+ * pool never competes with OpenMP's.
  */
 #include "cpu_internal.h"
 #include "error.h"
@@ -125,6 +126,7 @@ typedef struct cpu_gemm_ctx {
     const cpu_state *st;
     const distil_gemm_args *a;
     cpu_mat A, B, C;
+    cpu_mat D;         /* the result's own output (distil_gemm_args.d), or D.p NULL: C */
     const float *bias; /* fp32, or NULL */
     float *stage;      /* fp32 C block when C is not fp32 */
     float *abuf, *bbuf;
@@ -155,12 +157,15 @@ static float cpu_panel_begin(const cpu_gemm_ctx *g, const cpu_panel *p, cpu_view
     return a->beta;
 }
 
-/* After the last k slice: the bias when beta read C, then the staged C out. */
+/* After the last k slice: the bias when beta read C, then the staged C out, or the panel into
+ * its own output D (rounded once to D's dtype; an fp32 C then holds the fp32 result too). */
 static void cpu_panel_end(const cpu_gemm_ctx *g, const cpu_panel *p, cpu_view c) {
     if (g->a->beta != 0.0f && g->bias) {
         cpu_add_bias(g->st, c, p->m, p->n, g->bias + p->n0, false);
     }
-    if (g->a->c_dtype != DISTIL_F32) {
+    if (g->D.p != NULL) {
+        cpu_unblock(g->st, c, g->D, p->m0, p->m, p->n0, p->n);
+    } else if (g->a->c_dtype != DISTIL_F32) {
         cpu_unblock(g->st, c, g->C, p->m0, p->m, p->n0, p->n);
     }
 }
@@ -291,6 +296,7 @@ distil_status distil_cpu_gemm(void *b, const distil_gemm_args *a) {
                       .A = {distil_dptr_addr(a->a), a->a_dtype, a->lda},
                       .B = {distil_dptr_addr(a->b), a->b_dtype, a->ldb},
                       .C = {distil_dptr_addr(a->c), a->c_dtype, a->ldc},
+                      .D = {distil_dptr_addr(a->d), a->d_dtype, a->ldc},
                       .bias = bias && !bias_cvt ? distil_dptr_addr(a->bias) : NULL,
                       .abuf = s,
                       .bbuf = bbuf,
@@ -307,4 +313,10 @@ distil_status distil_cpu_gemm(void *b, const distil_gemm_args *a) {
 #endif
     cpu_gemm_panels(&g, shape);
     return DISTIL_OK;
+}
+
+/* Every GEMM can write its result to an output of its own (cpu_panel_end). */
+bool distil_cpu_gemm_d_ok(void *b, const distil_gemm_args *a) {
+    (void)b;
+    return a->d_dtype == DISTIL_F32 || a->d_dtype == DISTIL_BF16 || a->d_dtype == DISTIL_F16;
 }

@@ -47,14 +47,12 @@ static distil_status gemm_blas(gpu_state *b, const distil_gemm_args *a) {
 }
 #endif
 
-#if DISTIL_GPU_HAVE_BLAS
+/* The sizes and strides fit the int arguments of cuBLAS and CUTLASS. */
 static bool gemm_fits_int(const distil_gemm_args *a) {
     const int64_t lim = 0x7fffffff;
     return a->m <= lim && a->n <= lim && a->k <= lim && a->lda <= lim && a->ldb <= lim &&
            a->ldc <= lim;
 }
-
-#endif
 
 #if DISTIL_GPU_HAVE_BLASLT
 /* Column-major view: first operand op(B^T) (n, k), second op(A^T) (k, m), D = C^T (n, m). */
@@ -140,12 +138,11 @@ static gemm_stats_args gemm_stats_of(const gpu_state *b, const distil_gemm_args 
 /* What the kernel computes: z (m, n) fp32 dense = x W^T, no bias, bf16 operands with row strides
  * k, on an sm_90 device (the kernel is sm_90a code). */
 static bool gemm_stats_shape(const gpu_state *b, const distil_gemm_args *a) {
-    const int64_t lim = 0x7fffffff;
     return gpu_stats_device(b) && !a->trans_a && a->trans_b && a->a_dtype == DISTIL_BF16 &&
            a->b_dtype == DISTIL_BF16 && a->c_dtype == DISTIL_F32 && a->alpha == 1.0f &&
            a->beta == 0.0f && !distil_dptr_present(a->bias) && a->lda == a->k && a->ldb == a->k &&
-           a->ldc == a->n && a->m <= lim && a->n <= lim && a->k <= lim &&
-           a->m * ((a->n + GEMM_STATS_COLS - 1) / GEMM_STATS_COLS) <= lim;
+           a->ldc == a->n && gemm_fits_int(a) &&
+           a->m * ((a->n + GEMM_STATS_COLS - 1) / GEMM_STATS_COLS) <= 0x7fffffff;
 }
 
 static distil_status gemm_with_stats(gpu_state *b, const distil_gemm_args *a) {
@@ -166,21 +163,21 @@ static distil_status gemm_with_stats(gpu_state *b, const distil_gemm_args *a) {
 
 #if DISTIL_GPU_HAVE_CUTLASS
 /* Whether a has gemm_gradw.cu's form (gemm_gradw.cuh): d (m, n) bf16 = A^T B + beta C, A (k, m)
- * and B (k, n) bf16 and dense, C fp32, alpha 1, no bias, no statistics. */
+ * and B (k, n) bf16 and dense, C (m, n) fp32 given, k >= 1, alpha 1, no bias, no statistics. */
 static bool gemm_gradw_form(const distil_gemm_args *a) {
-    const int64_t lim = 0x7fffffff;
     return distil_dptr_present(a->d) && a->d_dtype == DISTIL_BF16 && a->trans_a && !a->trans_b &&
            a->a_dtype == DISTIL_BF16 && a->b_dtype == DISTIL_BF16 && a->c_dtype == DISTIL_F32 &&
-           a->alpha == 1.0f && !distil_dptr_present(a->bias) &&
-           !distil_dptr_present(a->stats_max) && a->lda == a->m && a->ldb == a->n &&
-           a->ldc == a->n && a->m <= lim && a->n <= lim && a->k <= lim;
+           distil_dptr_present(a->c) && a->k >= 1 && a->alpha == 1.0f &&
+           !distil_dptr_present(a->bias) && !distil_dptr_present(a->stats_max) && a->lda == a->m &&
+           a->ldb == a->n && a->ldc == a->n && gemm_fits_int(a);
 }
 
+/* The kernel's arguments for a GEMM of gemm_gradw_form. */
 static gemm_gradw_args gemm_gradw_of(const gpu_state *b, const distil_gemm_args *a) {
     gemm_gradw_args g;
     g.g = distil_dptr_addr(a->a);
     g.x = distil_dptr_addr(a->b);
-    g.c = a->beta != 0.0f ? static_cast<const float *>(distil_dptr_addr(a->c)) : nullptr;
+    g.c = static_cast<const float *>(distil_dptr_addr(a->c));
     g.d = distil_dptr_addr(a->d);
     g.beta = a->beta;
     g.m = static_cast<int>(a->m);
@@ -191,22 +188,34 @@ static gemm_gradw_args gemm_gradw_of(const gpu_state *b, const distil_gemm_args 
     return g;
 }
 
-/* A GEMM with an output d on gemm_gradw.cu (the core asked gemm_d_ok first: a refusal here is the
- * core's error, or under DISTIL_CUDA_GRADW=require a shape the kernel does not fit). */
+/* Why the kernel cannot run a (NULL: it can). */
+static const char *gemm_gradw_refusal(const gpu_state *b, const distil_gemm_args *a) {
+    if (!gpu_gradw_device(b)) {
+        return "the kernel is off on this device (DISTIL_CUDA_GRADW=off or its setup failed)";
+    }
+    if (!gemm_gradw_form(a)) {
+        return "not bf16 operands into an fp32 accumulator and a bf16 output, dense, k >= 1";
+    }
+    return gemm_gradw_why(gemm_gradw_of(b, a));
+}
+
+/* A GEMM with an output d on gemm_gradw.cu. The core asked gemm_d_ok first: a refusal here is
+ * the core's error, or under DISTIL_CUDA_GRADW=require (gemm_d_ok then answers by the form) a GEMM
+ * the kernel does not fit, and the message says which check failed. */
 static distil_status gemm_to_d(gpu_state *b, const distil_gemm_args *a) {
-    bool fits = false;
-    cudaError_t e = cudaSuccess;
-    if (gpu_gradw_device(b) && gemm_gradw_form(a)) {
-        e = gemm_gradw_launch(gemm_gradw_of(b, a), b->lane.stream, &fits);
-    }
-    if (!fits) {
+    const char *why = gemm_gradw_refusal(b, a);
+    if (why != nullptr) {
         return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
-                                "%s: gemm: an output d for a GEMM that gemm_gradw.cu does not take "
-                                "(m %lld, n %lld, k %lld, dtypes, alignment)",
-                                DISTIL_GPU_NAME, static_cast<long long>(a->m),
-                                static_cast<long long>(a->n), static_cast<long long>(a->k));
+                                "%s: gemm: %sthe last grad_Ws GEMM (m %lld, n %lld, k %lld) with "
+                                "its own output: %s",
+                                DISTIL_GPU_NAME,
+                                b->gradw_require ? "DISTIL_CUDA_GRADW=require: " : "",
+                                static_cast<long long>(a->m), static_cast<long long>(a->n),
+                                static_cast<long long>(a->k), why);
     }
-    return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm (weight gradient)");
+    bool fits = false;
+    const cudaError_t e = gemm_gradw_launch(gemm_gradw_of(b, a), b->lane.stream, &fits);
+    return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm (last grad_Ws GEMM)");
 }
 #endif
 
@@ -277,6 +286,6 @@ extern "C" bool DISTIL_GPU_FN(stats_ok)(void *vb, const distil_gemm_args *a, boo
 extern "C" bool DISTIL_GPU_FN(gemm_d_ok)(void *vb, const distil_gemm_args *a) {
     const gpu_state *b = gpu_of(vb);
     return gpu_gradw_device(b) && gemm_gradw_form(a) &&
-           (b->gradw_require || gemm_gradw_fits(gemm_gradw_of(b, a)));
+           (b->gradw_require || gemm_gradw_why(gemm_gradw_of(b, a)) == nullptr);
 }
 #endif

@@ -5,7 +5,7 @@
  * and, per row r and tile t of GEMM_STATS_COLS columns, m-major (element t m + r):
  *   pmax = max of the tile's z,  ps1 = sum 2^((z - pmax) c1)
  * The cuda backend's gemm takes it for distil_gemm_args with stats; without CUTLASS's
- * headers (or on HIP) DISTIL_GPU_HAVE_GEMM_STATS is 0 and gemm never writes statistics. The file is
+ * headers (or on HIP) DISTIL_GPU_HAVE_CUTLASS is 0 and gemm never writes statistics. The file is
  * compiled for sm_90a alone; the caller checks the device before it launches.
  */
 #ifndef DISTIL_GPU_GEMM_STATS_CUH

@@ -156,8 +156,7 @@ static distil_status gpu_cutlass_setup_result(gpu_state *b, cudaError_t e, bool 
 }
 #endif
 
-/* The CUTLASS kernels' shared-memory attributes, once per context (gemm_stats.cu, gemm_gradw.cu).
- */
+/* The CUTLASS kernels' shared-memory attributes, once per context (gemm_stats, gemm_gradw). */
 static distil_status gpu_init_cutlass(gpu_state *b) {
 #if DISTIL_GPU_HAVE_CUTLASS
     const cudaError_t se = gpu_stats_device(b) ? gemm_stats_setup() : cudaSuccess;

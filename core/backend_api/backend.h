@@ -54,9 +54,10 @@ static inline void *distil_dptr_addr(distil_dptr p) {
  *   c_dtype (F32, or equal to b_dtype; any dtype when fp32_gemm is set); accumulation is fp32.
  *   bias (n) has b_dtype, optional; it is added once to each row of C after the product.
  * beta == 0 means C is not read (it may hold NaN).
- * d, optional: the result goes to d (m, n; row stride ldc, dtype d_dtype) instead of C, which is
- * then only read; asked only where the backend's gemm_d_ok said yes (the fused loss's last grad_Ws
- * GEMM, whose fp32 accumulator C becomes the output without a cast pass of its own).
+ * d, optional: the result goes to d (m, n; row stride ldc, dtype d_dtype), rounded once, and C is
+ * read (beta != 0) and may be left holding anything; asked only where the backend's gemm_d_ok said
+ * yes (the fused loss's last grad_Ws GEMM, whose fp32 accumulator C is rounded into the output
+ * without a cast pass of its own).
  */
 typedef struct distil_gemm_args {
     bool trans_a, trans_b;
