@@ -153,6 +153,11 @@ static void jsd_compare(const tp_jsd_spec *s, distil_dtype dt, uint64_t seed) {
     {t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, TP_LABELS_##labels, std, chunk, \
      .div = DISTIL_DIVERGENCE_JSD, .head = hd}
 
+/* FH named "#gradw": the cases test_parity_cuda_gradw runs under DISTIL_CUDA_GRADW=require */
+#define GW(t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, labels, std, chunk, hd) \
+    {t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, TP_LABELS_##labels, std, chunk, \
+     .div = DISTIL_DIVERGENCE_JSD, .head = hd, .tag = "gradw"}
+
 /* Head options (docs/SPEC.md §6): vt, student scale / cap, teacher scale / cap, tau_t, lse. */
 static const tp_head H_TEACHER_WIDER = {.vt = 1271 + 37};
 static const tp_head H_STUDENT_WIDER = {.vt = 1271 - 29, .lse = true};
@@ -220,21 +225,21 @@ static const tp_fused_spec fused_cases[] = {
     {96, 4096, 24, 40, 0.5f, 0.5f, 0.5f, 1.5f, NO_BIAS, true, NO_GRADS, TP_LABELS_MIXED, 0, 40,
      .div = DISTIL_DIVERGENCE_REVERSE_KL},
     /* grad_Ws over several chunks in the shapes of cuda's last weight-gradient GEMM (docs/
-     * DESIGN.md: bf16, V % 8 == 0, Hs % 8 == 0; Ht = 24 marks them for test_parity_cuda_gradw):
+     * DESIGN.md: bf16, V % 8 == 0, Hs % 8 == 0; named "#gradw" for test_parity_cuda_gradw):
      * partial row and column tiles, a last chunk of one row, chunks shorter than a K tile, a
      * bias; one chunk (no accumulator: cuBLAS writes grad_Ws); rows a multiple of the chunk,
      * alone and with a wider, capped student head */
-    F(41,  4104, 40, 24, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   20),
-    F(29,  4096, 136, 24, 0.3f, 0.7f, 0.1f, 2.0f, NO_BIAS, false, WS_BS,   NONE,        0,   7),
-    F(12,  4104, 40, 24, 0.5f, 0.5f, 0.9f, 1.0f, BIAS_S,  false, WS_BS,    MIXED,       0,   0),
-    F(40,  4104, 40, 24, 0.5f, 0.5f, 0.5f, 1.0f, NO_BIAS, false, ALL,      NONE,        0,   20),
-    FH(40, 4104, 40, 24, 0.5f, 0.5f, 0.5f, 2.0f, BIAS_ST, true,  ALL,      MIXED,       0,   20, &H_WIDE_CAP),
+    GW(41,  4104, 40, 24, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   20, NULL),
+    GW(29,  4096, 136, 24, 0.3f, 0.7f, 0.1f, 2.0f, NO_BIAS, false, WS_BS,   NONE,        0,   7,  NULL),
+    GW(12,  4104, 40, 24, 0.5f, 0.5f, 0.9f, 1.0f, BIAS_S,  false, WS_BS,    MIXED,       0,   0,  NULL),
+    GW(40,  4104, 40, 24, 0.5f, 0.5f, 0.5f, 1.0f, NO_BIAS, false, ALL,      NONE,        0,   20, NULL),
+    GW(40,  4104, 40, 24, 0.5f, 0.5f, 0.5f, 2.0f, BIAS_ST, true,  ALL,      MIXED,       0,   20, &H_WIDE_CAP),
     /* hidden sizes of GEMM-tile scale (Hs = Ht / 2), chunks of 20 rows with a partial last one */
     F(48, 2053,  256, 512, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true, ALL,      MIXED,       0,   20),
     /* docs/SPEC.md §6: every divergence in the soft part, tau^2, the given N */
 #define D(t, v, wh, ws, tau, labels, chunk, div, alpha, norm, dev, tsq) \
     {t, v, 24, 40, wh, ws, 0.5f, tau, BIAS_ST, true, ALL, TP_LABELS_##labels, 0, chunk, \
-     DISTIL_DIVERGENCE_##div, alpha, norm, dev, tsq, NULL}
+     DISTIL_DIVERGENCE_##div, alpha, norm, dev, tsq, NULL, NULL}
    /* T   V      wh    ws    tau   labels chunk divergence       alpha  N      device tau^2 */
     D(13, 1271,  0.5f, 0.5f, 1.0f, MIXED, 0,    FORWARD_KL,      0.0f,  0.0f,  false, false),
     D(13, 1271,  0.0f, 1.0f, 2.0f, NONE,  0,    REVERSE_KL,      0.0f,  0.0f,  false, true),

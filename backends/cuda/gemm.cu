@@ -47,12 +47,14 @@ static distil_status gemm_blas(gpu_state *b, const distil_gemm_args *a) {
 }
 #endif
 
+#if DISTIL_GPU_HAVE_BLAS || DISTIL_GPU_HAVE_CUTLASS
 /* The sizes and strides fit the int arguments of cuBLAS and CUTLASS. */
 static bool gemm_fits_int(const distil_gemm_args *a) {
     const int64_t lim = 0x7fffffff;
     return a->m <= lim && a->n <= lim && a->k <= lim && a->lda <= lim && a->ldb <= lim &&
            a->ldc <= lim;
 }
+#endif
 
 #if DISTIL_GPU_HAVE_BLASLT
 /* Column-major view: first operand op(B^T) (n, k), second op(A^T) (k, m), D = C^T (n, m). */

@@ -358,4 +358,8 @@ void tp_fused_name(char *buf, size_t n, const tp_fused_spec *s, distil_dtype dt)
                  (double)h->s_scale, (double)h->t_scale, (double)h->s_cap, (double)h->t_cap,
                  (double)h->tau_t, h->lse ? " lse" : "", h->t_fp8 ? " fp8" : "");
     }
+    used = strlen(buf);
+    if (s->tag != NULL && used < n) {
+        snprintf(buf + used, n - used, " #%s", s->tag);
+    }
 }

@@ -103,6 +103,7 @@ typedef struct tp_fused_spec {
     bool norm_device;
     bool tau_sq;
     const tp_head *head; /* NULL: the default heads */
+    const char *tag; /* NULL, or a word the name ends with (" #tag") for a ctest entry's filter */
 } tp_fused_spec;
 
 typedef struct tp_fused {
