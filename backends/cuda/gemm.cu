@@ -190,7 +190,7 @@ static gemm_gradw_args gemm_gradw_of(const gpu_state *b, const distil_gemm_args 
     return g;
 }
 
-/* Why the kernel cannot run a (NULL: it can). */
+/* Why the kernel refused a (asked after the refusal, for the message). */
 static const char *gemm_gradw_refusal(const gpu_state *b, const distil_gemm_args *a) {
     if (!gpu_gradw_device(b)) {
         return "the kernel is off on this device (DISTIL_CUDA_GRADW=off or its setup failed)";
@@ -198,25 +198,29 @@ static const char *gemm_gradw_refusal(const gpu_state *b, const distil_gemm_args
     if (!gemm_gradw_form(a)) {
         return "not bf16 operands into an fp32 accumulator and a bf16 output, dense, k >= 1";
     }
-    return gemm_gradw_why(gemm_gradw_of(b, a));
+    const char *why = gemm_gradw_why(gemm_gradw_of(b, a));
+    return why != nullptr ? why : "the kernel refused its operands";
 }
 
 /* A GEMM with an output d on gemm_gradw.cu. The core asked gemm_d_ok first: a refusal here is
  * the core's error, or under DISTIL_CUDA_GRADW=require (gemm_d_ok then answers by the form) a GEMM
- * the kernel does not fit, and the message says which check failed. */
+ * the kernel does not fit, and the message says which check failed (asked only then: the launch
+ * itself checks the fit once). */
 static distil_status gemm_to_d(gpu_state *b, const distil_gemm_args *a) {
-    const char *why = gemm_gradw_refusal(b, a);
-    if (why != nullptr) {
+    bool fits = false;
+    cudaError_t e = cudaSuccess;
+    if (gpu_gradw_device(b) && gemm_gradw_form(a)) {
+        e = gemm_gradw_launch(gemm_gradw_of(b, a), b->lane.stream, &fits);
+    }
+    if (!fits) {
         return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
                                 "%s: gemm: %sthe last grad_Ws GEMM (m %lld, n %lld, k %lld) with "
                                 "its own output: %s",
                                 DISTIL_GPU_NAME,
                                 b->gradw_require ? "DISTIL_CUDA_GRADW=require: " : "",
                                 static_cast<long long>(a->m), static_cast<long long>(a->n),
-                                static_cast<long long>(a->k), why);
+                                static_cast<long long>(a->k), gemm_gradw_refusal(b, a));
     }
-    bool fits = false;
-    const cudaError_t e = gemm_gradw_launch(gemm_gradw_of(b, a), b->lane.stream, &fits);
     return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm (last grad_Ws GEMM)");
 }
 #endif
