@@ -37,6 +37,17 @@ def burst_and_sustained(torch, fn, seconds):
     return burst, sum(late) / len(late)
 
 
+def gemm_tflops(torch, seconds):
+    """(burst, sustained) TFLOP/s of the 8192^3 bf16 GEMM on random data."""
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    burst, sus = burst_and_sustained(torch, lambda: torch.mm(a, b, out=c), seconds)
+    flop = 2.0 * n * n * n
+    return flop / burst / 1e9, flop / sus / 1e9
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seconds", type=float, default=4.0)
@@ -49,21 +60,15 @@ def main(argv):
     if not torch.cuda.is_available():
         print("floor_probe: no CUDA device")
         return 2
-    n = 8192
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
-    flop = 2.0 * n * n * n
-    g_burst, g_sus = burst_and_sustained(torch, lambda: torch.mm(a, b, out=c), args.seconds)
-    del a, b, c
+    g_burst, g_sus = gemm_tflops(torch, args.seconds)
     src = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)
     dst = torch.empty_like(src)
     moved = 2.0 * src.numel()
     c_burst, c_sus = burst_and_sustained(torch, lambda: dst.copy_(src), args.seconds)
     out = {
         "device": torch.cuda.get_device_name(),
-        "gemm_bf16_tflops_burst": flop / g_burst / 1e9,
-        "gemm_bf16_tflops_sustained": flop / g_sus / 1e9,
+        "gemm_bf16_tflops_burst": g_burst,
+        "gemm_bf16_tflops_sustained": g_sus,
         "copy_tbps_burst": moved / c_burst / 1e9,
         "copy_tbps_sustained": moved / c_sus / 1e9,
         "seconds": args.seconds,

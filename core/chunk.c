@@ -43,6 +43,14 @@ static void distil_chunk_plan_fp8(const distil_fused_shape *s, size_t c, distil_
     p->off_sx = distil_take(cur, on ? c * sizeof(float) : 0);
 }
 
+/* Chunks per grad_Ws GEMM for chunks of c rows: the shape's, at most the call's chunks; 1
+ * without grad_Ws (G is then read only by its own chunk's GEMMs). */
+static int64_t distil_chunk_gw_group(const distil_fused_shape *s, int64_t c) {
+    const int64_t chunks = (s->rows + c - 1) / c;
+    const int64_t k = s->gw_chunks > 1 ? s->gw_chunks : 1;
+    return !s->want_gw ? 1 : (k < chunks ? k : chunks);
+}
+
 void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_fused_plan *p) {
     size_t es = distil_dtype_size(s->dtype);
     size_t ges = distil_dtype_size(s->g_dtype);
@@ -50,12 +58,14 @@ void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_f
     size_t v = (size_t)s->vocab;
     bool f32 = s->dtype == DISTIL_F32;
     bool grads = s->want_gx || s->want_gw || s->want_gb;
-    bool chunks = (int64_t)c < s->rows; /* several: grad_Ws / grad_bs accumulate over them */
+    bool chunks = (int64_t)c < s->rows; /* several: grad_bs accumulates over them */
     size_t cur = 0;
     p->chunk_rows = (int64_t)c;
     p->g_dtype = s->g_dtype;
-    p->g_in_place = s->g_dtype == DISTIL_F32;
-    p->gw_acc = s->want_gw && !f32 && chunks;
+    p->gw_chunks = distil_chunk_gw_group(s, (int64_t)c);
+    p->g_in_place = s->g_dtype == DISTIL_F32 && p->gw_chunks == 1;
+    /* grad_Ws accumulates over groups: several when one group does not hold every chunk */
+    p->gw_acc = s->want_gw && !f32 && (int64_t)c * p->gw_chunks < s->rows;
     p->gb_acc = s->want_gb && !f32 && chunks;
     p->off_n = distil_take(&cur, sizeof(float));
     p->off_ce = distil_take(&cur, (size_t)s->rows * sizeof(float));
@@ -65,7 +75,8 @@ void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_f
     p->off_labels = distil_take(&cur, s->own_labels ? (size_t)s->rows * sizeof(int64_t) : 0);
     p->off_zs = distil_take(&cur, c * v * sizeof(float));
     p->off_zt = distil_take(&cur, s->topk_teacher ? 0 : c * v * sizeof(float));
-    p->off_g = p->g_in_place ? p->off_zs : distil_take(&cur, grads ? c * v * ges : 0);
+    p->off_g = p->g_in_place ? p->off_zs
+                             : distil_take(&cur, grads ? (size_t)p->gw_chunks * c * v * ges : 0);
     p->off_ones = distil_take(&cur, s->want_gb ? c * es : 0);
     p->off_dz = distil_take(&cur, s->want_dz && grads ? c * v * sizeof(float) : 0);
     distil_chunk_plan_fp8(s, c, p, &cur);
@@ -75,8 +86,9 @@ void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_f
     p->bytes = cur;
 }
 
-bool distil_chunk_plan_fit(const distil_fused_shape *s, int64_t preferred, size_t available,
-                           distil_fused_plan *p) {
+/* distil_chunk_plan_fit with the shape's groups as they are. */
+static bool distil_chunk_plan_fit_as(const distil_fused_shape *s, int64_t preferred,
+                                     size_t available, distil_fused_plan *p) {
     distil_chunk_plan(s, preferred, p);
     if (p->bytes <= available) {
         return true;
@@ -102,4 +114,19 @@ bool distil_chunk_plan_fit(const distil_fused_shape *s, int64_t preferred, size_
     }
     *p = one;
     return true;
+}
+
+bool distil_chunk_plan_fit(const distil_fused_shape *s, int64_t preferred, size_t available,
+                           distil_fused_plan *p) {
+    distil_chunk_plan(s, preferred, p);
+    if (p->bytes <= available) {
+        return true;
+    }
+    if (s->gw_chunks <= 1) {
+        return distil_chunk_plan_fit_as(s, preferred, available, p);
+    }
+    /* Groups are a speed choice: a lent workspace too small for them keeps the chunk instead. */
+    distil_fused_shape one = *s;
+    one.gw_chunks = 1;
+    return distil_chunk_plan_fit_as(&one, preferred, available, p);
 }

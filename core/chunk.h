@@ -4,15 +4,18 @@
  * Workspace layout, every region aligned to DISTIL_WORKSPACE_ALIGN bytes:
  *   fixed    n (1 fp32) | ce (T) fp32 | jsd (T) fp32 | gw (V, Hs) fp32 | gb (V) fp32 |
  *            labels (T) int64
- *   chunk    zs (C, V) fp32 | zt (C, V) fp32 | g (C, V) g_dtype | ones (C) dtype | dz (C, V) fp32 |
- *            stats 4 x (tiles, C) fp32
+ *   chunk    zs (C, V) fp32 | zt (C, V) fp32 | g (K C, V) g_dtype | ones (C) dtype |
+ *            dz (C, V) fp32 | stats 4 x (tiles, C) fp32
  * dz (docs/SPEC.md §6) exists only with gradients and a scaled or capped student head.
  * fp8 teacher head (docs/SPEC.md §6): fixed wq (V, ldq) e4m3 | sw (V) fp32, chunk xq (C, ldq)
  * e4m3 | sx (C) fp32, e4m3 elements of the backend's e4m3_bytes.
  * gw / gb exist only when that gradient is wanted, the dtype is not F32 (an F32 output is
  * accumulated in place) and there is more than one chunk (one chunk writes grad_Ws / grad_bs in
  * the output dtype directly, rounded once, beta = 0: no accumulator); g exists only when gradients
- * are wanted and g_dtype is not F32 (an F32 logit gradient overwrites zs); ones only when grad_bs
+ * are wanted and is not in place (an F32 logit gradient of one-chunk groups overwrites zs). K =
+ * gw_chunks: G of K chunks, one slot a chunk, for one grad_Ws GEMM over their K C rows (docs/
+ * DESIGN.md "Weight-gradient groups"); gw is needed only when there are more chunks than one
+ * group holds. ones only when grad_bs
  * is wanted; labels only without a hard part (weight_hard == 0), where the caller may give no
  * labels and the core stands in a row of zeros (every row counts); stats only with the shape's
  * stats_cols (tiles = ceil(V / stats_cols)).
@@ -46,13 +49,17 @@ typedef struct distil_fused_shape {
     bool e4m3_head; /* Wt's rows made once by the caller: no room for them */
     /* Row statistics from the logits GEMMs (docs/DESIGN.md): columns per tile, 0: none */
     int stats_cols;
+    /* Chunks per weight-gradient GEMM the backend asks for (the context's gw_chunks); 0, 1: one */
+    int gw_chunks;
 } distil_fused_shape;
 
 typedef struct distil_fused_plan {
     int64_t chunk_rows;
     distil_dtype g_dtype; /* the shape's */
-    bool g_in_place;      /* G (F32) overwrites zs */
-    bool gw_acc, gb_acc;  /* fp32 accumulators in the workspace (several chunks, half dtype) */
+    bool g_in_place;      /* G (F32) overwrites zs (groups of one chunk only) */
+    int64_t gw_chunks;    /* chunks per grad_Ws GEMM: G slots, each C rows (1 without grad_Ws) */
+    bool gw_acc, gb_acc;  /* fp32 accumulators in the workspace (several chunks or groups, half
+                             dtype) */
     size_t off_n, off_ce, off_jsd, off_gw, off_gb, off_labels, off_zs, off_zt, off_g, off_ones;
     size_t off_dz; /* (C, V) fp32 dz'/dz of the student's head (docs/SPEC.md §6), want_dz only */
     /* fp8 teacher head (docs/SPEC.md §6), e4m3_bytes only: Wt's e4m3 rows (V, ldq) and scales
@@ -75,8 +82,9 @@ int64_t distil_chunk_rows(const distil_chunk_policy *policy, int64_t rows, int64
 /* Lay out the workspace for chunk_rows (clamped to [1, rows]). */
 void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_fused_plan *p);
 
-/* The largest chunk <= preferred whose plan fits in `available` bytes; false when even one row
- * does not fit (p then holds the one-row plan). */
+/* The largest chunk <= preferred whose plan fits in `available` bytes, with the shape's
+ * weight-gradient groups where they fit at the preferred chunk, else with groups of one chunk;
+ * false when even one row does not fit (p then holds the one-row plan). */
 bool distil_chunk_plan_fit(const distil_fused_shape *s, int64_t preferred, size_t available,
                            distil_fused_plan *p);
 

@@ -39,6 +39,26 @@ static distil_status distil_ctx_pick_device(const distil_backend *be, int device
     return DISTIL_OK;
 }
 
+/* Chunks per weight-gradient GEMM of the fused loss: DISTIL_GW_CHUNKS when set (1 to
+ * DISTIL_GW_CHUNKS_MAX), else the backend's policy. */
+#define DISTIL_GW_CHUNKS_MAX 16
+static distil_status distil_ctx_pick_gw_chunks(const distil_backend *be, int *out) {
+    const char *env = getenv("DISTIL_GW_CHUNKS");
+    *out = be->chunk.gw_chunks > 1 ? be->chunk.gw_chunks : 1;
+    if (env == NULL || env[0] == '\0') {
+        return DISTIL_OK;
+    }
+    char *end = NULL;
+    long v = strtol(env, &end, 10);
+    if (*end != '\0' || v < 1 || v > DISTIL_GW_CHUNKS_MAX) {
+        return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG,
+                                "ctx_create: DISTIL_GW_CHUNKS '%s' is not a count in [1, %d]", env,
+                                DISTIL_GW_CHUNKS_MAX);
+    }
+    *out = (int)v;
+    return DISTIL_OK;
+}
+
 distil_status distil_ctx_create(distil_ctx **out, const char *backend, int device) {
     if (out == NULL) {
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "ctx_create: out is NULL");
@@ -47,11 +67,14 @@ distil_status distil_ctx_create(distil_ctx **out, const char *backend, int devic
     const distil_backend *be = NULL;
     DISTIL_TRY(distil_registry_select(backend, &be));
     DISTIL_TRY(distil_ctx_pick_device(be, device, &device));
+    int gw_chunks = 1;
+    DISTIL_TRY(distil_ctx_pick_gw_chunks(be, &gw_chunks));
     distil_ctx *ctx = calloc(1, sizeof *ctx);
     if (ctx == NULL) {
         return distil_error_set(NULL, DISTIL_ERR_OUT_OF_MEMORY, "ctx_create: out of host memory");
     }
     ctx->be = be;
+    ctx->gw_chunks = gw_chunks;
     distil_status s = be->create(ctx, device, &ctx->b);
     if (s != DISTIL_OK) {
         distil_error_set(NULL, s, "ctx_create: %s", ctx->msg);

@@ -153,7 +153,8 @@ static distil_fused_shape distil_flt_shape_of(const distil_ctx *ctx,
                             .want_gw = gw,
                             .want_gb = gb,
                             .own_labels = d->weight_hard == 0.0f,
-                            .topk_teacher = true};
+                            .topk_teacher = true,
+                            .gw_chunks = ctx->gw_chunks};
     return s;
 }
 

@@ -3,20 +3,23 @@
  *   n = max(1, valid rows), or the caller's N                count_valid (docs/SPEC.md §6)
  *   zs, zt of chunk 0                                        two GEMMs, (C, V) fp32
  *   per chunk k:  [head_rows: scale / cap zs, zt in place, their LSEs (docs/SPEC.md §6)]
- *                 fused_rows -> ce, jsd (C) and G (C, V)
- *                 grad_xs_k = G Ws;  gw (+)= G^T xs_k;  gb (+)= 1^T G
+ *                 fused_rows -> ce, jsd (C) and G (C, V) into G's slot k mod K
+ *                 grad_xs_k = G Ws;  gb (+)= 1^T G
+ *                 the last chunk of a group of K: gw (+)= G^T xs over the group's rows
  *                 zs, zt of chunk k + 1
  *   cast the fp32 accumulators (several chunks only) to the output dtype (grad_Ws's not, where the
  *   backend's last grad_Ws GEMM writes the output itself: gemm_d_ok); the student's rows
  *   beyond the common vocabulary prefix V of grad_Ws / grad_bs = 0; loss = reduce(ce, jsd)
+ * K = the plan's gw_chunks (docs/DESIGN.md "Weight-gradient groups"): G of K chunks is kept so
+ * that one grad_Ws GEMM of K C rows replaces K GEMMs of C, each a pass over the accumulator.
  * gw / gb are the workspace's fp32 accumulators, or the outputs themselves when there is one
- * chunk (written in the output dtype, rounded once, beta = 0) or the dtype is F32. With a cached
- * top-k teacher (docs/SPEC.md §7, args.topk) the teacher side is its ids and log-probs instead of
- * zt: no teacher GEMM, and topk_rows instead of fused_rows. With the fp8 teacher head (docs/SPEC.md
- * §6, args.teacher_fp8) Wt is quantised once before the loop and each chunk's zt comes from
- * quant_rows of its xt and gemm_e4m3 (fused_fp8.c). A backend with
- * a second lane (side_begin) computes chunk k + 1's logits there while the stream runs chunk k's
- * gradient GEMMs. The accumulation order over chunks is fixed, so results are reproducible.
+ * group (chunk for gb; written in the output dtype, rounded once, beta = 0) or the dtype is F32.
+ * With a cached top-k teacher (docs/SPEC.md §7, args.topk) the teacher side is its ids and
+ * log-probs instead of zt: no teacher GEMM, and topk_rows instead of fused_rows. With the fp8
+ * teacher head (docs/SPEC.md §6, args.teacher_fp8) Wt is quantised once before the loop and each
+ * chunk's zt comes from quant_rows of its xt and gemm_e4m3 (fused_fp8.c). A backend with a second
+ * lane (side_begin) computes chunk k + 1's logits there while the stream runs chunk k's gradient
+ * GEMMs. The accumulation order over chunks and groups is fixed, so results are reproducible.
  */
 #include "fused_loop.h"
 
@@ -33,14 +36,16 @@ typedef struct distil_fused_loop {
     void *b;
     const distil_fused_args *a;
     const distil_fused_plan *p;
-    distil_dptr gw, gb;    /* where grad_Ws / grad_bs go (absent: not wanted) */
-    distil_dtype gw_dtype; /* of gw and gb: F32 (accumulators), or the output dtype */
-    size_t es;             /* bytes of an input element */
-    bool grads;            /* any gradient wanted */
-    bool head;             /* a head pass before each row pass (docs/SPEC.md §6, fused_head.c) */
-    bool stats;            /* row statistics from the logits GEMMs (distil_fused_stats_wanted) */
-    bool gw_direct;        /* the last grad_Ws GEMM writes grad_Ws (distil_fused_gw_direct) */
-    const distil_tp *tp;   /* vocabulary shard (docs/SPEC.md §8), or NULL */
+    distil_dptr gw, gb; /* where grad_Ws / grad_bs go (absent: not wanted) */
+    /* of gw, gb: F32 (accumulators), or the output dtype; they differ where one group of
+     * grad_Ws holds every chunk while grad_bs still accumulates over chunks */
+    distil_dtype gw_dtype, gb_dtype;
+    size_t es;           /* bytes of an input element */
+    bool grads;          /* any gradient wanted */
+    bool head;           /* a head pass before each row pass (docs/SPEC.md §6, fused_head.c) */
+    bool stats;          /* row statistics from the logits GEMMs (distil_fused_stats_wanted) */
+    bool gw_direct;      /* the last grad_Ws GEMM writes grad_Ws (distil_fused_gw_direct) */
+    const distil_tp *tp; /* vocabulary shard (docs/SPEC.md §8), or NULL */
 } distil_fused_loop;
 
 /* A split phase of a vocabulary-parallel call that stops before FINISH: statistics only. */
@@ -56,6 +61,15 @@ static distil_dptr distil_fused_ws(const distil_fused_loop *L, size_t off) {
 static int64_t distil_fused_chunk_len(const distil_fused_loop *L, int64_t r0) {
     const int64_t left = L->a->rows - r0;
     return left <= 0 ? 0 : (left < L->p->chunk_rows ? left : L->p->chunk_rows);
+}
+
+/* G of the chunk that starts at r0: its slot of the plan's gw_chunks, (C, V) g_dtype each. */
+static distil_dptr distil_fused_g(const distil_fused_loop *L, int64_t r0) {
+    const distil_fused_plan *p = L->p;
+    const size_t slot = (size_t)((r0 / p->chunk_rows) % p->gw_chunks);
+    const size_t bytes =
+        (size_t)p->chunk_rows * (size_t)L->a->vocab * distil_dtype_size(p->g_dtype);
+    return distil_fused_ws(L, p->off_g + slot * bytes);
 }
 
 /* The first failure: s, else t. */
@@ -172,7 +186,7 @@ static distil_status distil_fused_topk_rows(const distil_fused_loop *L, int64_t 
         .weight_soft = a->weight_soft,
         .ce_rows = distil_fused_ws(L, p->off_ce + (size_t)r0 * sizeof(float)),
         .soft_rows = distil_fused_ws(L, p->off_jsd + (size_t)r0 * sizeof(float)),
-        .g = L->grads ? distil_fused_ws(L, p->off_g) : distil_dptr_make(NULL, 0),
+        .g = L->grads ? distil_fused_g(L, r0) : distil_dptr_make(NULL, 0),
         .g_dtype = p->g_dtype,
         .g_stride = a->vocab,
         .n_valid = distil_fused_ws(L, p->off_n),
@@ -201,7 +215,7 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         .weight_soft = a->weight_soft,
         .ce_rows = distil_fused_ws(L, p->off_ce + (size_t)r0 * sizeof(float)),
         .jsd_rows = distil_fused_ws(L, p->off_jsd + (size_t)r0 * sizeof(float)),
-        .g = L->grads ? distil_fused_ws(L, p->off_g) : distil_dptr_make(NULL, 0),
+        .g = L->grads ? distil_fused_g(L, r0) : distil_dptr_make(NULL, 0),
         .g_dtype = p->g_dtype,
         .n_valid = distil_fused_ws(L, p->off_n),
         .divergence = a->divergence,
@@ -234,7 +248,7 @@ static distil_status distil_fused_grad_x(const distil_fused_loop *L, int64_t r0,
                           .a_dtype = L->p->g_dtype,
                           .b_dtype = a->dtype,
                           .c_dtype = a->dtype,
-                          .a = distil_fused_ws(L, L->p->off_g),
+                          .a = distil_fused_g(L, r0),
                           .lda = a->vocab,
                           .b = a->ws,
                           .ldb = a->hs,
@@ -257,23 +271,30 @@ static distil_status distil_fused_grad_x(const distil_fused_loop *L, int64_t r0,
     return L->be->cast(L->b, &k);
 }
 
-/* gw (V, Hs) (+)= G^T xs_c; the first chunk overwrites. direct: the last chunk's sum goes to
- * grad_Ws in the output dtype (d) instead of back into the accumulator gw. */
-static distil_gemm_args distil_fused_grad_w_args(const distil_fused_loop *L, int64_t r0, int64_t c,
+/* The first row of the weight-gradient group that holds the chunk starting at r0 (its G is in
+ * slot 0: a group's slots are its rows in order, (rows, V) with leading dimension V). */
+static int64_t distil_fused_group_start(const distil_fused_loop *L, int64_t r0) {
+    const int64_t span = L->p->chunk_rows * L->p->gw_chunks;
+    return r0 / span * span;
+}
+
+/* gw (V, Hs) (+)= G^T xs over the group's rows [g0, g0 + k); the first group overwrites. direct:
+ * the last group's sum goes to grad_Ws in the output dtype (d) instead of back into gw. */
+static distil_gemm_args distil_fused_grad_w_args(const distil_fused_loop *L, int64_t g0, int64_t k,
                                                  bool direct) {
     const distil_fused_args *a = L->a;
     distil_gemm_args m = {.trans_a = true,
                           .m = a->vocab,
                           .n = a->hs,
-                          .k = c,
+                          .k = k,
                           .alpha = 1.0f,
-                          .beta = r0 == 0 ? 0.0f : 1.0f,
+                          .beta = g0 == 0 ? 0.0f : 1.0f,
                           .a_dtype = L->p->g_dtype,
                           .b_dtype = a->dtype,
                           .c_dtype = L->gw_dtype,
-                          .a = distil_fused_ws(L, L->p->off_g),
+                          .a = distil_fused_g(L, g0),
                           .lda = a->vocab,
-                          .b = distil_dptr_add(a->xs, (size_t)(r0 * a->hs) * L->es),
+                          .b = distil_dptr_add(a->xs, (size_t)(g0 * a->hs) * L->es),
                           .ldb = a->hs,
                           .c = L->gw,
                           .ldc = a->hs};
@@ -284,9 +305,14 @@ static distil_gemm_args distil_fused_grad_w_args(const distil_fused_loop *L, int
     return m;
 }
 
+/* grad_Ws's GEMM after chunk [r0, r0 + c): only when it ends its group (or the call). */
 static distil_status distil_fused_grad_w(const distil_fused_loop *L, int64_t r0, int64_t c) {
     const bool last = r0 + c >= L->a->rows;
-    const distil_gemm_args m = distil_fused_grad_w_args(L, r0, c, L->gw_direct && last);
+    const int64_t g0 = distil_fused_group_start(L, r0);
+    if (!last && r0 + c < g0 + L->p->chunk_rows * L->p->gw_chunks) {
+        return DISTIL_OK; /* G stays in its slot for the group's GEMM */
+    }
+    const distil_gemm_args m = distil_fused_grad_w_args(L, g0, r0 + c - g0, L->gw_direct && last);
     return L->be->gemm(L->b, &m);
 }
 
@@ -296,9 +322,8 @@ static bool distil_fused_gw_direct(const distil_fused_loop *L) {
     if (!L->p->gw_acc || L->be->gemm_d_ok == NULL || distil_fused_stats_only(L)) {
         return false;
     }
-    const int64_t last = (L->a->rows - 1) / L->p->chunk_rows * L->p->chunk_rows;
-    const distil_gemm_args m =
-        distil_fused_grad_w_args(L, last, distil_fused_chunk_len(L, last), true);
+    const int64_t g0 = distil_fused_group_start(L, L->a->rows - 1);
+    const distil_gemm_args m = distil_fused_grad_w_args(L, g0, L->a->rows - g0, true);
     return L->be->gemm_d_ok(L->b, &m);
 }
 
@@ -312,10 +337,10 @@ static distil_status distil_fused_grad_b(const distil_fused_loop *L, int64_t r0,
                           .beta = r0 == 0 ? 0.0f : 1.0f,
                           .a_dtype = a->dtype,
                           .b_dtype = L->p->g_dtype,
-                          .c_dtype = L->gw_dtype,
+                          .c_dtype = L->gb_dtype,
                           .a = distil_fused_ws(L, L->p->off_ones),
                           .lda = c,
-                          .b = distil_fused_ws(L, L->p->off_g),
+                          .b = distil_fused_g(L, r0),
                           .ldb = a->vocab,
                           .c = L->gb,
                           .ldc = a->vocab};
@@ -469,7 +494,8 @@ distil_status distil_fused_loop_run_tp(distil_ctx *ctx, const distil_fused_args 
     L.es = distil_dtype_size(a->dtype);
     L.gw = p->gw_acc ? distil_fused_ws(&L, p->off_gw) : a->grad_ws;
     L.gb = p->gb_acc ? distil_fused_ws(&L, p->off_gb) : a->grad_bs;
-    L.gw_dtype = p->gw_acc || p->gb_acc ? DISTIL_F32 : a->dtype;
+    L.gw_dtype = p->gw_acc ? DISTIL_F32 : a->dtype;
+    L.gb_dtype = p->gb_acc ? DISTIL_F32 : a->dtype;
     L.grads =
         distil_dptr_present(a->grad_xs) || distil_dptr_present(L.gw) || distil_dptr_present(L.gb);
     /* planned for (stats_tiles), and the backend takes this call's pointers too */

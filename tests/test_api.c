@@ -183,6 +183,20 @@ static void test_ctx_create_auto_and_env(void **state) {
     setenv("DISTIL_DEVICE", "0", 1);
     expect_backend("ref", "ref");
     unsetenv("DISTIL_DEVICE");
+
+    /* DISTIL_GW_CHUNKS (chunks per weight-gradient GEMM): a count in [1, 16], else an error that
+     * names it */
+    const char *bad[] = {"0", "17", "2x", "-1"};
+    for (size_t i = 0; i < TU_LEN(bad); i++) {
+        setenv("DISTIL_GW_CHUNKS", bad[i], 1);
+        ctx = (distil_ctx *)&ctx;
+        assert_int_not_equal(distil_ctx_create(&ctx, "ref", 0), DISTIL_OK);
+        assert_null(ctx);
+        TU_CHECK_MESSAGE(NULL, "DISTIL_GW_CHUNKS");
+    }
+    setenv("DISTIL_GW_CHUNKS", "16", 1);
+    expect_backend("ref", "ref");
+    unsetenv("DISTIL_GW_CHUNKS");
 }
 
 static void test_null_handling(void **state) {

@@ -4,7 +4,9 @@
  * backend, within a tight tolerance (the fp32 accumulation order of grad_Ws over chunks may
  * differ, so not necessarily bitwise). chunk_rows = T is one chunk (grad_Ws written directly in
  * the output dtype), 1 and 7 are many (7 with a partial last chunk): the core's one chunk loop,
- * which every backend but ref runs, in both of its modes.
+ * which every backend but ref runs, in both of its modes. Each chunking runs twice: with the
+ * backend's weight-gradient groups and with groups of three chunks (DISTIL_GW_CHUNKS=3: one
+ * grad_Ws GEMM per three chunks, a partial last group; docs/DESIGN.md "Weight-gradient groups").
  */
 #include "test_problems.h"
 
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 
 static distil_ctx *g_ctx;
+static distil_ctx *g_ctx_groups; /* DISTIL_GW_CHUNKS=3 */
 static const char *g_backend;
 
 /* docs/SPEC.md §6 head options: the student's head wider than the teacher's (its extra rows of
@@ -144,15 +147,19 @@ static void test_chunk_sizes(void **state) {
     tp_fused p;
     tp_fused_make(&p, &shapes[prm->shape], prm->dtype, 77 + prm->shape);
     int64_t t = p.s.t;
-    const int64_t chunks[] = {1, 7, t + 5, 0};
+    /* 10 and 15: three and two chunks, one weight-gradient group of three (two) where grad_bs
+     * still accumulates over chunks */
+    const int64_t chunks[] = {1, 7, 10, 15, t + 5, 0};
     tp_fused_out want, got;
     p.d.chunk_rows = t;
     tp_fused_run(g_ctx, &p, &want);
-    for (size_t i = 0; i < TU_LEN(chunks); i++) {
-        char name[32];
-        snprintf(name, sizeof name, "chunk_rows=%lld", (long long)chunks[i]);
-        p.d.chunk_rows = chunks[i];
-        tp_fused_run(g_ctx, &p, &got);
+    for (size_t i = 0; i < 2 * TU_LEN(chunks); i++) {
+        const bool groups = i >= TU_LEN(chunks);
+        char name[64];
+        p.d.chunk_rows = chunks[i % TU_LEN(chunks)];
+        snprintf(name, sizeof name, "%schunk_rows=%lld", groups ? "gw_chunks=3 " : "",
+                 (long long)p.d.chunk_rows);
+        tp_fused_run(groups ? g_ctx_groups : g_ctx, &p, &got);
         check_same(name, &p, &got, &want);
         tp_fused_out_free(&got);
     }
@@ -160,26 +167,35 @@ static void test_chunk_sizes(void **state) {
     tp_fused_free(&p);
 }
 
+/* The workspace of rows chunked by `chunk` on ctx, against the fp32 grad_Ws accumulator's
+ * bytes: whether it holds one (at V = 4096, Hs = 1024 the accumulator, 16 MiB, dwarfs the chunk
+ * buffers of these calls, under 1 MiB). */
+static bool workspace_has_accumulator(distil_ctx *ctx, int64_t rows, int64_t chunk) {
+    distil_fused_linear_jsd_desc d;
+    distil_fused_linear_jsd_desc_init(&d);
+    d.rows = rows, d.vocab = 4096, d.student_hidden = 1024, d.teacher_hidden = 8;
+    d.dtype = DISTIL_BF16;
+    d.chunk_rows = chunk;
+    size_t bytes = 0;
+    TU_OK(ctx, distil_fused_linear_jsd_workspace_size(ctx, &d, 1, &bytes));
+    return bytes >= (size_t)d.vocab * (size_t)d.student_hidden * sizeof(float);
+}
+
 /*
- * The workspace of one chunk holds no fp32 grad_Ws accumulator (grad_Ws is written in the output
- * dtype directly, docs/SPEC.md §2), while several chunks of a half dtype need one: at V = 4096,
- * Hs = 1024 the accumulator (16 MiB) dwarfs the chunk buffers of T = 4 rows (about 200 kB).
+ * One chunk holds no fp32 grad_Ws accumulator (grad_Ws is written in the output dtype directly,
+ * docs/SPEC.md §2), nor does one weight-gradient group of several chunks; more chunks than a group
+ * holds (at most 16, DISTIL_GW_CHUNKS's bound) need one.
  */
 static void test_workspace_one_chunk(void **state) {
     (void)state;
-    distil_fused_linear_jsd_desc d;
-    distil_fused_linear_jsd_desc_init(&d);
-    d.rows = 4, d.vocab = 4096, d.student_hidden = 1024, d.teacher_hidden = 8;
-    d.dtype = DISTIL_BF16;
-    const size_t acc = (size_t)d.vocab * (size_t)d.student_hidden * sizeof(float);
-    size_t one = 0, several = 0;
-    d.chunk_rows = d.rows;
-    TU_OK(g_ctx, distil_fused_linear_jsd_workspace_size(g_ctx, &d, 1, &one));
-    d.chunk_rows = 3; /* a full chunk and a partial one */
-    TU_OK(g_ctx, distil_fused_linear_jsd_workspace_size(g_ctx, &d, 1, &several));
-    if (one >= acc || several < acc) {
-        fail_msg("workspace bytes: one chunk %zu (want < %zu), two chunks %zu (want >= %zu)", one,
-                 acc, several, acc);
+    if (workspace_has_accumulator(g_ctx, 4, 4) || !workspace_has_accumulator(g_ctx, 40, 1)) {
+        fail_msg("workspace: one chunk of 4 rows holds a grad_Ws accumulator, or 40 chunks do not");
+    }
+    /* groups of three chunks: three chunks of 2 rows are one group, six are two */
+    if (workspace_has_accumulator(g_ctx_groups, 6, 2) ||
+        !workspace_has_accumulator(g_ctx_groups, 6, 1)) {
+        fail_msg("workspace with DISTIL_GW_CHUNKS=3: one group of three chunks holds a grad_Ws "
+                 "accumulator, or two groups do not");
     }
 }
 
@@ -242,20 +258,28 @@ static void build_tests(void) {
                 .name = g_names[k], .test_func = test_chunk_sizes, .initial_state = &g_params[k]};
         }
     }
-    g_tests[N_TESTS - 2] = (struct CMUnitTest){.name = "workspace: one chunk, no accumulator",
-                                               .test_func = test_workspace_one_chunk};
+    g_tests[N_TESTS - 2] =
+        (struct CMUnitTest){.name = "workspace: one chunk or group, no accumulator",
+                            .test_func = test_workspace_one_chunk};
     g_tests[N_TESTS - 1] =
         (struct CMUnitTest){.name = "no labels without a hard part", .test_func = test_no_labels};
 }
 
 static int group_setup(void **state) {
     (void)state;
-    return distil_ctx_create(&g_ctx, g_backend, 0) == DISTIL_OK ? 0 : -1;
+    if (distil_ctx_create(&g_ctx, g_backend, 0) != DISTIL_OK) {
+        return -1;
+    }
+    setenv("DISTIL_GW_CHUNKS", "3", 1); /* read once, at the context's creation */
+    const distil_status s = distil_ctx_create(&g_ctx_groups, g_backend, 0);
+    unsetenv("DISTIL_GW_CHUNKS");
+    return s == DISTIL_OK ? 0 : -1;
 }
 
 static int group_teardown(void **state) {
     (void)state;
     distil_ctx_destroy(g_ctx);
+    distil_ctx_destroy(g_ctx_groups);
     return 0;
 }
 

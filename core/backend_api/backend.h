@@ -437,10 +437,14 @@ typedef struct distil_mem_extent {
 
 /* How a backend likes the fused loss's chunks; the core picks the rows (distil_chunk_rows in
  * core/chunk.h): the largest power of two C in [min_rows, max_rows] whose fp32 logit blocks zs
- * and zt (8 C V bytes) fit logit_bytes. max_rows == 0: the core's default policy. */
+ * and zt (8 C V bytes) fit logit_bytes. max_rows == 0: the core's default policy.
+ * gw_chunks: chunks per weight-gradient GEMM (G of that many chunks kept, one GEMM over their
+ * rows: fewer passes over the fp32 accumulator; docs/DESIGN.md "Weight-gradient groups");
+ * 0 or 1: one GEMM per chunk. DISTIL_GW_CHUNKS overrides it per context. */
 typedef struct distil_chunk_policy {
     double logit_bytes;
     int64_t min_rows, max_rows;
+    int gw_chunks;
 } distil_chunk_policy;
 
 /* ---- vocabulary parallel (docs/SPEC.md §8) */
