@@ -24,8 +24,8 @@ const distil_backend DISTIL_GPU_TABLE = {
      * of zs + zt) keeps the chunks large enough for the weight-gradient GEMM to run near peak:
      * the seed workload (V = 128256) gets 1024 rows. G of two chunks per grad_Ws GEMM: half the
      * passes over its fp32 accumulator, for one more chunk of G (0.26 GB at the seed shape; a
-     * call of two chunks needs no accumulator at all). bench/loop_floor.py: the GEMMs alone at
-     * T 8192, 35.8 -> 34.5 ms on an H100 (docs/CUDA-NOTES.md, twenty-first session). */
+     * call of two chunks needs no accumulator at all). On an H100 the loss + gradients at T 8192
+     * 42.1-42.3 -> 40.6-40.7 ms, T 2048 10.4 -> 10.0 (docs/CUDA-NOTES.md, twenty-first session). */
     .chunk = {.logit_bytes = 1.2e9, .min_rows = 64, .max_rows = 65536, .gw_chunks = 2},
     .probe = DISTIL_GPU_FN(probe),
     .create = DISTIL_GPU_FN(create),
