@@ -75,8 +75,10 @@ void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_f
     p->off_labels = distil_take(&cur, s->own_labels ? (size_t)s->rows * sizeof(int64_t) : 0);
     p->off_zs = distil_take(&cur, c * v * sizeof(float));
     p->off_zt = distil_take(&cur, s->topk_teacher ? 0 : c * v * sizeof(float));
-    p->off_g = p->g_in_place ? p->off_zs
-                             : distil_take(&cur, grads ? (size_t)p->gw_chunks * c * v * ges : 0);
+    /* G's slots: K chunks, or the call's rows where one group holds them all */
+    const size_t g_rows =
+        (size_t)p->gw_chunks * c < (size_t)s->rows ? (size_t)p->gw_chunks * c : (size_t)s->rows;
+    p->off_g = p->g_in_place ? p->off_zs : distil_take(&cur, grads ? g_rows * v * ges : 0);
     p->off_ones = distil_take(&cur, s->want_gb ? c * es : 0);
     p->off_dz = distil_take(&cur, s->want_dz && grads ? c * v * sizeof(float) : 0);
     distil_chunk_plan_fp8(s, c, p, &cur);

@@ -29,8 +29,9 @@ struct distil_ctx {
      * refused (distil_ctx_enter) instead of racing on the backend state. */
     atomic_int busy;
     /* Chunks per weight-gradient GEMM of the fused loss: the backend's policy (chunk.gw_chunks),
-     * or DISTIL_GW_CHUNKS; at least 1. */
+     * or DISTIL_GW_CHUNKS (gw_chunks_env); at least 1. */
     int gw_chunks;
+    bool gw_chunks_env;
 };
 
 /* Enter ctx for the public call fn (a NULL ctx passes: the call reports it): DISTIL_ERR_BUSY, with

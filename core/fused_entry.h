@@ -12,10 +12,17 @@
 
 /* The plan of a call (fn names it): chunk_rows as asked, or (0) the backend's chunk policy for
  * policy_vocab columns fitted to a lent workspace (DISTIL_ERR_WORKSPACE when one row does not
- * fit). */
+ * fit). Either way, weight-gradient groups that a lent workspace cannot hold become groups of
+ * one. */
 distil_status distil_fused_plan_make(distil_ctx *ctx, const char *fn, const distil_fused_shape *s,
                                      int64_t chunk_rows, int64_t policy_vocab,
                                      distil_fused_plan *p);
+
+/* Chunks per weight-gradient group for a logit gradient G of g_dtype on ctx (docs/DESIGN.md
+ * "Weight-gradient groups"): the context's; with an fp32 G only where DISTIL_GW_CHUNKS asked for
+ * it (the backend's policy is for G in a half dtype: an fp32 G of groups of one is in place in zs,
+ * of more it takes 4 C V bytes a slot). */
+int distil_fused_gw_chunks(const distil_ctx *ctx, distil_dtype g_dtype);
 
 /* rows == 0: loss (and its parts) 0, nothing else written. */
 distil_status distil_fused_empty(distil_ctx *ctx, const distil_fused_args *a);

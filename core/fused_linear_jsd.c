@@ -185,7 +185,8 @@ static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
                             .e4m3_bytes = distil_fused_fp8_bytes(ctx, d),
                             .e4m3_head = d->teacher_weight_e4m3 != NULL,
                             .stats_cols = distil_fused_stats_cols(ctx, d, gx || gw || gb, tp),
-                            .gw_chunks = ctx->gw_chunks};
+                            .gw_chunks = 1};
+    s.gw_chunks = distil_fused_gw_chunks(ctx, s.g_dtype);
     return s;
 }
 

@@ -154,7 +154,8 @@ static distil_fused_shape distil_flt_shape_of(const distil_ctx *ctx,
                             .want_gb = gb,
                             .own_labels = d->weight_hard == 0.0f,
                             .topk_teacher = true,
-                            .gw_chunks = ctx->gw_chunks};
+                            .gw_chunks = 1};
+    s.gw_chunks = distil_fused_gw_chunks(ctx, s.g_dtype);
     return s;
 }
 

@@ -91,12 +91,15 @@ distil_status distil_tp_fused_plan(distil_ctx *ctx, distil_tp *tp, const distil_
     }
     distil_fused_plan base = *p;
     distil_tp_fused_grow(tp, s, p);
-    /* A chosen chunk fitted to a lent workspace without tp's regions: halve it until both fit. */
+    /* A chosen chunk fitted to a lent workspace without tp's regions: halve it until both fit,
+     * with weight-gradient groups of one (groups are a speed choice; docs/DESIGN.md). */
     const size_t avail = distil_workspace_available(ctx);
+    distil_fused_shape one = *s;
+    one.gw_chunks = 1;
     while (auto_chunk && p->bytes > avail && base.chunk_rows > 1) {
-        distil_chunk_plan(s, base.chunk_rows / 2, &base);
+        distil_chunk_plan(&one, base.chunk_rows / 2, &base);
         *p = base;
-        distil_tp_fused_grow(tp, s, p);
+        distil_tp_fused_grow(tp, &one, p);
     }
     return DISTIL_OK;
 }

@@ -199,6 +199,73 @@ static void test_workspace_one_chunk(void **state) {
     }
 }
 
+/* A shape whose rows are two full groups of three chunks of 4 (T = 24): the group's end and the
+ * call's end coincide. */
+static const tp_fused_spec shape_groups = {.t = 24,
+                                           .v = 1031,
+                                           .hs = 32,
+                                           .ht = 48,
+                                           .w_hard = 0.5f,
+                                           .w_soft = 0.5f,
+                                           .beta = 0.5f,
+                                           .tau = 1.0f,
+                                           .bias_s = true,
+                                           .parts = true,
+                                           .grads = TP_WANT_ALL,
+                                           .labels = TP_LABELS_MIXED};
+
+/* The fused loss's workspace for p's descriptor on ctx (gradients wanted). */
+static size_t fused_workspace(distil_ctx *ctx, const tp_fused *p) {
+    size_t bytes = 0;
+    TU_OK(ctx, distil_fused_linear_jsd_workspace_size(ctx, &p->d, 1, &bytes));
+    return bytes;
+}
+
+/*
+ * Groups of three chunks (DISTIL_GW_CHUNKS=3): rows that are whole groups give the result of one
+ * chunk; and a lent workspace that holds the chunk but not its groups (the size of groups of one)
+ * runs with groups of one, for the chunk asked (4) and for the policy's (0), with the same result.
+ */
+static void test_groups(void **state) {
+    (void)state;
+    tp_fused p;
+    tp_fused_make(&p, &shape_groups, DISTIL_BF16, 123);
+    tp_fused_out want, got;
+    p.d.chunk_rows = p.s.t;
+    tp_fused_run(g_ctx, &p, &want);
+    p.d.chunk_rows = 4;
+    tp_fused_run(g_ctx_groups, &p, &got);
+    check_same("gw_chunks=3 chunk_rows=4", &p, &got, &want);
+    tp_fused_out_free(&got);
+    /* the workspace of groups of one: a context without groups */
+    setenv("DISTIL_GW_CHUNKS", "1", 1);
+    distil_ctx *ones = NULL;
+    const distil_status s = distil_ctx_create(&ones, g_backend, 0);
+    unsetenv("DISTIL_GW_CHUNKS");
+    TU_OK(NULL, s);
+    const size_t small = fused_workspace(ones, &p), grouped = fused_workspace(g_ctx_groups, &p);
+    distil_ctx_destroy(ones);
+    if (small >= grouped) {
+        fail_msg("workspace of groups of one %zu bytes, of three %zu: want fewer", small, grouped);
+    }
+    void *ws = NULL;
+    TU_OK(g_ctx_groups, distil_malloc(g_ctx_groups, small, &ws));
+    TU_OK(g_ctx_groups, distil_ctx_set_workspace(g_ctx_groups, ws, small));
+    const int64_t chunks[] = {4, 0};
+    for (size_t i = 0; i < TU_LEN(chunks); i++) {
+        char name[64];
+        snprintf(name, sizeof name, "lent workspace, chunk_rows=%lld", (long long)chunks[i]);
+        p.d.chunk_rows = chunks[i];
+        tp_fused_run(g_ctx_groups, &p, &got);
+        check_same(name, &p, &got, &want);
+        tp_fused_out_free(&got);
+    }
+    TU_OK(g_ctx_groups, distil_ctx_set_workspace(g_ctx_groups, NULL, 0));
+    distil_free(g_ctx_groups, ws);
+    tp_fused_out_free(&want);
+    tp_fused_free(&p);
+}
+
 /*
  * Without a hard part (weight_hard == 0) the labels may be NULL (docs/SPEC.md §2): every row
  * counts, and loss, soft part and gradients are bit for bit those of a call whose labels are
@@ -244,7 +311,7 @@ static void test_no_labels(void **state) {
     tp_fused_free(&p);
 }
 
-enum { N_TESTS = TU_LEN(shapes) * TU_LEN(dtypes) + 2 };
+enum { N_TESTS = TU_LEN(shapes) * TU_LEN(dtypes) + 3 };
 static struct CMUnitTest g_tests[N_TESTS];
 static param g_params[N_TESTS];
 static char g_names[N_TESTS][160];
@@ -258,6 +325,8 @@ static void build_tests(void) {
                 .name = g_names[k], .test_func = test_chunk_sizes, .initial_state = &g_params[k]};
         }
     }
+    g_tests[N_TESTS - 3] = (struct CMUnitTest){.name = "groups: whole groups, a lent workspace",
+                                               .test_func = test_groups};
     g_tests[N_TESTS - 2] =
         (struct CMUnitTest){.name = "workspace: one chunk or group, no accumulator",
                             .test_func = test_workspace_one_chunk};
