@@ -118,17 +118,23 @@ static bool distil_chunk_plan_fit_as(const distil_fused_shape *s, int64_t prefer
     return true;
 }
 
+void distil_chunk_plan_within(const distil_fused_shape *s, int64_t chunk_rows, size_t available,
+                              distil_fused_plan *p) {
+    distil_chunk_plan(s, chunk_rows, p);
+    if (p->bytes > available && s->gw_chunks > 1) {
+        distil_fused_shape one = *s;
+        one.gw_chunks = 1;
+        distil_chunk_plan(&one, chunk_rows, p);
+    }
+}
+
 bool distil_chunk_plan_fit(const distil_fused_shape *s, int64_t preferred, size_t available,
                            distil_fused_plan *p) {
-    distil_chunk_plan(s, preferred, p);
+    distil_chunk_plan_within(s, preferred, available, p);
     if (p->bytes <= available) {
         return true;
     }
-    if (s->gw_chunks <= 1) {
-        return distil_chunk_plan_fit_as(s, preferred, available, p);
-    }
-    /* Groups are a speed choice: a lent workspace too small for them keeps the chunk instead. */
-    distil_fused_shape one = *s;
+    distil_fused_shape one = *s; /* below the preferred chunk: groups of one */
     one.gw_chunks = 1;
     return distil_chunk_plan_fit_as(&one, preferred, available, p);
 }

@@ -49,7 +49,7 @@ typedef struct distil_fused_shape {
     bool e4m3_head; /* Wt's rows made once by the caller: no room for them */
     /* Row statistics from the logits GEMMs (docs/DESIGN.md): columns per tile, 0: none */
     int stats_cols;
-    /* Chunks per weight-gradient GEMM the backend asks for (the context's gw_chunks); 0, 1: one */
+    /* Chunks per weight-gradient GEMM (distil_fused_gw_chunks); 0, 1: one */
     int gw_chunks;
 } distil_fused_shape;
 
@@ -81,6 +81,11 @@ int64_t distil_chunk_rows(const distil_chunk_policy *policy, int64_t rows, int64
 
 /* Lay out the workspace for chunk_rows (clamped to [1, rows]). */
 void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_fused_plan *p);
+
+/* The plan of chunk_rows with the shape's weight-gradient groups where it fits in `available`
+ * bytes, else with groups of one (groups are a speed choice; the chunk comes first). */
+void distil_chunk_plan_within(const distil_fused_shape *s, int64_t chunk_rows, size_t available,
+                              distil_fused_plan *p);
 
 /* The largest chunk <= preferred whose plan fits in `available` bytes, with the shape's
  * weight-gradient groups where they fit at the preferred chunk, else with groups of one chunk;

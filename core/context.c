@@ -39,14 +39,13 @@ static distil_status distil_ctx_pick_device(const distil_backend *be, int device
     return DISTIL_OK;
 }
 
-/* Chunks per weight-gradient GEMM of the fused loss: DISTIL_GW_CHUNKS when set (1 to
- * DISTIL_GW_CHUNKS_MAX), else the backend's policy. */
+/* DISTIL_GW_CHUNKS, chunks per weight-gradient GEMM of the fused loss: 1 to DISTIL_GW_CHUNKS_MAX,
+ * or 0 when unset. */
 #define DISTIL_GW_CHUNKS_MAX 16
-static distil_status distil_ctx_pick_gw_chunks(const distil_backend *be, int *out, bool *env_set) {
+static distil_status distil_ctx_pick_gw_chunks(int *out) {
     const char *env = getenv("DISTIL_GW_CHUNKS");
-    *out = be->chunk.gw_chunks > 1 ? be->chunk.gw_chunks : 1;
-    *env_set = env != NULL && env[0] != '\0';
-    if (!*env_set) {
+    *out = 0;
+    if (env == NULL || env[0] == '\0') {
         return DISTIL_OK;
     }
     char *end = NULL;
@@ -68,16 +67,14 @@ distil_status distil_ctx_create(distil_ctx **out, const char *backend, int devic
     const distil_backend *be = NULL;
     DISTIL_TRY(distil_registry_select(backend, &be));
     DISTIL_TRY(distil_ctx_pick_device(be, device, &device));
-    int gw_chunks = 1;
-    bool gw_env = false;
-    DISTIL_TRY(distil_ctx_pick_gw_chunks(be, &gw_chunks, &gw_env));
+    int gw_chunks = 0;
+    DISTIL_TRY(distil_ctx_pick_gw_chunks(&gw_chunks));
     distil_ctx *ctx = calloc(1, sizeof *ctx);
     if (ctx == NULL) {
         return distil_error_set(NULL, DISTIL_ERR_OUT_OF_MEMORY, "ctx_create: out of host memory");
     }
     ctx->be = be;
-    ctx->gw_chunks = gw_chunks;
-    ctx->gw_chunks_env = gw_env;
+    ctx->gw_chunks_env = gw_chunks;
     distil_status s = be->create(ctx, device, &ctx->b);
     if (s != DISTIL_OK) {
         distil_error_set(NULL, s, "ctx_create: %s", ctx->msg);

@@ -28,10 +28,9 @@ struct distil_ctx {
     /* 1 while a public call runs on the context: a second thread that enters meanwhile is
      * refused (distil_ctx_enter) instead of racing on the backend state. */
     atomic_int busy;
-    /* Chunks per weight-gradient GEMM of the fused loss: the backend's policy (chunk.gw_chunks),
-     * or DISTIL_GW_CHUNKS (gw_chunks_env); at least 1. */
-    int gw_chunks;
-    bool gw_chunks_env;
+    /* DISTIL_GW_CHUNKS at creation (chunks per weight-gradient GEMM of the fused loss), 0 when
+     * unset: the backend's policy then (distil_fused_gw_chunks). */
+    int gw_chunks_env;
 };
 
 /* Enter ctx for the public call fn (a NULL ctx passes: the call reports it): DISTIL_ERR_BUSY, with

@@ -11,12 +11,7 @@ distil_status distil_fused_plan_make(distil_ctx *ctx, const char *fn, const dist
                                      distil_fused_plan *p) {
     size_t avail = distil_workspace_available(ctx);
     if (chunk_rows != 0) {
-        distil_chunk_plan(s, chunk_rows, p);
-        if (p->bytes > avail && s->gw_chunks > 1) { /* groups are a speed choice */
-            distil_fused_shape one = *s;
-            one.gw_chunks = 1;
-            distil_chunk_plan(&one, chunk_rows, p);
-        }
+        distil_chunk_plan_within(s, chunk_rows, avail, p);
         return DISTIL_OK; /* (a lent workspace still too small: the run says so) */
     }
     int64_t chunk = distil_chunk_rows(&ctx->be->chunk, s->rows, policy_vocab);
@@ -29,7 +24,10 @@ distil_status distil_fused_plan_make(distil_ctx *ctx, const char *fn, const dist
 }
 
 int distil_fused_gw_chunks(const distil_ctx *ctx, distil_dtype g_dtype) {
-    return g_dtype != DISTIL_F32 || ctx->gw_chunks_env ? ctx->gw_chunks : 1;
+    if (ctx->gw_chunks_env > 0) {
+        return ctx->gw_chunks_env;
+    }
+    return g_dtype != DISTIL_F32 ? ctx->be->chunk.gw_chunks : 1;
 }
 
 distil_status distil_fused_empty(distil_ctx *ctx, const distil_fused_args *a) {

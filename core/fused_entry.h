@@ -19,9 +19,9 @@ distil_status distil_fused_plan_make(distil_ctx *ctx, const char *fn, const dist
                                      distil_fused_plan *p);
 
 /* Chunks per weight-gradient group for a logit gradient G of g_dtype on ctx (docs/DESIGN.md
- * "Weight-gradient groups"): the context's; with an fp32 G only where DISTIL_GW_CHUNKS asked for
- * it (the backend's policy is for G in a half dtype: an fp32 G of groups of one is in place in zs,
- * of more it takes 4 C V bytes a slot). */
+ * "Weight-gradient groups"): DISTIL_GW_CHUNKS where it was set, else the backend's policy for a
+ * G in a half dtype and 1 for an fp32 G (which groups of one keep in place in zs; more would take
+ * 4 C V bytes a slot). 0 or 1: groups of one. */
 int distil_fused_gw_chunks(const distil_ctx *ctx, distil_dtype g_dtype);
 
 /* rows == 0: loss (and its parts) 0, nothing else written. */

@@ -184,8 +184,7 @@ static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
                             .want_dz = distil_fused_desc_student_head(d),
                             .e4m3_bytes = distil_fused_fp8_bytes(ctx, d),
                             .e4m3_head = d->teacher_weight_e4m3 != NULL,
-                            .stats_cols = distil_fused_stats_cols(ctx, d, gx || gw || gb, tp),
-                            .gw_chunks = 1};
+                            .stats_cols = distil_fused_stats_cols(ctx, d, gx || gw || gb, tp)};
     s.gw_chunks = distil_fused_gw_chunks(ctx, s.g_dtype);
     return s;
 }

@@ -153,8 +153,7 @@ static distil_fused_shape distil_flt_shape_of(const distil_ctx *ctx,
                             .want_gw = gw,
                             .want_gb = gb,
                             .own_labels = d->weight_hard == 0.0f,
-                            .topk_teacher = true,
-                            .gw_chunks = 1};
+                            .topk_teacher = true};
     s.gw_chunks = distil_fused_gw_chunks(ctx, s.g_dtype);
     return s;
 }

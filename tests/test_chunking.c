@@ -199,21 +199,6 @@ static void test_workspace_one_chunk(void **state) {
     }
 }
 
-/* A shape whose rows are two full groups of three chunks of 4 (T = 24): the group's end and the
- * call's end coincide. */
-static const tp_fused_spec shape_groups = {.t = 24,
-                                           .v = 1031,
-                                           .hs = 32,
-                                           .ht = 48,
-                                           .w_hard = 0.5f,
-                                           .w_soft = 0.5f,
-                                           .beta = 0.5f,
-                                           .tau = 1.0f,
-                                           .bias_s = true,
-                                           .parts = true,
-                                           .grads = TP_WANT_ALL,
-                                           .labels = TP_LABELS_MIXED};
-
 /* The fused loss's workspace for p's descriptor on ctx (gradients wanted). */
 static size_t fused_workspace(distil_ctx *ctx, const tp_fused *p) {
     size_t bytes = 0;
@@ -228,8 +213,12 @@ static size_t fused_workspace(distil_ctx *ctx, const tp_fused *p) {
  */
 static void test_groups(void **state) {
     (void)state;
+    /* the first shape with rows that are two full groups of three chunks of 4: the group's end
+     * and the call's end coincide */
+    tp_fused_spec spec = shapes[0];
+    spec.t = 24;
     tp_fused p;
-    tp_fused_make(&p, &shape_groups, DISTIL_BF16, 123);
+    tp_fused_make(&p, &spec, DISTIL_BF16, 123);
     tp_fused_out want, got;
     p.d.chunk_rows = p.s.t;
     tp_fused_run(g_ctx, &p, &want);
