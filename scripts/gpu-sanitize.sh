@@ -65,7 +65,7 @@ tool_args() {
 
 # True when a failed racecheck log reports races only inside cuBLAS's own kernels and nothing else
 # failed: its split-K GEMMs (nvjet_*splitK*, picked for long-k products such as G Ws at
-# V = 65536) drew ~400 hazard reports each on an H200 (CUDA 13.0, 2026-11-30), and excluding
+# V = 65536) drew ~400 hazard reports each on an H200 (CUDA 13.0), and excluding
 # them with --kernel-name-exclude crashed the sanitizer. Such runs pass with a note.
 vendor_races_only() {
     local log=$1

@@ -1,6 +1,6 @@
 # ocl-vendors.sh - sourced by the GPU scripts: an OpenCL vendors folder that names NVIDIA's driver.
 # The device image ships libnvidia-opencl.so.1 without an .icd file and names it in
-# OCL_ICD_FILENAMES, which Debian's ocl-icd 2.3.1 ignored there (only PoCL listed, 2026-11-30),
+# OCL_ICD_FILENAMES, which Debian's ocl-icd 2.3.1 ignores there (only PoCL listed),
 # while an .icd file in OCL_ICD_VENDORS loads it (backends/opencl/tools/icd_probe.c found the
 # driver answering "NVIDIA CUDA"). So: every .icd of /etc/OpenCL/vendors plus nvidia.icd.
 ocl_vendors_dir=${TMPDIR:-/tmp}/distil-ocl-vendors

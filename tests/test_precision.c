@@ -321,9 +321,9 @@ static void pr_jsd_case(tu_rng *r, distil_dtype dt, int64_t v, int64_t t) {
 /* The mixture weights' endpoints every run (the random draws reach them now and then), where the
  * far form's y - log m = -(log beta + log1p(r)) (or its student-side twin) cancels: log beta ~
  * -6e-7 against log1p(r), r = e^-|d - c| with |d - c| ~ 14, so r's relative error is magnified.
- * An exp of r by a base-2 exponent, which adds |d - c| u to it (tried on cuda, docs/CUDA-NOTES.md
- * tenth session), gave 2.2x the careful error in a fresh seed's case there (341241242806170: f16,
- * V = 27, skew KL alpha = 0.999999404; the careful evaluation with the same exp errs as much).
+ * An exp of r by a base-2 exponent, which adds |d - c| u to it (tried on cuda, docs/GPU-NOTES.md
+ * "JSD row kernel"), gave 2.2x the careful error in a fresh seed's case there (341241242806170:
+ * f16, V = 27, skew KL alpha = 0.999999404; the careful evaluation with the same exp errs as much).
  * Inputs drawn afresh; the bounds of test_jsd_random. */
 static void test_jsd_regimes(void **state) {
     (void)state;

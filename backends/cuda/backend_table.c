@@ -25,7 +25,7 @@ const distil_backend DISTIL_GPU_TABLE = {
      * the seed workload (V = 128256) gets 1024 rows. G of two chunks per grad_Ws GEMM: half the
      * passes over its fp32 accumulator, for one more chunk of G (0.26 GB at the seed shape; a
      * call of two chunks needs no accumulator at all). On an H100 the loss + gradients at T 8192
-     * 42.1-42.3 -> 40.6-40.7 ms, T 2048 10.4 -> 10.0 (docs/CUDA-NOTES.md, twenty-first session). */
+     * 42.1-42.3 -> 40.6-40.7 ms, T 2048 10.4 -> 10.0 (docs/GPU-NOTES.md, "Chunk loop"). */
     .chunk = {.logit_bytes = 1.2e9, .min_rows = 64, .max_rows = 65536, .gw_chunks = 2},
     .probe = DISTIL_GPU_FN(probe),
     .create = DISTIL_GPU_FN(create),

@@ -120,7 +120,7 @@ template <int NW> __device__ __forceinline__ void store_words(void *p, const uns
 /* base[i .. i + N) = v[0..N) rounded to DT; same alignment rule as vload. 16-bit elements are
  * packed into 32-bit words first: through a union of shorts the compiler split an 8-byte bf16
  * store into two 4-byte ones (half of every sector of G's stores wasted, Nsight Compute on the
- * resident row kernel, docs/CUDA-NOTES.md sixteenth session). */
+ * resident row kernel, docs/GPU-NOTES.md "Compiler pitfalls"). */
 template <int DT, int N>
 __device__ __forceinline__ void vstore(void *base, int64_t i, const float (&v)[N]) {
     typedef typename dt_traits<DT>::T E;

@@ -16,9 +16,9 @@
  *      has no fp8 kernel (e.g. a vocabulary that is not a multiple of 4: D's leading dimension is
  *      then not 16-byte aligned). Correct everywhere, not fast.
  * DISTIL_CUDA_FP8=lt refuses step 4 (DISTIL_ERR_UNSUPPORTED naming the reason) so that a benchmark
- * cannot measure the emulation unknowingly; DISTIL_CUDA_FP8=emulate forces it (tests). First run
- * on an H200 on 2026-12-01 (docs/CUDA-NOTES.md): test_cuda_e4m3 over every fp32, the fp8 suites
- * with each product, bench/fp8_teacher.py.
+ * cannot measure the emulation unknowingly; DISTIL_CUDA_FP8=emulate forces it (tests). Verified
+ * on an H200 (docs/GPU-NOTES.md, "fp8 teacher head"): test_cuda_e4m3 over every fp32, the fp8
+ * suites with each product, bench/fp8_teacher.py.
  * The codes: __nv_cvt_float_to_fp8(x / s, __NV_SATFINITE, __NV_E4M3) on cuda (the hardware
  * converter on sm_89+), which tests/test_cuda_e4m3.cu checks bit for bit against
  * core/backend_api/math/distil_e4m3.h over every fp32; that header's rounding on hip.
@@ -76,7 +76,7 @@ __device__ __forceinline__ void fp8_store_codes(unsigned char *q, const unsigned
  * host found the rows aligned, else VW = 1); the second pass re-reads the row the warp has just
  * read (from cache), so HBM sees the row once. The padding columns [cols, dst_ld) get 0, so that
  * a product over dst_ld columns equals one over cols. (One block per row with scalar loads ran
- * at 0.95 TB/s on an H200 for Wt (128256, 4096) bf16: docs/CUDA-NOTES.md fifteenth session.) */
+ * at 0.95 TB/s on an H200 for Wt (128256, 4096) bf16: docs/GPU-NOTES.md, "fp8 teacher head".) */
 constexpr int QUANT_ROWS = QUANT_THREADS / DISTIL_GPU_WARP;
 
 template <int DT, int VW>

@@ -247,7 +247,7 @@ __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st
  * of floats (the double product sw sum g, not rounded to fp32), the products with q are fused,
  * and f multiplies the difference, not P and q each (that was 4 roundings of |kappa| where the
  * streaming kernel's g - q sum g makes 2: grad_xs 3x the streaming kernel's error, 8.6x the
- * careful evaluation's, on an H200, docs/CUDA-NOTES.md tenth session). */
+ * careful evaluation's, on an H200, docs/GPU-NOTES.md "Fused row pass"). */
 template <int GDT, int VW>
 __device__ inline void res_pass_grad(const float *sa, const float *sb, int n, float kh, float kl,
                                      const float *dz, void *g, int64_t c0) {

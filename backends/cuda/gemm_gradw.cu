@@ -5,8 +5,7 @@
  * when beta == 0). At a 1024 x 128256 x 2048 chunk on the H200 it takes 0.846 ms against cuBLAS's
  * fp32 GEMM 0.964 + cast 0.374 (bench/probes/gradw_cast.cu). Only the last chunk takes it: the
  * same kernel with an fp32 D for the accumulating chunks, faster than cuBLAS alone, made the
- * whole loss slower beside the second lane's logits GEMMs (docs/CUDA-NOTES.md, twentieth
- * session).
+ * whole loss slower beside the second lane's logits GEMMs (docs/GPU-NOTES.md, "Chunk loop").
  */
 #include "gemm_gradw.cuh"
 

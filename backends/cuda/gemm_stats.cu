@@ -1,7 +1,7 @@
 /*
  * gemm_stats.cu - see gemm_stats.cuh. A CUTLASS 3 pingpong kernel (128 x 128 x 64 tiles, cluster
  * 2 x 1, persistent): one warpgroup's epilogue runs beside the other's MMAs, so the statistics
- * cost about nothing there (docs/CUDA-NOTES.md, seventeenth session: 0.785 ms against cuBLAS's
+ * cost about nothing there (docs/GPU-NOTES.md, "Row statistics": 0.785 ms against cuBLAS's
  * 0.771 for the plain GEMM of a 1024 x 128256 x 2048 chunk). The epilogue tree is RowStats(acc),
  * z = acc stored by TMA.
  * RowStats keeps, per thread and row it holds, the maximum and the sum relative to it, in fp32
@@ -223,7 +223,7 @@ using Bf16 = cutlass::bfloat16_t;
 
 /* z = acc and its statistics. (A bias node, a row broadcast, cost the K 2048 GEMM 0.46 ms in the
  * loop: its per-tile shared-memory fill and barrier no longer hid behind the other warpgroup's
- * MMAs; docs/CUDA-NOTES.md, eighteenth session. Heads with a bias take cuBLAS.) */
+ * MMAs; docs/GPU-NOTES.md, "Row statistics". Heads with a bias take cuBLAS.) */
 using EVT = fu::Sm90EVT<RowStats<Tile>, fu::Sm90AccFetch>;
 
 using Pingpong = cutlass_util::PingpongBf16<cutlass::layout::RowMajor, cutlass::layout::ColumnMajor,

@@ -31,7 +31,7 @@ namespace DISTIL_GPU_NS {
 constexpr int TOPK_THREADS = 256;
 /* Blocks per SM that the compiler must fit for the logits form at tau = 1 (registers <= 40 at 256
  * threads, no spills): 6 rows of a chunk per SM instead of 4 at its own 64 registers, -11% on the
- * row kernel on an H200 (docs/CUDA-NOTES.md, eleventh session). At tau != 1 (two exponentials
+ * row kernel on an H200 (docs/GPU-NOTES.md, "Cached top-k"). At tau != 1 (two exponentials
  * and two double sums per element) 40 registers spill, and the log-prob form is not the fused
  * loss's: both are left to the compiler. */
 constexpr int TOPK_MIN_BLOCKS = 6;

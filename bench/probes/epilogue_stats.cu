@@ -1,15 +1,15 @@
 /*
- * epilogue_stats.cu - a probe for the fused loss's remaining lever (docs/CUDA-NOTES.md, seventeenth
- * session): what do the row statistics cost inside the logits GEMM's epilogue? Times, on one GPU,
- * the logits product z = x W^T (x: M x K bf16, W: N x K bf16, z: M x N fp32, the fused loss's
+ * epilogue_stats.cu - a probe of the row statistics in the logits GEMM (docs/GPU-NOTES.md, "Row
+ * statistics"): what do the row statistics cost inside the logits GEMM's epilogue? Times, on one
+ * GPU, the logits product z = x W^T (x: M x K bf16, W: N x K bf16, z: M x N fp32, the fused loss's
  * per-chunk shape) through cuBLAS and through CUTLASS 3 sm90 kernels, each CUTLASS kernel with the
  * plain epilogue (z stored) and with z stored beside the row statistics of each CTA tile
  * (Sm90RowStats: per row and N-tile the maximum and the sum of exponentials relative to it, the
  * first exchange of the fused loss's row pass). Checks z against cuBLAS and the statistics
  * against the stored z (in double on the host). Kernels: cooperative 128x256 (cluster 2x1) and
  * pingpong 128x128 / 64x256 (cluster 2x1), whose epilogue runs beside the other warpgroup's MMAs;
- * PROBE_ALL=1 adds the first runs' variants (double sums, cluster 1x2). Results: bench/RESULTS.md
- * (seventeenth session).
+ * PROBE_ALL=1 adds the rejected variants (double sums, cluster 1x2). Results: docs/GPU-NOTES.md
+ * ("Row statistics").
  * Not part of the build (it needs CUTLASS's headers: scripts/install-deps.sh puts them in
  * deps/cutlass). -DPROBE_LIB with backends/cuda/gemm_stats.cu also times the library's kernel;
  * PROBE_PRE=1 times each GEMM right after a read of 2 M N floats (the loop's row pass):
@@ -150,7 +150,7 @@ template <class CtaTileShapeMNK, class S> struct Sm90RowStats {
                 old[j] = fm(j);
             }
             /* Inside the problem (a tile-uniform test) no element needs its own bounds check:
-             * the checks were a branch per element (docs/CUDA-NOTES.md, seventeenth session). */
+             * the checks were a branch per element (docs/GPU-NOTES.md, "Row statistics"). */
             const bool all_in = interior;
             CUTLASS_PRAGMA_UNROLL
             for (int i = 0; i < FS; ++i) {

@@ -1,6 +1,6 @@
 /*
- * gradw_cast.cu - a probe of the fused loss's last weight-gradient GEMM (docs/CUDA-NOTES.md,
- * seventeenth session): past one chunk, grad_Ws is accumulated in fp32 and, after the last chunk,
+ * gradw_cast.cu - a probe of the fused loss's last weight-gradient GEMM (docs/GPU-NOTES.md,
+ * "Chunk loop"): past one chunk, grad_Ws is accumulated in fp32 and, after the last chunk,
  * cast to the output dtype by a kernel of its own (0.38 ms at the seed shape). Times, on one GPU,
  *   cuBLAS:  acc (V x H fp32) += G^T x (G: C x V bf16, x: C x H bf16), then the cast to bf16;
  *   CUTLASS: out (V x H bf16) = G^T x + acc, one sm90 GEMM whose epilogue reads the fp32
