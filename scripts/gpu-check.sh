@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-check.sh - the correctness half of a GPU run (bench/gpu_run.sh is the speed half):
+# gpu-check.sh - the correctness half of a GPU run (bench/run/gpu_run.sh is the speed half):
 # build with cuda + opencl + tests, run the demo, `ctest -L cuda`, the cuda suites again with the
 # fused loss's second lane delayed (DISTIL_CUDA_SIDE_DELAY_US: a missing join would fail them),
 # the parity suite with the portable GEMM and with the streaming row kernel (the paths HIP

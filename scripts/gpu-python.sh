@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # gpu-python.sh - the Python package on a GPU machine: `pip install .` (cuda backend; the cpu and
 # opencl backends only where their libraries are there), the pytest suite with its CUDA tests,
-# and the package's timings: bench/host_overhead.py (host time per call, layer by layer),
-# bench/autograd_floor.py (torch's own autograd.Function floor) and bench/torch_step.py (host
+# and the package's timings: bench/python/host_overhead.py (host time per call, layer by layer),
+# bench/python/autograd_floor.py (torch's own autograd.Function floor) and bench/python/torch_step.py (host
 # overhead per call, a training step of the tiny example with distil, Liger-Kernel and
 # torch.compile). Liger-Kernel is installed from
 # .whl/ when a wheel is there (no network on the device machine).
@@ -35,14 +35,14 @@ timeout 600 "$PY" -m pytest -q -rs python/tests > "$OUT/pytest.log" 2>&1
 tail -15 "$OUT/pytest.log"
 [ -n "${ONLY_TESTS:-}" ] && { log "done (timings skipped)"; exit 0; }
 
-log "bench/host_overhead.py"
-timeout 300 "$PY" bench/host_overhead.py --json "$OUT/host-overhead.json" > "$OUT/host-overhead.md" 2>&1
+log "bench/python/host_overhead.py"
+timeout 300 "$PY" bench/python/host_overhead.py --json "$OUT/host-overhead.json" > "$OUT/host-overhead.md" 2>&1
 cat "$OUT/host-overhead.md"
-log "bench/autograd_floor.py"
-timeout 120 "$PY" bench/autograd_floor.py --calls 1000 --rounds 3 > "$OUT/autograd-floor.md" 2>&1
+log "bench/python/autograd_floor.py"
+timeout 120 "$PY" bench/python/autograd_floor.py --calls 1000 --rounds 3 > "$OUT/autograd-floor.md" 2>&1
 cat "$OUT/autograd-floor.md"
 
-log "bench/torch_step.py"
-timeout 300 "$PY" bench/torch_step.py --json "$OUT/torch-step.json" > "$OUT/torch-step.md" 2>&1
+log "bench/python/torch_step.py"
+timeout 300 "$PY" bench/python/torch_step.py --json "$OUT/torch-step.json" > "$OUT/torch-step.md" 2>&1
 cat "$OUT/torch-step.md"
 log "done"

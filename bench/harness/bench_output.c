@@ -1,7 +1,7 @@
 /*
  * bench_output.c - what distil-bench writes: the console table, and one record per measured
  * point as JSON (--json) and CSV (--csv). The record's fields are listed once, in
- * bench_fields(), so that both files (and bench/baselines.py, which writes the same schema)
+ * bench_fields(), so that both files (and bench/python/baselines.py, which writes the same schema)
  * agree.
  */
 #include <math.h>

@@ -1,6 +1,6 @@
 """torch's own host cost of a loss written as an autograd.Function, by how the Function is made.
 
-    python bench/autograd_floor.py [--device cpu|cuda] [--calls 2000] [--rounds 5] [--T 1]
+    python bench/python/autograd_floor.py [--device cpu|cuda] [--calls 2000] [--rounds 5] [--T 1]
                                    [--V 8] [--clock wall|thread]
 
 Each variant's forward allocates the [T, V] gradient and a 0-dim loss (as a loss that computes
@@ -15,7 +15,7 @@ interleaved rounds; x a leaf, its .grad dropped untimed):
   no autograd         the forward's two allocations alone (what any loss call pays anyway)
   forward only        the ctx-attribute Function's forward, its graph dropped (what a loss's
                       forward costs before the caller's backward: the floor of distil.torch's
-                      "public forward" row in bench/host_overhead.py)
+                      "public forward" row in bench/python/host_overhead.py)
 On cuda the queue is drained every 64 calls.
 """
 import argparse

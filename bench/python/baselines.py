@@ -565,7 +565,7 @@ def write_files(args, rows, torch, argv):
         head = {"schema": "distil-bench/1", "tool": "baselines.py", "version": torch.__version__,
                 "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "host": socket.gethostname(),
-                "command": " ".join(["bench/baselines.py"] + argv),
+                "command": " ".join(["bench/python/baselines.py"] + argv),
                 "protocol": {"warmup": args.warmup, "min_reps": args.reps,
                              "max_reps": args.max_reps, "min_time_s": args.min_time,
                              "cache_mb": args.cache_mb, "max_sets": args.sets},

@@ -5,7 +5,7 @@ device-to-device copy (1 GiB, bytes read + written) in TB/s, each two ways:
   burst      mean of 10 timed calls after 3 warm-ups (how docs/DESIGN.md's floors were measured);
   sustained  back-to-back calls for --seconds, timed over the last half, after the card has
              settled at its power limit (how a long distil-bench point runs).
-usage: python3 bench/floor_probe.py [--seconds 4] [--json out.json]
+usage: python3 bench/python/floor_probe.py [--seconds 4] [--json out.json]
 """
 import argparse
 import json

@@ -31,7 +31,7 @@ Reported, for each T:
   ms_fp8_once, speedup_once   the same with the teacher's head rounded once
                     (cache_teacher_head=True: distil.torch.e4m3_head), as for a frozen teacher
 Runs on CPU tensors too (a smoke test: --device cpu, small shapes by default there).
-  usage: python bench/fp8_teacher.py [--device cuda] [--T 1024,8192] [--V 128256] [--Ht 4096]
+  usage: python bench/python/fp8_teacher.py [--device cuda] [--T 1024,8192] [--V 128256] [--Ht 4096]
          [--dtype bf16] [--reps 10] [--queue 4] [--json FILE]
 """
 import argparse

@@ -1,6 +1,6 @@
 """Host time of one distil.torch call, layer by layer, at a tiny shape (the work is negligible).
 
-    python bench/host_overhead.py [--device cpu|cuda] [--calls 2000] [--rounds 5] [--json F]
+    python bench/python/host_overhead.py [--device cpu|cuda] [--calls 2000] [--rounds 5] [--json F]
                                   [--T 8] [--V 256] [--hidden 64]
 
 For each loss (distil.torch.JSD, and FusedLinearJSDLoss with labels), from the bottom up:

@@ -21,7 +21,7 @@ Variants (--variants, each name a comma-separated choice):
 --gw-every K: the weight-gradient GEMM every K chunks with K C rows (G kept for K chunks), the
 "fewer, larger weight-gradient GEMMs" lever; --chunk C sets the chunk.
 Prints ms per call and x floor (FLOPs of the call over the sustained 8192^3 rate).
-usage: python3 bench/loop_floor.py [--T 1024,8192] [--chunk 1024] [--seconds 3] [--json out.json]
+usage: python3 bench/python/loop_floor.py [--T 1024,8192] [--chunk 1024] [--seconds 3] [--json out.json]
 """
 import argparse
 import json

@@ -5,7 +5,7 @@ usage: results_table.py [--probe floor-probe.json] FILE.json|FILE.csv...
 
 One table per workload, mode, dtype and shape: a row per T; per backend the median ms with
 p20..p80; the speed-up of each distil backend over PyTorch eager (and torch.compile, Liger when
-present); the ratio to the floor; with --probe (bench/floor_probe.py's file of the same run) also
+present); the ratio to the floor; with --probe (bench/python/floor_probe.py's file of the same run) also
 the ratio to the floor at the rates the card sustained; and memory (peak, and working = beyond
 inputs and outputs). Only the Python standard library is used.
 """

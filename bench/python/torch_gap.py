@@ -14,7 +14,7 @@ Prints a Markdown table (ms per call, median of --reps samples) and, with --json
 --profile adds, per variant, every kernel torch.profiler saw in `queue` calls: launches and
 device µs per call, and the device's busy time against the span (where a gap per call goes:
 more kernels, slower kernels, or idle time between them).
-  usage: python bench/torch_gap.py [--T 1024,8192] [--queue 8] [--reps 15] [--sets 3]
+  usage: python bench/python/torch_gap.py [--T 1024,8192] [--queue 8] [--reps 15] [--sets 3]
                                    [--json FILE] [--profile]
 """
 import argparse

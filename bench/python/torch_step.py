@@ -20,7 +20,7 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
 
 
 def timed_host(fn, n=512, drain=64):

@@ -3,13 +3,13 @@
 # scaled-down CPU sweeps (JSD fp32 V 128256, T 64..1024; fused fp32 Hs 512, Ht 1024, V 32000,
 # T 128..2048), each point in its own process for its peak RSS; JSON/CSV, plots and tables to $OUT.
 # usage: OUT=/some/dir [BUILD=build] [PYTHON=python3] [WAIT_IDLE=0.95] [ONLY="distil:jsd:1024 ..."]
-#        bash bench/cpu_run.sh      (ONLY: re-measure just these tool:workload:T points in $OUT)
+#        bash bench/run/cpu_run.sh      (ONLY: re-measure just these tool:workload:T points in $OUT)
 # Run from the repository root with a build that has the cpu backend and torch for $PYTHON.
 # The floor rates are probed once, then given to every point. On a shared machine, WAIT_IDLE
 # makes each point wait until the cores are that idle; loads.csv records the idle fraction just
 # before and the load average after every point. distil and PyTorch alternate point by point.
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 # Raw output goes to $OUT, never into the source tree (default: a fresh folder under /tmp).
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/distil-cpu-run.XXXXXX")}
 echo "cpu_run.sh: output in $OUT"
@@ -84,12 +84,12 @@ for w in jsd fused; do
     for t in $ts; do
         point distil "$w" "$t" "$BENCH" --backend cpu --workload "$w" --T "$t" "${TIMING[@]}" \
             --peak-bw-tbs "$BW" --peak-tflops "$TF" --json "$OUT/points/distil-cpu-$w-$t.json"
-        point torch "$w" "$t" "$PY" bench/baselines.py --device cpu --impl eager --workload "$w" \
+        point torch "$w" "$t" "$PY" bench/python/baselines.py --device cpu --impl eager --workload "$w" \
             --T "$t" "${TIMING[@]}" --peak-bw-tbs "$BW" --peak-tflops "$TF" \
             --json "$OUT/points/torch-eager-$w-$t.json"
     done
 done
 
-bash bench/plot.sh "$OUT/plots" "$OUT"/points/*.json
-"$PY" bench/results_table.py "$OUT"/points/*.json > "$OUT/tables.md"
+bash bench/run/plot.sh "$OUT/plots" "$OUT"/points/*.json
+"$PY" bench/python/results_table.py "$OUT"/points/*.json > "$OUT/tables.md"
 cat "$OUT/tables.md"

@@ -2,9 +2,9 @@
 # gpu_profile.sh - where the fused loss spends its time on a GPU: Nsight Compute (ncu) times every
 # kernel of one distil-bench call (fused, bf16 seed shapes, loss + gradients) and the per-kernel
 # durations are summed by name. ncu serialises kernels, so the sum is the call without overlap.
-#   usage: BUILD=build-gpu OUT=/dir T="1024 2048" bash bench/gpu_profile.sh   (after a build)
+#   usage: BUILD=build-gpu OUT=/dir T="1024 2048" bash bench/run/gpu_profile.sh   (after a build)
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build-gpu}
 # Raw output goes to $OUT, never into the source tree (default: a fresh folder under /tmp).
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/distil-gpu-profile.XXXXXX")}

@@ -4,14 +4,14 @@
 # Liger-Kernel and torch.compile baselines and distil's Python package (distil.torch, called as
 # Liger is) on the seed workloads; JSON/CSV, PNG plots and
 # Markdown tables go to $OUT. Offline: Liger-Kernel is installed from .whl/ when present.
-# usage: OUT=/some/dir bash bench/gpu_run.sh        (from the repository root; ~8 min)
+# usage: OUT=/some/dir bash bench/run/gpu_run.sh        (from the repository root; ~8 min)
 #        SKIP_OPENCL=1 leaves out the OpenCL timings. distil-torch-queued: distil.torch with 8 calls
-#        back to back per sample (bench/baselines.py --calls-per-sample), the GPU's time per call
+#        back to back per sample (bench/python/baselines.py --calls-per-sample), the GPU's time per call
 #        without the host time before the first launch that a one-call sample includes.
 # Each step has a time cap and the whole run a deadline (BUDGET_S, default 470 s), so a slow
 # step loses only its own numbers. Steps run in order of importance.
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 # Raw output goes to $OUT, never into the source tree (default: a fresh folder under /tmp).
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/distil-gpu-run.XXXXXX")}
 echo "gpu_run.sh: output in $OUT"
@@ -126,21 +126,21 @@ run_opencl() {
         --json "$OUT/distil-opencl.json" --csv "$OUT/distil-opencl.csv"
 }
 
-# baselines NAME CAP ARGS...: bench/baselines.py on the GPU, floors as distil's.
+# baselines NAME CAP ARGS...: bench/python/baselines.py on the GPU, floors as distil's.
 baselines() {
     local name=$1 cap=$2
     shift 2
-    step "$cap" "$name" "$PY" bench/baselines.py --device cuda "${TIMING[@]}" "$@" \
+    step "$cap" "$name" "$PY" bench/python/baselines.py --device cuda "${TIMING[@]}" "$@" \
         --json "$OUT/$name.json" --csv "$OUT/$name.csv"
 }
 
 report() {
     local files=("$OUT"/*.json)
     [ -f "${files[0]}" ] || { log "no results"; return 1; }
-    bash bench/plot.sh "$OUT/plots" "${files[@]}"
+    bash bench/run/plot.sh "$OUT/plots" "${files[@]}"
     local probe=()
     [ -f "$OUT/floor/floor-probe.json" ] && probe=(--probe "$OUT/floor/floor-probe.json")
-    "$PY" bench/results_table.py ${probe[@]+"${probe[@]}"} "${files[@]}" > "$OUT/tables.md"
+    "$PY" bench/python/results_table.py ${probe[@]+"${probe[@]}"} "${files[@]}" > "$OUT/tables.md"
     log "tables: $OUT/tables.md, plots: $OUT/plots/"
 }
 
@@ -172,7 +172,7 @@ unpack_deps
 install_liger
 build || { log "build failed: see $OUT/build.log"; report; exit 1; }
 mkdir -p "$OUT/floor" # the card's GEMM and copy rates, burst and at its power limit, this run
-step 40 floor-probe "$PY" bench/floor_probe.py --seconds 4 --json "$OUT/floor/floor-probe.json"
+step 40 floor-probe "$PY" bench/python/floor_probe.py --seconds 4 --json "$OUT/floor/floor-probe.json"
 run_distil
 install_package && baselines distil-torch 150 --impl distil --T 1024:8192 &&
     baselines distil-torch-queued 90 --impl distil --T 1024:8192 --calls-per-sample 8

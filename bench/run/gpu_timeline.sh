@@ -1,11 +1,11 @@
 #!/bin/bash
-# gpu_timeline.sh - the fused loss's kernels in the pipeline (CUPTI, bench/gpu_timeline.c) and its
+# gpu_timeline.sh - the fused loss's kernels in the pipeline (CUPTI, bench/harness/gpu_timeline.c) and its
 # distil-bench time, for each T and each variant (environment assignments, "default" for none):
 # the A/B tool of row-kernel and chunk-loop changes. Run after a build with the bench on.
 #   usage: BUILD=build-gpu OUT=/dir T="1024 8192" VARIANTS="default DISTIL_CUDA_DISTILL=stream" \
-#          bash bench/gpu_timeline.sh
+#          bash bench/run/gpu_timeline.sh
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build-gpu}
 # Raw output goes to $OUT, never into the source tree (default: a fresh folder under /tmp).
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/distil-gpu-timeline.XXXXXX")}

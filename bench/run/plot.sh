@@ -1,6 +1,6 @@
 #!/bin/sh
 # plot.sh - draw PNGs of time against tokens from distil-bench and baselines.py results.
-# usage: bench/plot.sh OUTDIR RESULTS.json|RESULTS.csv...
+# usage: bench/run/plot.sh OUTDIR RESULTS.json|RESULTS.csv...
 # Writes OUTDIR/<workload>-<mode>-<dtype>-<shape>.png, one line per backend and baseline, with
 # the floor dashed. Needs gnuplot (Debian: gnuplot-nox) and python3 (standard library only).
 set -eu
@@ -13,7 +13,7 @@ out=$1
 shift
 command -v gnuplot >/dev/null || { echo "$0: gnuplot not found (apt-get install gnuplot-nox)" >&2; exit 1; }
 mkdir -p "$out/data"
-python3 "$here/plot_data.py" "$out/data" "$@" > "$out/data/groups.txt"
+python3 "$here/../python/plot_data.py" "$out/data" "$@" > "$out/data/groups.txt"
 while IFS='|' read -r key title files labels floor; do
     gnuplot -e "out='$out/$key.png'; ttl='$title'; files='$files'; labels='$labels'; floor='$floor'" \
         "$here/plot.gp"
