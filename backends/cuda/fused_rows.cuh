@@ -99,7 +99,7 @@ struct fused_row_stats {
 /* The CE gradient's s - 1 at the label, as expm1 of the label's log-softmax (z_label - ms) - LSE:
  * at a confident correct label s rounds to 1 in fp32, and s - 1 then carries only the rounding of
  * s (exp2f's 2 ulp: 10x the careful fp32 error of grad_xs on an H200 with a small soft part,
- * docs/CUDA-NOTES.md), while expm1 keeps it to an ulp of itself. */
+ * docs/GPU-NOTES.md "Fused row pass"), while expm1 keeps it to an ulp of itself. */
 __device__ __forceinline__ float fused_label_sm1(float z_label, float ms, float lce) {
     return expm1f((z_label - ms) - lce * FUSED_LN2);
 }

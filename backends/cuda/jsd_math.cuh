@@ -68,9 +68,9 @@ template <typename F> __device__ __forceinline__ void jsd_with_sv_of(float sum_d
  * finite, true otherwise. Their x - y sum to a finite number only then (a NaN or an infinity makes
  * the sum NaN or infinite; a finite sum that overflows only takes the slower form), and the finite
  * form of the terms (distil_elem.h's de_elem_finite) gives the same values with fewer
- * instructions (the JSD kernel on an H200: 105 -> 97 per element, -6% time; docs/CUDA-NOTES.md).
- * One branch per group, uniform but for a rare group with a special value, so the group's terms
- * still interleave. */
+ * instructions (the JSD kernel on an H200: 105 -> 97 per element, -6% time; docs/GPU-NOTES.md "JSD
+ * row kernel"). One branch per group, uniform but for a rare group with a special value, so the
+ * group's terms still interleave. */
 template <int N, typename F>
 __device__ __forceinline__ void jsd_with_sv(const float (&x)[N], const float (&y)[N], F &&f) {
     float s = 0.0f;
@@ -85,7 +85,7 @@ __device__ __forceinline__ void jsd_with_sv(const float (&x)[N], const float (&y
  * element loops hold no branch on it and the compiler can interleave several elements' terms: the
  * branch is taken once, outside the loop. (With the mode read per element every term sat in its
  * own basic block behind a chain of compares: measured 1.6x the copy floor on an H200,
- * docs/CUDA-NOTES.md.) One case per mode of DE_MODES (distil_elem.h). */
+ * docs/GPU-NOTES.md "JSD row kernel".) One case per mode of DE_MODES (distil_elem.h). */
 template <typename F> __device__ __forceinline__ void jsd_with_mode(const jsd_coef &c, F &&f) {
 #define JSD_MODE_CASE(M)                                                                           \
     if (c.mode == DE_##M) {                                                                        \

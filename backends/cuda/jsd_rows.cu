@@ -3,7 +3,7 @@
  * once (16-byte loads, several in flight per thread) and, when asked, its gradient written once.
  * One block per row; the row loss is a deterministic block sum. (A whole-op variant on a
  * persistent grid of row segments, one launch with the reduce in the last block, measured no
- * better on an H200 and 5% slower at T = 8192: see docs/CUDA-NOTES.md.)
+ * better on an H200 and 5% slower at T = 8192: see docs/GPU-NOTES.md, "JSD row kernel".)
  */
 #include "jsd_rows.cuh"
 

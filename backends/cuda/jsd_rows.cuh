@@ -54,7 +54,7 @@ __device__ inline void jsd_zero_span(const jsd_rows_params &p, int64_t row, int6
  * kept in registers (gpu_keep_in_register), and the element offset from them of its next group:
  * a 32-bit offset (a row holds < 2^31 elements). With 64-bit indices from the row's start the
  * compiler re-derived row * stride + v at every access: ~5 of the loop's ~96 instructions per
- * element (docs/CUDA-NOTES.md). */
+ * element (docs/GPU-NOTES.md "JSD row kernel"). */
 template <typename E> struct jsd_cursor {
     const E *x, *y;
     E *g;
@@ -133,9 +133,9 @@ __device__ __forceinline__ void jsd_step(const jsd_rows_params &p,
  * the last whole vector when `tail`. Summed in double: a KL's row sum cancels, and fp32 partial
  * sums would add their rounding to it. A group of loaded vectors takes the finite form of the
  * terms where its x - y sum to a finite number (jsd_with_sv_of: the kernel is issue-bound on an
- * H200, docs/CUDA-NOTES.md). The groups that lie wholly in the span run without bounds tests;
- * a thread's last group, if partial, with them. Every element passes through the input map in
- * (jsd_in_logp for the JSD itself) before its terms.
+ * H200, docs/GPU-NOTES.md "JSD row kernel"). The groups that lie wholly in the span run without
+ * bounds tests; a thread's last group, if partial, with them. Every element passes through the
+ * input map in (jsd_in_logp for the JSD itself) before its terms.
  */
 template <int DT, bool GRAD, int VW, int MODE, typename In>
 __device__ inline double jsd_span(const jsd_rows_params &p, int64_t row, int64_t v_begin,

@@ -17,8 +17,8 @@ namespace DISTIL_GPU_NS {
  * terms, and at a peaky row those are all of LSE - max (the CE gradient s - 1 at a confident
  * label, x at the row's mode); there each term goes to the double sum on its own, as in the
  * careful evaluation and on cpu (the fp32 vector sum gave 10x the careful error on an H200,
- * docs/CUDA-NOTES.md). Every row pass's exp sums go through here (fused_rows.cuh, the resident and
- * tensor-parallel kernels, topk_rows.cu). */
+ * docs/GPU-NOTES.md "Fused row pass"). Every row pass's exp sums go through here (fused_rows.cuh,
+ * the resident and tensor-parallel kernels, topk_rows.cu). */
 template <int VW, typename E>
 __device__ __forceinline__ void row_add_exps(double &acc, const float (&v)[VW], float r, float c,
                                              bool has_r, E ex) {

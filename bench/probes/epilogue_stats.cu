@@ -83,7 +83,7 @@ template <bool FAST> __device__ __forceinline__ float probe_exp2(float t) {
  * Each thread keeps (m, s) per row it holds (registers aliased along N, as Sm90ColReduction
  * does). Per fragment: the maxima first, each row's s rescaled once to its new maximum, then the
  * fragment's terms added (independent exponentials <= 1; the first run updated (m, s) per
- * element, docs/CUDA-NOTES.md). The lanes that hold
+ * element, docs/GPU-NOTES.md "Row statistics"). The lanes that hold
  * a row's other columns are merged by shuffles at the tile's last subtile. Only layouts with one
  * warp along N (wgmma tiles: a row's columns are in one quad of lanes).
  * S: the type of the sums (double, or float with the fast exponential). */

@@ -2,7 +2,7 @@
 """loop_floor.py - the fused loss's GEMMs alone, in the chunk loop's order and shapes, back to back
 for --seconds each (the card settled at its power limit, as in a long distil-bench point): what a
 chunked design would take if everything that is not a GEMM cost nothing, measured in the same run
-as floor_probe.py's 8192^3 GEMM (the "sustained floor" that bench/RESULTS.md divides by).
+as floor_probe.py's 8192^3 GEMM (the "sustained floor" that docs/PERFORMANCE.md divides by).
 
 Per chunk of C rows (V, Hs, Ht as distil-bench's seed shape; cuBLAS through PyTorch, one stream):
   logits   zs = xs_c Ws^T, zt = xt_c Wt^T                  (C, V) fp32 out, bf16 operands

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""results_table.py - Markdown tables of distil-bench / baselines.py results, for RESULTS.md.
+"""results_table.py - Markdown tables of distil-bench / baselines.py results (bench/tables/).
 
 usage: results_table.py [--probe floor-probe.json] FILE.json|FILE.csv...
 

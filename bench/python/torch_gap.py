@@ -39,7 +39,7 @@ def sample(fn, queue):
 def timed(variants, queue, reps):
     """{name: median device ms per call} over reps samples of each variant, the variants taken
     in turn within each round (at T 8192 the card sits at its power limit and its clock drifts
-    over a run: one variant after another would time the drift, bench/RESULTS.md)."""
+    over a run: one variant after another would time the drift, docs/GPU-NOTES.md)."""
     for _, fn in variants:
         for _ in range(3):
             fn()
@@ -58,7 +58,7 @@ def point(t, vocab, queue, reps, sets, profile=False):
 
     # `sets` input pairs, the next one each call in every variant (as distil-bench rotates its
     # inputs): the kernel's time depends on where its buffers lie (up to 7% at T 8192 between
-    # two allocations of the same tensors, bench/RESULTS.md), so every variant sees the same mix.
+    # two allocations of the same tensors, docs/GPU-NOTES.md), so every variant sees the same mix.
     pairs = [(torch.log_softmax(torch.randn(t, vocab, device="cuda"), -1).requires_grad_(),
               torch.log_softmax(torch.randn(t, vocab, device="cuda"), -1)) for _ in range(sets)]
     turn = itertools.cycle(range(sets))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""torch_step.py - what distil costs inside a PyTorch program (bench/RESULTS.md, "Python").
+"""torch_step.py - what distil costs inside a PyTorch program (docs/PERFORMANCE.md, "distil.torch").
 
 Two measurements, on CUDA when present (else the CPU, smaller):
   overhead  host time of one call at a tiny shape, where the GPU time is negligible: the raw

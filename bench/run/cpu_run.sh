@@ -1,5 +1,5 @@
 #!/bin/bash
-# cpu_run.sh - the CPU run behind bench/RESULTS.md: distil's cpu backend and PyTorch eager on the
+# cpu_run.sh - the CPU run behind docs/PERFORMANCE.md: distil's cpu backend and PyTorch eager on the
 # scaled-down CPU sweeps (JSD fp32 V 128256, T 64..1024; fused fp32 Hs 512, Ht 1024, V 32000,
 # T 128..2048), each point in its own process for its peak RSS; JSON/CSV, plots and tables to $OUT.
 # usage: OUT=/some/dir [BUILD=build] [PYTHON=python3] [WAIT_IDLE=0.95] [ONLY="distil:jsd:1024 ..."]

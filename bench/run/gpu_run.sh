@@ -1,5 +1,5 @@
 #!/bin/bash
-# gpu_run.sh - the H200 run behind bench/RESULTS.md: build distil with CUDA (+ OpenCL, + cpu when
+# gpu_run.sh - the GPU run behind docs/PERFORMANCE.md: build distil with CUDA (+ OpenCL, + cpu when
 # their dependencies are there), then time distil on cuda and opencl and the PyTorch eager,
 # Liger-Kernel and torch.compile baselines and distil's Python package (distil.torch, called as
 # Liger is) on the seed workloads; JSON/CSV, PNG plots and
