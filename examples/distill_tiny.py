@@ -27,9 +27,15 @@ def make_models(vocab=512, seed=0, dtype=torch.float32):
     torch.manual_seed(seed)
 
     def llama(hidden, heads, inter):
-        cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
-                          num_hidden_layers=2, num_attention_heads=heads,
-                          num_key_value_heads=heads, max_position_embeddings=256)
+        cfg = LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            intermediate_size=inter,
+            num_hidden_layers=2,
+            num_attention_heads=heads,
+            num_key_value_heads=heads,
+            max_position_embeddings=256,
+        )
         return LlamaForCausalLM(cfg)
 
     student, teacher = llama(64, 4, 128), llama(128, 4, 256).eval().requires_grad_(False)
@@ -69,8 +75,7 @@ def head_inputs(student, teacher, ids, prompt=4):
     return sh, th, labels
 
 
-def torch_loss(sh, ws, th, wt, labels, weight_hard=0.5, weight_soft=0.5, beta=0.5,
-               temperature=1.0):
+def torch_loss(sh, ws, th, wt, labels, weight_hard=0.5, weight_soft=0.5, beta=0.5, temperature=1.0):
     """The same loss in plain PyTorch (docs/SPEC.md §2), with the [tokens, vocab] logits."""
     sh, th, labels = sh.reshape(-1, sh.shape[-1]), th.reshape(-1, th.shape[-1]), labels.reshape(-1)
     # Logits in fp32 at least (float64 stays float64), as docs/SPEC.md §2 and distil keep them.
@@ -87,8 +92,9 @@ def torch_loss(sh, ws, th, wt, labels, weight_hard=0.5, weight_soft=0.5, beta=0.
 
 
 def distil_loss_fn():
-    return dt.FusedLinearJSDLoss(weight_hard_loss=0.5, weight_soft_loss=0.5, beta=0.5,
-                                 temperature=1.0)
+    return dt.FusedLinearJSDLoss(
+        weight_hard_loss=0.5, weight_soft_loss=0.5, beta=0.5, temperature=1.0
+    )
 
 
 def step_loss(kind, loss_fn, student, teacher, ids):
@@ -119,8 +125,10 @@ def main():
         loss.backward()
         opt.step()
         if step == 1 or step % 20 == 0:
-            print(f"step {step:4d}  loss {loss.item():.4f}  ({time.perf_counter() - t0:.1f} s)",
-                  flush=True)
+            print(
+                f"step {step:4d}  loss {loss.item():.4f}  ({time.perf_counter() - t0:.1f} s)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

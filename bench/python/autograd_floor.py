@@ -18,6 +18,7 @@ interleaved rounds; x a leaf, its .grad dropped untimed):
                       "public forward" row in bench/python/host_overhead.py)
 On cuda the queue is drained every 64 calls.
 """
+
 import argparse
 import statistics
 import time
@@ -138,8 +139,10 @@ def main():
     for _ in range(args.rounds):
         for name, fn in rows.items():
             best[name] = min(best.get(name, float("inf")), _median_us(fn, x, args.calls, drain))
-    print(f"# autograd.Function floor, forward + backward (last row: forward only), on "
-          f"{args.device} (torch {torch.__version__}), T {args.T}, V {args.V}, {args.clock} clock\n")
+    print(
+        f"# autograd.Function floor, forward + backward (last row: forward only), on "
+        f"{args.device} (torch {torch.__version__}), T {args.T}, V {args.V}, {args.clock} clock\n"
+    )
     print("| variant | µs |\n|---|---|")
     for name, us in best.items():
         print(f"| {name} | {us:.1f} |")

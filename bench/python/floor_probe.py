@@ -7,6 +7,7 @@ device-to-device copy (1 GiB, bytes read + written) in TB/s, each two ways:
              settled at its power limit (how a long distil-bench point runs).
 usage: python3 bench/python/floor_probe.py [--seconds 4] [--json out.json]
 """
+
 import argparse
 import json
 import sys

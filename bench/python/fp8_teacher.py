@@ -34,6 +34,7 @@ Runs on CPU tensors too (a smoke test: --device cpu, small shapes by default the
   usage: python bench/python/fp8_teacher.py [--device cuda] [--T 1024,8192] [--V 128256] [--Ht 4096]
          [--dtype bf16] [--reps 10] [--queue 4] [--json FILE]
 """
+
 import argparse
 import json
 import math
@@ -73,8 +74,12 @@ def student(t, v, hs, dtype, device, seed):
     ws = torch.randn(v, hs, generator=g, dtype=torch.float64) * (2.0 / math.sqrt(hs))
     bs = torch.randn(v, generator=g, dtype=torch.float64) * 0.1
     labels = torch.randint(0, v, (t,), generator=g)
-    return (xs.to(dtype).to(device), ws.to(dtype).to(device), bs.to(dtype).to(device),
-            labels.to(device))
+    return (
+        xs.to(dtype).to(device),
+        ws.to(dtype).to(device),
+        bs.to(dtype).to(device),
+        labels.to(device),
+    )
 
 
 def e4m3_rows(x):
@@ -94,7 +99,7 @@ def emulated_kl(xt, wt, bt, tau, chunk=256):
     w, b = wt.double(), bt.double()
     kl, top1, ent = [], [], []
     for i in range(0, xt.shape[0], chunk):
-        x = xt[i:i + chunk]
+        x = xt[i : i + chunk]
         qx, sx = e4m3_rows(x)
         z8 = sx[:, None] * sw[None, :] * (qx @ qw.T) + b
         ze = x.double() @ w.T + b
@@ -137,14 +142,19 @@ def point(a, t):
     tau = a.tau
     # KL(p_fp8 || p_exact), mean, by distil: the student is the exact teacher head, the teacher
     # the fp8 one, forward KL (p the teacher's): loss = mean_i KL(p_fp8 || p_exact)
-    kl_lib = dt.FusedLinearJSDLoss(weight_hard_loss=0.0, weight_soft_loss=1.0, temperature=tau,
-                                   divergence="forward_kl", teacher_head_precision="fp8")(
-        xt, wt, xt, wt, None, bt, bt)
+    kl_lib = dt.FusedLinearJSDLoss(
+        weight_hard_loss=0.0,
+        weight_soft_loss=1.0,
+        temperature=tau,
+        divergence="forward_kl",
+        teacher_head_precision="fp8",
+    )(xt, wt, xt, wt, None, bt, bt)
     kl, top1, ent = emulated_kl(xt, wt, bt, tau)  # on the device, float64
 
     def loss_of(precision, once=False):
-        return dt.FusedLinearJSDLoss(temperature=tau, teacher_head_precision=precision,
-                                     cache_teacher_head=once)
+        return dt.FusedLinearJSDLoss(
+            temperature=tau, teacher_head_precision=precision, cache_teacher_head=once
+        )
 
     # fp8_once: the frozen teacher's head rounded once (cache_teacher_head, made by the first
     # call below, outside the timed ones)
@@ -162,14 +172,25 @@ def point(a, t):
 
         ms[name] = timed(step, a.device, a.queue, a.reps)
     return {
-        "T": t, "V": a.V, "Ht": a.Ht, "Hs": a.Ht // 2, "dtype": a.dtype, "tau": tau,
-        "teacher_top1_mean": float(top1.mean()), "teacher_entropy_mean": float(ent.mean()),
-        "kl_mean": float(kl_lib), "kl_mean_emulated": float(kl.mean()),
+        "T": t,
+        "V": a.V,
+        "Ht": a.Ht,
+        "Hs": a.Ht // 2,
+        "dtype": a.dtype,
+        "tau": tau,
+        "teacher_top1_mean": float(top1.mean()),
+        "teacher_entropy_mean": float(ent.mean()),
+        "kl_mean": float(kl_lib),
+        "kl_mean_emulated": float(kl.mean()),
         "kl_max": float(kl.max()),
-        "loss_exact": losses["exact"], "loss_fp8": losses["fp8"],
+        "loss_exact": losses["exact"],
+        "loss_fp8": losses["fp8"],
         "loss_rel": abs(losses["fp8"] - losses["exact"]) / abs(losses["exact"]),
-        "ms_exact": ms["exact"], "ms_fp8": ms["fp8"], "speedup": ms["exact"] / ms["fp8"],
-        "loss_fp8_once": losses["fp8_once"], "ms_fp8_once": ms["fp8_once"],
+        "ms_exact": ms["exact"],
+        "ms_fp8": ms["fp8"],
+        "speedup": ms["exact"] / ms["fp8"],
+        "loss_fp8_once": losses["fp8_once"],
+        "ms_fp8_once": ms["fp8_once"],
         "speedup_once": ms["exact"] / ms["fp8_once"],
     }
 
@@ -195,20 +216,28 @@ def main():
     a.V = a.V or (128256 if gpu else 2048)
     a.Ht = a.Ht or (4096 if gpu else 256)
     rows = [point(a, int(t)) for t in a.T.split(",")]
-    print(f"fp8 teacher head, {a.device} {a.dtype}, V {a.V}, Ht {a.Ht}, Hs {a.Ht // 2}, "
-          f"tau {a.tau}, zipf {a.zipf}, peak {a.peak}, outliers {a.outliers}")
-    print("| T | top-1 p | H(p) | KL mean (distil / emulated) | KL max | loss exact | loss fp8 "
-          "| rel diff | ms exact | ms fp8 | speedup | ms fp8, head made once | speedup |")
+    print(
+        f"fp8 teacher head, {a.device} {a.dtype}, V {a.V}, Ht {a.Ht}, Hs {a.Ht // 2}, "
+        f"tau {a.tau}, zipf {a.zipf}, peak {a.peak}, outliers {a.outliers}"
+    )
+    print(
+        "| T | top-1 p | H(p) | KL mean (distil / emulated) | KL max | loss exact | loss fp8 "
+        "| rel diff | ms exact | ms fp8 | speedup | ms fp8, head made once | speedup |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['T']} | {r['teacher_top1_mean']:.3f} | {r['teacher_entropy_mean']:.3f} "
-              f"| {r['kl_mean']:.3e} / {r['kl_mean_emulated']:.3e} | {r['kl_max']:.3e} "
-              f"| {r['loss_exact']:.6f} | {r['loss_fp8']:.6f} | {r['loss_rel']:.2e} "
-              f"| {r['ms_exact']:.2f} | {r['ms_fp8']:.2f} | {r['speedup']:.3f} "
-              f"| {r['ms_fp8_once']:.2f} | {r['speedup_once']:.3f} |")
+        print(
+            f"| {r['T']} | {r['teacher_top1_mean']:.3f} | {r['teacher_entropy_mean']:.3f} "
+            f"| {r['kl_mean']:.3e} / {r['kl_mean_emulated']:.3e} | {r['kl_max']:.3e} "
+            f"| {r['loss_exact']:.6f} | {r['loss_fp8']:.6f} | {r['loss_rel']:.2e} "
+            f"| {r['ms_exact']:.2f} | {r['ms_fp8']:.2f} | {r['speedup']:.3f} "
+            f"| {r['ms_fp8_once']:.2f} | {r['speedup_once']:.3f} |"
+        )
         if r["loss_fp8_once"] != r["loss_fp8"]:
-            print(f"  note: the head made once gave loss {r['loss_fp8_once']!r}, not "
-                  f"{r['loss_fp8']!r}")
+            print(
+                f"  note: the head made once gave loss {r['loss_fp8_once']!r}, not "
+                f"{r['loss_fp8']!r}"
+            )
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"args": vars(a), "results": rows}, f, indent=1)

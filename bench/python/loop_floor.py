@@ -21,8 +21,10 @@ Variants (--variants, each name a comma-separated choice):
 --gw-every K: the weight-gradient GEMM every K chunks with K C rows (G kept for K chunks), the
 "fewer, larger weight-gradient GEMMs" lever; --chunk C sets the chunk.
 Prints ms per call and x floor (FLOPs of the call over the sustained 8192^3 rate).
-usage: python3 bench/python/loop_floor.py [--T 1024,8192] [--chunk 1024] [--seconds 3] [--json out.json]
+usage: python3 bench/python/loop_floor.py [--T 1024,8192] [--chunk 1024] [--seconds 3]
+                                          [--json out.json]
 """
+
 import argparse
 import json
 import sys
@@ -92,8 +94,9 @@ class Fp8Head:
         sw = self.sw.t() if self.rowwise else self.sw
         if not self.rowwise:
             sx = sx.max().reshape(())
-        return self.torch._scaled_mm(xq, self.wq.t(), scale_a=sx, scale_b=sw,
-                                     out_dtype=self.torch.float32, out=out)
+        return self.torch._scaled_mm(
+            xq, self.wq.t(), scale_a=sx, scale_b=sw, out_dtype=self.torch.float32, out=out
+        )
 
 
 def make_call(torch, t, c, variant, every, kernels):
@@ -129,7 +132,7 @@ def make_call(torch, t, c, variant, every, kernels):
                     loss_rows(zs[:n], zt[:n], sink)
                 continue
             slot = (r0 // c) % every
-            gc = g[slot * c: slot * c + n]
+            gc = g[slot * c : slot * c + n]
             if rows:
                 grad_rows(zs[:n], zt[:n], gc)
             torch.mm(gc, ws, out=gx[r0:r1])
@@ -144,10 +147,16 @@ def make_call(torch, t, c, variant, every, kernels):
         if grads and gw is not None:
             gw_out.copy_(gw)
 
-    working = (2 * c * V * 4 + (every * c * V * 2 if grads else 0)
-               + (V * HS * 4 if grads and gw is not None else 0))
-    note = "" if head is None else (" (fp8 scales per row)" if head.rowwise
-                                    else " (fp8 scales per tensor)")
+    working = (
+        2 * c * V * 4
+        + (every * c * V * 2 if grads else 0)
+        + (V * HS * 4 if grads and gw is not None else 0)
+    )
+    note = (
+        ""
+        if head is None
+        else (" (fp8 scales per row)" if head.rowwise else " (fp8 scales per tensor)")
+    )
     return call, working, note
 
 
@@ -167,8 +176,10 @@ def main(argv):
         print("loop_floor: no CUDA device")
         return 2
     burst, rate = floor_probe.gemm_tflops(torch, 4.0)
-    print(f"device {torch.cuda.get_device_name()}; torch {torch.__version__}; "
-          f"8192^3 bf16 GEMM sustained {rate:.1f} TFLOP/s (burst {burst:.1f})")
+    print(
+        f"device {torch.cuda.get_device_name()}; torch {torch.__version__}; "
+        f"8192^3 bf16 GEMM sustained {rate:.1f} TFLOP/s (burst {burst:.1f})"
+    )
     kernels = standin_kernels()
     rows = []
     for rnd in range(args.rounds):
@@ -178,28 +189,48 @@ def main(argv):
                     if every > 1 and not (variant.startswith("full") or variant == "fp8"):
                         continue
                     try:
-                        call, working, note = make_call(torch, t, args.chunk, variant, every,
-                                                        kernels)
+                        call, working, note = make_call(
+                            torch, t, args.chunk, variant, every, kernels
+                        )
                         _, ms = floor_probe.burst_and_sustained(torch, call, args.seconds)
                     except (RuntimeError, TypeError, ValueError) as e:  # an API this torch lacks
                         print(f"T {t} {variant} gw every {every}: failed: {e}", flush=True)
                         continue
                     mode = "full" if variant.startswith("full") or variant == "fp8" else "loss"
                     floor = flops(t, mode) / (rate * 1e9)
-                    row = {"round": rnd, "T": t, "chunk": args.chunk, "variant": variant,
-                           "gw_every": every, "ms": ms, "floor_ms": floor, "x_floor": ms / floor,
-                           "working_gb": working / 1e9, "note": note.strip(" ()")}
+                    row = {
+                        "round": rnd,
+                        "T": t,
+                        "chunk": args.chunk,
+                        "variant": variant,
+                        "gw_every": every,
+                        "ms": ms,
+                        "floor_ms": floor,
+                        "x_floor": ms / floor,
+                        "working_gb": working / 1e9,
+                        "note": note.strip(" ()"),
+                    }
                     rows.append(row)
-                    print(f"T {t:5d} C {args.chunk:4d} {variant:10s} gw every {every}: "
-                          f"{ms:8.3f} ms  {ms / floor:.3f}x floor  working {working / 1e9:.2f} GB"
-                          + note, flush=True)
+                    print(
+                        f"T {t:5d} C {args.chunk:4d} {variant:10s} gw every {every}: "
+                        f"{ms:8.3f} ms  {ms / floor:.3f}x floor  working {working / 1e9:.2f} GB"
+                        + note,
+                        flush=True,
+                    )
                     del call
                     torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rate_tflops": rate, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                    time.gmtime()),
-                       "device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+            json.dump(
+                {
+                    "rate_tflops": rate,
+                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "device": torch.cuda.get_device_name(),
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

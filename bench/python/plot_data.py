@@ -9,6 +9,7 @@ OUTDIR/<group>__floor.dat when the rows carry a floor, then prints one line per 
 "<group>|<title>|<dat files>|<labels>|<floor file or ->". plot.sh reads these lines. Only the
 Python standard library is used, so it runs wherever gnuplot does.
 """
+
 import csv
 import json
 import os
@@ -63,7 +64,11 @@ def main(argv):
         backends, floor = {}, {}
         for r in rows:
             backends.setdefault(r["backend"], {})[r["T"]] = (
-                r["T"], r["ms_median"], r["ms_p20"], r["ms_p80"])
+                r["T"],
+                r["ms_median"],
+                r["ms_p20"],
+                r["ms_p80"],
+            )
             if r.get("floor_ms") and r["backend"] not in BASELINES:
                 floor.setdefault(r["T"], (r["T"], r["floor_ms"]))
         files = []
@@ -75,10 +80,10 @@ def main(argv):
             ffile = os.path.join(out, f"{key}__floor.dat")
             write_dat(ffile, floor.values())
         devices = {r["device"] for r in rows if r["backend"] not in BASELINES} or {
-            rows[0]["device"]}
+            rows[0]["device"]
+        }
         labels = [b if b in BASELINES else "distil-" + b for b in backends]
-        print("|".join([key, title_of(rows[0], devices), " ".join(files), " ".join(labels),
-                        ffile]))
+        print("|".join([key, title_of(rows[0], devices), " ".join(files), " ".join(labels), ffile]))
 
 
 if __name__ == "__main__":

@@ -5,10 +5,11 @@ usage: results_table.py [--probe floor-probe.json] FILE.json|FILE.csv...
 
 One table per workload, mode, dtype and shape: a row per T; per backend the median ms with
 p20..p80; the speed-up of each distil backend over PyTorch eager (and torch.compile, Liger when
-present); the ratio to the floor; with --probe (bench/python/floor_probe.py's file of the same run) also
-the ratio to the floor at the rates the card sustained; and memory (peak, and working = beyond
-inputs and outputs). Only the Python standard library is used.
+present); the ratio to the floor; with --probe (bench/python/floor_probe.py's file of the same
+run) also the ratio to the floor at the rates the card sustained; and memory (peak, and working =
+beyond inputs and outputs). Only the Python standard library is used.
 """
+
 import json
 import os
 import sys
@@ -65,8 +66,12 @@ def table(rows, probe=None):
     head += [f"{'distil-' + o if o in ours else o} × floor" for o in ours]
     head += [f"distil-{o} × sustained floor" for o in ours] if probe else []
     head += [f"{b if b in BASELINES else 'distil-' + b} memory (working)" for b in backends]
-    out = [f"**{title_of(rows[0], devices)}**", "", "| " + " | ".join(head) + " |",
-           "|" + "---|" * len(head)]
+    out = [
+        f"**{title_of(rows[0], devices)}**",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
     for t in ts:
         cells = [str(int(t))]
         fl = next((by[(o, t)]["floor_ms"] for o in ours if (o, t) in by), None)
@@ -75,8 +80,9 @@ def table(rows, probe=None):
         for o in ours:
             for b in base:
                 ok = all((k, t) in by and by[(k, t)]["status"] == "ok" for k in (o, b))
-                cells.append(f"{by[(b, t)]['ms_median'] / by[(o, t)]['ms_median']:.2f}×"
-                             if ok else "–")
+                cells.append(
+                    f"{by[(b, t)]['ms_median'] / by[(o, t)]['ms_median']:.2f}×" if ok else "–"
+                )
         for o in ours:
             r = by.get((o, t))
             ok = r and r["status"] == "ok" and r["floor_ms"]
@@ -87,8 +93,11 @@ def table(rows, probe=None):
             cells.append(f"{r['ms_median'] / sf:.2f}" if sf else "–")
         for b in backends:
             r = by.get((b, t))
-            cells.append(f"{fmt_bytes(r['mem_bytes'])} ({fmt_bytes(r['working_bytes'])})"
-                         if r and r["status"] == "ok" else "–")
+            cells.append(
+                f"{fmt_bytes(r['mem_bytes'])} ({fmt_bytes(r['working_bytes'])})"
+                if r and r["status"] == "ok"
+                else "–"
+            )
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 

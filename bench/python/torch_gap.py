@@ -17,6 +17,7 @@ more kernels, slower kernels, or idle time between them).
   usage: python bench/python/torch_gap.py [--T 1024,8192] [--queue 8] [--reps 15] [--sets 3]
                                    [--json FILE] [--profile]
 """
+
 import argparse
 import itertools
 import json
@@ -59,13 +60,19 @@ def point(t, vocab, queue, reps, sets, profile=False):
     # `sets` input pairs, the next one each call in every variant (as distil-bench rotates its
     # inputs): the kernel's time depends on where its buffers lie (up to 7% at T 8192 between
     # two allocations of the same tensors, docs/GPU-NOTES.md), so every variant sees the same mix.
-    pairs = [(torch.log_softmax(torch.randn(t, vocab, device="cuda"), -1).requires_grad_(),
-              torch.log_softmax(torch.randn(t, vocab, device="cuda"), -1)) for _ in range(sets)]
+    pairs = [
+        (
+            torch.log_softmax(torch.randn(t, vocab, device="cuda"), -1).requires_grad_(),
+            torch.log_softmax(torch.randn(t, vocab, device="cuda"), -1),
+        )
+        for _ in range(sets)
+    ]
     turn = itertools.cycle(range(sets))
     xd = pairs[0][0].detach()
     ctx = _ops.context_for(xd)
-    desc, nbytes = _calls.jsd_plan(ctx, t, vocab, (vocab, vocab, vocab), _lib.F32, 0.5, -100,
-                                   "batchmean")
+    desc, nbytes = _calls.jsd_plan(
+        ctx, t, vocab, (vocab, vocab, vocab), _lib.F32, 0.5, -100, "batchmean"
+    )
     work = torch.empty(max(nbytes, 1), dtype=torch.uint8, device="cuda")
     loss = torch.empty((), device="cuda")
     grad = torch.empty_like(xd)
@@ -73,8 +80,17 @@ def point(t, vocab, queue, reps, sets, profile=False):
     def c_call(g=None):
         x, y = pairs[next(turn)]
         _ops.context_for(xd)  # binds the current stream, as every distil.torch call does
-        _calls.run_jsd(ctx, desc, work.data_ptr(), nbytes, x.data_ptr(), y.data_ptr(), 0,
-                       loss.data_ptr(), (grad if g is None else g).data_ptr())
+        _calls.run_jsd(
+            ctx,
+            desc,
+            work.data_ptr(),
+            nbytes,
+            x.data_ptr(),
+            y.data_ptr(),
+            0,
+            loss.data_ptr(),
+            (grad if g is None else g).data_ptr(),
+        )
 
     def c_fresh():
         c_call(torch.empty_like(xd))
@@ -90,15 +106,15 @@ def point(t, vocab, queue, reps, sets, profile=False):
         x.grad = None  # the gradient's memory goes back before the next call, as in training
 
     out = {"T": t, "V": vocab}
-    variants = (("c", c_call), ("c fresh", c_fresh), ("forward", forward),
-                ("backward", backward))
+    variants = (("c", c_call), ("c fresh", c_fresh), ("forward", forward), ("backward", backward))
     out.update(timed(variants, queue, reps))
     if profile:
         try:
             out["profile"] = {name: profiled(fn, queue) for name, fn in variants}
         except Exception as e:  # a profiler that cannot run here: the timings still print
             print(f"torch_gap.py: torch.profiler failed: {e!r}")
-    del grad, work, pairs
+    pairs.clear()  # the closures' tensors go back before the cache is emptied
+    grad = work = None
     torch.cuda.empty_cache()
     return out
 
@@ -107,6 +123,7 @@ def profiled(fn, queue):
     """Kernels of `queue` calls of fn under torch.profiler: {name: (launches, device µs)} per
     call, and the busy time and span per call (µs)."""
     from torch.profiler import ProfilerActivity, profile
+
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -119,19 +136,27 @@ def profiled(fn, queue):
     for e in kernels:
         n, us = per.get(e.name, (0, 0.0))
         per[e.name] = (n + 1, us + e.time_range.elapsed_us())
-    span = (max(e.time_range.end for e in kernels) - min(e.time_range.start for e in kernels)
-            if kernels else 0)
+    span = (
+        max(e.time_range.end for e in kernels) - min(e.time_range.start for e in kernels)
+        if kernels
+        else 0
+    )
     busy = sum(us for _, us in per.values())
-    return {"kernels": {k: (n / queue, us / queue) for k, (n, us) in per.items()},
-            "busy_us": busy / queue, "span_us": span / queue}
+    return {
+        "kernels": {k: (n / queue, us / queue) for k, (n, us) in per.items()},
+        "busy_us": busy / queue,
+        "span_us": span / queue,
+    }
 
 
 def print_profile(rows):
     for r in rows:
         for variant, p in r.get("profile", {}).items():
-            print(f"\nT {r['T']}, {variant}: busy {p['busy_us']:.1f} µs of a {p['span_us']:.1f} "
-                  "µs span per call\n\n| kernel | launches per call | device µs per call |\n"
-                  "|---|---|---|")
+            print(
+                f"\nT {r['T']}, {variant}: busy {p['busy_us']:.1f} µs of a {p['span_us']:.1f} "
+                "µs span per call\n\n| kernel | launches per call | device µs per call |\n"
+                "|---|---|---|"
+            )
             for name, (n, us) in sorted(p["kernels"].items(), key=lambda kv: -kv[1][1]):
                 print(f"| {name[:90]} | {n:.2f} | {us:.1f} |")
 
@@ -150,11 +175,15 @@ def main():
         print("torch_gap.py: no CUDA device; nothing measured")
         return
     rows = [point(int(t), a.V, a.queue, a.reps, a.sets, a.profile) for t in a.T.split(",")]
-    print("| T | C call (ms) | C call, fresh gradient | distil.torch forward | + backward | "
-          "forward / C | backward / C |\n|---|---|---|---|---|---|---|")
+    print(
+        "| T | C call (ms) | C call, fresh gradient | distil.torch forward | + backward | "
+        "forward / C | backward / C |\n|---|---|---|---|---|---|---|"
+    )
     for r in rows:
-        print(f"| {r['T']} | {r['c']:.3f} | {r['c fresh']:.3f} | {r['forward']:.3f} | "
-              f"{r['backward']:.3f} | {r['forward'] / r['c']:.3f} | {r['backward'] / r['c']:.3f} |")
+        print(
+            f"| {r['T']} | {r['c']:.3f} | {r['c fresh']:.3f} | {r['forward']:.3f} | "
+            f"{r['backward']:.3f} | {r['forward'] / r['c']:.3f} | {r['backward'] / r['c']:.3f} |"
+        )
     print_profile(rows)
     if a.json:
         with open(a.json, "w") as f:

@@ -10,6 +10,7 @@ Two measurements, on CUDA when present (else the CPU, smaller):
             median step time and peak allocated memory.
 Prints Markdown tables; --json writes the numbers.
 """
+
 import argparse
 import json
 import os
@@ -32,7 +33,7 @@ def timed_host(fn, n=512, drain=64):
         times.append((time.perf_counter() - t0) * 1e6)
         if torch.cuda.is_available() and i % drain == drain - 1:
             torch.cuda.synchronize()
-    return statistics.median(times[n // 8:])
+    return statistics.median(times[n // 8 :])
 
 
 def overhead(device):
@@ -52,20 +53,30 @@ def overhead(device):
     loss = torch.empty((), device=device)
     grad = torch.empty_like(x)
     rows = {
-        "jsd: C call through ctypes (descriptor cached)":
-            lambda: _calls.run_jsd(ctx, desc, ws_buf.data_ptr(), nbytes, x.data_ptr(),
-                                   y.data_ptr(), 0, loss.data_ptr(), grad.data_ptr()),
+        "jsd: C call through ctypes (descriptor cached)": lambda: _calls.run_jsd(
+            ctx,
+            desc,
+            ws_buf.data_ptr(),
+            nbytes,
+            x.data_ptr(),
+            y.data_ptr(),
+            0,
+            loss.data_ptr(),
+            grad.data_ptr(),
+        ),
         "jsd: distil.torch.jsd, loss + grad (forward)": lambda: dt.jsd(x.requires_grad_(), y),
-        "fused: distil.torch.FusedLinearJSDLoss (forward, grads computed)":
-            lambda: dt.FusedLinearJSDLoss()(xs.requires_grad_(), ws.requires_grad_(), xs, ws,
-                                            lab),
+        "fused: distil.torch.FusedLinearJSDLoss (forward, grads computed)": lambda: (
+            dt.FusedLinearJSDLoss()(xs.requires_grad_(), ws.requires_grad_(), xs, ws, lab)
+        ),
     }
     try:
         from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
         from liger_kernel.transformers import LigerJSD
+
         rows["jsd: Liger LigerJSD (forward)"] = lambda: LigerJSD()(x.requires_grad_(), y)
-        rows["fused: Liger LigerFusedLinearJSDLoss (forward)"] = \
-            lambda: LigerFusedLinearJSDLoss(compiled=False)(xs, ws, xs, ws, lab)
+        rows["fused: Liger LigerFusedLinearJSDLoss (forward)"] = lambda: LigerFusedLinearJSDLoss(
+            compiled=False
+        )(xs, ws, xs, ws, lab)
     except ImportError:
         pass
     out = {}
@@ -88,8 +99,10 @@ def training_step(device, impl, steps, batch, seq, vocab):
         loss_fn = ex.distil_loss_fn()
     elif impl == "liger":
         from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
-        loss_fn = LigerFusedLinearJSDLoss(weight_hard_loss=0.5, weight_soft_loss=0.5, beta=0.5,
-                                          temperature=1.0, compiled=True)
+
+        loss_fn = LigerFusedLinearJSDLoss(
+            weight_hard_loss=0.5, weight_soft_loss=0.5, beta=0.5, temperature=1.0, compiled=True
+        )
     else:
         loss_fn = torch.compile(ex.torch_loss)
     batches = [data.batch(batch, seq).to(device) for _ in range(4)]
@@ -109,8 +122,11 @@ def training_step(device, impl, steps, batch, seq, vocab):
             torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else 0
-    return {"ms_median": statistics.median(times[steps // 4:]), "peak_bytes": peak,
-            "loss": loss.item()}
+    return {
+        "ms_median": statistics.median(times[steps // 4 :]),
+        "peak_bytes": peak,
+        "loss": loss.item(),
+    }
 
 
 def main():
@@ -121,16 +137,22 @@ def main():
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     shape = (8, 1024, 128256) if device == "cuda" else (4, 64, 2048)
-    res = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-           "torch": torch.__version__, "overhead_us": overhead(device), "step": {},
-           "step_shape": dict(zip(("batch", "seq", "vocab"), shape))}
+    res = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "overhead_us": overhead(device),
+        "step": {},
+        "step_shape": dict(zip(("batch", "seq", "vocab"), shape, strict=True)),
+    }
     print(f"# distil inside PyTorch on {res['device']} (torch {torch.__version__})\n")
     print("| call (host time, median) | µs |\n|---|---|")
     for k, v in res["overhead_us"].items():
         print(f"| {k} | {v:.1f} |")
     dt_name = "bf16" if device == "cuda" else "fp32"
-    print(f"\n| training step, batch {shape[0]} x seq {shape[1]}, vocab {shape[2]}, {dt_name} "
-          "(examples/distill_tiny.py models) | ms (median) | peak allocated |\n|---|---|---|")
+    print(
+        f"\n| training step, batch {shape[0]} x seq {shape[1]}, vocab {shape[2]}, {dt_name} "
+        "(examples/distill_tiny.py models) | ms (median) | peak allocated |\n|---|---|---|"
+    )
     for impl in args.impls.split(","):
         try:
             r = training_step(device, impl, args.steps, *shape)
