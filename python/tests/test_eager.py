@@ -1,6 +1,6 @@
 """Which path a distil.torch call takes, and what the eager one keeps.
 
-Plain eager calls take an autograd.Function over the ops' kernels (bench/host_overhead.py: it
+Plain eager calls take an autograd.Function over the ops' kernels (bench/python/host_overhead.py: it
 costs a fraction of the custom op's dispatcher); anything that traces (FakeTensorMode, make_fx,
 torch.compile) must take the torch.library ops, which have fake kernels. The eager path's
 results are compared with the ops' bit for bit (the same kernels) and with the float64

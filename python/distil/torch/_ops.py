@@ -341,7 +341,7 @@ def _out(like: Tensor, shape, dtype) -> Tensor:
     if POISON_OUTPUTS:
         return torch.full(shape, float("nan"), dtype=dtype, device=like.device)
     # size= as a keyword: torch parses it faster than a positional tuple, () included
-    # (bench/host_overhead.py).
+    # (bench/python/host_overhead.py).
     return torch.empty(size=shape, dtype=dtype, device=like.device)
 
 
@@ -411,7 +411,7 @@ def _scaled(ctx, grads: list, s: Tensor) -> list:
 
 # ------------------------------------------------------------------- eager fast path
 #
-# Host time per call matters at small shapes (bench/host_overhead.py breaks it down). The
+# Host time per call matters at small shapes (bench/python/host_overhead.py breaks it down). The
 # dispatcher path of a Python custom op with autograd costs tens of µs per call; a plain
 # autograd.Function around the same kernels costs a few. So a plain eager call (nothing
 # compiling or tracing, no dispatch mode or functorch transform, plain tensors) takes the

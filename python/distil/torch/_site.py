@@ -7,7 +7,7 @@ wanted, the thread) and what the checked path derived from it (context, descript
 bytes, output shapes). A later call with the same key skips straight to the outputs and the
 library call: every check the checked path made depends only on what the key holds, and the
 library checks the values and pointers again itself (docs/SPEC.md §5). Host time per call is
-what this buys (bench/host_overhead.py; the checked path costs about twice the library call's
+what this buys (bench/python/host_overhead.py; the checked path costs about twice the library call's
 host time on a GPU).
 
 A module keeps up to _SITES_KEPT sites (batches of varying length give each length its own) and
@@ -70,7 +70,7 @@ class _Site:
     """What both kinds of site hold: the context (device index, or -1 for the cpu), the site's
     own descriptor and its workspace bytes, the loss's template, the outputs wanted, and the
     call in flight (`call`: the arguments beyond the student's tensors; autograd.Function.apply
-    walks nested arguments, about a third of its host time, bench/host_overhead.py). A site
+    walks nested arguments, about a third of its host time, bench/python/host_overhead.py). A site
     serves one thread (the key holds it), so one call at a time."""
 
     __slots__ = ("ctx", "index", "desc", "nbytes", "loss", "want", "grads", "call")
@@ -119,7 +119,7 @@ def _poisoned(t: Tensor) -> Tensor:
 
 def _factory():
     """The outputs' factory: empty_like of a dense tensor is the cheapest there is (about half
-    of torch.empty with a size, a dtype and a device on the H200 machine, bench/RESULTS.md); the
+    of torch.empty with a size, a dtype and a device on the H200 machine, docs/PERFORMANCE.md); the
     tests' poisoned outputs as in _ops."""
     return _poisoned if _ops.POISON_OUTPUTS else torch.empty_like
 
@@ -198,7 +198,7 @@ def fused_site(key, xs, ws, bs, xt, wt, labels, args, parts) -> Optional[FusedSi
 def fused_run(site: FusedSite, xs, ws, bs, xt, wt, bt, labels):
     """The site's call: (loss or parts, grad_xs, grad_Ws, grad_bs), unwanted ones None.
     Few frames (the call's host time, measured on the H200 machine in this form,
-    bench/RESULTS.md): xs, Ws, Xt, Wt are dense and present (the key); the caller's optional
+    docs/PERFORMANCE.md): xs, Ws, Xt, Wt are dense and present (the key); the caller's optional
     tensors give 0 when absent or empty, _ops._addr written out; a new output's address is 0
     when it is empty (torch allocates nothing for 0 bytes)."""
     ctx = _bind(site)
