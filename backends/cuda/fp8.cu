@@ -18,7 +18,7 @@
  * DISTIL_CUDA_FP8=lt refuses step 4 (DISTIL_ERR_UNSUPPORTED naming the reason) so that a benchmark
  * cannot measure the emulation unknowingly; DISTIL_CUDA_FP8=emulate forces it (tests). Verified
  * on an H200 (docs/GPU-NOTES.md, "fp8 teacher head"): test_cuda_e4m3 over every fp32, the fp8
- * suites with each product, bench/fp8_teacher.py.
+ * suites with each product, bench/python/fp8_teacher.py.
  * The codes: __nv_cvt_float_to_fp8(x / s, __NV_SATFINITE, __NV_E4M3) on cuda (the hardware
  * converter on sm_89+), which tests/test_cuda_e4m3.cu checks bit for bit against
  * core/backend_api/math/distil_e4m3.h over every fp32; that header's rounding on hip.

@@ -1,7 +1,7 @@
 /*
  * bench_main.c - distil-bench: times distil_jsd and distil_fused_linear_jsd on every selected
  * backend over a sweep of tokens T, prints a table (ms, TB/s or TFLOP/s, ratio to the floor,
- * memory) and writes JSON/CSV for bench/plot.sh. Exit status: 0 when every point ran, 1 when
+ * memory) and writes JSON/CSV for bench/run/plot.sh. Exit status: 0 when every point ran, 1 when
  * no backend could run, 2 for bad flags, 3 when some points failed (their rows say why).
  */
 #include <stdio.h>
