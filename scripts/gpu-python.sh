@@ -2,10 +2,10 @@
 # gpu-python.sh - the Python package on a GPU machine: `pip install .` (cuda backend; the cpu and
 # opencl backends only where their libraries are there), the pytest suite with its CUDA tests,
 # and the package's timings: bench/python/host_overhead.py (host time per call, layer by layer),
-# bench/python/autograd_floor.py (torch's own autograd.Function floor) and bench/python/torch_step.py (host
-# overhead per call, a training step of the tiny example with distil, Liger-Kernel and
-# torch.compile). Liger-Kernel is installed from
-# .whl/ when a wheel is there (no network on the device machine).
+# bench/python/autograd_floor.py (torch's own autograd.Function floor) and
+# bench/python/torch_step.py (host overhead per call, a training step of the tiny example with
+# distil, Liger-Kernel and torch.compile). Liger-Kernel is installed from .whl/ when a wheel is
+# there (no network on the device machine).
 #   usage: OUT=/some/dir bash scripts/gpu-python.sh          (from the repository root; ~3 min)
 #   CUDA_ARCHS (default 90a), DISTIL_PY_CPU / DISTIL_PY_OPENCL (default OFF); ONLY_TESTS=1 stops
 #   after pytest
