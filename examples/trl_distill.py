@@ -47,10 +47,10 @@ def tiny_pair(tok, gemma2=False, seed=0):
     from transformers import AutoModelForCausalLM, Gemma2Config, LlamaConfig
 
     vocab = len(tok)
-    common = dict(vocab_size=vocab, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=128,
-                  pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                  bos_token_id=None, tie_word_embeddings=False)
+    common = {"vocab_size": vocab, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "max_position_embeddings": 128,
+              "pad_token_id": tok.pad_token_id, "eos_token_id": tok.eos_token_id,
+              "bos_token_id": None, "tie_word_embeddings": False}
     models = []
     for i, (hidden, inter) in enumerate(((32, 64), (64, 128))):
         torch.manual_seed(seed + i)
@@ -81,18 +81,18 @@ def prompts(n=16, seed=0):
 
 
 def _config_args(a, out):
-    return dict(output_dir=out, max_steps=a.steps, per_device_train_batch_size=a.batch,
-                gradient_accumulation_steps=a.accumulation, learning_rate=a.lr, optim=a.optim,
-                lr_scheduler_type="constant", logging_steps=1, save_strategy="no",
-                report_to=[], seed=a.seed, bf16=a.bf16, use_cpu=not torch.cuda.is_available(),
-                beta=a.beta, temperature=a.temperature, disable_tqdm=True)
+    return {"output_dir": out, "max_steps": a.steps, "per_device_train_batch_size": a.batch,
+            "gradient_accumulation_steps": a.accumulation, "learning_rate": a.lr,
+            "optim": a.optim, "lr_scheduler_type": "constant", "logging_steps": 1,
+            "save_strategy": "no", "report_to": [], "seed": a.seed, "bf16": a.bf16,
+            "use_cpu": not torch.cuda.is_available(), "beta": a.beta,
+            "temperature": a.temperature, "disable_tqdm": True}
 
 
 def build(a, out):
     """The trainer that a's options describe (argparse namespace; see main)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from distil.torch import trl as distil_trl
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if a.student:
         tok = AutoTokenizer.from_pretrained(a.student, padding_side="left")

@@ -10,7 +10,6 @@ import sys
 
 import pytest
 import torch
-
 from distil.torch import trl as distil_trl
 
 trl = pytest.importorskip("trl", reason="trl is not installed: the TRL tests are skipped")
@@ -107,9 +106,9 @@ def test_chunked_divergence_loss_matches_trl_directly():
     mask[1, :2] = 0
     for beta in (0.0, 0.5, 1.0):
         for n_items in (None, torch.tensor(17.0)):
-            kw = dict(num_items_in_batch=n_items, student_lm_head_bias=bs,
-                      teacher_lm_head_bias=bt, student_logit_scale=0.8,
-                      teacher_final_logit_softcapping=6.0, temperature=1.5)
+            kw = {"num_items_in_batch": n_items, "student_lm_head_bias": bs,
+                  "teacher_lm_head_bias": bt, "student_logit_scale": 0.8,
+                  "teacher_final_logit_softcapping": 6.0, "temperature": 1.5}
             outs = []
             for fn in (distil_trl.chunked_divergence_loss, theirs):
                 w = ws.clone().requires_grad_(True)

@@ -2,11 +2,10 @@
 return_entropy=True on the fused losses and modules, eager and under torch.compile, against a
 float64 torch reference; what TRL's DistillationTrainer logs as `entropy`."""
 
-import pytest
-import torch
-
 import distil.torch as dt
 import distil.torch.functional as F
+import pytest
+import torch
 from conftest import DEVICES, DTYPES, bounds, gen, labels_for, leaf, normal
 
 
@@ -71,9 +70,9 @@ def test_return_entropy_order_and_modules(device):
     check_entropy(out[5].reshape(-1), want, torch.float32)
     module = dt.FusedLinearJSDLoss(return_entropy=True)
     check_entropy(module(xs, ws, xt, wt, lab)[1].reshape(-1), want, torch.float32)
-    loss, ent = F.fused_linear_jsd(xs, ws, xt, wt, lab, return_entropy=True)
+    _loss, ent = F.fused_linear_jsd(xs, ws, xt, wt, lab, return_entropy=True)
     check_entropy(ent.reshape(-1), want, torch.float32)
-    loss, ent = dt.FusedLinearJSD(return_entropy=True)(xs, ws, xt, wt, lab)
+    _, ent = dt.FusedLinearJSD(return_entropy=True)(xs, ws, xt, wt, lab)
     check_entropy(ent.reshape(-1), want, torch.float32)
 
 

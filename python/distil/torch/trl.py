@@ -26,7 +26,6 @@ the reverse KL. No tau^2 factor (TRL has none). Nothing here imports or needs li
 import contextlib
 import functools
 import inspect
-from typing import Optional
 
 import torch
 
@@ -75,7 +74,7 @@ def head_options_of(student_config, teacher_config) -> dict:
     return options
 
 
-def _logit_scale_of(config) -> Optional[float]:
+def _logit_scale_of(config) -> float | None:
     for name in ("logit_scale", "output_multiplier", "lm_head_multiplier"):
         value = getattr(config, name, None)
         if value is not None:
@@ -364,7 +363,7 @@ _CLASSES = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _make_class(name):
     _check_version()
     if trl_version() != "1.16":
