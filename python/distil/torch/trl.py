@@ -12,10 +12,10 @@ TRL 1.16 (the tested current release):
     models' last hidden states and heads through distil instead (the logits never exist in
     full), with TRL's own loss settings (GKD's loss at temperature 1, GOLD's at its temperature;
     the head options from the model configs). GOLD's cross-tokenizer ULD loss stays TRL's.
-TRL 1.12 and 1.13: `use_distil(trainer)` hands distil's FusedLinearJSDLoss to the trainers' fused
-  path (their `liger_loss`), built with or without `use_liger_kernel=True`, and switches off the
-  model-layer patching that `use_liger_kernel` asks transformers for. 1.13's DistillationTrainer
-  already has the chunked loss of 1.16 and is handled as there.
+TRL 1.12 and 1.13: `use_distil(trainer)` hands distil's FusedLinearJSDLoss to the GKD and GOLD
+  trainers' fused path (their `liger_loss`), built with or without `use_liger_kernel=True`, and
+  switches off the model-layer patching that `use_liger_kernel` asks transformers for. Their
+  DistillationTrainer already has the chunked loss of 1.16 and is handled as there.
 Any other version: ValueError naming the supported ones.
 
 The beta convention is TRL's and distil's alike (docs/SPEC.md §1): the mixture
@@ -280,9 +280,9 @@ def distil_loss_like(liger_loss, **head_options) -> FusedLinearJSDLoss:
 
 
 def _fused_path_on(trainer, head_options):
-    """TRL 1.12 / 1.13: the trainer's fused path (liger_loss) taken with distil's loss, built
-    like TRL builds Liger's (pure JSD at the trainer's beta; GKD at temperature 1, the others at
-    theirs), and the model-layer patching of use_liger_kernel switched off."""
+    """TRL 1.12 / 1.13 GKD, GOLD: the trainer's fused path (liger_loss) taken with distil's
+    loss, built like TRL builds Liger's (pure JSD at the trainer's beta; GKD at temperature 1,
+    GOLD at its own), and the model-layer patching of use_liger_kernel switched off."""
     old = getattr(trainer, "liger_loss", None)
     if old is not None:
         loss = distil_loss_like(old, **head_options)
@@ -291,10 +291,7 @@ def _fused_path_on(trainer, head_options):
         loss = FusedLinearJSDLoss(weight_hard_loss=0.0, weight_soft_loss=1.0, beta=trainer.beta,
                                   temperature=temperature, **head_options)
     trainer.liger_loss = loss
-    if hasattr(trainer, "use_liger_gkd_loss"):  # GKD, GOLD
-        trainer.use_liger_gkd_loss = True
-    else:  # 1.12's DistillationTrainer
-        trainer.use_liger_kernel = True
+    trainer.use_liger_gkd_loss = True
     if getattr(trainer, "_forward_redirection", None) is None:
         from trl.models.utils import _ForwardRedirection
 
@@ -314,10 +311,10 @@ def _patch(trainer, name, make):
 
 def use_distil(trainer, **head_options):
     """Make a constructed TRL trainer compute its distillation loss with distil; returns what
-    was replaced. TRL 1.16 (and 1.13's DistillationTrainer): the loss of DistillationTrainer,
-    GKDTrainer, GOLDTrainer (head options from the model configs, as TRL reads them;
-    head_options are not taken there). TRL 1.12 / 1.13 GKD, GOLD (and 1.12's
-    DistillationTrainer): the fused path with distil's FusedLinearJSDLoss, head_options
+    was replaced. DistillationTrainer (1.12, 1.13, 1.16) and TRL 1.16's GKDTrainer and
+    GOLDTrainer: their loss (head options from the model configs, as TRL reads them;
+    head_options are not taken there). TRL 1.12 / 1.13 GKD and GOLD: their fused path with
+    distil's FusedLinearJSDLoss, head_options
     (keywords of FusedLinearJSDLoss, e.g. head_options_of(student.config, teacher.config))
     passed on; Liger's model patching switched off. ValueError for another TRL version or a
     trainer that has no distillation loss."""
@@ -330,6 +327,9 @@ def use_distil(trainer, **head_options):
             raise ValueError("distil: invalid argument: head_options: DistillationTrainer reads "
                              "the head options from the model configs")
         _patch(trainer, "_compute_loss", _distil_compute_loss)
+        if getattr(trainer, "use_liger_kernel", False):  # 1.12 / 1.13: Liger's path, not ours
+            trainer.use_liger_kernel = False
+        trainer.args.use_liger_kernel = False  # no model-layer patching by transformers
         return ["_compute_loss"]
     if version == "1.16" and ("GKDTrainer" in names or "GOLDTrainer" in names):
         if head_options:
@@ -338,8 +338,7 @@ def use_distil(trainer, **head_options):
         make = _gkd_compute_loss if "GKDTrainer" in names else _gold_compute_loss
         _patch(trainer, "compute_loss", make)
         return ["compute_loss"]
-    if version in ("1.12", "1.13") and (hasattr(trainer, "use_liger_gkd_loss")
-                                        or "DistillationTrainer" in names):
+    if version in ("1.12", "1.13") and hasattr(trainer, "use_liger_gkd_loss"):
         return _fused_path_on(trainer, head_options)
     raise ValueError(f"distil: invalid argument: trainer: a {type(trainer).__name__} of TRL "
                      f"{version} has no distillation loss distil replaces (DistillationTrainer, "
