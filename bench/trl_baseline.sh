@@ -4,8 +4,9 @@
 # fused workloads that TRL's DistillationTrainer runs (no hard CE, every row counts): the JSD at
 # beta 0.5 and the forward KL (beta 0), at the seed shape (V 128256, Hs 2048, Ht 4096, bf16),
 # T 1024 ... 16384, forward and forward + backward, time and peak working memory. distil also
-# with return_entropy=True (TRL's kernel always returns the entropy). JSON / CSV per step, a
-# Markdown table and the log go to $OUT.
+# with return_entropy=True (TRL's kernel always returns the entropy), whose cuda tests
+# (python/tests/test_trl_entropy.py) run first. JSON / CSV per step, a Markdown table and the
+# log go to $OUT.
 # usage: OUT=/some/dir bash bench/trl_baseline.sh    (repository root, a CUDA GPU; ~7 min)
 # Offline: the wheels in .devcarry/wheels are installed first (--no-deps), made with
 #   pip download --no-deps trl==1.16.0 liger-kernel==0.8.5 -d .devcarry/wheels
@@ -43,6 +44,12 @@ fi
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
     "$PY" -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'
     git log -1 --format='commit %H %s' 2>/dev/null; } > "$OUT/environment.txt" 2>&1
+
+# the student entropy output on cuda (docs/SPEC.md §6) against its float64 reference first
+log "START entropy tests (cuda)"
+timeout 120 "$PY" -m pytest -q -rs python/tests/test_trl_entropy.py -k cuda -p no:cacheprovider \
+    > "$OUT/entropy-tests.log" 2>&1
+log "END entropy tests: exit $? ($(tail -1 "$OUT/entropy-tests.log"))"
 
 TS=1024,2048,4096,8192,16384
 TIMING=(--warmup 2 --reps 5 --min-time 0.3 --max-reps 20 --soft-only 1 --workload fused
