@@ -122,6 +122,29 @@ def test_chunked_divergence_loss_matches_trl_directly():
             assert ((g1 - g2).norm() / g2.norm()).item() <= 1e-4
 
 
+def test_chunked_divergence_loss_under_autocast():
+    """bf16 autocast with fp32 heads (mixed precision): both take the inputs in bf16 (TRL's
+    rule); within docs/SPEC.md §3's bf16 bounds (distil's bf16 gradient is rounded once)."""
+    from trl.trainer.distillation_trainer import _chunked_divergence_loss as theirs
+    g = torch.Generator().manual_seed(5)
+    xs, xt = torch.randn(2, 7, 16, generator=g), torch.randn(2, 7, 24, generator=g)
+    ws, wt = torch.randn(301, 16, generator=g) * 0.5, torch.randn(301, 24, generator=g) * 0.5
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[0, 5:] = 0
+    outs = []
+    for fn in (distil_trl.chunked_divergence_loss, theirs):
+        w = ws.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss, ent, _ = fn(xs, xt, w, wt, mask, 0.5)
+        loss.backward()
+        outs.append((loss.detach(), ent, w.grad))
+    (l1, e1, g1), (l2, e2, g2) = outs
+    assert g1.dtype == torch.float32
+    assert torch.allclose(l1, l2, rtol=2e-3, atol=0)
+    assert torch.allclose(e1, e2, rtol=2e-3, atol=0)
+    assert ((g1 - g2).norm() / g2.norm()).item() <= 1e-2
+
+
 def test_example_runs(capsys):
     ex.main(["--steps", "1", "--prompts", "4", "--output-dir",
              os.path.join(os.environ.get("TMPDIR", "/tmp"), "distil_trl_example")])
