@@ -84,6 +84,18 @@ def test_use_distil_on_a_constructed_trainer(tmp_path):
     assert "liger_kernel" not in sys.modules
 
 
+def test_entropy_can_be_left_out(tmp_path):
+    """distil_entropy = False: the same losses, no entropy (TRL logs its NaN as None)."""
+    a = ex.parser().parse_args(["--steps", "2", "--beta", "0.5"])
+    trainer = ex.build(a, str(tmp_path / "out"))
+    trainer.distil_entropy = False
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    want = run(tmp_path, "--steps", "2", "--beta", "0.5")
+    same_steps(logs, want[:2])
+    assert all(h["entropy"] is None or h["entropy"] != h["entropy"] for h in logs)
+
+
 def test_unsupported_version_is_named(monkeypatch):
     monkeypatch.setattr(trl, "__version__", "1.15.0")
     with pytest.raises(ValueError, match="1.12, 1.13, 1.16"):

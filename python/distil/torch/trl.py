@@ -119,14 +119,17 @@ def chunked_divergence_loss(student_hidden_states, teacher_hidden_states,
                             num_items_in_batch=None, student_lm_head_bias=None,
                             teacher_lm_head_bias=None, student_logit_scale=1.0,
                             teacher_logit_scale=1.0, student_final_logit_softcapping=None,
-                            teacher_final_logit_softcapping=None, temperature=1.0):
+                            teacher_final_logit_softcapping=None, temperature=1.0,
+                            entropy=True):
     """TRL 1.16's `_chunked_divergence_loss` (same arguments, same results) on distil's fused
     loss: (loss, sum of the valid positions' student entropy in nats, number of valid positions).
 
     Hidden states [B, K, H] (each model its own H), heads [V, H], completion_mask [B, K]. Only
     the valid positions are projected. The loss is sum / num_items_in_batch when given, else the
     mean over the valid positions (0 with none). Both models' inputs are taken in the student's
-    compute dtype (autocast's where it is on: TRL's rule), since distil takes one dtype."""
+    compute dtype (autocast's where it is on: TRL's rule), since distil takes one dtype.
+    entropy=False: no entropy (its sum is NaN; TRL logs no value): on cuda the loss then runs
+    distil's fastest row kernel (docs/SPEC.md §6 "Student entropy")."""
     sw, sb = _full(student_lm_head_weight, student_lm_head_bias, student_hidden_states)
     tw, tb = _full(teacher_lm_head_weight, teacher_lm_head_bias, teacher_hidden_states)
     dtype = _compute_dtype(student_hidden_states)
@@ -143,7 +146,7 @@ def chunked_divergence_loss(student_hidden_states, teacher_hidden_states,
                      teacher_lm_head_bias):
         cast = [None if t is None else t.to(dtype) for t in (hs, sw, sb, ht, tw, tb)]
         with torch.autocast(hs.device.type, enabled=False):
-            loss, entropy = F.fused_linear_jsd_loss(
+            out = F.fused_linear_jsd_loss(
                 cast[0], cast[1], cast[3], cast[4], None, cast[2], cast[5],
                 weight_hard_loss=0.0, weight_soft_loss=1.0, beta=float(beta),
                 temperature=float(temperature), normaliser=normaliser,
@@ -151,13 +154,15 @@ def chunked_divergence_loss(student_hidden_states, teacher_hidden_states,
                 teacher_logit_scale=float(teacher_logit_scale),
                 student_softcap=float(student_final_logit_softcapping or 0.0),
                 teacher_softcap=float(teacher_final_logit_softcapping or 0.0),
-                return_entropy=True)
-    return loss, entropy.sum(), n_valid
+                return_entropy=entropy)
+    if not entropy:  # out: the loss
+        return out, torch.full((), float("nan"), device=out.device), n_valid
+    return out[0], out[1].sum(), n_valid
 
 
-def _bind_chunked(original):
+def _bind_chunked(original, entropy):
     """chunked_divergence_loss called with the arguments of TRL's own `original` (its
-    signature: 1.13 has a chunk_size that distil plans itself)."""
+    signature: 1.12 / 1.13 have a chunk_size that distil plans itself)."""
     signature = inspect.signature(original)
 
     @functools.wraps(original)
@@ -166,19 +171,19 @@ def _bind_chunked(original):
         bound.apply_defaults()
         named = dict(bound.arguments)
         named.pop("chunk_size", None)
-        return chunked_divergence_loss(**named)
+        return chunked_divergence_loss(**named, entropy=entropy)
 
     return call
 
 
 @contextlib.contextmanager
-def _chunked_loss_swapped():
+def _chunked_loss_swapped(entropy=True):
     """TRL's module-level `_chunked_divergence_loss` replaced by distil's while the trainer's
     `_compute_loss` runs (it looks the function up when it calls it)."""
     from trl.trainer import distillation_trainer as module
 
     original = module._chunked_divergence_loss
-    module._chunked_divergence_loss = _bind_chunked(original)
+    module._chunked_divergence_loss = _bind_chunked(original, entropy)
     try:
         yield
     finally:
@@ -186,10 +191,11 @@ def _chunked_loss_swapped():
 
 
 def _distil_compute_loss(original):
-    """A DistillationTrainer `_compute_loss` that runs `original` with distil's loss."""
+    """A DistillationTrainer `_compute_loss` that runs `original` with distil's loss; the
+    trainer's `distil_entropy` (default True) says whether the entropy TRL logs is computed."""
 
     def _compute_loss(self, *args, **kwargs):
-        with _chunked_loss_swapped():
+        with _chunked_loss_swapped(getattr(self, "distil_entropy", True)):
             return original(self, *args, **kwargs)
 
     return _compute_loss
