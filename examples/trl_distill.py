@@ -34,10 +34,17 @@ def tiny_tokenizer():
     vocab.update({"<pad>": VOCAB, "<eos>": VOCAB + 1, "<unk>": VOCAB + 2})
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>",
-                                  unk_token="<unk>", padding_side="left")
-    tok.chat_template = ("{% for m in messages %}{{ m['content'] }} {% endfor %}"
-                         "{% if add_generation_prompt %}{% endif %}")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        unk_token="<unk>",
+        padding_side="left",
+    )
+    tok.chat_template = (
+        "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+        "{% if add_generation_prompt %}{% endif %}"
+    )
     return tok
 
 
@@ -47,17 +54,30 @@ def tiny_pair(tok, gemma2=False, seed=0):
     from transformers import AutoModelForCausalLM, Gemma2Config, LlamaConfig
 
     vocab = len(tok)
-    common = {"vocab_size": vocab, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "max_position_embeddings": 128,
-              "pad_token_id": tok.pad_token_id, "eos_token_id": tok.eos_token_id,
-              "bos_token_id": None, "tie_word_embeddings": False}
+    common = {
+        "vocab_size": vocab,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 128,
+        "pad_token_id": tok.pad_token_id,
+        "eos_token_id": tok.eos_token_id,
+        "bos_token_id": None,
+        "tie_word_embeddings": False,
+    }
     models = []
     for i, (hidden, inter) in enumerate(((32, 64), (64, 128))):
         torch.manual_seed(seed + i)
         if gemma2:
-            config = Gemma2Config(hidden_size=hidden, intermediate_size=inter, head_dim=16,
-                                  final_logit_softcapping=30.0, attn_logit_softcapping=50.0,
-                                  sliding_window=64, **common)
+            config = Gemma2Config(
+                hidden_size=hidden,
+                intermediate_size=inter,
+                head_dim=16,
+                final_logit_softcapping=30.0,
+                attn_logit_softcapping=50.0,
+                sliding_window=64,
+                **common,
+            )
         else:
             config = LlamaConfig(hidden_size=hidden, intermediate_size=inter, **common)
         model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
@@ -81,18 +101,31 @@ def prompts(n=16, seed=0):
 
 
 def _config_args(a, out):
-    return {"output_dir": out, "max_steps": a.steps, "per_device_train_batch_size": a.batch,
-            "gradient_accumulation_steps": a.accumulation, "learning_rate": a.lr,
-            "optim": a.optim, "lr_scheduler_type": "constant", "logging_steps": 1,
-            "save_strategy": "no", "report_to": [], "seed": a.seed, "bf16": a.bf16,
-            "use_cpu": not torch.cuda.is_available(), "beta": a.beta,
-            "temperature": a.temperature, "disable_tqdm": True}
+    return {
+        "output_dir": out,
+        "max_steps": a.steps,
+        "per_device_train_batch_size": a.batch,
+        "gradient_accumulation_steps": a.accumulation,
+        "learning_rate": a.lr,
+        "optim": a.optim,
+        "lr_scheduler_type": "constant",
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": [],
+        "seed": a.seed,
+        "bf16": a.bf16,
+        "use_cpu": not torch.cuda.is_available(),
+        "beta": a.beta,
+        "temperature": a.temperature,
+        "disable_tqdm": True,
+    }
 
 
 def build(a, out):
     """The trainer that a's options describe (argparse namespace; see main)."""
-    from distil.torch import trl as distil_trl
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from distil.torch import trl as distil_trl
 
     if a.student:
         tok = AutoTokenizer.from_pretrained(a.student, padding_side="left")
@@ -107,26 +140,44 @@ def build(a, out):
 
         config = DistillationConfig(**_config_args(a, out), max_completion_length=a.completion)
         cls = DistillationTrainer if a.trl_loss else distil_trl.DistilDistillationTrainer
-        return cls(model=student, teacher_model=teacher, args=config, train_dataset=data,
-                   processing_class=tok)
-    data = data.map(lambda r: {"messages": [{"role": "user", "content": r["prompt"]},
-                                            {"role": "assistant", "content": r["prompt"]}]},
-                    remove_columns=["prompt"])
+        return cls(
+            model=student,
+            teacher_model=teacher,
+            args=config,
+            train_dataset=data,
+            processing_class=tok,
+        )
+    data = data.map(
+        lambda r: {
+            "messages": [
+                {"role": "user", "content": r["prompt"]},
+                {"role": "assistant", "content": r["prompt"]},
+            ]
+        },
+        remove_columns=["prompt"],
+    )
     if a.trainer == "gkd":
         from trl.experimental.gkd import GKDConfig, GKDTrainer
 
-        config = GKDConfig(**_config_args(a, out), lmbda=a.lmbda, max_new_tokens=a.completion,
-                           max_length=64)
+        config = GKDConfig(
+            **_config_args(a, out), lmbda=a.lmbda, max_new_tokens=a.completion, max_length=64
+        )
         cls = GKDTrainer if a.trl_loss else distil_trl.DistilGKDTrainer
     else:
         from trl.experimental.gold import GOLDConfig, GOLDTrainer
 
-        config = GOLDConfig(**_config_args(a, out), lmbda=a.lmbda,
-                            max_completion_length=a.completion, max_length=64,
-                            use_uld_loss=False, use_extended_uld=False)
+        config = GOLDConfig(
+            **_config_args(a, out),
+            lmbda=a.lmbda,
+            max_completion_length=a.completion,
+            max_length=64,
+            use_uld_loss=False,
+            use_extended_uld=False,
+        )
         cls = GOLDTrainer if a.trl_loss else distil_trl.DistilGOLDTrainer
-    return cls(model=student, teacher_model=teacher, args=config, train_dataset=data,
-               processing_class=tok)
+    return cls(
+        model=student, teacher_model=teacher, args=config, train_dataset=data, processing_class=tok
+    )
 
 
 def train(a, out):

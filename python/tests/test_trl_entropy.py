@@ -2,11 +2,12 @@
 return_entropy=True on the fused losses and modules, eager and under torch.compile, against a
 float64 torch reference; what TRL's DistillationTrainer logs as `entropy`."""
 
-import distil.torch as dt
-import distil.torch.functional as F
 import pytest
 import torch
 from conftest import DEVICES, DTYPES, bounds, gen, labels_for, leaf, normal
+
+import distil.torch as dt
+import distil.torch.functional as F
 
 
 def ref_entropy(xs, ws, labels, temperature, scale=1.0, cap=0.0, ignore_index=-100):
@@ -43,18 +44,35 @@ def problem(device, dtype, seed=11, rows=(3, 5), vocab=301):
 @pytest.mark.parametrize("tau,scale,cap", [(1.0, 1.0, 0.0), (2.0, 0.8, 4.0), (0.5, 1.5, 0.0)])
 def test_return_entropy_matches_reference(device, dtype, tau, scale, cap):
     xs, ws, xt, wt, lab = problem(device, dtype)
-    loss, ent = F.fused_linear_jsd_loss(xs, ws, xt, wt, lab, weight_hard_loss=0.0,
-                                        weight_soft_loss=1.0, temperature=tau,
-                                        student_logit_scale=scale, student_softcap=cap,
-                                        return_entropy=True)
+    loss, ent = F.fused_linear_jsd_loss(
+        xs,
+        ws,
+        xt,
+        wt,
+        lab,
+        weight_hard_loss=0.0,
+        weight_soft_loss=1.0,
+        temperature=tau,
+        student_logit_scale=scale,
+        student_softcap=cap,
+        return_entropy=True,
+    )
     assert ent.shape == lab.shape and ent.dtype == torch.float32 and not ent.requires_grad
-    want = ref_entropy(xs.reshape(-1, 24).cpu(), ws.cpu(), lab.reshape(-1).cpu(), tau, scale,
-                       cap)
+    want = ref_entropy(xs.reshape(-1, 24).cpu(), ws.cpu(), lab.reshape(-1).cpu(), tau, scale, cap)
     check_entropy(ent.reshape(-1), want, dtype)
     # the loss and its gradients are the call's without the entropy, bit for bit
-    plain = F.fused_linear_jsd_loss(xs, ws, xt, wt, lab, weight_hard_loss=0.0,
-                                    weight_soft_loss=1.0, temperature=tau,
-                                    student_logit_scale=scale, student_softcap=cap)
+    plain = F.fused_linear_jsd_loss(
+        xs,
+        ws,
+        xt,
+        wt,
+        lab,
+        weight_hard_loss=0.0,
+        weight_soft_loss=1.0,
+        temperature=tau,
+        student_logit_scale=scale,
+        student_softcap=cap,
+    )
     assert torch.equal(loss, plain)
 
 
@@ -63,8 +81,9 @@ def test_return_entropy_order_and_modules(device):
     """Last in the result, after the parts and the LSEs; the modules' keyword; the
     no-hard-loss form."""
     xs, ws, xt, wt, lab = problem(device, torch.float32)
-    out = F.fused_linear_jsd_loss(xs, ws, xt, wt, lab, return_soft_hard_loss=True,
-                                  return_lse=True, return_entropy=True)
+    out = F.fused_linear_jsd_loss(
+        xs, ws, xt, wt, lab, return_soft_hard_loss=True, return_lse=True, return_entropy=True
+    )
     assert len(out) == 6
     want = ref_entropy(xs.reshape(-1, 24).cpu(), ws.cpu(), lab.reshape(-1).cpu(), 1.0)
     check_entropy(out[5].reshape(-1), want, torch.float32)
@@ -81,9 +100,18 @@ def test_return_entropy_compiled(device):
     xs, ws, xt, wt, lab = problem(device, torch.float32)
 
     def f(a, b):
-        return F.fused_linear_jsd_loss(a, b, xt, wt, lab, weight_hard_loss=0.0,
-                                       weight_soft_loss=1.0, temperature=2.0,
-                                       student_softcap=4.0, return_entropy=True)
+        return F.fused_linear_jsd_loss(
+            a,
+            b,
+            xt,
+            wt,
+            lab,
+            weight_hard_loss=0.0,
+            weight_soft_loss=1.0,
+            temperature=2.0,
+            student_softcap=4.0,
+            return_entropy=True,
+        )
 
     loss, ent = torch.compile(f, fullgraph=True)(xs, ws)
     loss.backward()

@@ -10,19 +10,21 @@ import os
 import sys
 
 import pytest
+
 from distil.torch import trl as distil_trl
 
 trl = pytest.importorskip("trl", reason="trl is not installed")
 if not trl.__version__.startswith(("1.12.", "1.13.")):
-    pytest.skip(f"these tests are for TRL 1.12 / 1.13, found {trl.__version__}",
-                allow_module_level=True)
+    pytest.skip(
+        f"these tests are for TRL 1.12 / 1.13, found {trl.__version__}", allow_module_level=True
+    )
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 ex = importlib.import_module("trl_distill")
 
 
 def same_steps(got, want, keys=("loss", "grad_norm"), tol=1e-5):
     assert len(got) == len(want) > 0
-    for step, (g, w) in enumerate(zip(got, want)):
+    for step, (g, w) in enumerate(zip(got, want, strict=True)):
         for key in keys:
             err = abs(g[key] - w[key]) / max(abs(w[key]), 1e-12)
             assert err <= tol, f"step {step + 1}: {key} {g[key]} vs TRL's {w[key]}"
@@ -48,11 +50,15 @@ def run(tmp_path, distil, *argv):
     return steps
 
 
-@pytest.mark.parametrize("argv", [
-    ("--trainer", "gkd", "--beta", "0.5"),
-    ("--trainer", "gkd", "--beta", "0", "--accumulation", "2", "--batch", "2"),
-    ("--trainer", "distillation", "--beta", "1", "--temperature", "2"),
-], ids=["gkd-jsd", "gkd-forward-kl-accumulation", "distillation-reverse-kl-tau2"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("--trainer", "gkd", "--beta", "0.5"),
+        ("--trainer", "gkd", "--beta", "0", "--accumulation", "2", "--batch", "2"),
+        ("--trainer", "distillation", "--beta", "1", "--temperature", "2"),
+    ],
+    ids=["gkd-jsd", "gkd-forward-kl-accumulation", "distillation-reverse-kl-tau2"],
+)
 def test_use_distil_matches_trl(tmp_path, argv):
     same_steps(run(tmp_path, True, *argv), run(tmp_path, False, *argv))
     assert "liger_kernel" not in sys.modules

@@ -49,8 +49,10 @@ def trl_version() -> str:
 def _check_version() -> str:
     version = trl_version()
     if version not in SUPPORTED:
-        raise ValueError(f"distil: TRL {version} is not supported by distil.torch.trl: supported "
-                         f"TRL versions are {', '.join(SUPPORTED)} (see docs/TRL.md)")
+        raise ValueError(
+            f"distil: TRL {version} is not supported by distil.torch.trl: supported "
+            f"TRL versions are {', '.join(SUPPORTED)} (see docs/TRL.md)"
+        )
     return version
 
 
@@ -114,13 +116,23 @@ def _gather_ctx(*params):
     return maybe_gather_lm_head_ctx(*[p for p in params if p is not None])
 
 
-def chunked_divergence_loss(student_hidden_states, teacher_hidden_states,
-                            student_lm_head_weight, teacher_lm_head_weight, completion_mask, beta,
-                            num_items_in_batch=None, student_lm_head_bias=None,
-                            teacher_lm_head_bias=None, student_logit_scale=1.0,
-                            teacher_logit_scale=1.0, student_final_logit_softcapping=None,
-                            teacher_final_logit_softcapping=None, temperature=1.0,
-                            entropy=True):
+def chunked_divergence_loss(
+    student_hidden_states,
+    teacher_hidden_states,
+    student_lm_head_weight,
+    teacher_lm_head_weight,
+    completion_mask,
+    beta,
+    num_items_in_batch=None,
+    student_lm_head_bias=None,
+    teacher_lm_head_bias=None,
+    student_logit_scale=1.0,
+    teacher_logit_scale=1.0,
+    student_final_logit_softcapping=None,
+    teacher_final_logit_softcapping=None,
+    temperature=1.0,
+    entropy=True,
+):
     """TRL 1.16's `_chunked_divergence_loss` (same arguments, same results) on distil's fused
     loss: (loss, sum of the valid positions' student entropy in nats, number of valid positions).
 
@@ -139,22 +151,35 @@ def chunked_divergence_loss(student_hidden_states, teacher_hidden_states,
     ht = teacher_hidden_states.reshape(-1, teacher_hidden_states.size(-1))[valid]
     normaliser = None
     if num_items_in_batch is not None:
-        normaliser = (num_items_in_batch.to(hs.device, torch.float32)
-                      if isinstance(num_items_in_batch, torch.Tensor)
-                      else float(num_items_in_batch))
-    with _gather_ctx(student_lm_head_weight, student_lm_head_bias, teacher_lm_head_weight,
-                     teacher_lm_head_bias):
+        normaliser = (
+            num_items_in_batch.to(hs.device, torch.float32)
+            if isinstance(num_items_in_batch, torch.Tensor)
+            else float(num_items_in_batch)
+        )
+    with _gather_ctx(
+        student_lm_head_weight, student_lm_head_bias, teacher_lm_head_weight, teacher_lm_head_bias
+    ):
         cast = [None if t is None else t.to(dtype) for t in (hs, sw, sb, ht, tw, tb)]
         with torch.autocast(hs.device.type, enabled=False):
             out = F.fused_linear_jsd_loss(
-                cast[0], cast[1], cast[3], cast[4], None, cast[2], cast[5],
-                weight_hard_loss=0.0, weight_soft_loss=1.0, beta=float(beta),
-                temperature=float(temperature), normaliser=normaliser,
+                cast[0],
+                cast[1],
+                cast[3],
+                cast[4],
+                None,
+                cast[2],
+                cast[5],
+                weight_hard_loss=0.0,
+                weight_soft_loss=1.0,
+                beta=float(beta),
+                temperature=float(temperature),
+                normaliser=normaliser,
                 student_logit_scale=float(student_logit_scale),
                 teacher_logit_scale=float(teacher_logit_scale),
                 student_softcap=float(student_final_logit_softcapping or 0.0),
                 teacher_softcap=float(teacher_final_logit_softcapping or 0.0),
-                return_entropy=entropy)
+                return_entropy=entropy,
+            )
     if not entropy:  # out: the loss
         return out, torch.full((), float("nan"), device=out.device), n_valid
     return out[0], out[1].sum(), n_valid
@@ -212,8 +237,9 @@ def _decoder(model):
 
 
 def _last_hidden(model, inputs):
-    return _decoder(model)(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                           use_cache=False).last_hidden_state
+    return _decoder(model)(
+        input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], use_cache=False
+    ).last_hidden_state
 
 
 def hidden_state_jsd_loss(trainer, model, inputs, num_items_in_batch=None, temperature=1.0):
@@ -237,20 +263,34 @@ def hidden_state_jsd_loss(trainer, model, inputs, num_items_in_batch=None, tempe
     options = head_options_of(unwrapped.config, teacher.config)
     normaliser = None
     if num_items_in_batch is not None:
-        normaliser = (num_items_in_batch.to(sh.device, torch.float32)
-                      if isinstance(num_items_in_batch, torch.Tensor)
-                      else float(num_items_in_batch))
+        normaliser = (
+            num_items_in_batch.to(sh.device, torch.float32)
+            if isinstance(num_items_in_batch, torch.Tensor)
+            else float(num_items_in_batch)
+        )
     sw, sb = _full(student_head.weight, student_head.bias, sh)
     tw, tb = _full(teacher_head.weight, teacher_head.bias, th)
     dtype = _compute_dtype(sh)
-    with _gather_ctx(student_head.weight, student_head.bias, teacher_head.weight,
-                     teacher_head.bias):
+    with _gather_ctx(
+        student_head.weight, student_head.bias, teacher_head.weight, teacher_head.bias
+    ):
         cast = [None if t is None else t.to(dtype) for t in (sh, sw, sb, th, tw, tb)]
         with torch.autocast(sh.device.type, enabled=False):
             return F.fused_linear_jsd_loss(
-                cast[0], cast[1], cast[3], cast[4], labels, cast[2], cast[5],
-                weight_hard_loss=0.0, weight_soft_loss=1.0, beta=float(trainer.beta),
-                temperature=float(temperature), normaliser=normaliser, **options)
+                cast[0],
+                cast[1],
+                cast[3],
+                cast[4],
+                labels,
+                cast[2],
+                cast[5],
+                weight_hard_loss=0.0,
+                weight_soft_loss=1.0,
+                beta=float(trainer.beta),
+                temperature=float(temperature),
+                normaliser=normaliser,
+                **options,
+            )
 
 
 def _gkd_compute_loss(original):
@@ -294,8 +334,13 @@ def _fused_path_on(trainer, head_options):
         loss = distil_loss_like(old, **head_options)
     else:
         temperature = 1.0 if type(trainer).__name__.endswith("GKDTrainer") else trainer.temperature
-        loss = FusedLinearJSDLoss(weight_hard_loss=0.0, weight_soft_loss=1.0, beta=trainer.beta,
-                                  temperature=temperature, **head_options)
+        loss = FusedLinearJSDLoss(
+            weight_hard_loss=0.0,
+            weight_soft_loss=1.0,
+            beta=trainer.beta,
+            temperature=temperature,
+            **head_options,
+        )
     trainer.liger_loss = loss
     trainer.use_liger_gkd_loss = True
     if getattr(trainer, "_forward_redirection", None) is None:
@@ -330,8 +375,10 @@ def use_distil(trainer, **head_options):
 
     if "DistillationTrainer" in names and hasattr(module, "_chunked_divergence_loss"):
         if head_options:
-            raise ValueError("distil: invalid argument: head_options: DistillationTrainer reads "
-                             "the head options from the model configs")
+            raise ValueError(
+                "distil: invalid argument: head_options: DistillationTrainer reads "
+                "the head options from the model configs"
+            )
         _patch(trainer, "_compute_loss", _distil_compute_loss)
         if getattr(trainer, "use_liger_kernel", False):  # 1.12 / 1.13: Liger's path, not ours
             trainer.use_liger_kernel = False
@@ -339,32 +386,44 @@ def use_distil(trainer, **head_options):
         return ["_compute_loss"]
     if version == "1.16" and ("GKDTrainer" in names or "GOLDTrainer" in names):
         if head_options:
-            raise ValueError("distil: invalid argument: head_options: the GKD and GOLD trainers' "
-                             "head options come from the model configs")
+            raise ValueError(
+                "distil: invalid argument: head_options: the GKD and GOLD trainers' "
+                "head options come from the model configs"
+            )
         make = _gkd_compute_loss if "GKDTrainer" in names else _gold_compute_loss
         _patch(trainer, "compute_loss", make)
         return ["compute_loss"]
     if version in ("1.12", "1.13") and hasattr(trainer, "use_liger_gkd_loss"):
         return _fused_path_on(trainer, head_options)
-    raise ValueError(f"distil: invalid argument: trainer: a {type(trainer).__name__} of TRL "
-                     f"{version} has no distillation loss distil replaces (DistillationTrainer, "
-                     "GKDTrainer, GOLDTrainer)")
+    raise ValueError(
+        f"distil: invalid argument: trainer: a {type(trainer).__name__} of TRL "
+        f"{version} has no distillation loss distil replaces (DistillationTrainer, "
+        "GKDTrainer, GOLDTrainer)"
+    )
 
 
 def _subclass(base_path: str, name: str, method: str, make):
     module, _, attr = base_path.rpartition(".")
     base = getattr(__import__(module, fromlist=[attr]), attr)
-    return type(name, (base,), {method: make(getattr(base, method)), "__module__": __name__,
-                                "__doc__": f"TRL's {attr} with its loss computed by distil "
-                                           "(distil.torch.trl)."})
+    return type(
+        name,
+        (base,),
+        {
+            method: make(getattr(base, method)),
+            "__module__": __name__,
+            "__doc__": f"TRL's {attr} with its loss computed by distil (distil.torch.trl).",
+        },
+    )
 
 
 _CLASSES = {
-    "DistilDistillationTrainer": ("trl.trainer.DistillationTrainer", "_compute_loss",
-                                  _distil_compute_loss),
+    "DistilDistillationTrainer": (
+        "trl.trainer.DistillationTrainer",
+        "_compute_loss",
+        _distil_compute_loss,
+    ),
     "DistilGKDTrainer": ("trl.experimental.gkd.GKDTrainer", "compute_loss", _gkd_compute_loss),
-    "DistilGOLDTrainer": ("trl.experimental.gold.GOLDTrainer", "compute_loss",
-                          _gold_compute_loss),
+    "DistilGOLDTrainer": ("trl.experimental.gold.GOLDTrainer", "compute_loss", _gold_compute_loss),
 }
 
 
@@ -372,8 +431,9 @@ _CLASSES = {
 def _make_class(name):
     _check_version()
     if trl_version() != "1.16":
-        raise ValueError(f"distil: {name} needs TRL 1.16 (use_distil(trainer) serves "
-                         f"{', '.join(SUPPORTED)})")
+        raise ValueError(
+            f"distil: {name} needs TRL 1.16 (use_distil(trainer) serves {', '.join(SUPPORTED)})"
+        )
     return _subclass(*_CLASSES[name][:1], name, *_CLASSES[name][1:])
 
 
