@@ -57,6 +57,7 @@ void distil_fused_head_fill(const distil_fused_linear_jsd_desc *d, distil_fused_
         d->teacher_temperature != 0.0f ? 1.0f / d->teacher_temperature : a->inv_temperature;
     a->student_lse = distil_dptr_make(d->student_lse, 0);
     a->teacher_lse = distil_dptr_make(d->teacher_lse, 0);
+    a->student_entropy = distil_dptr_make(d->student_entropy, 0);
 }
 
 void distil_fused_head_defaults(distil_fused_args *a) {
@@ -69,6 +70,7 @@ void distil_fused_head_defaults(distil_fused_args *a) {
     a->inv_teacher_temperature = a->inv_temperature;
     a->student_lse = distil_dptr_make(NULL, 0);
     a->teacher_lse = distil_dptr_make(NULL, 0);
+    a->student_entropy = distil_dptr_make(NULL, 0);
 }
 
 bool distil_fused_student_head(const distil_fused_args *a) {

@@ -116,6 +116,7 @@ static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused
         {"grad_student_bias", a->grad_bs, false, v * es, true},
         {"student_lse", a->student_lse, false, t * sizeof(float), true},
         {"teacher_lse", a->teacher_lse, false, t * sizeof(float), true},
+        {"student_entropy", a->student_entropy, false, t * sizeof(float), true},
     };
     enum { N = sizeof ptrs / sizeof ptrs[0] };
     DISTIL_TRY(distil_ptr_rules_present(ctx, fn, ptrs, N));

@@ -132,8 +132,9 @@ static bool distil_fused_stats_ask(const distil_backend *be, void *b, const dist
 
 bool distil_fused_stats_wanted(const distil_ctx *ctx, const distil_fused_args *a, bool grads) {
     const distil_backend *be = ctx->be;
+    /* the student's entropy (docs/SPEC.md §6) is summed by the row kernels that read the rows */
     if (be->stats_ok == NULL || be->stats_cols <= 0 || a->topk != NULL || a->teacher_fp8 ||
-        distil_fused_head_needed(a)) {
+        distil_fused_head_needed(a) || distil_dptr_present(a->student_entropy)) {
         return false;
     }
     /* the shape; the chunk's rows do not change what is asked */
@@ -221,7 +222,10 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         .divergence = a->divergence,
         .alpha = a->alpha,
         .inv_teacher_temperature = a->inv_teacher_temperature,
-        .dz = distil_fused_head_dz(a, p, L->grads && distil_fused_student_head(a))};
+        .dz = distil_fused_head_dz(a, p, L->grads && distil_fused_student_head(a)),
+        .entropy = distil_dptr_present(a->student_entropy)
+                       ? distil_dptr_add(a->student_entropy, (size_t)r0 * sizeof(float))
+                       : a->student_entropy};
     if (L->stats) {
         r.zs_max = distil_fused_stats_plane(a, p, 0);
         r.zs_s1 = distil_fused_stats_plane(a, p, 1);

@@ -59,7 +59,7 @@ static distil_status distil_spans_resolve(distil_ctx *ctx, const char *fn, const
     return DISTIL_OK;
 }
 
-#define DISTIL_SPANS_MAX 16
+#define DISTIL_SPANS_MAX 24 /* the fused loss has 17 */
 
 distil_status distil_spans_check(distil_ctx *ctx, const char *fn, const distil_span *s, int n,
                                  int in_place_out, int in_place_in) {

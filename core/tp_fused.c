@@ -132,6 +132,12 @@ static distil_status distil_tp_check_head(distil_ctx *ctx, const char *fn,
                                 "by the vocabulary-parallel loss",
                                 fn);
     }
+    if (d->student_entropy != NULL) { /* its sum would need one more all-reduce per chunk */
+        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
+                                "%s: student_entropy is not supported by the vocabulary-parallel "
+                                "loss",
+                                fn);
+    }
     if (d->teacher_head_precision != DISTIL_HEAD_PRECISION_DEFAULT) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
                                 "%s: teacher_head_precision (the fp8 teacher head) is not "

@@ -358,6 +358,12 @@ typedef struct distil_fused_linear_jsd_desc {
      * the context's backend. NULL (the default): Wt rounded in each call, in the workspace. */
     const void *teacher_weight_e4m3;
     size_t teacher_weight_e4m3_bytes; /* its size, distil_e4m3_head_size(ctx, Vt, Ht, &bytes) */
+    /* docs/SPEC.md §6 "Student entropy": optional (rows) fp32 in the context's memory, each valid
+     * row's entropy H = -sum_v q_v log q_v of the student's soft-part distribution
+     * q = softmax(z' / tau) (after scale and cap, at the student's temperature, over the common
+     * prefix), taken in the row pass; ignored rows hold 0. NULL (the default): not written. The
+     * vocabulary-parallel loss refuses it (DISTIL_ERR_UNSUPPORTED). */
+    float *student_entropy;
 } distil_fused_linear_jsd_desc;
 
 DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *desc);
@@ -383,7 +389,8 @@ DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *
  * With Vt != V the loss runs over the common prefix [0, min(V, Vt)) (docs/SPEC.md §6): the
  * student's gradient rows beyond it are 0, the teacher's rows beyond it are never read, and
  * labels must lie in it (else: an invalid label, as below). The head options (scale, softcap,
- * teacher_temperature, the LSE outputs) are those of the descriptor, docs/SPEC.md §6.
+ * teacher_temperature, the LSE outputs, the student's entropy) are those of the descriptor,
+ * docs/SPEC.md §6.
  *
  * Gradient outputs are overwritten, not accumulated into. With every gradient NULL no backward
  * work is done. rows == 0 writes loss 0 (and the parts) and nothing else; row pointers

@@ -23,6 +23,12 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "test-python.sh: installing ${need[*]}"
     "$py" -m pip install -q "${need[@]}"
 fi
+# The real TRL for python/tests/test_trl.py (docs/TRL.md): the release distil.torch.trl is
+# tested against, pinned, with its own dependencies (accelerate, datasets).
+if [ "$("$py" -c 'import trl; print(trl.__version__)' 2>/dev/null)" != 1.16.0 ]; then
+    echo "test-python.sh: installing trl==1.16.0"
+    "$py" -m pip install -q trl==1.16.0
+fi
 gpu="${DISTIL_PY_GPU:-auto}"
 if [ "$gpu" = auto ]; then
     gpu=0

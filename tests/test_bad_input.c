@@ -388,6 +388,11 @@ static void test_fused_head_values(void **state) {
     fused_refused(c, DISTIL_ERR_INVALID_ARG, "teacher_lse");
     c = fused_valid(), c.d.student_lse = g.gxs, c.d.teacher_lse = g.gxs;
     fused_refused(c, DISTIL_ERR_INVALID_ARG, "student_lse");
+    /* the student's entropy (docs/SPEC.md §6) over an input, over the loss */
+    c = fused_valid(), c.d.student_entropy = g.xs;
+    fused_refused(c, DISTIL_ERR_INVALID_ARG, "student_entropy");
+    c = fused_valid(), c.d.student_entropy = (float *)c.loss;
+    fused_refused(c, DISTIL_ERR_INVALID_ARG, "student_entropy");
 }
 
 /* Vocabularies of different sizes (docs/SPEC.md §6): a label beyond the common prefix is an

@@ -175,6 +175,17 @@ static const tp_head H_FP8_ALL = {.vt = 1271 + 37, .s_cap = 5.0f, .t_scale = 1.2
 static const tp_head H_FP8_NARROW = {.vt = -64, .t_fp8 = true};
 /* the student's head wider and capped, in the last grad_Ws GEMM kernel's shapes (V 4040 % 8 == 0) */
 static const tp_head H_WIDE_CAP = {.vt = 4104 - 64, .s_cap = 5.0f, .lse = true};
+/* docs/SPEC.md §6 student entropy: alone (no head pass), with a cap and a scale (the soft part's
+ * distribution of z'), with every head option */
+static const tp_head H_ENT = {.entropy = true};
+static const tp_head H_ENT_CAP = {.s_scale = 0.8f, .s_cap = 4.0f, .t_cap = 30.0f, .entropy = true};
+static const tp_head H_ENT_ALL = {.vt = -64,
+                                  .s_scale = 1.5f,
+                                  .s_cap = 6.0f,
+                                  .t_cap = 9.0f,
+                                  .tau_t = 0.75f,
+                                  .lse = true,
+                                  .entropy = true};
 
 static const tp_fused_spec fused_cases[] = {
    /* T   V      Hs  Ht  wh    ws    beta  tau   bias     parts  grads     labels       std chunk */
@@ -269,6 +280,22 @@ static const tp_fused_spec fused_cases[] = {
     FH(13, 1271,  24, 40, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      ALL_IGNORED, 0,   0,  &H_LSE),
     FH(40, 2053,  32, 48, 0.7f, 0.3f, 0.5f, 1.5f, BIAS_ST, true,  ALL,      MIXED,       8,   7,  &H_ALL),
     FH(5,  32003, 16, 32, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   2,  &H_ALL),
+    /* docs/SPEC.md §6 student entropy: tau, ignored rows (mixed and all), chunks, no labels
+     * (weight_hard 0), no gradients, peaky rows, every divergence's row kernel, the shapes of
+     * the statistics path and of cuda's resident kernel */
+    FH(13, 1271,  24, 40, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   0,  &H_ENT),
+    FH(13, 1271,  24, 40, 0.0f, 1.0f, 0.0f, 2.0f, NO_BIAS, false, ALL,      NONE,        0,   4,  &H_ENT),
+    FH(13, 1271,  24, 40, 0.5f, 0.5f, 1.0f, 0.5f, BIAS_S,  true,  NO_GRADS, MIXED,       100, 0,  &H_ENT),
+    FH(13, 1271,  24, 40, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      ALL_IGNORED, 0,   0,  &H_ENT),
+    FH(13, 1271,  24, 40, 0.3f, 0.7f, 0.5f, 1.5f, BIAS_ST, true,  ALL,      MIXED,       10,  5,  &H_ENT_CAP),
+    FH(40, 2053,  32, 48, 0.7f, 0.3f, 0.5f, 1.5f, BIAS_ST, true,  ALL,      MIXED,       8,   7,  &H_ENT_ALL),
+    FH(6,  32003, 16, 32, 0.0f, 1.0f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   2,  &H_ENT),
+    FH(60, 128256, 8, 16, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, false, ALL,      MIXED,       0,   0,  &H_ENT),
+    FH(300, 4100, 16, 32, 0.5f, 0.5f, 0.5f, 2.0f, NO_BIAS, true,  NO_GRADS, MIXED,       0,   130, &H_ENT),
+    {64, 4100, 16, 32, 0.5f, 0.5f, 0.5f, 1.5f, BIAS_S, true, ALL, TP_LABELS_MIXED, 0, 0,
+     .div = DISTIL_DIVERGENCE_REVERSE_KL, .head = &H_ENT},
+    {13, 1271, 24, 40, 0.5f, 0.5f, 0.5f, 0.7f, BIAS_S, true, ALL, TP_LABELS_NONE, 0, 0,
+     .div = DISTIL_DIVERGENCE_TVD, .head = &H_ENT},
     /* docs/SPEC.md §6 fp8 teacher head: Ht not a multiple of 16 (40, 48, 13), biases, tau,
      * ignored rows, chunking, no gradients, extreme logits, with the other head options */
     FH(13, 1271,  24, 40, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   0,  &H_FP8),
@@ -323,6 +350,29 @@ static void fused_check_lse(const char *what, const float *got, const float *ref
     }
 }
 
+/* docs/SPEC.md §6 student entropy: every row written, an ignored row's exactly 0 (as ref's), a
+ * valid row's within the loss bound of max(H, 1e-2) (a confident row's H is far below the
+ * rounding of its logits' largest terms). */
+static void fused_check_entropy(const float *got, const float *ref, int64_t rows, distil_dtype dt) {
+    if (got == NULL) {
+        return;
+    }
+    TU_CHECK_WRITTEN("student_entropy", got, DISTIL_F32, 1, rows, rows, false);
+    const double tol = tu_tolerance(dt, TU_LOSS);
+    for (int64_t i = 0; i < rows; i++) {
+        if (ref[i] == 0.0f) {
+            assert_true(got[i] == 0.0f);
+            continue;
+        }
+        const double err = fabs((double)got[i] - (double)ref[i]) / fmax((double)ref[i], 1e-2);
+        if (!(err <= tol)) {
+            print_error("student_entropy row %lld: got %.9g, ref %.9g, error %.3g > %.3g\n",
+                        (long long)i, (double)got[i], (double)ref[i], err, tol);
+            fail();
+        }
+    }
+}
+
 /* docs/SPEC.md §6: the student's rows beyond the common vocabulary prefix get gradient 0
  * exactly (their logits take no part). */
 static void fused_check_tail(const tp_fused_spec *c, const tp_fused *h, const tp_fused_out *o) {
@@ -365,6 +415,7 @@ static void fused_compare(const tp_fused_spec *c, distil_dtype dt, uint64_t seed
     }
     fused_check_lse("student_lse", got.lse_s, ref.lse_s, c->t);
     fused_check_lse("teacher_lse", got.lse_t, ref.lse_t, c->t);
+    fused_check_entropy(got.ent, ref.ent, c->t, dt);
     fused_check_tail(c, &h, &got);
     fused_check_grad("grad_student_hidden", got.gxs, ref.gxs, dt, c->t, c->hs, e);
     fused_check_grad("grad_student_weight", got.gws, ref.gws, dt, c->v, c->hs, e);

@@ -444,6 +444,11 @@ static void bad_shards(void **state) {
     TU_EXPECT(g_ctx, DISTIL_ERR_UNSUPPORTED,
               distil_fused_linear_jsd_tp(g_ctx, &f, &sh, x, x, NULL, y, y, NULL, NULL, loss, NULL,
                                          NULL, NULL));
+    f.teacher_vocab = 0, f.student_entropy = (float *)y; /* docs/SPEC.md §6 student entropy */
+    TU_EXPECT(g_ctx, DISTIL_ERR_UNSUPPORTED,
+              distil_fused_linear_jsd_tp(g_ctx, &f, &sh, x, x, NULL, y, y, NULL, NULL, loss, NULL,
+                                         NULL, NULL));
+    TU_CHECK_MESSAGE(g_ctx, "student_entropy");
     assert_int_equal(calls, 0);
     distil_comm *c1 = NULL;
     TU_EXPECT(NULL, DISTIL_ERR_INVALID_ARG, distil_comm_create_callback(&c1, 1, 1, NULL, NULL));

@@ -23,12 +23,16 @@ static void cpu_fused_one(const cpu_state *st, const distil_fused_rows_args *a, 
     int64_t label = ((const int64_t *)distil_dptr_addr(a->labels))[i];
     float *ce = distil_dptr_addr(a->ce_rows);
     float *jsd = distil_dptr_addr(a->jsd_rows);
+    float *ent = distil_dptr_addr(a->entropy); /* docs/SPEC.md §6, optional */
     char *g = distil_dptr_addr(a->g);
     cpu_fused_row r = *proto;
     r.g = g ? g + (size_t)(i * a->vocab) * es : NULL;
     if (label == a->ignore_index || label < 0 || label >= a->vocab) { /* invalid: ignored too */
         ce[i] = 0.0f;
         jsd[i] = 0.0f;
+        if (ent != NULL) {
+            ent[i] = 0.0f;
+        }
         if (r.g) {
             memset(r.g, 0, (size_t)a->vocab * es);
         }
@@ -42,6 +46,9 @@ static void cpu_fused_one(const cpu_state *st, const distil_fused_rows_args *a, 
     st->k->fused_row(&r);
     ce[i] = r.ce;
     jsd[i] = r.jsd;
+    if (ent != NULL) {
+        ent[i] = r.h;
+    }
 }
 
 distil_status distil_cpu_fused_rows(void *b, const distil_fused_rows_args *a) {
@@ -61,7 +68,8 @@ distil_status distil_cpu_fused_rows(void *b, const distil_fused_rows_args *a) {
                            .inv_t = a->inv_temperature,
                            .gh = some ? a->weight_hard / n : 0.0f,
                            .gs = some ? a->weight_soft / n : 0.0f,
-                           .inv_tt = a->inv_teacher_temperature};
+                           .inv_tt = a->inv_teacher_temperature,
+                           .want_h = distil_dptr_present(a->entropy)};
 #pragma omp parallel num_threads(threads) if (a->rows > 1)
     {
         cpu_fused_row mine = proto;

@@ -42,7 +42,9 @@ typedef struct cpu_fused_row {
     float inv_tt;
     const float *dz;
     float *scratch;
+    bool want_h;   /* docs/SPEC.md §6: the student's entropy -sum q x into h */
     float ce, jsd; /* out */
+    float h;       /* out, with want_h */
 } cpu_fused_row;
 
 /* docs/SPEC.md §8: one phase (distil_tp_phase) of the vocabulary-parallel row pass on one valid

@@ -257,22 +257,26 @@ typedef struct k_lsm {
     float m, s, l;
 } k_lsm;
 
-/* Pass 3: x, y from the logits, e and dq, q into scratch. Returns sum e; *sg = sum dq. */
-static inline __attribute__((always_inline)) double k_fused_jsd(int mode, const cpu_fused_row *r,
-                                                                const k_lsm *ls, const k_lsm *lt,
-                                                                const de_coef *k, double *sg) {
+/* Pass 3: x, y from the logits, e and dq, q into scratch. Returns sum e; *sg = sum dq; with
+ * want_h, *hs = -sum q x (docs/SPEC.md §6 student entropy; q == 0 adds 0, also in the -inf
+ * padding of a ragged tile). */
+static inline __attribute__((always_inline)) double
+k_fused_jsd(int mode, bool want_h, const cpu_fused_row *r, const k_lsm *ls, const k_lsm *lt,
+            const de_coef *k, double *sg, double *hs) {
     alignas(64) float sb[CPU_TILE];
     alignas(64) float tb[CPU_TILE];
     float *dqs = r->scratch;
     float *qs = r->scratch + k_round_up(r->vocab);
     double se = 0.0;
     double sd = 0.0;
+    double sh = 0.0;
     for (int64_t off = 0; off < r->vocab; off += CPU_TILE) {
         int64_t n = r->vocab - off < CPU_TILE ? r->vocab - off : CPU_TILE;
         const float *sp = k_tile_in(DISTIL_F32, r->zs, off, n, sb);
         const float *tp = k_tile_in(DISTIL_F32, r->zt, off, n, tb);
         vd ae = {0};
         vd ad = {0};
+        vd ah = {0};
         for (int64_t i = 0; i < n; i += CPU_VW) {
             vf x = (vf_load(sp + i) - ls->m) * ls->s - ls->l;
             vf y = (vf_load(tp + i) - lt->m) * lt->s - lt->l;
@@ -280,13 +284,20 @@ static inline __attribute__((always_inline)) double k_fused_jsd(int mode, const 
             vf q;
             ae += VF_TO_VD(k_elem(mode, k, x, y, &dq, &q));
             ad += VF_TO_VD(dq);
+            if (want_h) {
+                ah += VF_TO_VD(vf_sel(q > vf_set(0.0f), q * x, vf_set(0.0f)));
+            }
             vf_store(dqs + off + i, dq);
             vf_store(qs + off + i, q);
         }
         se += vd_hsum(&ae);
         sd += vd_hsum(&ad);
+        if (want_h) {
+            sh -= vd_hsum(&ah);
+        }
     }
     *sg = sd;
+    *hs = sh;
     return se;
 }
 
@@ -371,16 +382,22 @@ static void k_fused_row(cpu_fused_row *r) {
     de_coef k;
     k_jsd_init(&k, r->coef);
     double sg = 0.0;
+    double sh = 0.0;
+    /* One case per mode of DE_MODES and entropy on / off. */
 #define K_FUSED_CASE(M)                                                                            \
-    case DE_##M:                                                                                   \
-        r->jsd = (float)k_fused_jsd(DE_##M, r, &ls, &lt, &k, &sg);                                 \
+    case DE_##M * 2:                                                                               \
+        r->jsd = (float)k_fused_jsd(DE_##M, false, r, &ls, &lt, &k, &sg, &sh);                     \
+        break;                                                                                     \
+    case DE_##M * 2 + 1:                                                                           \
+        r->jsd = (float)k_fused_jsd(DE_##M, true, r, &ls, &lt, &k, &sg, &sh);                      \
         break;
-    switch (k.mode) {
+    switch (k.mode * 2 + r->want_h) {
         DE_MODES(K_FUSED_CASE)
     default:
         break;
     }
 #undef K_FUSED_CASE
+    r->h = (float)sh;
     if (r->g) {
         k_fused_grad(r, &ls, &l1, sg);
     }
@@ -393,9 +410,10 @@ static void k_fused_row(cpu_fused_row *r) {
 static double k_tp_jsd(const cpu_fused_row *r, const k_lsm *ls, const k_lsm *lt, double *sg) {
     de_coef k;
     k_jsd_init(&k, r->coef);
+    double sh = 0.0; /* the entropy is refused on a vocabulary shard */
 #define K_TP_CASE(M)                                                                               \
     case DE_##M:                                                                                   \
-        return k_fused_jsd(DE_##M, r, ls, lt, &k, sg);
+        return k_fused_jsd(DE_##M, false, r, ls, lt, &k, sg, &sh);
     switch (k.mode) {
         DE_MODES(K_TP_CASE)
     default:

@@ -145,6 +145,7 @@ static fused_params fused_params_of(const distil_fused_rows_args *a) {
     p.zt_max = gpu_ptr<const float>(a->zt_max);
     p.zt_s1 = gpu_ptr<const float>(a->zt_s1);
     p.tiles = a->stats_tiles;
+    p.entropy = gpu_ptr<float>(a->entropy);
     return p;
 }
 
@@ -183,12 +184,13 @@ extern "C" distil_status DISTIL_GPU_FN(fused_rows)(void *vb, const distil_fused_
     }
     const fused_params p = fused_params_of(a);
     gpu_device_guard guard(b);
-    /* statistics given (stats_ok, the loss alone); jsd_span's 32-bit offsets */
-    if (p.zs_max != nullptr && p.g == nullptr && p.vocab <= JSD_SPAN_MAX_VOCAB) {
+    /* statistics given (stats_ok, the loss alone, no entropy); jsd_span's 32-bit offsets */
+    if (p.zs_max != nullptr && p.g == nullptr && p.entropy == nullptr &&
+        p.vocab <= JSD_SPAN_MAX_VOCAB) {
         const cudaError_t e = fused_loss_launch(p, b->lane.stream);
         return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "fused_rows");
     }
-    if (p.g == nullptr && b->stats_require && gpu_stats_device(b)) {
+    if (p.g == nullptr && p.entropy == nullptr && b->stats_require && gpu_stats_device(b)) {
         return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
                                 "%s: fused_rows: DISTIL_CUDA_STATS=require, and this loss-only "
                                 "row pass does not take the row statistics",
@@ -196,7 +198,8 @@ extern "C" distil_status DISTIL_GPU_FN(fused_rows)(void *vb, const distil_fused_
     }
     bool done = false;
     cudaError_t e = cudaSuccess;
-    if (!b->fused_stream) {
+    /* the student's entropy (docs/SPEC.md §6): the streaming kernel's pass 2 sums it */
+    if (!b->fused_stream && p.entropy == nullptr) {
         e = fused_resident_launch(b, p, a->g_dtype, b->lane.stream, &done);
     }
     if (!done) {

@@ -49,6 +49,9 @@ struct fused_params {
      * element t rows + r of each, t < tiles. */
     const float *zs_max, *zs_s1, *zt_max, *zt_s1;
     int64_t tiles;
+    /* docs/SPEC.md §6: (rows) fp32, the student's entropy -sum q x, or nullptr. Only the
+     * streaming kernel sums it (the resident and loss-only kernels decline such a call). */
+    float *entropy;
 };
 
 constexpr float FUSED_LOG2E = 1.4426950408889634f;
@@ -349,11 +352,12 @@ __device__ __forceinline__ void fused_logp(const fused_params &p, const S &st, c
 }
 
 /* Pass 2: the thread's sums of e (acc[0]) and, for the gradient (SUM_G), g (acc[1]), in double;
- * the finite form of the terms where a vector's log-probabilities are finite (jsd_with_sv). */
-template <int VW, int MODE, bool SUM_G = true>
+ * the finite form of the terms where a vector's log-probabilities are finite (jsd_with_sv). With
+ * ENT, *h gets the student's entropy terms -q x (docs/SPEC.md §6; q == 0 adds 0). */
+template <int VW, int MODE, bool SUM_G = true, bool ENT = false>
 __device__ inline void fused_pass_jsd(const fused_params &p, const fused_row_stats &st,
-                                      const float *zs, const float *zt, int64_t n,
-                                      double (&acc)[2]) {
+                                      const float *zs, const float *zt, int64_t n, double (&acc)[2],
+                                      double *h = nullptr) {
     fused_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t) {
         float x[VW], y[VW];
         fused_logp(p, st, a, b, x, y);
@@ -364,6 +368,9 @@ __device__ inline void fused_pass_jsd(const fused_params &p, const fused_row_sta
                 acc[0] += jsd_elem_q<MODE, decltype(sv)::value>(p.coef, x[k], y[k], &g, &q);
                 if (SUM_G) {
                     acc[1] += g;
+                }
+                if (ENT) {
+                    *h -= q > 0.0f ? q * x[k] : 0.0f;
                 }
             }
         });
@@ -442,6 +449,9 @@ __device__ inline void fused_ignored_row(const fused_params &p, int64_t row, voi
     if (lead) {
         p.ce[row] = 0.0f;
         p.jsd[row] = 0.0f;
+        if (p.entropy != nullptr) {
+            p.entropy[row] = 0.0f;
+        }
     }
 }
 
@@ -454,10 +464,24 @@ __device__ inline void fused_stream_row(const fused_params &p, fused_smem &sm, c
     fused_row_stats st;
     fused_row_stats_of<VW>(p, sm, zs, zt, n, st);
     double acc[2] = {0.0, 0.0};
-    fused_with_mode(p, [&](auto mode) {
-        fused_pass_jsd<VW, decltype(mode)::value, HAS_G>(p, st, zs, zt, n, acc);
-    });
-    fused_block_sums<2>(sm, acc); /* its barriers order pass 3's writes after every read */
+    if (p.entropy != nullptr) { /* uniform; docs/SPEC.md §6 student entropy */
+        double h = 0.0;
+        fused_with_mode(p, [&](auto mode) {
+            fused_pass_jsd<VW, decltype(mode)::value, HAS_G, true>(p, st, zs, zt, n, acc, &h);
+        });
+        double v[3] = {acc[0], acc[1], h};
+        fused_block_sums<3>(sm, v); /* its barriers order pass 3's writes after every read */
+        acc[0] = v[0];
+        acc[1] = v[1];
+        if (threadIdx.x == 0) {
+            p.entropy[row] = static_cast<float>(v[2]);
+        }
+    } else {
+        fused_with_mode(p, [&](auto mode) {
+            fused_pass_jsd<VW, decltype(mode)::value, HAS_G>(p, st, zs, zt, n, acc);
+        });
+        fused_block_sums<2>(sm, acc); /* its barriers order pass 3's writes after every read */
+    }
     if (threadIdx.x == 0) {
         fused_row_results(p, row, st.ms, st.lce, z_label, acc[0]);
     }

@@ -199,6 +199,7 @@ static tp_params tp_params_of(const distil_tp_rows_args *a) {
     p.f.inv_tt = a->inv_temperature;
     p.f.cy = p.f.cx;
     p.f.dz = nullptr;
+    p.f.entropy = nullptr; /* refused on a shard too */
     p.phase = static_cast<int>(a->phase);
     p.v0 = a->vocab_offset;
     p.vocab_total = a->vocab_total;

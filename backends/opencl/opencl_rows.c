@@ -88,6 +88,9 @@ distil_status distil_ocl_fused_rows(void *vb, const distil_fused_rows_args *a) {
     cl_mem dz;
     cl_ulong dz_off;
     cl_int has_dz = distil_ocl_optional(b, a->dz, sizeof(float), &dz, &dz_off);
+    cl_mem ent;
+    cl_ulong ent_off;
+    cl_int has_h = distil_ocl_optional(b, a->entropy, sizeof(float), &ent, &ent_off);
     const distil_ocl_arg args[] = {
         DISTIL_OCL_ARG(zs),      DISTIL_OCL_ARG(zs_off),  DISTIL_OCL_ARG(zt),
         DISTIL_OCL_ARG(zt_off),  DISTIL_OCL_ARG(vocab),   DISTIL_OCL_ARG(labels),
@@ -97,7 +100,8 @@ distil_status distil_ocl_fused_rows(void *vb, const distil_fused_rows_args *a) {
         DISTIL_OCL_ARG(jsd_off), DISTIL_OCL_ARG(g),       DISTIL_OCL_ARG(g_off),
         DISTIL_OCL_ARG(has_g),   DISTIL_OCL_ARG(n_valid), DISTIL_OCL_ARG(n_off),
         DISTIL_OCL_ARG(has_n),   DISTIL_OCL_ARG(inv_tt),  DISTIL_OCL_ARG(dz),
-        DISTIL_OCL_ARG(dz_off),  DISTIL_OCL_ARG(has_dz),
+        DISTIL_OCL_ARG(dz_off),  DISTIL_OCL_ARG(has_dz),  DISTIL_OCL_ARG(ent),
+        DISTIL_OCL_ARG(ent_off), DISTIL_OCL_ARG(has_h),
     };
     return distil_ocl_launch(b, &k, args, (int)(sizeof args / sizeof args[0]), (size_t)a->rows, 0);
 }

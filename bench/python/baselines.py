@@ -9,6 +9,13 @@ Implementations (--impl):
   liger    Liger-Kernel's LigerJSD and LigerFusedLinearJSDLoss (CUDA only), when importable.
   distil   distil's Python package, called exactly as Liger is (distil.torch.JSD and
            FusedLinearJSDLoss): its time against distil-bench's C timing is the binding's cost.
+  distil-entropy  the same with return_entropy=True (the student's entropy TRL logs; on cuda
+           the streaming row kernel, docs/SPEC.md §6).
+  trl      TRL 1.16's own fused kernel (trl.kernels.chunked_divergence.ChunkedDivergenceFunction,
+           Triton on CUDA), the fused workload only, soft part only (it has no hard CE):
+           divergence per token and the student's entropy, loss = their sum / T.
+--soft-only: the fused workload as TRL's DistillationTrainer runs it (weight_hard 0, weight_soft
+1, no labels: every row counts): JSD at --beta, and --beta 0 for the forward KL.
 Both take (student, teacher) with beta weighting the teacher, as docs/SPEC.md does.
 
 Timing follows distil-bench: warm-up, then samples until --reps and --min-time (at most
@@ -38,6 +45,7 @@ FIELDS = [
     "loss",
 ]
 DSIZE = {"f32": 4, "bf16": 2, "f16": 2}
+FUSED_ONLY = ("trl", "distil-entropy")  # implementations of the fused workload alone
 IGNORE = -100
 
 
@@ -125,14 +133,17 @@ def parse_args(argv):
     a("--csv")
     a("--isolate", type=ranged(int, 0, 1), default=1,
       help="CPU: each point in a child process, for its own peak RSS (default 1)")
+    a("--soft-only", type=ranged(int, 0, 1), default=0,
+      help="fused: the soft part alone, no labels (TRL's DistillationTrainer's loss)")
     a("--quiet", action="store_true")
     a("--_point", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.weight_hard + args.weight_soft <= 0.0:
         p.error("--weight-hard and --weight-soft are both 0")
     impls = args.impl.split(",")
-    if not impls or any(i not in ("eager", "compile", "liger", "distil") for i in impls):
-        p.error(f"--impl '{args.impl}': expected a comma list of eager, compile, liger, distil")
+    known = ("eager", "compile", "liger", "distil", "distil-entropy", "trl")
+    if not impls or any(i not in known for i in impls):
+        p.error(f"--impl '{args.impl}': expected a comma list of {', '.join(known)}")
     args.impls = impls
     args.max_reps = max(args.max_reps, args.reps)
     return args
@@ -153,6 +164,8 @@ def resolve(args, torch):
                  temperature=args.tau, weight_hard=args.weight_hard,
                  weight_soft=args.weight_soft, chunk_rows=args.chunk,
                  ignore_frac=args.ignore_frac)
+    if args.soft_only:  # TRL's DistillationTrainer: no hard CE, every row counts
+        fused.update(weight_hard=0.0, weight_soft=1.0, ignore_frac=0.0)
     for key, val in (("V", args.V), ("dtype", args.dtype)):
         if val is not None:
             jsd[key] = fused[key] = val
@@ -224,10 +237,12 @@ def make_losses(torch):
         zs = (xs @ ws.t()).float()
         with torch.no_grad():
             zt = (xt @ wt.t()).float()
+        rows = jsd_rows(F.log_softmax(zs / tau, -1), F.log_softmax(zt / tau, -1), beta, torch)
+        if labels is None:  # --soft-only: every row counts
+            return wsoft * rows.sum() / zs.shape[0]
         valid = labels != IGNORE
         n = valid.sum().clamp(min=1)
         ce = F.cross_entropy(zs, labels, ignore_index=IGNORE, reduction="sum")
-        rows = jsd_rows(F.log_softmax(zs / tau, -1), F.log_softmax(zt / tau, -1), beta, torch)
         return wh * ce / n + wsoft * torch.where(valid, rows, 0.0).sum() / n
 
     return jsd_eager, fused_eager
@@ -290,20 +305,64 @@ def make_call(impl, s, args, torch):
             return lambda st: m(st["x"], st["y"], st["labels"])
         f = compiled(jsd_eager) if impl == "compile" else jsd_eager
         return lambda st: f(st["x"], st["y"], st["labels"], s["beta"])
-    if impl in ("liger", "distil"):
+    if impl == "trl":
+        return trl_call(s, torch)
+    if impl in ("liger", "distil", "distil-entropy"):
+        extra = {}
         if impl == "liger":
             from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
         else:
             from distil.torch import LigerFusedLinearJSDLoss
+            extra = {"return_entropy": impl == "distil-entropy"}
         m = LigerFusedLinearJSDLoss(weight_hard_loss=s["weight_hard"],
                                     weight_soft_loss=s["weight_soft"], beta=s["beta"],
                                     ignore_index=IGNORE, temperature=s["temperature"],
                                     compiled=bool(args.liger_compiled),
-                                    chunk_size=s["chunk_rows"] or 1024)
-        return lambda st: m(st["xs"], st["ws"], st["xt"], st["wt"], st["labels"])
+                                    chunk_size=s["chunk_rows"] or 1024, **extra)
+        first = (lambda out: out[0]) if impl == "distil-entropy" else (lambda out: out)
+        # --soft-only: no labels (every row counts); Liger takes its (all valid) labels
+        lab = (lambda st: None) if args.soft_only and impl != "liger" else (lambda st: st["labels"])
+        return lambda st: first(m(st["xs"], st["ws"], st["xt"], st["wt"], lab(st)))
     f = compiled(fused_eager) if impl == "compile" else fused_eager
-    return lambda st: f(st["xs"], st["ws"], st["xt"], st["wt"], st["labels"], s["weight_hard"],
+    lab = (lambda st: None) if args.soft_only else (lambda st: st["labels"])
+    return lambda st: f(st["xs"], st["ws"], st["xt"], st["wt"], lab(st), s["weight_hard"],
                         s["weight_soft"], s["beta"], s["temperature"])
+
+
+def trl_kernel():
+    """TRL's ChunkedDivergenceFunction from the installed TRL. Its module imports TRL's trainer
+    utilities (accelerate, datasets, pandas) for one ZeRO-3 helper; where those are missing (a
+    GPU image with TRL's wheel alone) that helper is a null context, as it is without ZeRO-3."""
+    try:
+        from trl.kernels.chunked_divergence import ChunkedDivergenceFunction
+    except ImportError as e:
+        import contextlib
+        import types
+
+        print(f"baselines.py: trl's trainer utilities do not import ({e}): the kernel without "
+              "its ZeRO-3 helper", file=sys.stderr)
+        stub = types.ModuleType("trl.trainer.utils")
+        stub.maybe_gather_lm_head_ctx = lambda *params: contextlib.nullcontext()
+        sys.modules["trl.trainer.utils"] = stub
+        from trl.kernels.chunked_divergence import ChunkedDivergenceFunction
+    return ChunkedDivergenceFunction
+
+
+def trl_call(s, torch):
+    """TRL 1.16's ChunkedDivergenceFunction on the soft-only fused workload: the per-token
+    divergence (and entropy) of every row, loss = their sum / T, as _chunked_divergence_loss
+    reduces without num_items_in_batch."""
+    ChunkedDivergenceFunction = trl_kernel()
+    if s["weight_hard"] != 0.0:
+        raise ValueError("trl: TRL's kernel has no hard CE: run it with --soft-only 1")
+
+    def call(st):
+        div, _entropy = ChunkedDivergenceFunction.apply(st["xs"], st["ws"], None, st["xt"],
+                                                        st["wt"], None, s["beta"],
+                                                        s["temperature"])
+        return div.sum() / st["xs"].shape[0]
+
+    return call
 
 
 # ---------------------------------------------------------------- timing
@@ -385,7 +444,8 @@ def new_row(impl, s, mode, dev):
     r = dict.fromkeys(FIELDS)
     r.update({k: v for k, v in s.items() if k in r})
     # distil's Python package is "python": results_table.py shows it as distil-python.
-    names = {"liger": "liger", "distil": "python"}
+    names = {"liger": "liger", "distil": "python", "distil-entropy": "python-entropy",
+             "trl": "trl"}
     r.update(backend=names.get(impl, "torch-" + impl), device=dev, mode=mode,
              status="ok", message="", batch=1, timing="none", mem_kind="none",
              workspace_bytes=0)
@@ -399,15 +459,23 @@ def new_row(impl, s, mode, dev):
         r["message"] = f"liger-kernel {liger_version()}"
     if impl == "distil":
         r["message"] = "distil.torch (Python package)"
+    if impl == "distil-entropy":
+        r["message"] = "distil.torch (Python package), return_entropy=True"
+    if impl == "trl":
+        r["message"] = f"trl {package_version('trl')} ChunkedDivergenceFunction"
     if ARGS.calls_per_sample > 1:
         r["message"] += f"; {ARGS.calls_per_sample} calls per sample"
     return r
 
 
 def liger_version():
+    return package_version("liger-kernel")
+
+
+def package_version(name):
     try:
         from importlib.metadata import version
-        return version("liger-kernel")
+        return version(name)
     except Exception:
         return "unknown version"
 
@@ -608,11 +676,14 @@ def sweep(args, torch, argv):
     if "liger" in impls and liger_usable(args):
         print(f"baselines.py: skipping liger: {liger_usable(args)}", file=sys.stderr)
         impls.remove("liger")
-    total = len(impls) * sum(len(ts) for _, ts in bases) * len(modes)
+    total = sum(len(ts) for i in impls for b, ts in bases
+                if i not in FUSED_ONLY or b["workload"] == "fused") * len(modes)
     rows, t0, tty = [], time.perf_counter(), sys.stderr.isatty()
     print_header()
     for impl in impls:
         for base, ts in bases:
+            if impl in FUSED_ONLY and base["workload"] != "fused":
+                continue
             for T in ts:
                 s = dict(base, T=T)
                 if not args.quiet:

@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-BASELINES = ("torch-eager", "torch-compile", "liger")
+BASELINES = ("torch-eager", "torch-compile", "liger", "trl")
 NUM = ("T", "V", "Hs", "Ht", "ms_median", "ms_p20", "ms_p80", "floor_ms")
 
 

@@ -164,6 +164,10 @@ typedef struct distil_fused_rows_args {
      * backend's stats_ok said yes for this row pass; absent zs_max: none. */
     distil_dptr zs_max, zs_s1, zt_max, zt_s1;
     int64_t stats_tiles;
+    /* docs/SPEC.md §6 student entropy, optional: (rows) fp32, the chunk's rows. Each valid row's
+     * -sum_v q_v x_v (x = log q of the soft part, q = exp(x); a term with q == 0 is 0), summed
+     * beside the soft part's terms in the same pass over the row; ignored rows get 0. */
+    distil_dptr entropy;
 } distil_fused_rows_args;
 
 /*
@@ -273,6 +277,8 @@ typedef struct distil_fused_args {
     float student_scale, student_cap, teacher_scale, teacher_cap;
     float inv_teacher_temperature;
     distil_dptr student_lse, teacher_lse;
+    /* docs/SPEC.md §6 student entropy: (rows) fp32, optional; written by the row pass */
+    distil_dptr student_entropy;
     /* docs/SPEC.md §6 fp8 teacher head: the teacher's logits from e4m3 rows of xt and Wt with
      * per-row scales (quant_rows, gemm_e4m3) instead of the exact GEMM. */
     bool teacher_fp8;

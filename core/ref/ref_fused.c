@@ -77,6 +77,17 @@ static void distil_ref_row(const distil_fused_args *a, distil_ref_fused_buf *B, 
     }
 }
 
+/* docs/SPEC.md §6 student entropy of a valid row from its soft-part log-probabilities x (V):
+ * -sum q x, q = exp(x), a term with q == 0 taken as 0. */
+static double distil_ref_entropy(const double *x, int64_t V) {
+    double h = 0.0;
+    for (int64_t v = 0; v < V; v++) {
+        const double q = exp(x[v]);
+        h -= q > 0.0 ? q * x[v] : 0.0;
+    }
+    return h;
+}
+
 /* grad_xs row i = G Ws, and the double accumulators of grad_Ws and grad_bs. */
 void distil_ref_row_backward(const distil_fused_args *a, distil_ref_fused_buf *B, int64_t i) {
     int64_t V = a->vocab, H = a->hs;
@@ -200,6 +211,10 @@ distil_status distil_ref_fused(void *b, const distil_fused_args *a) {
             distil_ref_row(a, &B, l, n, &ce, &jsd);
             ce_sum += ce;
             jsd_sum += jsd;
+        }
+        float *ent = distil_dptr_addr(a->student_entropy);
+        if (ent != NULL) { /* ignored rows: 0 */
+            ent[i] = valid ? (float)distil_ref_entropy(B.x, a->vocab) : 0.0f;
         }
         distil_ref_row_backward(a, &B, i);
     }

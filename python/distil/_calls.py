@@ -182,20 +182,24 @@ def run_jsd(ctx, desc, workspace, nbytes, x, y, labels, loss, grad, normaliser_d
         ctx.check(status)
 
 
-def run_fused(ctx, desc, workspace, nbytes, ptrs, normaliser_device=0, lse=(0, 0), head=0):
+def run_fused(ctx, desc, workspace, nbytes, ptrs, normaliser_device=0, lse=(0, 0), head=0,
+              entropy=0):
     """distil_fused_linear_jsd; ptrs = the 11 addresses in the C argument order (0 = absent);
     normaliser_device as in run_jsd; lse = the addresses of the (rows) fp32 LSE outputs
-    (docs/SPEC.md §6), 0 = not wanted, and head the address of Wt's rows made once (the plan
-    has its size; 0 = none): they sit in the plan's descriptor for this call only."""
+    (docs/SPEC.md §6), 0 = not wanted, head the address of Wt's rows made once (the plan
+    has its size; 0 = none) and entropy the (rows) fp32 student entropy's (docs/SPEC.md §6;
+    0 = not wanted): they sit in the plan's descriptor for this call only."""
     _lend(ctx, workspace, nbytes)
     _normaliser_on(desc, normaliser_device)
-    if lse[0] or lse[1] or head:
+    if lse[0] or lse[1] or head or entropy:
         desc.student_lse, desc.teacher_lse = lse[0] or None, lse[1] or None
         desc.teacher_weight_e4m3 = head or None
+        desc.student_entropy = entropy or None
         try:
             status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *ptrs)
         finally:
             desc.student_lse = desc.teacher_lse = desc.teacher_weight_e4m3 = None
+            desc.student_entropy = None
     else:  # addresses as ints: a c_void_p argument takes 0 as NULL
         status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *ptrs)
     if status:

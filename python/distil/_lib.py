@@ -97,6 +97,7 @@ class FusedDesc(ctypes.Structure):
         ("teacher_head_precision", c_int),  # docs/SPEC.md §6 fp8 teacher head
         ("teacher_weight_e4m3", c_void_p),  # ... Wt's rows made once (distil_e4m3_head_make)
         ("teacher_weight_e4m3_bytes", c_size_t),
+        ("student_entropy", c_void_p),  # docs/SPEC.md §6 student entropy
     ]
 
 

@@ -72,7 +72,7 @@ def test_eager_equals_the_op(device):
     xs, ws, xt, wt, lab = _fused_inputs(device)
     loss, soft, hard = dt.fused_linear_jsd_loss(xs, ws, xt, wt, lab, return_soft_hard_loss=True)
     (loss * -2.0).backward()
-    parts, gx, gw, _, _, _ = _ops.fused_op(xs.detach(), ws.detach(), None, xt, wt, None, lab, 0.5,
+    parts, gx, gw, *_ = _ops.fused_op(xs.detach(), ws.detach(), None, xt, wt, None, lab, 0.5,
                                            0.5, 0.5, 1.0, -100, 0, True, True, False)
     assert torch.equal(torch.stack([loss, hard, soft]), parts)
     assert torch.equal(xs.grad, gx * -2.0) and torch.equal(ws.grad, gw * -2.0)

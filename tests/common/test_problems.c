@@ -297,6 +297,8 @@ void tp_fused_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o) {
     size_t lb = (size_t)s->t * sizeof(float);
     d.student_lse = lse && lb > 0 ? tu_alloc_poisoned(ctx, lb) : NULL;
     d.teacher_lse = lse && lb > 0 ? tu_alloc_poisoned(ctx, lb) : NULL;
+    const bool ent = s->head != NULL && s->head->entropy;
+    d.student_entropy = ent && lb > 0 ? tu_alloc_poisoned(ctx, lb) : NULL;
     TU_OK(ctx, distil_fused_linear_jsd(ctx, &d, in[0], in[1], in[2], in[3], in[4], in[5], in[6],
                                        dloss, gxs, gws, gbs));
     TU_OK(ctx, distil_ctx_synchronize(ctx));
@@ -307,6 +309,7 @@ void tp_fused_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o) {
     o->gbs = tp_download_free(ctx, gbs, vb);
     o->lse_s = tp_download_free(ctx, d.student_lse, lb);
     o->lse_t = tp_download_free(ctx, d.teacher_lse, lb);
+    o->ent = tp_download_free(ctx, d.student_entropy, lb);
     for (size_t i = 0; i < TU_LEN(in); i++) {
         distil_free(ctx, in[i]);
     }
@@ -325,7 +328,7 @@ bool tp_fused_skip_unsupported(distil_ctx *ctx, const tp_fused *p) {
 }
 
 void tp_fused_out_free(tp_fused_out *o) {
-    free(o->gxs), free(o->gws), free(o->gbs), free(o->lse_s), free(o->lse_t);
+    free(o->gxs), free(o->gws), free(o->gbs), free(o->lse_s), free(o->lse_t), free(o->ent);
 }
 
 void tp_fused_check_same(const tp_fused *p, const tp_fused_out *a, const tp_fused_out *b) {
@@ -336,6 +339,7 @@ void tp_fused_check_same(const tp_fused *p, const tp_fused_out *a, const tp_fuse
     tp_check_same_buf("grad_student_bias", a->gbs, b->gbs, (size_t)p->s.v * es);
     tp_check_same_buf("student_lse", a->lse_s, b->lse_s, lb); /* docs/SPEC.md §6 */
     tp_check_same_buf("teacher_lse", a->lse_t, b->lse_t, lb);
+    tp_check_same_buf("student_entropy", a->ent, b->ent, lb);
 }
 
 void tp_fused_name(char *buf, size_t n, const tp_fused_spec *s, distil_dtype dt) {
@@ -354,9 +358,10 @@ void tp_fused_name(char *buf, size_t n, const tp_fused_spec *s, distil_dtype dt)
     const tp_head *h = s->head;
     size_t used = strlen(buf);
     if (h != NULL && used < n) {
-        snprintf(buf + used, n - used, " Vt=%lld s=%g/%g cap=%g/%g tau_t=%g%s%s", (long long)h->vt,
-                 (double)h->s_scale, (double)h->t_scale, (double)h->s_cap, (double)h->t_cap,
-                 (double)h->tau_t, h->lse ? " lse" : "", h->t_fp8 ? " fp8" : "");
+        snprintf(buf + used, n - used, " Vt=%lld s=%g/%g cap=%g/%g tau_t=%g%s%s%s",
+                 (long long)h->vt, (double)h->s_scale, (double)h->t_scale, (double)h->s_cap,
+                 (double)h->t_cap, (double)h->tau_t, h->lse ? " lse" : "", h->t_fp8 ? " fp8" : "",
+                 h->entropy ? " entropy" : "");
     }
     used = strlen(buf);
     if (s->tag != NULL && used < n) {

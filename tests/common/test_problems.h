@@ -84,6 +84,7 @@ typedef struct tp_head {
     float t_scale, t_cap; /* teacher's */
     float tau_t;          /* teacher temperature; 0 = tau */
     bool lse;             /* ask for both LSE outputs */
+    bool entropy;         /* ask for the student's entropy (student_entropy) */
     bool t_fp8;           /* the fp8 teacher head (teacher_head_precision FP8_E4M3) */
 } tp_head;
 
@@ -121,6 +122,7 @@ typedef struct tp_fused_out {
     float loss[4];
     void *gxs, *gws, *gbs;
     float *lse_s, *lse_t; /* (t) each when the head asks for them, else NULL */
+    float *ent;           /* (t) when the head asks for the entropy, else NULL */
 } tp_fused_out;
 
 /* The gradients a spec asks for: grad_student_bias only exists with student_bias. */

@@ -53,26 +53,31 @@ distil_row_stats distil_row_stats_of(__global const float *zsr, __global const f
     return r;
 }
 
-/* Pass 2: the JSD row sum and sum_u dx_u over the work-group (in distil_acc). */
+/* Pass 2: the JSD row sum and sum_u dx_u over the work-group (in distil_acc); with has_h (uniform)
+ * also the student's entropy -sum_u q_u x_u (docs/SPEC.md §6; a term with q == 0 is 0). */
 void distil_row_jsd_sums(__global const float *zsr, __global const float *ztr, long vocab,
                          const distil_row_stats *st, __local distil_acc *red, float *sum_e,
-                         distil_acc *sum_dx) {
+                         distil_acc *sum_dx, int has_h, float *ent) {
     const int lid = (int)get_local_id(0);
-    distil_acc se = 0.0f, sg = 0.0f;
+    distil_acc se = 0.0f, sg = 0.0f, sh = 0.0f;
     for (long base = 0; base < vocab; base += WG_SIZE * VEC) {
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
             const long j = base + k * WG_SIZE + lid;
             if (j < vocab) {
                 float dx, q;
-                se += de_elem(st->k.mode, &st->k, distil_row_x(st, zsr[j]),
-                              distil_row_y(st, ztr[j]), &dx, &q);
+                const float x = distil_row_x(st, zsr[j]);
+                se += de_elem(st->k.mode, &st->k, x, distil_row_y(st, ztr[j]), &dx, &q);
                 sg += dx;
+                if (has_h && q > 0.0f) {
+                    sh -= q * x;
+                }
             }
         }
     }
     *sum_e = (float)distil_group_sum_acc(se, red);
     *sum_dx = distil_group_sum_acc(sg, red);
+    *ent = has_h ? (float)distil_group_sum_acc(sh, red) : 0.0f;
 }
 
 /* The soft part dx - q sum_dx of one column; at the student's mode (q > 1/2, where it cancels) as
@@ -124,6 +129,8 @@ void distil_row_write_g(__global const float *zsr, __global const float *ztr, __
  *           docs/SPEC.md §6: inv_tt is the teacher's 1 / temperature; with has_dz, zs holds the
  *           student's scaled / capped logits and G is multiplied by dz (rows, vocab) at dz_off,
  *           their dz'/dz (head.cl wrote it).
+ * ent       (rows) float at ent_off, written when has_h: the student's entropy -sum q x of
+ *           valid rows, 0 for ignored rows (docs/SPEC.md §6)
  * Passes over a row: (1) online max / sum-exp of zs, zs inv_t and zt inv_t; (2) the JSD terms
  * and sum dx, which G needs before any element of it can be written; (3) G. zs[label] is read
  * by everyone before the first barrier, long before any write to g.
@@ -134,7 +141,8 @@ distil_fused_rows(__global float *zs, ulong zs_off, __global const float *zt, ul
                   float8 coef, float inv_t, float w_hard, float w_soft, __global float *ce,
                   ulong ce_off, __global float *jsd, ulong jsd_off, __global T *g, ulong g_off,
                   int has_g, __global const float *n_valid, ulong n_off, int has_n, float inv_tt,
-                  __global const float *dz, ulong dz_off, int has_dz) {
+                  __global const float *dz, ulong dz_off, int has_dz, __global float *ent,
+                  ulong ent_off, int has_h) {
     __local float red_m[WG_SIZE];
     __local distil_acc red_s[WG_SIZE];
     const ulong row = get_group_id(0);
@@ -148,6 +156,9 @@ distil_fused_rows(__global float *zs, ulong zs_off, __global const float *zt, ul
         if (lid == 0) {
             ce[ce_off + row] = 0.0f;
             jsd[jsd_off + row] = 0.0f;
+            if (has_h) {
+                ent[ent_off + row] = 0.0f;
+            }
         }
         for (long j = lid; has_g && j < vocab; j += WG_SIZE) {
             STORE(DTYPE, gr, j, 0.0f);
@@ -159,10 +170,14 @@ distil_fused_rows(__global float *zs, ulong zs_off, __global const float *zt, ul
     st.k = distil_coef_of(coef);
     float sum_e;
     distil_acc sum_dx;
-    distil_row_jsd_sums(zsr, ztr, vocab, &st, red_s, &sum_e, &sum_dx);
+    float h;
+    distil_row_jsd_sums(zsr, ztr, vocab, &st, red_s, &sum_e, &sum_dx, has_h, &h);
     if (lid == 0) {
         ce[ce_off + row] = (st.s.x - z_label) + st.s.y; /* logsumexp(zs) - zs[label] */
         jsd[jsd_off + row] = sum_e;
+        if (has_h) {
+            ent[ent_off + row] = h;
+        }
     }
     if (has_g) {
         const float n = has_n ? n_valid[n_off] : 1.0f;

@@ -120,7 +120,8 @@ distil_tp_rows(int phase, __global float *zs, ulong zs_off, __global const float
         const float z_label = own >= 0 ? zsr[own] : 0.0f;
         float sum_e;
         distil_acc sum_dx;
-        distil_row_jsd_sums(zsr, ztr, vocab, &st, red_s, &sum_e, &sum_dx);
+        float no_h; /* the entropy is refused on a vocabulary shard */
+        distil_row_jsd_sums(zsr, ztr, vocab, &st, red_s, &sum_e, &sum_dx, 0, &no_h);
         if (lid == 0) {
             sterm[0] = own >= 0 ? (double)z_label - (double)st.s.x : 0.0;
             sterm[1] = sum_e;

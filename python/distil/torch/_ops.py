@@ -17,7 +17,8 @@ Ops (namespace ``distil``), on 2-D row-major tensors prepared by the public wrap
   (the loss over the common prefix); the LSEs are not differentiable. Last,
   teacher_head_precision: 0 the exact teacher head, 1 the fp8 (e4m3) one; teacher_weight_e4m3
   (uint8 [bytes])?: with 1, Wt's rows made once by e4m3_head (the library then skips rounding
-  Wt in the call).
+  Wt in the call); want_entropy (docs/SPEC.md §6) with a seventh output student_entropy [T]
+  ([0] unless want_entropy), not differentiable.
 The gradients are computed in the forward call (as Liger does) and saved; backward scales them
 by the upstream gradient on the device (distil_scale), so the usual `loss.backward()` reads
 nothing back to the host and makes no extra pass over them. Every call runs on the caller's
@@ -182,6 +183,7 @@ def _jsd_plan(ctx, x, y, beta, ignore_index, reduction, divergence, alpha, norma
 # Positions in jsd_op's and fused_op's argument tuples that the call sites read (_site.py).
 JSD_REDUCTION, JSD_WANT, JSD_N_DEVICE = 5, 6, 10
 FUSED_WANTS, FUSED_N_DEVICE, FUSED_WANT_LSE, FUSED_E4M3_HEAD = slice(13, 16), 19, 26, 28
+FUSED_WANT_ENTROPY = 29
 
 
 def jsd_plan_of(ctx, args: tuple):
@@ -236,15 +238,15 @@ def _fused_impl(student_hidden: Tensor, student_weight: Tensor, student_bias: Op
              student_softcap: float = 0.0, teacher_logit_scale: float = 1.0,
              teacher_softcap: float = 0.0, teacher_temperature: float = 0.0,
              want_lse: bool = False, teacher_head_precision: int = 0,
-             teacher_weight_e4m3: Optional[Tensor] = None
-             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+             teacher_weight_e4m3: Optional[Tensor] = None, want_entropy: bool = False
+             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     return _fused_run(_out, student_hidden, student_weight, student_bias, teacher_hidden,
                       teacher_weight, teacher_bias, labels, weight_hard, weight_soft, beta,
                       temperature, ignore_index, chunk_rows, want_grad_hidden, want_grad_weight,
                       want_grad_bias, divergence, alpha, normaliser, normaliser_device,
                       temperature_squared, student_logit_scale, student_softcap,
                       teacher_logit_scale, teacher_softcap, teacher_temperature, want_lse,
-                      teacher_head_precision, teacher_weight_e4m3)
+                      teacher_head_precision, teacher_weight_e4m3, want_entropy)
 
 
 def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, beta, temperature,
@@ -253,17 +255,19 @@ def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, b
                temperature_squared=False, student_logit_scale=1.0, student_softcap=0.0,
                teacher_logit_scale=1.0, teacher_softcap=0.0, teacher_temperature=0.0,
                want_lse=False, teacher_head_precision=0, teacher_weight_e4m3=None,
-               want_parts=True):
+               want_entropy=False, want_parts=True):
     """The fused op's kernel with its outputs made by make(like, shape or None, dtype): the op
     needs a [0] tensor for each unwanted output, the eager path passes None for it (the library
     takes NULL), saving an allocation each. want_parts=False: the loss alone, [] instead of the
     [3] parts (the eager path, when the caller does not hand out the parts). With make
     _wanted (the eager path) a small GPU workspace may be the context's kept block
     (_workspace). teacher_head_precision: a distil_head_precision (docs/SPEC.md §6; 1 = the fp8
-    head); teacher_weight_e4m3: Wt's rows made once (e4m3_head) or None."""
+    head); teacher_weight_e4m3: Wt's rows made once (e4m3_head) or None; want_entropy: the
+    student's entropy [T] (docs/SPEC.md §6), last of the outputs."""
     parts, gx, gw, gb = _fused_outputs(xs, ws, want_grad_hidden, want_grad_weight, want_grad_bias,
                                        make, want_parts)
     ls, lt = _lse_outputs(xs, want_lse, make)
+    ent = make(xs, (xs.shape[0],) if want_entropy else None, torch.float32)
     heads = (student_logit_scale, student_softcap, teacher_logit_scale, teacher_softcap,
              teacher_temperature, teacher_head_precision, _bytes(teacher_weight_e4m3))
     ctx = context_for(xs)
@@ -278,11 +282,11 @@ def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, b
                          (_addr(xs), _addr(ws), _addr(bs), _addr(xt), _addr(wt), _addr(bt),
                           _addr(labels), _addr(parts), _addr(gx), _addr(gw), _addr(gb)),
                          _addr(normaliser_device), (_addr(ls), _addr(lt)) if want_lse else _NO_LSE,
-                         _addr(teacher_weight_e4m3))
+                         _addr(teacher_weight_e4m3), _addr(ent))
     except _errors.OutOfMemory as e:
         raise _OutOfMemoryError(str(e)) from e
     _after_call(ctx, xs)
-    return parts, gx, gw, gb, ls, lt
+    return parts, gx, gw, gb, ls, lt, ent
 
 
 def _bytes(t: Optional[Tensor]) -> int:
@@ -361,12 +365,15 @@ def _fused_fake(student_hidden, student_weight, student_bias, teacher_hidden, te
                 alpha=0.1, normaliser=0.0, normaliser_device=None, temperature_squared=False,
                 student_logit_scale=1.0, student_softcap=0.0, teacher_logit_scale=1.0,
                 teacher_softcap=0.0, teacher_temperature=0.0, want_lse=False,
-                teacher_head_precision=0, teacher_weight_e4m3=None):
-    return _fused_outputs(student_hidden, student_weight, want_grad_hidden, want_grad_weight,
-                          want_grad_bias, _fake) + _lse_outputs(student_hidden, want_lse, _fake)
+                teacher_head_precision=0, teacher_weight_e4m3=None, want_entropy=False):
+    ent = _fake(student_hidden, (student_hidden.shape[0],) if want_entropy else None,
+                torch.float32)
+    return (_fused_outputs(student_hidden, student_weight, want_grad_hidden, want_grad_weight,
+                           want_grad_bias, _fake)
+            + _lse_outputs(student_hidden, want_lse, _fake) + (ent,))
 
 
-_FUSED_ARGS = 29  # inputs of fused_op: three gradients (xs, Ws, bs), None for the others
+_FUSED_ARGS = 30  # inputs of fused_op: three gradients (xs, Ws, bs), None for the others
 
 
 def _fused_setup(ctx, inputs, output):
@@ -375,7 +382,7 @@ def _fused_setup(ctx, inputs, output):
 
 
 def _fused_backward(ctx, grad_parts, grad_gx=None, grad_gw=None, grad_gb=None, grad_ls=None,
-                    grad_lt=None):
+                    grad_lt=None, grad_ent=None):
     # Only the combined loss is differentiable: the wrappers hand out the parts (and the LSEs)
     # detached.
     grads = [g if want else None for g, want in zip(ctx.saved_tensors, ctx.wants)]
@@ -507,15 +514,15 @@ class _FusedFunction(torch.autograd.Function):
         (xt, wt, bt, labels, n_dev, weight_hard, weight_soft, beta, temperature, ignore_index,
          chunk_rows, want_x, want_w, want_b, divergence, alpha, normaliser, temperature_squared,
          *heads) = options
-        parts, gx, gw, gb, ls, lt = _fused_run(
+        parts, gx, gw, gb, ls, lt, ent = _fused_run(
             _wanted, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, beta, temperature,
             ignore_index, chunk_rows, want_x, want_w, want_b, divergence, alpha, normaliser,
             n_dev, temperature_squared, *heads)
         ctx.grads = (gx, gw, gb)
         if parts.dim() == 0:  # the loss alone (want_parts False)
-            out.extend((None, ls, lt))
+            out.extend((None, ls, lt, ent))
             return parts
-        out.extend((parts, ls, lt))
+        out.extend((parts, ls, lt, ent))
         # Not a view of parts as far as autograd knows, so the caller may modify it in place.
         return parts[0].detach()
 
@@ -540,14 +547,14 @@ def jsd(x, y, labels, beta, ignore_index, reduction, want_grad, divergence=0, al
 
 def fused(*args, parts: bool = True) -> tuple[Tensor, Optional[Tensor], Optional[Tensor],
                                               Optional[Tensor]]:
-    """(loss, loss parts [3] detached, student_lse, teacher_lse) of fused_op (arguments as
-    there, every one given); only the loss is differentiable; the LSEs are None (eager) or
-    [0] (traced) unless asked for; parts=False: the parts may be None (eager: the library
-    writes the loss alone)."""
+    """(loss, loss parts [3] detached, student_lse, teacher_lse, student_entropy) of fused_op
+    (arguments as there, every one given); only the loss is differentiable; the LSEs and the
+    entropy are None (eager) or [0] (traced) unless asked for; parts=False: the parts may be
+    None (eager: the library writes the loss alone)."""
     tensors = args[:7] + (args[19], args[28])
     if not _untraced(*tensors):
         out = fused_op(*args)
-        return out[0][0], out[0].detach(), out[4], out[5]
+        return out[0][0], out[0].detach(), out[4], out[5], out[6]
     out = []
     loss = _FusedFunction.apply(args[0], args[1], args[2],
                                 args[3:7] + (args[19],) + args[7:19] + args[20:] + (parts,), out)

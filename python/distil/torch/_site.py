@@ -59,7 +59,7 @@ def _own_descriptor(desc):
     which sets those for one call, so a site on the plan's descriptor would have to clear them
     before every call."""
     mine = type(desc).from_buffer_copy(desc)
-    for name in ("normaliser_device", "student_lse", "teacher_lse"):
+    for name in ("normaliser_device", "student_lse", "teacher_lse", "student_entropy"):
         if hasattr(mine, name):
             setattr(mine, name, None)
     mine.ref = ctypes.byref(mine)
@@ -184,7 +184,7 @@ def fused_site(key, xs, ws, bs, xt, wt, labels, args, parts) -> Optional[FusedSi
     or a tensor that is not plain, not dense or not as the library takes it (the checked path
     converts those)."""
     if (args[_ops.FUSED_N_DEVICE] is not None or args[_ops.FUSED_WANT_LSE]
-            or args[_ops.FUSED_E4M3_HEAD] is not None):
+            or args[_ops.FUSED_E4M3_HEAD] is not None or args[_ops.FUSED_WANT_ENTROPY]):
         return None
     found = _site_context(key, xs, (xs, ws, bs, xt, wt, labels), labels)
     if found is None:

@@ -180,8 +180,9 @@ _FUSED_NAMES = ("student_input", "student_weight", "teacher_input", "teacher_wei
 
 def _head_options(student_logit_scale=1.0, student_softcap=0.0, teacher_logit_scale=1.0,
                   teacher_softcap=0.0, teacher_temperature=None, return_lse=False,
-                  teacher_head_precision=None, teacher_weight_e4m3=None):
-    """The head options of docs/SPEC.md §6 as the op takes them: (heads tuple, want_lse). The
+                  teacher_head_precision=None, teacher_weight_e4m3=None, return_entropy=False):
+    """The head options of docs/SPEC.md §6 as the op takes them: (heads tuple, want_lse,
+    want_entropy: the student's entropy, docs/SPEC.md §6 "Student entropy"). The
     library checks the values (scales > 0, caps >= 0, finite) and names the bad one.
     teacher_temperature None (or 0) is the student's temperature; teacher_head_precision None
     / "default" or "fp8" (the fp8 teacher head, docs/SPEC.md §6), as the op's code, then the
@@ -189,7 +190,7 @@ def _head_options(student_logit_scale=1.0, student_softcap=0.0, teacher_logit_sc
     heads = (float(student_logit_scale), float(student_softcap), float(teacher_logit_scale),
              float(teacher_softcap), float(teacher_temperature or 0.0),
              _calls.head_precision_code(teacher_head_precision), teacher_weight_e4m3)
-    return heads, bool(return_lse)
+    return heads, bool(return_lse), bool(return_entropy)
 
 
 def e4m3_head(teacher_weight: Tensor) -> Tensor:
@@ -239,11 +240,13 @@ def _check_tensors(fn, student_input, student_weight, teacher_input, teacher_wei
 def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, labels,
            student_bias, teacher_bias, weight_hard, weight_soft, beta, ignore_index,
            temperature, chunk_rows, div=("jsd", 0.1, None, False),
-           heads=_calls.DEFAULT_HEADS, want_lse=False, want_parts=False, record=None):
-    """The fused op on 2-D views; returns (loss, parts, student_lse, teacher_lse): parts the
-    detached [3] (loss, hard, soft) with want_parts (else possibly None: the library then
-    writes the loss alone); the LSEs shaped like the leading dimensions (None unless
-    want_lse). record: a list that receives the op's arguments (for a call site, _site.py)."""
+           heads=_calls.DEFAULT_HEADS, want_lse=False, want_parts=False, record=None,
+           want_entropy=False):
+    """The fused op on 2-D views; returns (loss, parts, student_lse, teacher_lse,
+    student_entropy): parts the detached [3] (loss, hard, soft) with want_parts (else possibly
+    None: the library then writes the loss alone); the LSEs and the entropy shaped like the
+    leading dimensions (None unless want_lse / want_entropy). record: a list that receives the
+    op's arguments (for a call site, _site.py)."""
     _check_tensors(fn, student_input, student_weight, teacher_input, teacher_weight,
                    student_bias, teacher_bias)
     _check_temperature(fn, float(temperature))
@@ -265,16 +268,17 @@ def _fused(fn, student_input, student_weight, teacher_input, teacher_weight, lab
             float(temperature), int(ignore_index), int(chunk_rows),
             *_wants_grads(student_input, student_weight, student_bias), code, alpha, n_host,
             n_dev, bool(div[3]), *heads[:5], want_lse, heads[5],
-            heads[6] if len(heads) > 6 else None)
+            heads[6] if len(heads) > 6 else None, bool(want_entropy))
     if args[28] is not None:
         _check_e4m3_head(fn, args[28], xs)
-    loss, parts, ls, lt = _ops.fused(*args, parts=want_parts)
+    loss, parts, ls, lt, ent = _ops.fused(*args, parts=want_parts)
     if record is not None:
         record.append(args)
     lead = student_input.shape[:-1]
     lse = (ls.reshape(lead), lt.reshape(lead)) if want_lse else (None, None)
+    ent = ent.reshape(lead).detach() if want_entropy else None
     # Without labels (weight_hard == 0) every row counts and the library writes a hard part of 0.
-    return (loss, parts) + lse
+    return (loss, parts) + lse + (ent,)
 
 
 def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
@@ -286,23 +290,27 @@ def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_inpu
                      teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
                      teacher_temperature: Optional[float] = None, return_lse: bool = False,
                      teacher_head_precision: Optional[str] = None,
-                     teacher_weight_e4m3: Optional[Tensor] = None, _record=None):
+                     teacher_weight_e4m3: Optional[Tensor] = None, return_entropy: bool = False,
+                     _record=None):
     """JSD of the two heads' tempered distributions (Liger's LigerFusedLinearJSD), fp32.
 
     student_input [..., Hs], student_weight [V, Hs], teacher_input [..., Ht], teacher_weight
     [V, Ht], shift_labels [...] or None (then every row counts). No hard loss, no biases.
     Head options (docs/SPEC.md §6, keywords) as in fused_linear_jsd_loss; with return_lse the
-    result is (loss, student_lse, teacher_lse).
+    result is (loss, student_lse, teacher_lse); return_entropy appends the student's entropy
+    (as in fused_linear_jsd_loss).
     """
-    heads, want_lse = _head_options(student_logit_scale, student_softcap, teacher_logit_scale,
-                                    teacher_softcap, teacher_temperature, return_lse,
-                                    teacher_head_precision, teacher_weight_e4m3)
-    loss, _, ls, lt = _fused("fused_linear_jsd", student_input, student_weight, teacher_input,
-                                teacher_weight, shift_labels, None, None, 0.0, 1.0, jsd_beta,
-                                ignore_index, temperature, chunk_rows,
-                                (divergence, alpha, normaliser, temperature_squared), heads,
-                                want_lse, False, _record)
-    return (loss, ls, lt) if want_lse else loss
+    heads, want_lse, want_ent = _head_options(
+        student_logit_scale, student_softcap, teacher_logit_scale, teacher_softcap,
+        teacher_temperature, return_lse, teacher_head_precision, teacher_weight_e4m3,
+        return_entropy)
+    loss, _, ls, lt, ent = _fused("fused_linear_jsd", student_input, student_weight,
+                                  teacher_input, teacher_weight, shift_labels, None, None, 0.0,
+                                  1.0, jsd_beta, ignore_index, temperature, chunk_rows,
+                                  (divergence, alpha, normaliser, temperature_squared), heads,
+                                  want_lse, False, _record, want_ent)
+    out = (loss,) + ((ls, lt) if want_lse else ()) + ((ent,) if want_ent else ())
+    return out if len(out) > 1 else loss
 
 
 def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
@@ -319,7 +327,8 @@ def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher
                           teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
                           teacher_temperature: Optional[float] = None, return_lse: bool = False,
                           teacher_head_precision: Optional[str] = None,
-                          teacher_weight_e4m3: Optional[Tensor] = None):
+                          teacher_weight_e4m3: Optional[Tensor] = None,
+                          return_entropy: bool = False):
     """Hard CE + soft JSD through both heads (Liger's LigerFusedLinearJSDLoss).
 
     loss = weight_hard_loss * CE / N + weight_soft_loss * JSD(beta, temperature) / N with
@@ -344,6 +353,12 @@ def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher
     e4m3's rounding); the student's head is exact. teacher_weight_e4m3 = e4m3_head(
     teacher_weight), made once for a frozen teacher, saves rounding Wt in every call (same
     numbers).
+
+    return_entropy=True (docs/SPEC.md §6 "Student entropy") appends, last, each row's entropy
+    in nats of the student's soft-part distribution softmax(z' / temperature) (z' the student's
+    logits after its scale and softcap), computed in the loss's own pass over the row; ignored
+    rows hold 0; detached, shaped like the leading dimensions (TRL logs its mean as `entropy`).
+    Not with the vocabulary-parallel loss.
     """
     del compiled, chunk_size  # accepted for Liger compatibility, see the module docstring
     return _fused_loss(student_input, student_weight, teacher_input, teacher_weight, true_labels,
@@ -352,7 +367,7 @@ def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher
                        (divergence, alpha, normaliser, temperature_squared),
                        (student_logit_scale, student_softcap, teacher_logit_scale,
                         teacher_softcap, teacher_temperature, return_lse,
-                        teacher_head_precision, teacher_weight_e4m3))
+                        teacher_head_precision, teacher_weight_e4m3, return_entropy))
 
 
 def _fused_loss(student_input, student_weight, teacher_input, teacher_weight, true_labels,
@@ -363,14 +378,15 @@ def _fused_loss(student_input, student_weight, teacher_input, teacher_weight, tr
     some thirty keywords costs more than the checks); div = (divergence, alpha, normaliser,
     temperature_squared), head_options = _head_options's arguments in its order; record as in
     _fused."""
-    heads, want_lse = _head_options(*head_options)
-    loss, parts, ls, lt = _fused("fused_linear_jsd_loss", student_input, student_weight,
-                                 teacher_input, teacher_weight, true_labels, student_bias,
-                                 teacher_bias, weight_hard_loss, weight_soft_loss, beta,
-                                 ignore_index, temperature, chunk_rows, div, heads, want_lse,
-                                 return_soft_hard_loss, record)
+    heads, want_lse, want_ent = _head_options(*head_options)
+    loss, parts, ls, lt, ent = _fused("fused_linear_jsd_loss", student_input, student_weight,
+                                      teacher_input, teacher_weight, true_labels, student_bias,
+                                      teacher_bias, weight_hard_loss, weight_soft_loss, beta,
+                                      ignore_index, temperature, chunk_rows, div, heads,
+                                      want_lse, return_soft_hard_loss, record, want_ent)
     out = (loss, parts[2], parts[1]) if return_soft_hard_loss else (loss,)
     out += (ls, lt) if want_lse else ()
+    out += (ent,) if want_ent else ()
     return out if len(out) > 1 else loss
 
 

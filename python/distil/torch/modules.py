@@ -30,7 +30,8 @@ def _check_temperature(temperature):
 # docs/SPEC.md §6 head options of the fused modules: keyword-only constructor arguments (the
 # defaults leave Liger's signatures and results as they are), kept as attributes of these names.
 _HEAD_OPTIONS = ("student_logit_scale", "student_softcap", "teacher_logit_scale",
-                 "teacher_softcap", "teacher_temperature", "return_lse", "teacher_head_precision")
+                 "teacher_softcap", "teacher_temperature", "return_lse", "teacher_head_precision",
+                 "return_entropy")
 
 
 def _set_head_options(module, *values):
@@ -162,7 +163,8 @@ class FusedLinearJSD(_SiteModule):
     student_weight. No hard loss, no biases (as Liger's LigerFusedLinearJSD). Keyword
     teacher_head_precision="fp8": the fp8 teacher head (docs/SPEC.md §6), with
     cache_teacher_head=True the teacher's head rounded once and kept (_HeadCache says when it is
-    made again), or a forward teacher_weight_e4m3= (distil.torch.functional.e4m3_head)."""
+    made again), or a forward teacher_weight_e4m3= (distil.torch.functional.e4m3_head).
+    return_entropy=True appends the student's entropy per row (docs/SPEC.md §6)."""
 
     def __init__(self, jsd_beta: float = 0.5, ignore_index: int = -100,
                  temperature: float = 1.0, *, divergence: str = "jsd", alpha: float = 0.1,
@@ -171,7 +173,7 @@ class FusedLinearJSD(_SiteModule):
                  teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
                  teacher_temperature: Optional[float] = None, return_lse: bool = False,
                  teacher_head_precision: Optional[str] = None,
-                 cache_teacher_head: bool = False):
+                 cache_teacher_head: bool = False, return_entropy: bool = False):
         super().__init__()
         _check_temperature(temperature)
         _init_head_cache(self, cache_teacher_head)
@@ -182,7 +184,7 @@ class FusedLinearJSD(_SiteModule):
         self.temperature_squared = temperature_squared
         _set_head_options(self, student_logit_scale, student_softcap, teacher_logit_scale,
                           teacher_softcap, teacher_temperature, return_lse,
-                          teacher_head_precision)
+                          teacher_head_precision, return_entropy)
 
     def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
                 teacher_weight: Tensor, shift_labels: Optional[torch.LongTensor] = None, *,
@@ -225,6 +227,7 @@ class FusedLinearJSDLoss(_SiteModule):
     fp8 teacher head (docs/SPEC.md §6), as in distil.torch.functional.fused_linear_jsd_loss;
     with cache_teacher_head=True its head rounded once and kept (_HeadCache says when it is made
     again), or a forward teacher_weight_e4m3= (distil.torch.functional.e4m3_head).
+    return_entropy=True appends the student's entropy per row, last (docs/SPEC.md §6).
     """
 
     def __init__(self, weight_hard_loss: float = 0.5, weight_soft_loss: float = 0.5,
@@ -238,7 +241,7 @@ class FusedLinearJSDLoss(_SiteModule):
                  teacher_temperature: Optional[float] = None, return_lse: bool = False,
                  process_group=None, vocab_offset: Optional[int] = None,
                  teacher_head_precision: Optional[str] = None,
-                 cache_teacher_head: bool = False):
+                 cache_teacher_head: bool = False, return_entropy: bool = False):
         super().__init__()
         _init_head_cache(self, cache_teacher_head)
         self.divergence, self.alpha, self.normaliser = divergence, alpha, normaliser
@@ -260,7 +263,7 @@ class FusedLinearJSDLoss(_SiteModule):
         self.chunk_rows = chunk_rows
         _set_head_options(self, student_logit_scale, student_softcap, teacher_logit_scale,
                           teacher_softcap, teacher_temperature, return_lse,
-                          teacher_head_precision)
+                          teacher_head_precision, return_entropy)
 
     def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
                 teacher_weight: Tensor, true_labels: Optional[torch.LongTensor],
@@ -269,10 +272,10 @@ class FusedLinearJSDLoss(_SiteModule):
         if self.parallel is not None:
             heads = (self.student_logit_scale, self.student_softcap, self.teacher_logit_scale,
                      self.teacher_softcap, self.teacher_temperature, self.return_lse,
-                     self.teacher_head_precision in (None, "default"))
+                     self.teacher_head_precision in (None, "default"), self.return_entropy)
             if (self.divergence != "jsd" or self.temperature_squared or normaliser is not None
                     or self.normaliser is not None
-                    or heads != (1.0, 0.0, 1.0, 0.0, None, False, True)):
+                    or heads != (1.0, 0.0, 1.0, 0.0, None, False, True, False)):
                 raise NotImplementedError("distil: FusedLinearJSDLoss(process_group=) takes the "
                                           "default divergence, normaliser, temperature and head "
                                           "options only")
@@ -305,7 +308,7 @@ class FusedLinearJSDLoss(_SiteModule):
                             (self.student_logit_scale, self.student_softcap,
                              self.teacher_logit_scale, self.teacher_softcap,
                              self.teacher_temperature, self.return_lse,
-                             self.teacher_head_precision, head), record)
+                             self.teacher_head_precision, head, self.return_entropy), record)
         self._sites.put(key, _site.fused_site(key, student_input, student_weight, student_bias,
                                               teacher_input, teacher_weight, true_labels,
                                               record[0], bool(self.return_soft_hard_loss)))
