@@ -7,15 +7,15 @@
 # with return_entropy=True (TRL's kernel always returns the entropy), whose cuda tests
 # (python/tests/test_trl_entropy.py) run first. JSON / CSV per step, a Markdown table and the
 # log go to $OUT.
-# usage: OUT=/some/dir bash bench/trl_baseline.sh    (repository root, a CUDA GPU; ~7 min)
+# usage: OUT=/some/dir bash bench/run/trl_baseline.sh    (repository root, a CUDA GPU; ~7 min)
 # Offline: the wheels in .devcarry/wheels are installed first (--no-deps), made with
 #   pip download --no-deps trl==1.16.0 liger-kernel==0.8.5 -d .devcarry/wheels
 # (TRL's kernel needs only TRL itself, transformers and packaging: baselines.py stands in for
 # TRL's ZeRO-3 helper when accelerate / datasets are missing). distil's package is built from
 # this tree for sm_90a (CUDA_ARCHS) unless SKIP_INSTALL=1 (already installed, e.g. by
-# bench/gpu_run.sh on the same machine).
+# bench/run/gpu_run.sh on the same machine).
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/distil-trl-baseline.XXXXXX")}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/trl_baseline.log") 2>&1
@@ -64,7 +64,7 @@ run() {
         return
     fi
     log "START $name (cap ${t}s)"
-    timeout --signal=INT --kill-after=10 "$t" "$PY" bench/baselines.py "${TIMING[@]}" \
+    timeout --signal=INT --kill-after=10 "$t" "$PY" bench/python/baselines.py "${TIMING[@]}" \
         --beta "$beta" --impl "$impls" --T "$ts" --json "$OUT/$name.json" --csv "$OUT/$name.csv"
     log "END $name: exit $?"
 }
@@ -77,7 +77,7 @@ run jsd-torch 90 0.5 compile,eager 1024,2048,4096,8192
 run fkl-torch 90 0.0 compile,eager 1024,2048,4096,8192
 files=("$OUT"/*.json)
 if [ -f "${files[0]}" ]; then
-    "$PY" bench/results_table.py "${files[@]}" > "$OUT/tables.md" 2>> "$OUT/trl_baseline.log" ||
+    "$PY" bench/python/results_table.py "${files[@]}" > "$OUT/tables.md" 2>> "$OUT/trl_baseline.log" ||
         log "results_table.py failed: the JSON / CSV stand"
 fi
 log "done: $OUT"
