@@ -49,6 +49,7 @@ typedef struct bench_shape {
     float softcap;         /* both heads' softcap (Gemma 2); 0 = none */
     int teacher_fp8;       /* the fp8 teacher head, docs/SPEC.md §6 (--teacher-fp8) */
     int teacher_fp8_head;  /* ... with Wt's rows made once, outside the timed calls */
+    int entropy;           /* fused: the student's entropy asked too, docs/SPEC.md §6 */
 } bench_shape;
 
 /* The command line, after defaults and presets. */

@@ -89,6 +89,8 @@ static const bench_flag bench_flags[] = {
      "      fused: the fp8 (e4m3) teacher head, docs/SPEC.md §6"},
     {"teacher-fp8-head", K_SWITCH, OFF(fused.teacher_fp8_head), NONE, 0, 0,
      " fused: the fp8 teacher head with Wt's rows made once (distil_e4m3_head_make)"},
+    {"entropy", K_SWITCH, OFF(fused.entropy), NONE, 0, 0,
+     "      fused: ask for the student's entropy too (student_entropy), docs/SPEC.md §6"},
     {"ignore-frac", K_DBL, OFF(jsd.ignore_frac), OFF(fused.ignore_frac), 0, 1,
      "F     fraction of rows labelled ignore_index (default 0)"},
     {"warmup", K_INT, OFF(warmup), NONE, 0, 1e6, "N     untimed calls first (default 3)"},

@@ -18,9 +18,10 @@ enum { IN_A, IN_B, IN_C, IN_D, IN_LABELS, IN_COUNT };
 struct bench_buffers {
     int sets;
     void *in[BENCH_MAX_SETS][IN_COUNT];
-    float *loss;  /* 4 floats */
-    void *grad_a; /* jsd: grad_student (T, V); fused: grad_xs (T, Hs) */
-    void *grad_b; /* fused: grad_Ws (V, Hs) */
+    float *loss;    /* 4 floats */
+    void *grad_a;   /* jsd: grad_student (T, V); fused: grad_xs (T, Hs) */
+    void *grad_b;   /* fused: grad_Ws (V, Hs) */
+    float *entropy; /* fused --entropy: the student's entropy (T) fp32 */
     /* --teacher-fp8-head: each set's Wt made once (distil_e4m3_head_make), head_bytes each */
     void *head[BENCH_MAX_SETS];
     size_t head_bytes;
@@ -298,6 +299,10 @@ static distil_status bench_outputs_make(distil_ctx *ctx, const bench_shape *s, i
     if (st == DISTIL_OK) {
         st = distil_malloc(ctx, gb, &b->grad_b);
     }
+    const int ent = s->workload == BENCH_FUSED && s->entropy && s->topk_k == 0;
+    if (st == DISTIL_OK && ent) {
+        st = distil_malloc(ctx, (size_t)s->rows * sizeof(float), (void **)&b->entropy);
+    }
     if (st == DISTIL_OK && host_direct) {
         memset(b->loss, 0xff, 4 * sizeof(float)); /* NaN poison */
         if (ga > 0) {
@@ -376,6 +381,7 @@ void bench_buffers_destroy(distil_ctx *ctx, bench_buffers *b) {
     distil_free(ctx, b->loss);
     distil_free(ctx, b->grad_a);
     distil_free(ctx, b->grad_b);
+    distil_free(ctx, b->entropy);
     free(b);
 }
 
@@ -415,6 +421,7 @@ static void bench_fused_desc_of(const bench_shape *s, const bench_buffers *b, in
         d->teacher_weight_e4m3 = b->head[set % b->sets];
         d->teacher_weight_e4m3_bytes = b->head_bytes;
     }
+    d->student_entropy = b != NULL ? b->entropy : NULL; /* --entropy */
 }
 
 static void bench_topk_desc_of(const bench_shape *s, distil_fused_linear_topk_desc *d) {

@@ -57,6 +57,7 @@ static void bench_fields(const bench_result *r, bench_field_fn fn, void *u) {
     fn(u, "topk", NULL, s->workload == BENCH_FUSED ? (double)s->topk_k : NAN);
     fn(u, "teacher_fp8", NULL,
        s->workload == BENCH_FUSED ? (double)(s->teacher_fp8_head ? 2 : s->teacher_fp8) : NAN);
+    fn(u, "entropy", NULL, s->workload == BENCH_FUSED ? (double)s->entropy : NAN);
     fn(u, "topk_tail", s->topk_k > 0 ? bench_topk_tail_name(s->topk_tail) : NULL, NAN);
     fn(u, "ignore_frac", NULL, s->ignore_frac);
     fn(u, "status", ok ? "ok" : distil_status_string(r->status), 0);
@@ -128,7 +129,9 @@ void bench_print_row(FILE *f, const bench_result *r) {
     const char *name = s->topk_k > 0             ? "topk"
                        : s->teacher_fp8_head > 0 ? "fp8h" /* Wt's rows made once */
                        : s->teacher_fp8 > 0 ? "fp8" /* the fp8 teacher head, docs/SPEC.md §6 */
-                                            : bench_workload_name(s->workload);
+                       : s->entropy > 0 && s->workload == BENCH_FUSED
+                           ? "fent" /* --entropy */
+                           : bench_workload_name(s->workload);
     fprintf(f, "%-5s %-7s %-7s %-4s %6lld %7lld ", name, bench_mode_name(r->mode), r->backend,
             distil_dtype_name(s->dtype), (long long)s->rows, (long long)s->vocab);
     if (r->status != DISTIL_OK) {
