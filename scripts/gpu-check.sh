@@ -3,7 +3,7 @@
 # build with cuda + opencl + tests, run the demo, `ctest -L cuda`, the cuda suites again with the
 # fused loss's second lane delayed (DISTIL_CUDA_SIDE_DELAY_US: a missing join would fail them),
 # the parity suite with the portable GEMM and with the streaming row kernel (the paths HIP
-# takes), the fp8 head's suites, fresh test_precision seeds with both row kernels
+# takes), the student entropy's cases with the resident row kernel required, the fp8 head's suites, fresh test_precision seeds with both row kernels
 # (PRECISION_SEEDS, default 8), `ctest -L opencl` on the GPU's own OpenCL driver, then
 # compute-sanitizer over the cuda parity suite.
 # Logs go to $OUT. ONLY_BUILD=1 stops after the build; SKIP_SANITIZE=1 before the sanitizer.
@@ -75,6 +75,12 @@ log "ctest -L cuda -R parity with the streaming row kernel (the one HIP and very
 DISTIL_CUDA_DISTILL=stream timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -R parity -j8 \
     --timeout 180 --output-on-failure > "$OUT/ctest-cuda-stream.log" 2>&1
 grep -E "tests passed|Test +#" "$OUT/ctest-cuda-stream.log"
+
+log "the student entropy's parity cases with the resident row kernel required (DISTIL_CUDA_DISTILL=resident: a row pass it declines fails)"
+DISTIL_CUDA_DISTILL=resident DISTIL_TEST_BACKEND=cuda DISTIL_TEST_FILTER='*entropy*' timeout 120 \
+    "$BUILD/tests/test_parity" > "$OUT/entropy-resident.log" 2>&1
+echo "entropy cases, resident kernel required: exit $?"
+grep -E "PASSED|FAILED|SKIPPED|error" "$OUT/entropy-resident.log" | head -12
 
 log "fp8 teacher head (docs/SPEC.md §6): its suites with the emulation kernel forced, and the aligned parity cases with cuBLASLt fp8 required"
 DISTIL_CUDA_FP8=emulate timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -R 'fp8|parity' -j8 \

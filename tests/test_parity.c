@@ -282,7 +282,9 @@ static const tp_fused_spec fused_cases[] = {
     FH(5,  32003, 16, 32, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   2,  &H_ALL),
     /* docs/SPEC.md §6 student entropy: tau, ignored rows (mixed and all), chunks, no labels
      * (weight_hard 0), no gradients, peaky rows, every divergence's row kernel, the shapes of
-     * the statistics path and of cuda's resident kernel */
+     * the statistics path and of cuda's resident kernel (one block per row at V 1271, 2053 and
+     * 4100; clusters of 4 at 32003; of 8 or 16 at 65536 and 128256, the last two at tau != 1:
+     * extreme logits with G, every head option with the loss alone) */
     FH(13, 1271,  24, 40, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   0,  &H_ENT),
     FH(13, 1271,  24, 40, 0.0f, 1.0f, 0.0f, 2.0f, NO_BIAS, false, ALL,      NONE,        0,   4,  &H_ENT),
     FH(13, 1271,  24, 40, 0.5f, 0.5f, 1.0f, 0.5f, BIAS_S,  true,  NO_GRADS, MIXED,       100, 0,  &H_ENT),
@@ -291,6 +293,8 @@ static const tp_fused_spec fused_cases[] = {
     FH(40, 2053,  32, 48, 0.7f, 0.3f, 0.5f, 1.5f, BIAS_ST, true,  ALL,      MIXED,       8,   7,  &H_ENT_ALL),
     FH(6,  32003, 16, 32, 0.0f, 1.0f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   2,  &H_ENT),
     FH(60, 128256, 8, 16, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, false, ALL,      MIXED,       0,   0,  &H_ENT),
+    FH(9,  65536, 16, 32, 0.5f, 0.5f, 0.5f, 2.0f, BIAS_ST, true,  ALL,      MIXED,       100, 0,  &H_ENT),
+    FH(8,  128256, 8, 16, 0.3f, 0.7f, 0.9f, 0.5f, BIAS_S,  false, NO_GRADS, MIXED,       0,   3,  &H_ENT_ALL),
     FH(300, 4100, 16, 32, 0.5f, 0.5f, 0.5f, 2.0f, NO_BIAS, true,  NO_GRADS, MIXED,       0,   130, &H_ENT),
     {64, 4100, 16, 32, 0.5f, 0.5f, 0.5f, 1.5f, BIAS_S, true, ALL, TP_LABELS_MIXED, 0, 0,
      .div = DISTIL_DIVERGENCE_REVERSE_KL, .head = &H_ENT},

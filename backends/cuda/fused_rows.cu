@@ -198,9 +198,16 @@ extern "C" distil_status DISTIL_GPU_FN(fused_rows)(void *vb, const distil_fused_
     }
     bool done = false;
     cudaError_t e = cudaSuccess;
-    /* the student's entropy (docs/SPEC.md §6): the streaming kernel's pass 2 sums it */
-    if (!b->fused_stream && p.entropy == nullptr) {
+    /* the student's entropy (docs/SPEC.md §6): either row kernel sums it in its JSD pass */
+    if (!b->fused_stream) {
         e = fused_resident_launch(b, p, a->g_dtype, b->lane.stream, &done);
+    }
+    if (!done && b->fused_resident) {
+        (void)cudaGetLastError();
+        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
+                                "%s: fused_rows: DISTIL_CUDA_DISTILL=resident, and the resident "
+                                "row kernel declined this row pass (V %lld)",
+                                DISTIL_GPU_NAME, (long long)p.vocab);
     }
     if (!done) {
         (void)cudaGetLastError(); /* a refused cluster launch: the streaming kernel instead */

@@ -49,8 +49,8 @@ struct fused_params {
      * element t rows + r of each, t < tiles. */
     const float *zs_max, *zs_s1, *zt_max, *zt_s1;
     int64_t tiles;
-    /* docs/SPEC.md §6: (rows) fp32, the student's entropy -sum q x, or nullptr. Only the
-     * streaming kernel sums it (the resident and loss-only kernels decline such a call). */
+    /* docs/SPEC.md §6: (rows) fp32, the student's entropy -sum q x, or nullptr. Both row kernels
+     * sum it (the loss-only kernel on the GEMMs' row statistics declines such a call). */
     float *entropy;
 };
 

@@ -9,7 +9,8 @@
  * exchange is enough). The element work is done once: the JSD pass
  * leaves P = hw s + sw g and q in shared memory in place of zs and zt, and the last pass writes
  * G = dz'/dz (P - kappa q), kappa = sw (sum g) (res_pass_grad says how each is rounded). Element
- * terms from jsd_math.cuh (x = log q), row sums in double.
+ * terms from jsd_math.cuh (x = log q), row sums in double. The student's entropy -sum q x
+ * (docs/SPEC.md §6), when asked, is one more sum of the JSD pass and of its exchange.
  * Each thread owns the same vectors of the slice in every pass (t, t + T, t + 2T, ...), so the
  * slice itself needs no barrier; only the statistics do.
  *   zs, zt (rows, V) fp32 dense; labels (rows); ce, jsd (rows) fp32; g (rows, V) optional.
@@ -43,8 +44,16 @@ struct alignas(16) res_exp_slot {
     double sum[3]; /* its sums of exponentials relative to them (res_pass_exp) */
 };
 struct alignas(16) res_jsd_slot {
-    double sum[2]; /* the block's sums of e and g (res_pass_jsd) */
+    /* the block's sums of e, g and (entropy asked) -q x (res_pass_jsd); the first 16 bytes alone
+     * are pushed when the entropy is not asked (res_jsd_words) */
+    double sum[3];
 };
+static_assert(sizeof(res_jsd_slot) == 32, "two 16-byte words");
+
+/* 16-byte words of res_jsd_slot pushed per block and row: the entropy's sum is the second. */
+__device__ inline int res_jsd_words(const fused_params &p) {
+    return p.entropy != nullptr ? 2 : 1;
+}
 /* in_exp, in_jsd: every block's value of each exchange, by rank (pushed, cl > 1); bar: one
  * barrier per exchange, a phase per row. */
 struct res_smem {
@@ -85,21 +94,22 @@ __device__ inline void res_exchange_init(const res_params &p, res_smem &sm) {
 __device__ inline void res_exchange_arm(const res_params &p, res_smem &sm) {
     if (p.cl > 1 && threadIdx.x == 0) {
         distil_cluster_bar_arm(&sm.bar[0], static_cast<unsigned>(p.cl * sizeof(res_exp_slot)));
-        distil_cluster_bar_arm(&sm.bar[1], static_cast<unsigned>(p.cl * sizeof(res_jsd_slot)));
+        distil_cluster_bar_arm(&sm.bar[1], static_cast<unsigned>(p.cl * 16 * res_jsd_words(p)));
     }
 }
 
-/* One exchange, on warp 0: thread 0 has written this block's value `mine`; lane r < cl pushes it
- * into block r's in[rank], then the warp waits for the phase (parity ph) in which all cl values
- * have arrived. Returns the slots in rank order (cl = 1: mine, which thread 0 itself wrote). The
- * other warps wait at the caller's block barrier.
- * One slot per block and exchange is enough: a block pushes row k + 1's value of an exchange
- * only after it has received every block's value of the other exchange of row k, and each block
- * pushes that only after reading its slots of this exchange of row k (its push carries values
- * computed from them), so no push overwrites a slot that is still to be read. */
+/* One exchange, on warp 0: thread 0 has written this block's value `mine`; lane r < cl pushes its
+ * first `words` 16-byte words into block r's in[rank], then the warp waits for the phase (parity
+ * ph) in which all cl values have arrived. Returns the slots in rank order (cl = 1: mine, which
+ * thread 0 itself wrote). The other warps wait at the caller's block barrier. One slot per block
+ * and exchange is enough: a block pushes row k + 1's value of an exchange only after it has
+ * received every block's value of the other exchange of row k, and each block pushes that only
+ * after reading its slots of this exchange of row k (its push carries values computed from them),
+ * so no push overwrites a slot that is still to be read. */
 template <typename S>
 __device__ inline const S *res_push_wait(const res_params &p, res_smem &sm, const S &mine, S *in,
-                                         int which, unsigned ph) {
+                                         int which, unsigned ph,
+                                         int words = static_cast<int>(sizeof(S) / 16)) {
     if (p.cl == 1) {
         return &mine;
     }
@@ -109,8 +119,7 @@ __device__ inline const S *res_push_wait(const res_params &p, res_smem &sm, cons
     __syncwarp();
     if (lane < p.cl) {
         const ulonglong2 *w = reinterpret_cast<const ulonglong2 *>(&mine);
-#pragma unroll
-        for (int k = 0; k < static_cast<int>(sizeof(S) / 16); k++) {
+        for (int k = 0; k < words; k++) {
             const ulonglong2 v = w[k];
             distil_cluster_push16(reinterpret_cast<char *>(&in[rank]) + 16 * k, &sm.bar[which],
                                   lane, v.x, v.y);
@@ -135,20 +144,37 @@ template <int N> __device__ inline void res_block_sums(res_smem &sm, double (&v)
     }
 }
 
-/* The row sums of e and g in double over every block, in a fixed order; lane 0 of warp 0 gets
- * them in out[] (other threads: unspecified). Ends before any thread reads sm.row. */
-__device__ inline void res_row_sums(const res_params &p, res_smem &sm, unsigned ph, double (&v)[2],
-                                    double (&out)[2]) {
+/* The row sums of v[0..N) (e, g, and with N = 3 the entropy's -q x) in double over every block, in
+ * a fixed order; lane 0 of warp 0 gets them in out[] (other threads: unspecified). Ends before any
+ * thread reads sm.row. */
+template <int N>
+__device__ inline void res_row_sums_n(const res_params &p, res_smem &sm, unsigned ph,
+                                      double (&v)[N], double (&out)[N]) {
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
     const int warp = threadIdx.x / DISTIL_GPU_WARP;
-    res_block_sums<2>(sm, v, sm.xjsd.sum);
+    res_block_sums<N>(sm, v, sm.xjsd.sum);
     if (warp == 0) {
-        const res_jsd_slot *in = res_push_wait(p, sm, sm.xjsd, sm.in_jsd, 1, ph);
+        const res_jsd_slot *in = res_push_wait(p, sm, sm.xjsd, sm.in_jsd, 1, ph, N > 2 ? 2 : 1);
 #pragma unroll
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < N; k++) {
             out[k] = warp_sum(lane < p.cl ? in[lane].sum[k] : 0.0);
         }
     }
+}
+
+/* The same for v[0..2), and v[2] too where the entropy is asked (res_jsd_words: its push). */
+__device__ inline void res_row_sums(const res_params &p, res_smem &sm, unsigned ph, double (&v)[3],
+                                    double (&out)[3]) {
+    if (p.entropy != nullptr) { /* uniform */
+        res_row_sums_n<3>(p, sm, ph, v, out);
+        return;
+    }
+    double v2[2] = {v[0], v[1]};
+    double o2[2];
+    res_row_sums_n<2>(p, sm, ph, v2, o2);
+    out[0] = o2[0];
+    out[1] = o2[1];
+    out[2] = 0.0;
 }
 
 /* ------------------------------------------------------------------------ element work */
@@ -212,18 +238,27 @@ struct res_row_stats {
  * go to acc[0], acc[1]. lc: the label's column in the slice (-1: not in it), where P is hw (s - 1)
  * + sw g with s - 1 the row's st.sm1 (fused_label_sm1), taken before the soft part is added, so
  * that a confident correct label (s = 1 in fp32) keeps the soft part whole (adding hw s + sw g
- * before taking hw off kept it to an ulp of hw). */
-template <bool HAS_G, int VW, int MODE, bool UNIT>
+ * before taking hw off kept it to an ulp of hw).
+ * ENT: the student's entropy terms -q x (docs/SPEC.md §6) go to acc[2], as one fused multiply-add
+ * per element onto the vector's fp32 sum of q x, added to the double sum once per vector: the
+ * terms share one sign (x <= 0: lx >= 0, zs <= ms), so the fp32 sum of VW of them is good to a
+ * few ulp of itself. A term with q == 0 adds 0, as in the streaming kernel (x may then be -inf or
+ * NaN: only where the vector is not all finite, so the finite form needs no select). */
+template <bool HAS_G, int VW, int MODE, bool UNIT, bool ENT>
 __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st, float *sa,
-                                    float *sb, int n, int lc, double (&acc)[2]) {
+                                    float *sb, int n, int lc, double (&acc)[3]) {
     res_for_vectors<VW>(sa, sb, n, [&](const float(&a)[VW], const float(&b)[VW], int j) {
         float x[VW], y[VW], pv[VW], qv[VW];
+        float qx = 0.0f; /* ENT: the vector's sum of q x */
         fused_logp(p, st, a, b, x, y);
         jsd_with_sv(x, y, [&](auto sv) {
 #pragma unroll
             for (int k = 0; k < VW; k++) {
                 float g, q;
                 acc[0] += jsd_elem_q<MODE, decltype(sv)::value>(p.coef, x[k], y[k], &g, &q);
+                if (ENT) {
+                    qx = !decltype(sv)::value || q > 0.0f ? fmaf(q, x[k], qx) : qx;
+                }
                 if (HAS_G) { /* the loss alone needs no g: its terms are left out */
                     acc[1] += g;
                     const float s =
@@ -233,6 +268,9 @@ __device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st
                 }
             }
         });
+        if (ENT) {
+            acc[2] -= qx;
+        }
         if (HAS_G) {
             vstore<DISTIL_F32, VW>(sa, j, pv);
             vstore<DISTIL_F32, VW>(sb, j, qv);
@@ -377,11 +415,16 @@ __device__ inline bool res_row_load(const res_params &p, int64_t row, int64_t la
 /* One row: `loaded` says whether its copy is already under way (issued by the previous row);
  * the next row's (next, next_label) copy is issued as soon as this thread's last pass over the
  * slice is done (the loss alone: after the JSD pass, so that it overlaps the second exchange;
- * with G: after the G pass). Returns whether it was issued. ph: the valid rows done before. */
+ * with G: after the G pass). Returns whether it was issued. ph: the valid rows done before.
+ * Inlined by force: with the JSD pass in two forms (with and without the entropy) the compiler
+ * made it a call (VW 4 with G: 128 registers and a stack frame, so 2 blocks per SM, not the first
+ * budget's 3); inlined, ptxas -v gives 80 there against 72 without the entropy (3 blocks need at
+ * most 80), and no kernel loses a block per SM. */
 template <int GDT, bool HAS_G, int VW>
-__device__ inline bool res_row(const res_params &p, res_smem &sm, float *sa, float *sb, int64_t row,
-                               int64_t label, int64_t next, int64_t next_label, bool loaded,
-                               int rank, int64_t c0, int n, unsigned ph, res_row_stats st) {
+__device__ __forceinline__ bool res_row(const res_params &p, res_smem &sm, float *sa, float *sb,
+                                        int64_t row, int64_t label, int64_t next,
+                                        int64_t next_label, bool loaded, int rank, int64_t c0,
+                                        int n, unsigned ph, res_row_stats st) {
     const float *zs = p.zs + row * p.vocab;
     void *g = HAS_G ? static_cast<typename dt_traits<GDT>::T *>(p.g) + row * p.vocab : nullptr;
     const bool lead = rank == 0 && threadIdx.x == 0; /* writes the row's results */
@@ -402,18 +445,25 @@ __device__ inline bool res_row(const res_params &p, res_smem &sm, float *sa, flo
     res_load_wait<VW>();
     res_row_stats_of<VW>(p, sm, sa, sb, n, ph, st);
     st.sm1 = fused_label_sm1(z_label, st.ms, st.lce);
-    double acc[2] = {0.0, 0.0};
+    double acc[3] = {0.0, 0.0, 0.0};
     const int64_t lc = label - c0; /* the label's column in this block's slice */
     const int lcol = lc >= 0 && lc < n ? static_cast<int>(lc) : -1;
     fused_with_mode_unit(p, [&](auto mode, auto unit) {
-        res_pass_jsd<HAS_G, VW, decltype(mode)::value, decltype(unit)::value>(p, st, sa, sb, n,
-                                                                              lcol, acc);
+        const auto pass = [&](auto ent) {
+            res_pass_jsd<HAS_G, VW, decltype(mode)::value, decltype(unit)::value,
+                         decltype(ent)::value>(p, st, sa, sb, n, lcol, acc);
+        };
+        if (p.entropy != nullptr) { /* uniform; docs/SPEC.md §6 student entropy */
+            pass(std::true_type{});
+        } else {
+            pass(std::false_type{});
+        }
     });
     bool issued = false;
     if (!HAS_G) { /* the slice is no longer read: the next row's copy overlaps the exchange */
         issued = res_row_load<VW>(p, next, next_label, c0, n, sa, sb);
     }
-    double tot[2];
+    double tot[3];
     res_row_sums(p, sm, ph, acc, tot);
     if (threadIdx.x == 0) {
         const double kappa = static_cast<double>(st.sw) * tot[1]; /* sw sum g, as kh + kl */
@@ -421,6 +471,9 @@ __device__ inline bool res_row(const res_params &p, res_smem &sm, float *sa, flo
         sm.row[1] = static_cast<float>(kappa - static_cast<double>(sm.row[0]));
         if (lead) {
             fused_row_results(p, row, st.ms, st.lce, z_label, tot[0]);
+            if (p.entropy != nullptr) {
+                p.entropy[row] = static_cast<float>(tot[2]);
+            }
         }
     }
     __syncthreads();

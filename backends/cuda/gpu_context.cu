@@ -38,7 +38,9 @@ distil_status gpu_check_launch(gpu_state *b, const char *what) {
 
 /* Environment knobs read once per context, so that the test suite can cover the paths other
  * devices take: DISTIL_CUDA_GEMM=portable (the GEMM of HIP without hipBLAS) and
- * DISTIL_CUDA_DISTILL=stream (the row kernel of HIP and of rows too long for shared memory);
+ * DISTIL_CUDA_DISTILL=stream (the row kernel of HIP and of rows too long for shared memory), or
+ * =resident (tests: a row pass that the resident kernel declines is an error, so that tests prove
+ * it ran; fused_rows.cu);
  * DISTIL_CUDA_OVERLAP=off runs the fused loss on one stream and creates no second lane (A/B);
  * DISTIL_CUDA_SIDE_DELAY_US delays the second lane after each fork (tests of the join);
  * DISTIL_CUDA_FP8=lt|emulate picks the fp8 teacher head's product (fp8.cu);
@@ -52,6 +54,7 @@ static void gpu_read_env(gpu_state *b) {
     b->portable_gemm = !DISTIL_GPU_HAVE_BLAS || (g != nullptr && strcmp(g, "portable") == 0);
     const char *r = getenv("DISTIL_CUDA_DISTILL");
     b->fused_stream = r != nullptr && strcmp(r, "stream") == 0;
+    b->fused_resident = r != nullptr && strcmp(r, "resident") == 0;
     const char *o = getenv("DISTIL_CUDA_OVERLAP");
     b->overlap = o == nullptr || strcmp(o, "off") != 0;
     const char *d = getenv("DISTIL_CUDA_SIDE_DELAY_US"); /* tests: see gpu_side_delay */

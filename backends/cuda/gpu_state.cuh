@@ -93,6 +93,7 @@ struct gpu_state {
     gpu_label_error *label_err; /* device */
     bool portable_gemm;         /* DISTIL_CUDA_GEMM=portable, or no vendor BLAS */
     bool fused_stream;          /* DISTIL_CUDA_DISTILL=stream: the streaming row kernel only */
+    bool fused_resident;    /* DISTIL_CUDA_DISTILL=resident: a row pass it declines is an error */
     bool overlap;           /* the fused loss runs a second lane (DISTIL_CUDA_OVERLAP=off: not) */
     gpu_lane side;          /* the second lane: an internal stream, handle and workspace */
     cudaEvent_t fork, join; /* side waits on fork (recorded on stream), stream on join */

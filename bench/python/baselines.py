@@ -9,8 +9,8 @@ Implementations (--impl):
   liger    Liger-Kernel's LigerJSD and LigerFusedLinearJSDLoss (CUDA only), when importable.
   distil   distil's Python package, called exactly as Liger is (distil.torch.JSD and
            FusedLinearJSDLoss): its time against distil-bench's C timing is the binding's cost.
-  distil-entropy  the same with return_entropy=True (the student's entropy TRL logs; on cuda
-           the streaming row kernel, docs/SPEC.md §6).
+  distil-entropy  the same with return_entropy=True (the student's entropy TRL logs; one more
+           sum of the row kernel's pass, docs/SPEC.md §6).
   trl      TRL 1.16's own fused kernel (trl.kernels.chunked_divergence.ChunkedDivergenceFunction,
            Triton on CUDA), the fused workload only, soft part only (it has no hard CE):
            divergence per token and the student's entropy, loss = their sum / T.
