@@ -154,6 +154,13 @@ def _open(path):
         return ctypes.CDLL(path)
 
 
+def _declare(lib):
+    for name, (res, args) in _prototypes.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
 def load():
     """Open libdistil and declare its prototypes; ImportError with the reason if it cannot."""
     errors = []
@@ -166,10 +173,11 @@ def load():
         except OSError as e:
             errors.append(f"{path}: {e}")
             continue
-        for name, (res, args) in _prototypes.items():
-            fn = getattr(lib, name)
-            fn.restype = res
-            fn.argtypes = args
+        try:
+            _declare(lib)
+        except AttributeError as e:  # another shared library: it lacks distil's entry points
+            errors.append(f"{path}: not libdistil ({e})")
+            continue
         lib.path = path
         return lib
     hint = ("set DISTIL_LIBRARY to a libdistil.so, or reinstall with `pip install .`"

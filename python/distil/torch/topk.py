@@ -157,6 +157,16 @@ def _topk_call(*args) -> Tensor:
 # ------------------------------------------------------------------------- fused form op
 
 
+def _fused_outputs(xs, ws, want_hidden, want_weight, want_bias, make):
+    """(loss parts [3] fp32, grad_xs, grad_Ws, grad_bs), make's unwanted (shape None) where a
+    gradient is unwanted."""
+    parts = make(xs, (3,), torch.float32)
+    gx = make(xs, xs.shape if want_hidden else None, xs.dtype)
+    gw = make(ws, ws.shape if want_weight else None, ws.dtype)
+    gb = make(ws, (ws.shape[0],) if want_bias else None, ws.dtype)
+    return parts, gx, gw, gb
+
+
 def _fused_topk_impl(student_hidden: Tensor, student_weight: Tensor,
                      student_bias: Optional[Tensor], teacher_ids: Tensor, teacher_logp: Tensor,
                      labels: Optional[Tensor], weight_hard: float, weight_soft: float, tail: str,
@@ -166,7 +176,7 @@ def _fused_topk_impl(student_hidden: Tensor, student_weight: Tensor,
                      normaliser_tensor: Optional[Tensor],
                      alpha: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     xs, ws, bs = student_hidden, student_weight, student_bias
-    parts, gx, gw, gb = _ops._fused_outputs(xs, ws, want_grad_hidden, want_grad_weight,
+    parts, gx, gw, gb = _fused_outputs(xs, ws, want_grad_hidden, want_grad_weight,
                                             want_grad_bias, _ops._out)
     ctx = _ops.context_for(xs)
     rows, hs = xs.shape
@@ -194,7 +204,7 @@ def _fused_topk_fake(student_hidden, student_weight, student_bias, teacher_ids, 
                      labels, weight_hard, weight_soft, tail, divergence, beta, temperature,
                      ignore_index, reduction, pad_id, chunk_rows, want_grad_hidden,
                      want_grad_weight, want_grad_bias, normaliser, normaliser_tensor, alpha):
-    return _ops._fused_outputs(student_hidden, student_weight, want_grad_hidden,
+    return _fused_outputs(student_hidden, student_weight, want_grad_hidden,
                                want_grad_weight, want_grad_bias, _ops._fake)
 
 
