@@ -209,7 +209,8 @@ def _refuse_twice(grads, grad_enabled: bool):
     leads from them to the inputs, and a second backward would silently give zeros)."""
     if not grad_enabled:
         return grads
-    return tuple(_NotTwice.apply(g) if isinstance(g, Tensor) else g for g in grads)
+    return tuple(_NotTwice.apply(g.detach().requires_grad_()) if isinstance(g, Tensor) else g
+                 for g in grads)
 
 
 _DOUBLE = ("distil's gradients are computed in the forward call and are not differentiable: "
@@ -218,6 +219,9 @@ _DOUBLE = ("distil's gradients are computed in the forward call and are not diff
 
 
 class _NotTwice(torch.autograd.Function):
+    """g itself, behind a node whose backward refuses (the input is a detached copy made to
+    require grad, so that the node is in the graph whatever g was)."""
+
     @staticmethod
     def forward(ctx, g):
         return g.view_as(g)
