@@ -358,6 +358,11 @@ typedef struct distil_fused_linear_jsd_desc {
      * the context's backend. NULL (the default): Wt rounded in each call, in the workspace. */
     const void *teacher_weight_e4m3;
     size_t teacher_weight_e4m3_bytes; /* its size, distil_e4m3_head_size(ctx, Vt, Ht, &bytes) */
+    /* Nonzero: grad_student_weight and grad_student_bias are fp32 whatever dtype is (fp32 master
+     * weights beside 16-bit activations: the gradient comes straight from the fp32 accumulator,
+     * with no rounding to dtype in between). 0 (the default): they are dtype. Unsharded calls
+     * only (distil_fused_linear_jsd_tp refuses it). */
+    int grad_weight_fp32;
 } distil_fused_linear_jsd_desc;
 
 DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *desc);

@@ -106,6 +106,7 @@ def fused_plan(ctx, shape: _check.FusedShape, opts: _options.FusedOptions,
         d.student_hidden, d.teacher_hidden = shape.student_hidden, shape.teacher_hidden
         d.dtype = shape.dtype
         d.teacher_vocab = shape.teacher_vocab
+        d.grad_weight_fp32 = 1 if shape.grad_weight_fp32 else 0
         d.student_weight_hidden, d.teacher_weight_hidden = shape.student_hidden, \
             shape.teacher_hidden
         _fill_fused(d, opts)

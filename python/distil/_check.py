@@ -38,7 +38,8 @@ class JsdShape(NamedTuple):
 
 class FusedShape(NamedTuple):
     """What distil_fused_linear_jsd_desc takes of the operands (head_bytes: the teacher head
-    made once, 0 for none)."""
+    made once, 0 for none; grad_weight_fp32: the student head's gradients are fp32 beside
+    16-bit operands)."""
 
     rows: int
     vocab: int
@@ -46,7 +47,8 @@ class FusedShape(NamedTuple):
     teacher_hidden: int
     dtype: int
     teacher_vocab: int
-    head_bytes: int
+    head_bytes: int = 0
+    grad_weight_fp32: bool = False
 
 
 def _fail(message):
@@ -170,7 +172,7 @@ def fused(fn, xs: Operand, ws: Operand, bs: Optional[Operand], xt: Operand, wt: 
     vector(fn, bs, vocab, "its head's vocab")
     vector(fn, bt, t_vocab, "its head's vocab")
     labels(fn, lab, rows)
-    return FusedShape(rows, vocab, hs, ht, FLOATS[xs.dtype], t_vocab, 0)
+    return FusedShape(rows, vocab, hs, ht, FLOATS[xs.dtype], t_vocab)
 
 
 def e4m3_head(fn, head: Operand, first: Operand) -> int:

@@ -97,6 +97,7 @@ class FusedDesc(ctypes.Structure):
         ("teacher_head_precision", c_int),  # docs/SPEC.md §6 fp8 teacher head
         ("teacher_weight_e4m3", c_void_p),  # ... Wt's rows made once (distil_e4m3_head_make)
         ("teacher_weight_e4m3_bytes", c_size_t),
+        ("grad_weight_fp32", c_int),  # grad_student_weight / _bias fp32 beside 16-bit inputs
     ]
 
 

@@ -88,3 +88,29 @@ def test_liger_names_return_liger_dtypes(device):
     assert dt.liger_fused_linear_jsd(xs, ws, xt, wt, lab, 0.3, -100, 1.0,
                                      torch.float32).dtype is torch.bfloat16
     assert dt.FusedLinearJSD()(xs, ws, xt, wt, lab).dtype is torch.float32
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("chunk_rows", [0, 5])
+def test_fp32_weight_gradient_from_the_accumulator(device, chunk_rows):
+    """The fp32 head's gradient beside bf16 hidden states is written in fp32 from the library's
+    fp32 accumulator (grad_weight_fp32): closer to the float64 reference than the same gradient
+    rounded to bf16 would be, in one chunk and in several."""
+    xs, ws, xt, wt, lab = inputs(device, seed=25, rows=40)
+    xh = xs.to(torch.bfloat16).requires_grad_(True)
+    ws.requires_grad_(True)
+    bias = (0.1 * torch.randn(ws.shape[0], generator=gen(26))).to(device).requires_grad_(True)
+    loss = dt.fused_linear_jsd_loss(xh, ws, xt.to(torch.bfloat16), wt, lab, bias,
+                                    chunk_rows=chunk_rows)
+    loss.backward()
+    r = [t.to(torch.bfloat16).double().requires_grad_(True) for t in (xs, ws.detach(), bias.detach())]
+    want = ref_fused(r[0], r[1], xt.to(torch.bfloat16).double(),
+                     wt.to(torch.bfloat16).double(), lab, bs=r[2])[0]
+    want.backward()
+    for name, got, ref in (("grad_student_weight", ws.grad, r[1].grad),
+                           ("grad_student_bias", bias.grad, r[2].grad)):
+        assert got.dtype is torch.float32
+        err = (got.double() - ref).norm() / ref.norm()
+        rounded = (got.to(torch.bfloat16).double() - ref).norm() / ref.norm()
+        print(f"  {name}: error {err:.2e}, rounded to bf16 {rounded:.2e}")
+        assert err < rounded / 4, f"{name}: {err:.2e} not well below bf16's {rounded:.2e}"

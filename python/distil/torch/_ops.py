@@ -405,20 +405,21 @@ def fused_call(t: FusedTensors, opts: _options.FusedOptions, want: _options.Fuse
     """The fused kernel: (loss parts [3] or the loss [], grad_xs, grad_Ws, grad_bs,
     student_lse, teacher_lse), make's unwanted where not wanted; keep as in jsd_call."""
     fn = "fused_linear_jsd"
-    shape = fused_shape(fn, t)
+    t, shape = _rounded_head(fn, t)
     if t.labels is None and opts.weight_hard != 0:
         raise _errors.invalid(f"{fn}: labels are None but weight_hard_loss is "
                               f"{opts.weight_hard}: the hard loss needs labels (give them, or "
                               "set weight_hard_loss=0)")
     xs, ws = t.xs, t.ws
     ctx = context_for(xs)
+    g_dtype = torch.float32 if shape.grad_weight_fp32 else ws.dtype
 
     def run():
         plan = _calls.fused_plan(ctx, shape, opts, want)
         loss = _out(xs, (3,) if want.parts else (), torch.float32)
         gx = make(xs, xs.shape if want.grad_hidden else None, xs.dtype)
-        gw = make(ws, ws.shape if want.grad_weight else None, ws.dtype)
-        gb = make(ws, (ws.shape[0],) if want.grad_bias else None, ws.dtype)
+        gw = make(ws, ws.shape if want.grad_weight else None, g_dtype)
+        gb = make(ws, (ws.shape[0],) if want.grad_bias else None, g_dtype)
         lse = (xs.shape[0],) if want.lse else None
         ls, lt = make(xs, lse, torch.float32), make(xs, lse, torch.float32)
         work = _workspace(xs, plan[1], ctx if keep else None)
@@ -433,9 +434,20 @@ def fused_call(t: FusedTensors, opts: _options.FusedOptions, want: _options.Fuse
     return out
 
 
-def _fused_impl(xs, ws, bs, xt, wt, bt, labels, normaliser_device, teacher_weight_e4m3, **kw):
-    t = FusedTensors(xs, ws, bs, xt, wt, bt, labels, normaliser_device, teacher_weight_e4m3)
-    return fused_call(t, _options.fields_of(_options.FusedOptions, kw),
+def _rounded_head(fn: str, t: FusedTensors):
+    """(tensors, checked shape) of a call, an fp32 student head (and bias) beside 16-bit hidden
+    states rounded to their dtype for the GEMMs, its gradients then fp32 from the library's fp32
+    accumulator (grad_weight_fp32)."""
+    wide = t.ws.dtype is torch.float32 and t.xs.dtype in (torch.bfloat16, torch.float16)
+    if wide and (t.bs is None or t.bs.dtype is torch.float32):
+        t = t._replace(ws=t.ws.to(t.xs.dtype), bs=None if t.bs is None else t.bs.to(t.xs.dtype))
+        return t, fused_shape(fn, t)._replace(grad_weight_fp32=True)
+    return t, fused_shape(fn, t)
+
+
+def _fused_impl(*tensors, **kw):
+    """fused_op's kernel: its nine tensors in FusedTensors' order, the options by name."""
+    return fused_call(FusedTensors(*tensors), _options.fields_of(_options.FusedOptions, kw),
                       _options.outputs_of(kw), _out)
 
 
@@ -448,7 +460,9 @@ fused_op = torch.library.custom_op(
 
 
 @fused_op.register_fake
-def _fused_fake(xs, ws, bs, xt, wt, bt, labels, normaliser_device, teacher_weight_e4m3, **kw):
+def _fused_fake(*tensors, **kw):
+    t = FusedTensors(*tensors)
+    xs, ws = t.xs, t.ws
     want = _options.outputs_of(kw)
     lse = (_rows_of(xs),) if want.lse else None
     return (_fake(xs, (3,) if want.parts else (), torch.float32),

@@ -201,6 +201,13 @@ def _compute_dtype(fn: str, tensors: tuple) -> Optional[torch.dtype]:
     return None
 
 
+def _student_head(ws: Tensor, dtype) -> Tensor:
+    """The student's head as the call takes it: an fp32 head stays fp32 beside 16-bit hidden
+    states (the call rounds it for the GEMMs and writes its gradient in fp32 straight from the
+    library's fp32 accumulator, _ops._rounded_head); another is cast to dtype."""
+    return ws if ws.dtype is torch.float32 else _cast(ws, dtype)
+
+
 def _cast(t: Optional[Tensor], dtype) -> Optional[Tensor]:
     """t in dtype (differentiable: a gradient flows back in t's own dtype)."""
     return t if t is None or dtype is None or t.dtype is dtype else t.to(dtype)
@@ -225,7 +232,8 @@ def fused_with(fn: str, opts: _options.FusedOptions, inputs: FusedInputs, parts:
     student_lse, teacher_lse shaped like the leading dimensions or None)."""
     dtype = _compute_dtype(fn, (inputs.xs, inputs.ws, inputs.xt, inputs.wt, inputs.bs,
                                 inputs.bt))
-    xs0, ws, bs = _cast(inputs.xs, dtype), _cast(inputs.ws, dtype), _cast(inputs.bs, dtype)
+    xs0, ws, bs = _cast(inputs.xs, dtype), _student_head(inputs.ws, dtype), inputs.bs
+    bs = _cast(bs, torch.float32 if ws.dtype is torch.float32 else dtype)
     xs, xt = _rows("student_input", xs0).contiguous(), _rows("teacher_input",
                                                               _cast(inputs.xt, dtype))
     rows = xs.shape[0] if xs.dim() else 0
