@@ -103,7 +103,7 @@ def test_fp32_weight_gradient_from_the_accumulator(device, chunk_rows):
     loss = dt.fused_linear_jsd_loss(xh, ws, xt.to(torch.bfloat16), wt, lab, bias,
                                     chunk_rows=chunk_rows)
     loss.backward()
-    r = [t.to(torch.bfloat16).double().requires_grad_(True) for t in (xs, ws.detach(), bias.detach())]
+    r = [t.detach().to(torch.bfloat16).double().requires_grad_(True) for t in (xs, ws, bias)]
     want = ref_fused(r[0], r[1], xt.to(torch.bfloat16).double(),
                      wt.to(torch.bfloat16).double(), lab, bs=r[2])[0]
     want.backward()

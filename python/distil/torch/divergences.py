@@ -20,9 +20,9 @@ The loss is fp32 (as Liger's); the gradient flows to `input` only (the target ge
 Where distil differs: KL with probabilities as target (log_target=False) takes log(target) in
 fp32, so a target of 0 gives a term of exactly 0 (torch's xlogy convention) and eps, accepted
 for compatibility, is not needed (Liger clamps the target's log at log(eps)); TVD takes
-probabilities and runs on their fp32 logs, an exact 0 standing in as 2^-100 (so its gradient is
-Liger's +-1/2, and 0 where both are 0; the gradient is 1/2 e^x / p, exact to about |log p| fp32
-ulps); a batch whose rows are all ignored
+any real tensors (Liger's definition, 1/2 sum |p - q|; probabilities or not) and runs on fp32
+logs whose exponentials differ by |p - q| (_tvd_logs: its gradient is 1/2 sign(p - q)); a batch
+whose rows are all ignored
 gives 0 (Liger divides by zero).
 """
 
@@ -101,16 +101,23 @@ def kl_div(input: Tensor, target: Tensor, size_average: bool = True, reduce: boo
     return _run(x, y, None, -100, "forward_kl", reduction, F._wants_grad(input), n)
 
 
+def _tvd_logs(input: Tensor, target: Tensor):
+    """(x, y) with 1/2 |e^x - e^y| = 1/2 |p - q| element by element for any real p, q (as
+    Liger's TVD takes them: probabilities, or not), and d/dp = 1/2 sign(p - q) through x:
+    with a = |p - q| and m its value (no gradient), x = log(a + m + tiny), y = log(m + tiny)
+    (e^x - e^y = a; tiny = 2^-100 keeps equal entries finite, term and gradient 0)."""
+    a = (input.float() - target.detach().float()).abs()
+    m = a.detach() + _TINY
+    return torch.log(a + m), torch.log(m)
+
+
 def tvd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None,
         reduction: str = "mean", ignore_index: int = -100) -> Tensor:
     """Total variation 1/2 sum |input - target| of two probability tensors [..., V]; the
     gradient goes to `input`. shift_labels [...] ignore rows (loss and gradient 0)."""
     fn = "tvd"
     _check(fn, input, target, reduction)
-    p, q = _probabilities(input), _probabilities(target.detach())
-    both_zero = (p == 0) & (q == 0)
-    x = torch.log(p + (p == 0).to(p.dtype) * _TINY)  # d/dp = 1 / (p + tiny): +-1/2 at p = 0
-    y = torch.log(q + both_zero.to(q.dtype) * _TINY)
+    x, y = _tvd_logs(input, target)
     vocab = input.shape[-1]
     rows = input.numel() // vocab
     labels = F._labels("shift_labels", shift_labels, rows, input.device)

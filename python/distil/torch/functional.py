@@ -38,7 +38,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .. import _calls, _errors, _lib, _options
+from .. import _calls, _errors, _options
 from . import _ops
 
 
