@@ -283,3 +283,16 @@ def test_torch_out_of_memory():
     from distil.torch import _ops
     with pytest.raises(torch.OutOfMemoryError):
         _ops._torch_errors(lambda: torch.empty(1 << 62, dtype=torch.uint8))
+
+
+def test_dlpack_out_of_memory(monkeypatch):
+    """An output the array framework cannot allocate is distil.OutOfMemory (a MemoryError), as
+    the library's own allocation failures are."""
+    g = gen(12)
+    x = log_probs(g, (4, 16), torch.float32).numpy()
+
+    def refuse(*args, **kwargs):
+        raise MemoryError("Unable to allocate")
+    monkeypatch.setattr(np, "empty", refuse)
+    with pytest.raises(distil.OutOfMemory, match="Unable to allocate"):
+        distil.jsd(x, x)
