@@ -11,11 +11,11 @@ from distil import _options
 from distil.torch import _ops
 
 PACKAGE = pathlib.Path(_options.__file__).parent
-# Liger's public signatures (kept positional to be a drop-in) and the top-k layer, whose ops
-# still take their options by position.
+# Liger's public signatures (kept positional to be a drop-in), constructors, and the top-k
+# descriptors' planner (_topk.py: its plan functions still take their fields one by one).
 EXEMPT = {"fused_linear_jsd", "fused_linear_jsd_loss", "liger_fused_linear_jsd",
           "liger_fused_linear_jsd_loss", "__init__"}
-EXEMPT_FILES = {"topk.py", "_topk.py"}
+EXEMPT_FILES = {"_topk.py"}
 
 
 def _functions():
