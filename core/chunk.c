@@ -65,8 +65,8 @@ void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_f
     p->gw_chunks = distil_chunk_gw_group(s, (int64_t)c);
     p->g_in_place = s->g_dtype == DISTIL_F32 && p->gw_chunks == 1;
     /* grad_Ws accumulates over groups: several when one group does not hold every chunk */
-    p->gw_acc = s->want_gw && !f32 && (int64_t)c * p->gw_chunks < s->rows;
-    p->gb_acc = s->want_gb && !f32 && chunks;
+    p->gw_acc = s->want_gw && !f32 && !s->gw_f32 && (int64_t)c * p->gw_chunks < s->rows;
+    p->gb_acc = s->want_gb && !f32 && !s->gw_f32 && chunks;
     p->off_n = distil_take(&cur, sizeof(float));
     p->off_ce = distil_take(&cur, (size_t)s->rows * sizeof(float));
     p->off_jsd = distil_take(&cur, (size_t)s->rows * sizeof(float));

@@ -40,6 +40,7 @@ typedef struct distil_fused_shape {
     distil_dtype dtype;   /* of the inputs and the gradient outputs */
     distil_dtype g_dtype; /* of the logit gradient G: F32, or dtype (see fp32_gemm in backend.h) */
     bool want_gx, want_gw, want_gb;
+    bool gw_f32;     /* grad_Ws and grad_bs are fp32 outputs: their own accumulators */
     bool own_labels; /* weight_hard == 0: room for labels of the core's own */
     /* A cached top-k teacher (docs/SPEC.md §7): no teacher logits, zt takes no room. */
     bool topk_teacher;

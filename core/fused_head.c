@@ -131,16 +131,17 @@ distil_status distil_fused_head_zero_tail(const distil_backend *be, void *b,
     if (extra <= 0) {
         return DISTIL_OK;
     }
-    const size_t es = distil_dtype_size(a->dtype);
+    const distil_dtype gdt = distil_fused_gw_dtype(a);
+    const size_t es = distil_dtype_size(gdt);
     if (distil_dptr_present(a->grad_ws)) {
         distil_fill_args f = {.dst = distil_dptr_add(a->grad_ws, (size_t)(a->vocab * a->hs) * es),
-                              .dtype = a->dtype,
+                              .dtype = gdt,
                               .count = extra * a->hs};
         DISTIL_TRY(be->fill(b, &f));
     }
     if (distil_dptr_present(a->grad_bs)) {
         distil_fill_args f = {.dst = distil_dptr_add(a->grad_bs, (size_t)a->vocab * es),
-                              .dtype = a->dtype,
+                              .dtype = gdt,
                               .count = extra};
         DISTIL_TRY(be->fill(b, &f));
     }

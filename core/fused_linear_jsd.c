@@ -97,6 +97,7 @@ static distil_status distil_fused_check_desc(distil_ctx *ctx,
  * sizes and overlaps (docs/SPEC.md §5). */
 static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused_args *a) {
     const size_t es = distil_dtype_size(a->dtype);
+    const size_t ges = distil_dtype_size(distil_fused_gw_dtype(a));
     /* Each head's buffers by its own rows (docs/SPEC.md §6). */
     const size_t t = (size_t)a->rows, v = (size_t)a->student_vocab, hs = (size_t)a->hs;
     const size_t vt = (size_t)a->teacher_vocab;
@@ -112,8 +113,8 @@ static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused
         {"normaliser_device", a->normaliser_device, false, sizeof(float), false},
         {"loss", a->loss, true, (a->return_parts ? 3u : 1u) * sizeof(float), true},
         {"grad_student_hidden", a->grad_xs, false, t * hs * es, true},
-        {"grad_student_weight", a->grad_ws, false, v * hs * es, true},
-        {"grad_student_bias", a->grad_bs, false, v * es, true},
+        {"grad_student_weight", a->grad_ws, false, v * hs * ges, true},
+        {"grad_student_bias", a->grad_bs, false, v * ges, true},
         {"student_lse", a->student_lse, false, t * sizeof(float), true},
         {"teacher_lse", a->teacher_lse, false, t * sizeof(float), true},
         {"student_entropy", a->student_entropy, false, t * sizeof(float), true},
@@ -133,6 +134,7 @@ static void distil_fused_fill_args(const distil_fused_linear_jsd_desc *d, distil
     a->hs = d->student_hidden;
     a->ht = d->teacher_hidden;
     a->dtype = d->dtype;
+    a->gw_f32 = d->grad_weight_fp32 != 0;
     a->weight_hard = d->weight_hard;
     a->weight_soft = d->weight_soft;
     if (d->temperature_squared) { /* docs/SPEC.md §6: the soft part, loss and gradient, times tau^2
@@ -181,6 +183,7 @@ static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
                             .want_gx = gx,
                             .want_gw = gw,
                             .want_gb = gb,
+                            .gw_f32 = d->grad_weight_fp32 != 0,
                             .own_labels = d->weight_hard == 0.0f,
                             .want_dz = distil_fused_desc_student_head(d),
                             .e4m3_bytes = distil_fused_fp8_bytes(ctx, d),

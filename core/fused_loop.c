@@ -498,8 +498,8 @@ distil_status distil_fused_loop_run_tp(distil_ctx *ctx, const distil_fused_args 
     L.es = distil_dtype_size(a->dtype);
     L.gw = p->gw_acc ? distil_fused_ws(&L, p->off_gw) : a->grad_ws;
     L.gb = p->gb_acc ? distil_fused_ws(&L, p->off_gb) : a->grad_bs;
-    L.gw_dtype = p->gw_acc ? DISTIL_F32 : a->dtype;
-    L.gb_dtype = p->gb_acc ? DISTIL_F32 : a->dtype;
+    L.gw_dtype = p->gw_acc ? DISTIL_F32 : distil_fused_gw_dtype(a);
+    L.gb_dtype = p->gb_acc ? DISTIL_F32 : distil_fused_gw_dtype(a);
     L.grads =
         distil_dptr_present(a->grad_xs) || distil_dptr_present(L.gw) || distil_dptr_present(L.gb);
     /* planned for (stats_tiles), and the backend takes this call's pointers too */

@@ -144,6 +144,12 @@ static distil_status distil_tp_check_head(distil_ctx *ctx, const char *fn,
                                 "supported by the vocabulary-parallel loss",
                                 fn);
     }
+    if (d->grad_weight_fp32) {
+        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
+                                "%s: grad_weight_fp32 is not supported by the vocabulary-parallel "
+                                "loss",
+                                fn);
+    }
     return DISTIL_OK;
 }
 

@@ -364,6 +364,11 @@ typedef struct distil_fused_linear_jsd_desc {
      * prefix), taken in the row pass; ignored rows hold 0. NULL (the default): not written. The
      * vocabulary-parallel loss refuses it (DISTIL_ERR_UNSUPPORTED). */
     float *student_entropy;
+    /* Nonzero: grad_student_weight and grad_student_bias are fp32 whatever dtype is (fp32 master
+     * weights beside 16-bit activations: the gradient comes straight from the fp32 accumulator,
+     * with no rounding to dtype in between). 0 (the default): they are dtype. Unsharded calls
+     * only (distil_fused_linear_jsd_tp refuses it). */
+    int grad_weight_fp32;
 } distil_fused_linear_jsd_desc;
 
 DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *desc);

@@ -15,9 +15,7 @@ For each loss (distil.torch.JSD, and FusedLinearJSDLoss with labels), from the b
   fwd + bwd     both
   forward alone the public forward in a loop without backward (its graph dropped): on cuda
                 the "forward" row above also pays for the previous backward's hand-over from
-                torch's autograd device thread (the GIL and a thread wake-up), this one not;
-                after the first call the module takes its call site (_site.py)
-  checked path  the same on the checked path, as a kind of call the module has not seen
+                torch's autograd device thread (the GIL and a thread wake-up), this one not
   stubbed       the C call and the public forward alone with the library's entry point replaced
                 by a C function that does nothing and returns 0 (the same ctypes conversions):
                 the Python layers' own host time, free of the library's, whose launches on a
@@ -117,50 +115,43 @@ def _stubbed(entry, fn):
     return body
 
 
-def _checked(module, *args):
-    """The module's forward on the checked path (a kind of call it has not seen: its call sites,
-    python/distil/torch/_site.py, dropped first), the site it leaves included."""
-    sites = getattr(module, "_sites", None)
-    if sites is not None:  # a dict of sites (older trees: its .table)
-        getattr(sites, "table", sites).clear()
-    return module(*args)
-
-
 def jsd_rows(device):
     import distil.torch as dt
-    from distil import _calls, _lib
+    from distil import _calls, _check, _lib, _options
     from distil.torch import _ops
 
     x = torch.log_softmax(torch.randn(T, V, device=device), -1).requires_grad_()
     y = torch.log_softmax(torch.randn(T, V, device=device), -1)
     xd = x.detach()
     ctx = _ops.context_for(xd)
-    desc, nbytes = _calls.jsd_plan(ctx, T, V, (V, V, V), _lib.F32, 0.5, -100, "batchmean")
-    work = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
+    opts = _options.JsdOptions()
+    plan = _calls.jsd_plan(ctx, _check.JsdShape(T, V, V, V, _lib.F32), opts)
+    work = torch.empty(max(plan[1], 1), dtype=torch.uint8, device=device)
     loss, grad = torch.empty((), device=device), torch.empty_like(xd)
     one = torch.ones((), device=device)
     module = dt.JSD()
-    args = (xd, y, None, 0.5, -100, "batchmean", True, 0, 0.1, 0.0, None)
+    tensors = _ops.JsdTensors(xd, y)
+    addrs = _calls.JsdAddrs(xd.data_ptr(), y.data_ptr(), 0, loss.data_ptr(), grad.data_ptr())
+
+    keep = (loss, grad, xd, y)  # addrs holds bare addresses: keep their tensors
 
     def c_call():
-        _calls.run_jsd(ctx, desc, work.data_ptr(), nbytes, xd.data_ptr(), y.data_ptr(), 0,
-                       loss.data_ptr(), grad.data_ptr())
+        _calls.run_jsd(ctx, plan, work.data_ptr(), addrs)
+        return keep and None
 
     def op_kernel():
-        _ops._jsd_impl(*args)
+        _ops.jsd_call(tensors, opts, True, _ops._out)
     return {
         "C call": c_call,
         "C scale": lambda: _calls.run_scale(ctx, grad.data_ptr(), _lib.F32, grad.numel(),
                                             one.data_ptr()),
         "op kernel": op_kernel,
         "custom op (dispatcher) fwd + bwd": _fwd_bwd(
-            lambda: _ops.jsd_op(x, y, None, 0.5, -100, "batchmean", True)[0], [x]),
+            lambda: _ops.jsd_op(x, y, None, None, **opts.op_kwargs(), want_grad=True)[0], [x]),
         "eager op fwd + bwd": _fwd_bwd(
-            lambda: _ops.jsd(x, y, None, 0.5, -100, "batchmean", True, 0, 0.1, 0.0, None),
-            [x]),
+            lambda: _ops.jsd(_ops.JsdTensors(x, y), opts, True), [x]),
         "public": _fwd_bwd(lambda: module(x, y), [x]),
         "public forward alone": lambda: module(x, y),
-        "public forward alone, checked path": lambda: _checked(module, x, y),
         "stubbed: C call": _stubbed("distil_jsd", c_call),
         "stubbed: public forward alone": _stubbed("distil_jsd", lambda: module(x, y)),
         "torch floor (Function, one saved tensor) fwd + bwd": _fwd_bwd(lambda: _Floor.apply(x),
@@ -170,7 +161,7 @@ def jsd_rows(device):
 
 def fused_rows(device):
     import distil.torch as dt
-    from distil import _calls, _lib
+    from distil import _calls, _check, _lib, _options
     from distil.torch import _ops
 
     dtype = torch.bfloat16
@@ -181,17 +172,17 @@ def fused_rows(device):
     lab = torch.randint(0, V, (T,), device=device)
     d = [t.detach() for t in (xs, ws)]
     ctx = _ops.context_for(d[0])
-    desc, nbytes = _calls.fused_plan(ctx, T, V, HS, HT, _lib.BF16, (0.5, 0.5), 0.5, 1.0, -100, 0,
-                                     True, (V, HS, HT))
-    work = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
+    opts = _options.FusedOptions()
+    want = _options.FusedOutputs(True, True, False)
+    plan = _calls.fused_plan(ctx, _check.FusedShape(T, V, HS, HT, _lib.BF16, V, 0), opts, want)
+    work = torch.empty(max(plan[1], 1), dtype=torch.uint8, device=device)
     parts = torch.empty(3, device=device)
     gx, gw = torch.empty_like(d[0]), torch.empty_like(d[1])
     one = torch.ones((), device=device)
     module = dt.FusedLinearJSDLoss()
-    ptrs = [d[0].data_ptr(), d[1].data_ptr(), 0, xt.data_ptr(), wt.data_ptr(), 0,
-            lab.data_ptr(), parts.data_ptr(), gx.data_ptr(), gw.data_ptr(), 0]
-    op_args = (d[0], d[1], None, xt, wt, None, lab, 0.5, 0.5, 0.5, 1.0, -100, 0, True, True,
-               False)
+    ptrs = _calls.FusedAddrs(d[0].data_ptr(), d[1].data_ptr(), 0, xt.data_ptr(), wt.data_ptr(),
+                             0, lab.data_ptr(), parts.data_ptr(), gx.data_ptr(), gw.data_ptr(), 0)
+    op_tensors = _ops.FusedTensors(d[0], d[1], None, xt, wt, None, lab)
 
     keep = (work, parts, gx, gw, xt, wt, lab)  # ptrs holds bare addresses: keep their tensors
 
@@ -199,24 +190,23 @@ def fused_rows(device):
         for g in keep[2:4]:
             _calls.run_scale(ctx, g.data_ptr(), _lib.BF16, g.numel(), one.data_ptr())
 
+    eager_want = _options.FusedOutputs(True, True, False, parts=False)
+
     def eager():
-        loss = _ops.fused(xs, ws, None, xt, wt, None, lab, 0.5, 0.5, 0.5, 1.0, -100, 0, True,
-                          True, False, 0, 0.1, 0.0, None, False, 1.0, 0.0, 1.0, 0.0, 0.0,
-                          False)[0]
-        return loss if loss.dim() == 0 else loss[0]  # older trees returned the parts first
+        return _ops.fused(_ops.FusedTensors(xs, ws, None, xt, wt, None, lab), opts,
+                          eager_want)[0]
     return {
-        "C call": lambda: _calls.run_fused(ctx, desc, keep[0].data_ptr(), nbytes, ptrs),
+        "C call": lambda: _calls.run_fused(ctx, plan, keep[0].data_ptr(), ptrs),
         "C scale": scales,
-        "op kernel": lambda: _ops._fused_impl(*op_args),
+        "op kernel": lambda: _ops.fused_call(op_tensors, opts, want, _ops._out),
         "custom op (dispatcher) fwd + bwd": _fwd_bwd(
-            lambda: _ops.fused_op(xs, ws, None, xt, wt, None, lab, 0.5, 0.5, 0.5, 1.0, -100, 0,
-                                  True, True, False)[0][0], [xs, ws]),
+            lambda: _ops.fused_op(xs, ws, None, xt, wt, None, lab, None, None,
+                                  **opts.op_kwargs(), **want.op_kwargs())[0][0], [xs, ws]),
         "eager op fwd + bwd": _fwd_bwd(eager, [xs, ws]),
         "public": _fwd_bwd(lambda: module(xs, ws, xt, wt, lab), [xs, ws]),
         "public forward alone": lambda: module(xs, ws, xt, wt, lab),
-        "public forward alone, checked path": lambda: _checked(module, xs, ws, xt, wt, lab),
         "stubbed: C call": _stubbed("distil_fused_linear_jsd", lambda: _calls.run_fused(
-            ctx, desc, keep[0].data_ptr(), nbytes, ptrs)),
+            ctx, plan, keep[0].data_ptr(), ptrs)),
         "stubbed: public forward alone": _stubbed("distil_fused_linear_jsd",
                                                   lambda: module(xs, ws, xt, wt, lab)),
         "torch floor forward (Function, loss + 2 gradients allocated)":
@@ -241,8 +231,6 @@ def measure(rows, calls, rounds, drain):
                 not k.startswith("public")]:
         del best[key]  # the lower layers' split is not interesting; their sum is
     best["overhead: forward alone - C call"] = best["public forward alone"] - best["C call"]
-    best["overhead: checked path - C call"] = (best["public forward alone, checked path"] -
-                                               best["C call"])
     best["overhead: forward - C call"] = best["public forward"] - best["C call"]
     best["overhead, stubbed: forward alone - C call"] = (best["stubbed: public forward alone"] -
                                                          best["stubbed: C call"])

@@ -253,6 +253,7 @@ typedef struct distil_fused_args {
     distil_dptr grad_xs, grad_ws, grad_bs;
     int64_t rows, vocab, hs, ht;
     distil_dtype dtype;
+    bool gw_f32; /* grad_ws and grad_bs are fp32 (else dtype): distil_fused_gw_dtype */
     float weight_hard, weight_soft, beta, inv_temperature;
     int64_t ignore_index;
     bool return_parts;
@@ -292,6 +293,11 @@ typedef struct distil_fused_args {
     int64_t wq_ld;
     distil_dptr wq_scale;
 } distil_fused_args;
+
+/* The dtype of grad_ws and grad_bs (distil_fused_linear_jsd_desc.grad_weight_fp32). */
+static inline distil_dtype distil_fused_gw_dtype(const distil_fused_args *a) {
+    return a->gw_f32 ? DISTIL_F32 : a->dtype;
+}
 
 /* ---- cached top-k teacher (docs/SPEC.md §7) */
 

@@ -178,10 +178,10 @@ static void distil_ref_fused_finish(const distil_fused_args *a, distil_ref_fused
         loss[2] = (float)pj;
     }
     for (int64_t k = 0; B->gw != NULL && k < a->student_vocab * a->hs; k++) {
-        distil_ref_store(distil_dptr_addr(a->grad_ws), a->dtype, k, B->gw[k]);
+        distil_ref_store(distil_dptr_addr(a->grad_ws), distil_fused_gw_dtype(a), k, B->gw[k]);
     }
     for (int64_t v = 0; B->gb != NULL && v < a->student_vocab; v++) {
-        distil_ref_store(distil_dptr_addr(a->grad_bs), a->dtype, v, B->gb[v]);
+        distil_ref_store(distil_dptr_addr(a->grad_bs), distil_fused_gw_dtype(a), v, B->gb[v]);
     }
 }
 

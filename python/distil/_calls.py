@@ -1,17 +1,62 @@
 """The two loss calls on raw addresses, shared by the torch ops and the DLPack layer.
 
-Callers pass shapes, dtypes and addresses (ints, 0 for absent); this module fills (and caches)
-the descriptors, lends the caller's workspace for the duration of one call, and turns statuses
-into exceptions. Validation of values is the library's (docs/SPEC.md §5): its messages name the
-argument. Only what ctypes would silently truncate is checked here.
+Callers pass a checked shape (_check.py), an options object (_options.py) and addresses (ints,
+0 for absent); this module fills (and caches) the descriptors, lends the caller's workspace for
+the duration of one call, and turns statuses into exceptions. Validation of values is the
+library's (docs/SPEC.md §5): its messages name the argument.
 """
 
 import ctypes
+from typing import NamedTuple
 
-from . import _errors, _lib
+from . import _check, _errors, _lib, _options
 
-_INT64 = (-(1 << 63), (1 << 63) - 1)
 _PLANS_KEPT = 512  # shapes vary from batch to batch: keep the cache bounded
+
+
+class JsdAddrs(NamedTuple):
+    """distil_jsd's addresses (0: absent); normaliser: N as one fp32 read on the device."""
+
+    student: int
+    teacher: int
+    labels: int
+    loss: int
+    grad: int
+    normaliser: int = 0
+
+
+class FusedAddrs(NamedTuple):
+    """distil_fused_linear_jsd's addresses (0: absent): the eleven arguments in the C order,
+    then the descriptor's per-call fields (docs/SPEC.md §6): N on the device, the rows' LSE
+    outputs [T] fp32, the teacher's head made once."""
+
+    xs: int
+    ws: int
+    bs: int
+    xt: int
+    wt: int
+    bt: int
+    labels: int
+    loss: int
+    grad_xs: int
+    grad_ws: int
+    grad_bs: int
+    normaliser: int = 0
+    student_lse: int = 0
+    teacher_lse: int = 0
+    head: int = 0
+    student_entropy: int = 0
+
+    def call_args(self) -> tuple:
+        return self[:11]
+
+
+def _int64(name, v):
+    """v as an int that ctypes would not truncate (the top-k descriptors' integers)."""
+    v = int(v)
+    if not -(1 << 63) <= v < (1 << 63):
+        raise _errors.invalid(f"{name} {v} does not fit in int64")
+    return v
 
 
 def _remember(ctx, key, plan):
@@ -21,49 +66,21 @@ def _remember(ctx, key, plan):
     return plan
 
 
-def _int64(name, v):
-    v = int(v)
-    if not _INT64[0] <= v <= _INT64[1]:
-        raise _errors.make_error(_lib.ERR_INVALID_ARG, f"{name} {v} does not fit in int64")
-    return v
-
-
-def divergence_code(name):
-    """The distil_divergence of a name of _lib.DIVERGENCES (docs/SPEC.md §6)."""
-    code = _lib.DIVERGENCES.get(name) if isinstance(name, str) else None
-    if code is None:
-        raise _errors.make_error(_lib.ERR_INVALID_ARG,
-                                 f"divergence {name!r} is not one of "
-                                 f"{', '.join(_lib.DIVERGENCES)}")
-    return code
-
-
-# The docs/SPEC.md §6 defaults: (divergence, alpha, host normaliser): JSD, 0.1, counted.
-DIV_DEFAULT = (0, 0.1, 0.0)
-
-
-def jsd_plan(ctx, rows, vocab, strides, dtype, beta, ignore_index, reduction, div=DIV_DEFAULT):
-    """(descriptor, workspace bytes) of distil_jsd; `strides` = (student, teacher, grad);
-    div = (divergence code, alpha, host normaliser or 0.0)."""
-    # Numbers that compare equal hash equal (1 == 1.0): the key takes the values as given, and
-    # only a new plan converts them.
-    key = ("jsd", rows, vocab, strides, dtype, beta, ignore_index, reduction, div)
+def jsd_plan(ctx, shape: _check.JsdShape, opts: _options.JsdOptions):
+    """(descriptor, workspace bytes) of distil_jsd for a checked shape and its options."""
+    key = ("jsd", shape, opts)
     plan = ctx.plans.get(key)
     if plan is None:
-        div = (int(div[0]), float(div[1]), float(div[2]))
-        if reduction not in _lib.REDUCTIONS:
-            raise _errors.make_error(_lib.ERR_INVALID_ARG,
-                                     f"jsd: reduction '{reduction}' is not one of "
-                                     "batchmean, sum, none")
         d = _lib.JsdDesc()
         _lib.lib.distil_jsd_desc_init(ctypes.byref(d))
-        d.rows, d.vocab = rows, vocab
-        d.student_stride, d.teacher_stride, d.grad_stride = strides
-        d.dtype = dtype
-        d.beta = beta
-        d.ignore_index = _int64("ignore_index", ignore_index)
-        d.reduction = _lib.REDUCTIONS[reduction]
-        d.divergence, d.alpha, d.normaliser = div
+        d.rows, d.vocab = shape.rows, shape.vocab
+        d.student_stride, d.teacher_stride = shape.student_stride, shape.teacher_stride
+        d.grad_stride = shape.vocab
+        d.dtype = shape.dtype
+        d.beta = opts.beta
+        d.ignore_index = opts.ignore_index
+        d.reduction = _lib.REDUCTIONS[opts.reduction]
+        d.divergence, d.alpha, d.normaliser = opts.divergence, opts.alpha, opts.normaliser
         n = ctypes.c_size_t()
         _lend(ctx, 0, 0)  # the size query plans for a lent workspace: ask for the whole need
         ctx.check(_lib.lib.distil_jsd_workspace_size(ctx.handle, ctypes.byref(d), ctypes.byref(n)))
@@ -72,77 +89,54 @@ def jsd_plan(ctx, rows, vocab, strides, dtype, beta, ignore_index, reduction, di
     return plan
 
 
-# docs/SPEC.md §6 head options: (student_logit_scale, student_softcap, teacher_logit_scale,
-# teacher_softcap, teacher_temperature), the descriptor's defaults.
-DEFAULT_HEADS = (1.0, 0.0, 1.0, 0.0, 0.0)
-# teacher_head_precision names (docs/SPEC.md §6) -> distil_head_precision
-HEAD_PRECISIONS = {"default": 0, "fp8": 1, "fp8_e4m3": 1}
-
-
-def head_precision_code(name):
-    """The distil_head_precision of a name of HEAD_PRECISIONS (None: default)."""
-    code = HEAD_PRECISIONS.get("default" if name is None else name) if (
-        name is None or isinstance(name, str)) else None
-    if code is None:
-        raise _errors.make_error(_lib.ERR_INVALID_ARG,
-                                 f"teacher_head_precision {name!r} is not one of "
-                                 f"{', '.join(HEAD_PRECISIONS)}")
-    return code
-
-
 # What the workspace query of a call with Wt's rows made once sees in teacher_weight_e4m3: a
 # present pointer (distil_fused_linear_jsd_workspace_size checks the head's size, not its memory).
 _QUERY_HEAD = 16
 
 
-def fused_plan(ctx, rows, vocab, hs, ht, dtype, weights, beta, temperature, ignore_index,
-               chunk_rows, want_grads, head_shapes, div=DIV_DEFAULT, temperature_squared=False,
-               heads=DEFAULT_HEADS, parts=True):
-    """(descriptor, workspace bytes) of distil_fused_linear_jsd, with the loss parts (loss [3])
-    unless parts=False (loss [1]).
-
-    weights = (weight_hard, weight_soft); head_shapes = (teacher vocab, Ws columns, Wt columns)
-    as the caller holds them, so that the library refuses a mismatch; div as in jsd_plan;
-    temperature_squared: the soft part times tau^2 (docs/SPEC.md §6); heads as DEFAULT_HEADS
-    (the head options of docs/SPEC.md §6, checked by the library; the teacher's vocabulary in
-    head_shapes may differ), then the teacher head precision code and the bytes of Wt's rows
-    made once (docs/SPEC.md §6; 0: none; each call passes the head itself to run_fused).
-    """
-    key = ("fused", rows, vocab, hs, ht, dtype, weights, beta, temperature, ignore_index,
-           chunk_rows, want_grads, head_shapes, div, temperature_squared, heads, parts)
-    plan = ctx.plans.get(key)  # as in jsd_plan: values as given, converted for a new plan
+def fused_plan(ctx, shape: _check.FusedShape, opts: _options.FusedOptions,
+               outputs: _options.FusedOutputs):
+    """(descriptor, workspace bytes) of distil_fused_linear_jsd for a checked shape, its
+    options and what it writes (the loss parts [3] or the loss alone, gradients or none)."""
+    key = ("fused", shape, opts, outputs.grads, outputs.parts)
+    plan = ctx.plans.get(key)
     if plan is None:
-        div = (int(div[0]), float(div[1]), float(div[2]))
         d = _lib.FusedDesc()
         _lib.lib.distil_fused_linear_jsd_desc_init(ctypes.byref(d))
-        d.rows, d.vocab, d.student_hidden, d.teacher_hidden = rows, vocab, hs, ht
-        d.dtype = dtype
-        d.weight_hard, d.weight_soft = weights
-        d.beta = beta
-        d.temperature = temperature
-        d.ignore_index = _int64("ignore_index", ignore_index)
-        d.chunk_rows = _int64("chunk_rows", chunk_rows)
-        d.return_parts = 1 if parts else 0
-        d.teacher_vocab, d.student_weight_hidden, d.teacher_weight_hidden = head_shapes
-        d.divergence, d.alpha, d.normaliser = div
-        d.temperature_squared = 1 if temperature_squared else 0
-        (d.student_logit_scale, d.student_softcap, d.teacher_logit_scale, d.teacher_softcap,
-         d.teacher_temperature) = heads[:5]
-        # docs/SPEC.md §6 fp8 teacher head: heads[5], a distil_head_precision (0 = exact)
-        d.teacher_head_precision = int(heads[5]) if len(heads) > 5 else 0
-        head_bytes = int(heads[6]) if len(heads) > 6 else 0
+        d.rows, d.vocab = shape.rows, shape.vocab
+        d.student_hidden, d.teacher_hidden = shape.student_hidden, shape.teacher_hidden
+        d.dtype = shape.dtype
+        d.teacher_vocab = shape.teacher_vocab
+        d.grad_weight_fp32 = 1 if shape.grad_weight_fp32 else 0
+        d.student_weight_hidden, d.teacher_weight_hidden = shape.student_hidden, \
+            shape.teacher_hidden
+        _fill_fused(d, opts)
+        d.return_parts = 1 if outputs.parts else 0
         n = ctypes.c_size_t()
         _lend(ctx, 0, 0)  # the size query plans for a lent workspace: ask for the whole need
-        if head_bytes:  # the query reads the head's presence and size, never its memory
-            d.teacher_weight_e4m3, d.teacher_weight_e4m3_bytes = _QUERY_HEAD, head_bytes
+        if shape.head_bytes:  # the query reads the head's presence and size, never its memory
+            d.teacher_weight_e4m3, d.teacher_weight_e4m3_bytes = _QUERY_HEAD, shape.head_bytes
         try:
             ctx.check(_lib.lib.distil_fused_linear_jsd_workspace_size(
-                ctx.handle, ctypes.byref(d), 1 if want_grads else 0, ctypes.byref(n)))
+                ctx.handle, ctypes.byref(d), 1 if outputs.grads else 0, ctypes.byref(n)))
         finally:
             d.teacher_weight_e4m3 = None  # a per-call field (run_fused)
         d.ref = ctypes.byref(d)  # made once: the descriptor is passed by reference every call
         plan = _remember(ctx, key, (d, n.value))
     return plan
+
+
+def _fill_fused(d, opts: _options.FusedOptions):
+    """The descriptor's fields of the options, by name (FusedOptions mirrors them)."""
+    d.weight_hard, d.weight_soft = opts.weight_hard, opts.weight_soft
+    d.beta, d.temperature = opts.beta, opts.temperature
+    d.ignore_index, d.chunk_rows = opts.ignore_index, opts.chunk_rows
+    d.divergence, d.alpha, d.normaliser = opts.divergence, opts.alpha, opts.normaliser
+    d.temperature_squared = 1 if opts.temperature_squared else 0
+    d.student_logit_scale, d.student_softcap = opts.student_logit_scale, opts.student_softcap
+    d.teacher_logit_scale, d.teacher_softcap = opts.teacher_logit_scale, opts.teacher_softcap
+    d.teacher_temperature = opts.teacher_temperature
+    d.teacher_head_precision = opts.teacher_head_precision
 
 
 def _lend(ctx, workspace, nbytes):
@@ -171,37 +165,35 @@ def _normaliser_on(desc, normaliser_device):
         desc.normaliser_device = normaliser_device or None
 
 
-def run_jsd(ctx, desc, workspace, nbytes, x, y, labels, loss, grad, normaliser_device=0):
-    """distil_jsd on addresses (0 = absent); raises the status's exception. normaliser_device:
-    see _normaliser_on."""
+def run_jsd(ctx, plan, workspace, addrs: JsdAddrs):
+    """distil_jsd of a plan on a workspace (address, 0 for none); raises the status's
+    exception."""
+    desc, nbytes = plan
     _lend(ctx, workspace, nbytes)
-    _normaliser_on(desc, normaliser_device)
-    # Addresses as ints: a c_void_p argument takes 0 as NULL.
-    status = _lib.lib.distil_jsd(ctx.handle, desc.ref, x, y, labels, loss, grad)
+    _normaliser_on(desc, addrs.normaliser)
+    status = _lib.lib.distil_jsd(ctx.handle, desc.ref, addrs.student, addrs.teacher,
+                                 addrs.labels, addrs.loss, addrs.grad)
     if status:
         ctx.check(status)
 
 
-def run_fused(ctx, desc, workspace, nbytes, ptrs, normaliser_device=0, lse=(0, 0), head=0,
-              entropy=0):
-    """distil_fused_linear_jsd; ptrs = the 11 addresses in the C argument order (0 = absent);
-    normaliser_device as in run_jsd; lse = the addresses of the (rows) fp32 LSE outputs
-    (docs/SPEC.md §6), 0 = not wanted, head the address of Wt's rows made once (the plan
-    has its size; 0 = none) and entropy the (rows) fp32 student entropy's (docs/SPEC.md §6;
-    0 = not wanted): they sit in the plan's descriptor for this call only."""
+def run_fused(ctx, plan, workspace, addrs: FusedAddrs):
+    """distil_fused_linear_jsd of a plan; the per-call fields of addrs sit in the plan's
+    descriptor for this call only."""
+    desc, nbytes = plan
     _lend(ctx, workspace, nbytes)
-    _normaliser_on(desc, normaliser_device)
-    if lse[0] or lse[1] or head or entropy:
-        desc.student_lse, desc.teacher_lse = lse[0] or None, lse[1] or None
-        desc.teacher_weight_e4m3 = head or None
-        desc.student_entropy = entropy or None
+    _normaliser_on(desc, addrs.normaliser)
+    if addrs.student_lse or addrs.teacher_lse or addrs.head or addrs.student_entropy:
+        desc.student_lse, desc.teacher_lse = addrs.student_lse or None, addrs.teacher_lse or None
+        desc.teacher_weight_e4m3 = addrs.head or None
+        desc.student_entropy = addrs.student_entropy or None
         try:
-            status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *ptrs)
+            status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *addrs.call_args())
         finally:
             desc.student_lse = desc.teacher_lse = desc.teacher_weight_e4m3 = None
             desc.student_entropy = None
     else:  # addresses as ints: a c_void_p argument takes 0 as NULL
-        status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *ptrs)
+        status = _lib.lib.distil_fused_linear_jsd(ctx.handle, desc.ref, *addrs.call_args())
     if status:
         ctx.check(status)
 
@@ -209,8 +201,7 @@ def run_fused(ctx, desc, workspace, nbytes, ptrs, normaliser_device=0, lse=(0, 0
 def e4m3_head_size(ctx, rows, cols):
     """Bytes of distil_e4m3_head_make's head of a (rows, cols) weight on ctx's backend."""
     n = ctypes.c_size_t()
-    ctx.check(_lib.lib.distil_e4m3_head_size(ctx.handle, _int64("rows", rows),
-                                              _int64("cols", cols), ctypes.byref(n)))
+    ctx.check(_lib.lib.distil_e4m3_head_size(ctx.handle, rows, cols, ctypes.byref(n)))
     return n.value
 
 

@@ -7,12 +7,9 @@ dtype, shape, strides) and handing the capsule back with its deleter called once
 
 import ctypes
 
-from . import _errors, _lib
+from . import _check, _errors
 
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_ROCM = 1, 2, 3, 10
-_KDL_INT, _KDL_FLOAT, _KDL_BFLOAT = 0, 2, 4
-_FLOAT_CODES = {(_KDL_FLOAT, 32): _lib.F32, (_KDL_BFLOAT, 16): _lib.BF16,
-                (_KDL_FLOAT, 16): _lib.F16}
 
 
 class _Device(ctypes.Structure):
@@ -45,20 +42,44 @@ _api.PyCapsule_SetName.restype = ctypes.c_int
 _api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
+# DLPack type codes -> the dtype names of _check (complex and bool are named to be refused).
+_CODE_NAMES = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 5: "complex", 6: "bool"}
+_KINDS = {KDL_CPU: "cpu", KDL_CUDA: "cuda", KDL_CUDA_HOST: "cuda_host", KDL_ROCM: "rocm"}
+
+
+def _dtype_name(code, bits, lanes):
+    if lanes != 1:
+        return f"vector of {lanes}"
+    if code == 6:
+        return "bool"
+    return f"{_CODE_NAMES.get(code, f'type code {code} of ')}{bits}"
+
+
+def _export(name, array, stream):
+    """array's DLPack capsule; a framework's refusal (a read-only or big-endian array, one that
+    requires grad) as distil.InvalidArgument naming the argument."""
+    if not hasattr(array, "__dlpack__"):
+        raise _errors.invalid(f"{name}: {type(array).__name__} has no __dlpack__")
+    try:
+        dev_type = array.__dlpack_device__()[0]
+        if dev_type in (KDL_CUDA, KDL_ROCM):
+            return array.__dlpack__(stream=stream)
+        return array.__dlpack__()
+    except (BufferError, TypeError, ValueError, RuntimeError) as e:
+        raise _errors.invalid(f"{name}: cannot be read through DLPack: {e}") from None
+
+
 class View:
-    """One array's DLTensor, held until release(): addr, device (type, id), dtype code or
-    'int64', shape, strides (elements), and its framework object."""
+    """One array's DLTensor, held until release(): addr, device (type, id), dtype (a name, as
+    _check takes it), shape, strides (elements), and its framework object."""
+
+    _managed = None  # an export that failed leaves nothing to release
 
     def __init__(self, name, array, stream):
-        if not hasattr(array, "__dlpack__"):
-            raise _errors.make_error(_lib.ERR_INVALID_ARG,
-                                     f"{name}: {type(array).__name__} has no __dlpack__")
         self.name, self.array = name, array
-        dev_type = array.__dlpack_device__()[0]
-        capsule = array.__dlpack__(stream=stream) if dev_type in (KDL_CUDA, KDL_ROCM) \
-            else array.__dlpack__()
+        capsule = _export(name, array, stream)
         if not _api.PyCapsule_IsValid(capsule, b"dltensor"):
-            raise _errors.make_error(_lib.ERR_INVALID_ARG, f"{name}: not a DLPack capsule")
+            raise _errors.invalid(f"{name}: not a DLPack capsule")
         self._managed = ctypes.cast(_api.PyCapsule_GetPointer(capsule, b"dltensor"),
                                     ctypes.POINTER(_Managed))
         _api.PyCapsule_SetName(capsule, b"used_dltensor")
@@ -68,13 +89,11 @@ class View:
         self.device = (t.device.device_type, t.device.device_id)
         self.shape = tuple(t.shape[i] for i in range(t.ndim))
         self.strides = _strides(t, self.shape)
-        key = (t.dtype.code, t.dtype.bits)
-        if t.dtype.lanes != 1:
-            self.dtype = None
-        elif key == (_KDL_INT, 64):
-            self.dtype = "int64"
-        else:
-            self.dtype = _FLOAT_CODES.get(key)
+        self.dtype = _dtype_name(t.dtype.code, t.dtype.bits, t.dtype.lanes)
+
+    def operand(self) -> _check.Operand:
+        kind = _KINDS.get(self.device[0], f"DLPack device type {self.device[0]}")
+        return _check.Operand(self.name, self.shape, self.strides, self.dtype, self.device, kind)
 
     def release(self):
         m, self._managed = self._managed, None

@@ -36,8 +36,25 @@ _classes = {
 }
 
 
+# distil_status_string's texts, kept here so that raising an error makes no ctypes call (a
+# check that fails while torch.compile traces must raise the same error, and Dynamo cannot
+# trace into ctypes); test_errors.py compares them with the library's.
+STATUS_NAMES = {
+    _lib.OK: "ok", _lib.ERR_INVALID_ARG: "invalid argument", _lib.ERR_UNSUPPORTED: "unsupported",
+    _lib.ERR_OUT_OF_MEMORY: "out of memory", _lib.ERR_BACKEND: "backend error",
+    _lib.ERR_NOT_AVAILABLE: "not available", _lib.ERR_INVALID_LABEL: "invalid label",
+    _lib.ERR_WORKSPACE: "workspace too small", _lib.ERR_VERSION: "version mismatch",
+    _lib.ERR_BUSY: "context busy",
+}
+
+
 def status_name(status):
-    return _lib.lib.distil_status_string(status).decode()
+    return STATUS_NAMES.get(status, "unknown status")
+
+
+def invalid(message):
+    """distil.InvalidArgument with `message` (which names the argument)."""
+    return make_error(_lib.ERR_INVALID_ARG, message)
 
 
 def make_error(status, message):

@@ -98,6 +98,7 @@ class FusedDesc(ctypes.Structure):
         ("teacher_weight_e4m3", c_void_p),  # ... Wt's rows made once (distil_e4m3_head_make)
         ("teacher_weight_e4m3_bytes", c_size_t),
         ("student_entropy", c_void_p),  # docs/SPEC.md §6 student entropy
+        ("grad_weight_fp32", c_int),  # grad_student_weight / _bias fp32 beside 16-bit inputs
     ]
 
 
@@ -155,6 +156,13 @@ def _open(path):
         return ctypes.CDLL(path)
 
 
+def _declare(lib):
+    for name, (res, args) in _prototypes.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
 def load():
     """Open libdistil and declare its prototypes; ImportError with the reason if it cannot."""
     errors = []
@@ -167,10 +175,11 @@ def load():
         except OSError as e:
             errors.append(f"{path}: {e}")
             continue
-        for name, (res, args) in _prototypes.items():
-            fn = getattr(lib, name)
-            fn.restype = res
-            fn.argtypes = args
+        try:
+            _declare(lib)
+        except AttributeError as e:  # another shared library: it lacks distil's entry points
+            errors.append(f"{path}: not libdistil ({e})")
+            continue
         lib.path = path
         return lib
     hint = ("set DISTIL_LIBRARY to a libdistil.so, or reinstall with `pip install .`"

@@ -148,3 +148,21 @@ def check(what, got, want, bound):
 
 def leaf(t, device):
     return t.detach().to(device).requires_grad_(True)
+
+
+def jsd_op_call(x, y, labels=None, normaliser_device=None, want_grad=True, **options):
+    """(args, kwargs) of distil::jsd: the tensors, then JsdOptions' fields (options: its
+    field names, e.g. divergence=3) and want_grad by name."""
+    from distil import _options
+    return (x, y, labels, normaliser_device), dict(_options.JsdOptions(**options).op_kwargs(),
+                                            want_grad=want_grad)
+
+
+def fused_op_call(xs, ws, bs, xt, wt, bt=None, labels=None, normaliser_device=None, head=None,
+                  outputs=None, **options):
+    """(args, kwargs) of distil::fused_linear_jsd: the tensors, then FusedOptions' and
+    FusedOutputs' fields by name (outputs: a dict of FusedOutputs' fields)."""
+    from distil import _options
+    kwargs = _options.FusedOptions(**options).op_kwargs()
+    kwargs.update(_options.FusedOutputs(**(outputs or {})).op_kwargs())
+    return (xs, ws, bs, xt, wt, bt, labels, normaliser_device, head), kwargs

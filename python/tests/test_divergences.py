@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import distil.torch as dt
+from conftest import fused_op_call, jsd_op_call  # noqa: F401
 from conftest import (DEVICES, DTYPES, bounds, check, gen, labels_for, leaf, log_probs, normal,
                       ref_jsd_rows)
 
@@ -254,14 +255,16 @@ def test_opcheck(device):
     y = log_probs(g, (6, 33), torch.float32).to(device)
     lab = labels_for(g, 6, 33).to(device)
     n = torch.tensor(7.0, device=device)
-    for args in [(x, y, lab, 0.5, -100, "batchmean", True, 3, 0.2, 0.0, n),
-                 (x, y, None, 0.5, -100, "sum", True, 5, 0.1, 0.0, None),
-                 (x, y, lab, 0.5, -100, "batchmean", True, 4, 0.7, 9.0, None)]:
-        torch.library.opcheck(_ops.jsd_op, args)
+    for args, kwargs in [jsd_op_call(x, y, lab, n, divergence=3, alpha=0.2),
+                         jsd_op_call(x, y, None, reduction="sum", divergence=5),
+                         jsd_op_call(x, y, lab, divergence=4, alpha=0.7, normaliser=9.0)]:
+        torch.library.opcheck(_ops.jsd_op, args, kwargs)
     xs = normal(g, (5, 8), torch.float32).to(device).requires_grad_(True)
     ws = normal(g, (33, 8), torch.float32).to(device).requires_grad_(True)
     xt, wt = normal(g, (5, 12), torch.float32).to(device), normal(g, (33, 12),
                                                                   torch.float32).to(device)
     lab5 = labels_for(g, 5, 33).to(device)
-    torch.library.opcheck(_ops.fused_op, (xs, ws, None, xt, wt, None, lab5, 0.5, 0.5, 0.5, 2.0,
-                                          -100, 0, True, True, False, 4, 0.3, 0.0, n, True))
+    args, kwargs = fused_op_call(xs, ws, None, xt, wt, None, lab5, n, temperature=2.0,
+                                 divergence=4, alpha=0.3, temperature_squared=True,
+                                 outputs=dict(grad_hidden=True, grad_weight=True))
+    torch.library.opcheck(_ops.fused_op, args, kwargs)

@@ -1,6 +1,6 @@
 """Which path a distil.torch call takes, and what the eager one keeps.
 
-Plain eager calls take an autograd.Function over the ops' kernels (bench/python/host_overhead.py: it
+Plain eager calls take an autograd.Function over the ops' kernels (bench/host_overhead.py: it
 costs a fraction of the custom op's dispatcher); anything that traces (FakeTensorMode, make_fx,
 torch.compile) must take the torch.library ops, which have fake kernels. The eager path's
 results are compared with the ops' bit for bit (the same kernels) and with the float64
@@ -14,6 +14,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import distil
 import distil.torch as dt
+from conftest import fused_op_call, jsd_op_call  # noqa: F401
 from conftest import DEVICES, check, gen, labels_for, leaf, log_probs, normal, ref_fused, ref_jsd
 from distil.torch import _ops
 
@@ -67,13 +68,15 @@ def test_eager_equals_the_op(device):
     lab = labels_for(gen(9), 7, 41).to(device)
     loss = dt.jsd(x, y, lab, beta=0.3)
     (loss * 1.5).backward()
-    want, grad = _ops.jsd_op(x.detach(), y, lab, 0.3, -100, "batchmean", True)
+    args, kwargs = jsd_op_call(x.detach(), y, lab, beta=0.3)
+    want, grad = _ops.jsd_op(*args, **kwargs)
     assert torch.equal(loss, want) and torch.equal(x.grad, grad * 1.5)
     xs, ws, xt, wt, lab = _fused_inputs(device)
     loss, soft, hard = dt.fused_linear_jsd_loss(xs, ws, xt, wt, lab, return_soft_hard_loss=True)
     (loss * -2.0).backward()
-    parts, gx, gw, *_ = _ops.fused_op(xs.detach(), ws.detach(), None, xt, wt, None, lab, 0.5,
-                                           0.5, 0.5, 1.0, -100, 0, True, True, False)
+    args, kwargs = fused_op_call(xs.detach(), ws.detach(), None, xt, wt, None, lab,
+                                 outputs=dict(grad_hidden=True, grad_weight=True))
+    parts, gx, gw, *_ = _ops.fused_op(*args, **kwargs)
     assert torch.equal(torch.stack([loss, hard, soft]), parts)
     assert torch.equal(xs.grad, gx * -2.0) and torch.equal(ws.grad, gw * -2.0)
     # Without return_soft_hard_loss the eager call asks the library for the loss alone.

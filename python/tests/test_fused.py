@@ -6,6 +6,7 @@ import torch
 
 import distil
 import distil.torch as dt
+from conftest import fused_op_call, jsd_op_call  # noqa: F401
 from conftest import DEVICES, DTYPES, bounds, check, gen, labels_for, leaf, normal, ref_fused
 
 
@@ -25,8 +26,7 @@ def make(seed, dtype, t=24, v=517, hs=32, ht=48, bias=True, lead=None):
 
 
 def run_loss_case(device, dtype, inputs, grad_out=1.0, parts=False, no_labels=False, **kw):
-    """One module called twice on fresh leaves, each call against the reference: the first
-    takes the checked path, the second the call site it left (python/distil/torch/_site.py)."""
+    """One module called twice on fresh leaves, each call against the reference."""
     mod = dt.FusedLinearJSDLoss(return_soft_hard_loss=parts, **kw)
     for _ in range(2):
         _loss_case_once(mod, device, dtype, inputs, grad_out, parts, no_labels, kw)
@@ -200,7 +200,7 @@ def test_compile_fullgraph(device):
 # The op's docs/SPEC.md §6 arguments at their defaults: the divergence's (JSD, alpha, no given
 # normaliser, no tau^2), then the head options' (scales 1, caps 0, the student's temperature for
 # the teacher, no LSEs).
-HEAD_DEFAULTS = (0, 0.1, 0.0, None, False, 1.0, 0.0, 1.0, 0.0, 0.0, False)
+
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -209,13 +209,14 @@ def test_opcheck(device):
     i = {k: (v.to(device) if v is not None else None) for k, v in make(11, torch.float32).items()}
     req = [i[k].detach().requires_grad_(True) for k in ("xs", "ws", "bs")]
     cases = [
-        (req[0], req[1], req[2], i["xt"], i["wt"], i["bt"], i["labels"], 0.5, 0.5, 0.5, 1.0,
-         -100, 0, True, True, True) + HEAD_DEFAULTS,
-        (req[0], i["ws"], None, i["xt"], i["wt"], None, None, 0.0, 1.0, 0.0, 2.0, -100, 8, True,
-         False, False) + HEAD_DEFAULTS,
+        fused_op_call(req[0], req[1], req[2], i["xt"], i["wt"], i["bt"], i["labels"],
+                      outputs=dict(grad_hidden=True, grad_weight=True, grad_bias=True)),
+        fused_op_call(req[0], i["ws"], None, i["xt"], i["wt"], None, None, weight_hard=0.0,
+                      weight_soft=1.0, beta=0.0, temperature=2.0, chunk_rows=8,
+                      outputs=dict(grad_hidden=True)),
     ]
-    for args in cases:
-        torch.library.opcheck(_ops.fused_op, args)
+    for args, kwargs in cases:
+        torch.library.opcheck(_ops.fused_op, args, kwargs)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import distil.torch as dt
+from conftest import fused_op_call, jsd_op_call  # noqa: F401
 from conftest import DEVICES, DTYPES, bounds, check, gen, labels_for, leaf, normal, ref_jsd_rows
 
 
@@ -174,9 +175,13 @@ def test_opcheck_with_options(device):
     from distil.torch import _ops
     i = {k: v.to(device) for k, v in make(35, torch.float32, vs=200, vt=190).items()}
     req = [i[k].detach().requires_grad_(True) for k in ("xs", "ws", "bs")]
-    args = (req[0], req[1], req[2], i["xt"], i["wt"], i["bt"], i["labels"], 0.5, 0.5, 0.5, 1.0,
-            -100, 7, True, True, True, 0, 0.1, 0.0, None, False, 1.5, 6.0, 0.8, 0.0, 2.0, True)
-    torch.library.opcheck(_ops.fused_op, args)
+    args, kwargs = fused_op_call(req[0], req[1], req[2], i["xt"], i["wt"], i["bt"],
+                                 i["labels"], chunk_rows=7, student_logit_scale=1.5,
+                                 student_softcap=6.0, teacher_logit_scale=0.8,
+                                 teacher_temperature=2.0,
+                                 outputs=dict(grad_hidden=True, grad_weight=True,
+                                              grad_bias=True, lse=True))
+    torch.library.opcheck(_ops.fused_op, args, kwargs)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -211,23 +211,27 @@ def test_opcheck(device):
     from distil.torch import topk
     i = {k: v.to(device) for k, v in make(5, torch.float32).items()}
     x = i["x"].detach().requires_grad_(True)
-    for args in [(x, i["ids"], i["logp"], i["labels"], "tail", "forward_kl", 0.5, -100,
-                  "batchmean", -1, True, 0.0, None, 0.1),
-                 (x, i["ids"].int(), i["logp"], None, "renormalise", "jsd", 0.3, -100, "none",
-                  -1, True, 0.0, None, 0.1),
-                 (x, i["ids"], i["logp"], None, "tail", "skew_kl", 0.3, -100, "batchmean", -1,
-                  True, 0.0, torch.tensor(7.0, device=device), 0.25)]:
-        torch.library.opcheck(topk.topk_op, args)
+    n = torch.tensor(7.0, device=device)
+    for tensors, opts in [
+            ((x, i["ids"], i["logp"], i["labels"], None), topk.TopkOptions()),
+            ((x, i["ids"].int(), i["logp"], None, None),
+             topk.TopkOptions("renormalise", "jsd", 0.3, reduction="none")),
+            ((x, i["ids"], i["logp"], None, n), topk.TopkOptions("tail", "skew_kl", 0.3, 0.25))]:
+        torch.library.opcheck(topk.topk_op, tensors, dict(opts.op_kwargs(), want_grad=True))
     req = [i[k].detach().requires_grad_(True) for k in ("xs", "ws", "bs")]
-    for args in [(req[0], req[1], req[2], i["ids"], i["logp"], i["labels"], 0.5, 0.5, "tail",
-                  "forward_kl", 0.5, 1.0, -100, "batchmean", -1, 0, True, True, True, 0.0, None,
-                  0.1),
-                 (req[0], i["ws"], None, i["ids"], i["logp"].bfloat16(), None, 0.0, 1.0, "zero",
-                  "jsd", 0.5, 2.0, -100, "sum", -1, 4, True, False, False, 0.0, None, 0.1),
-                 (req[0], req[1], None, i["ids"], i["logp"], i["labels"], 0.5, 0.5, "tail",
-                  "skew_reverse_kl", 0.5, 1.0, -100, "batchmean", -1, 0, True, True, False, 12.5,
-                  None, 0.4)]:
-        torch.library.opcheck(topk.fused_topk_op, args)
+    cases = [((req[0], req[1], req[2], i["ids"], i["logp"], i["labels"], None),
+              topk.FusedTopkOptions(), (True, True, True)),
+             ((req[0], i["ws"], None, i["ids"], i["logp"].bfloat16(), None, None),
+              topk.FusedTopkOptions("zero", "jsd", reduction="sum", weight_hard=0.0,
+                                    weight_soft=1.0, temperature=2.0, chunk_rows=4),
+              (True, False, False)),
+             ((req[0], req[1], None, i["ids"], i["logp"], i["labels"], None),
+              topk.FusedTopkOptions("tail", "skew_reverse_kl", alpha=0.4, normaliser=12.5),
+              (True, True, False))]
+    for tensors, opts, (gx, gw, gb) in cases:
+        torch.library.opcheck(topk.fused_topk_op, tensors,
+                              dict(opts.op_kwargs(), want_grad_hidden=gx, want_grad_weight=gw,
+                                   want_grad_bias=gb))
 
 
 @pytest.mark.parametrize("device", DEVICES)

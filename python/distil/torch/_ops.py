@@ -1,38 +1,38 @@
-"""distil's losses as torch.library custom ops: real kernels, fake (meta) kernels, autograd.
+"""distil's losses as torch.library custom ops, and the eager route beside them.
 
-Ops (namespace ``distil``), on 2-D row-major tensors prepared by the public wrappers:
-  jsd(student_logp [T, V], teacher_logp [T, V], labels [T]?, beta, ignore_index, reduction,
-      want_grad, divergence, alpha, normaliser, normaliser_device []?)
-      -> (loss [] or [T] fp32, grad [T, V] or [0])
-  fused_linear_jsd(xs [T, Hs], Ws [V, Hs], bs [V]?, xt [T, Ht], Wt [V, Ht], bt [V]?,
-      labels [T]?, weight_hard, weight_soft, beta, temperature, ignore_index, chunk_rows,
-      want_grad_hidden, want_grad_weight, want_grad_bias, divergence, alpha, normaliser,
-      normaliser_device []?, temperature_squared)
-      -> (loss_parts [3] fp32 = (loss, hard, soft), grad_xs, grad_Ws, grad_bs; [0] if unwanted)
-  (docs/SPEC.md §6: divergence a distil_divergence code, alpha the skew KLs', normaliser N > 0
-  given on the host or 0.0, normaliser_device N as a 0-dim fp32 tensor read on the device.)
-  and the head options (docs/SPEC.md §6): student_logit_scale, student_softcap,
-  teacher_logit_scale, teacher_softcap, teacher_temperature, want_lse, with two more outputs
-  student_lse [T], teacher_lse [T] ([0] unless want_lse). Wt may have more or fewer rows than Ws
-  (the loss over the common prefix); the LSEs are not differentiable. Last,
-  teacher_head_precision: 0 the exact teacher head, 1 the fp8 (e4m3) one; teacher_weight_e4m3
-  (uint8 [bytes])?: with 1, Wt's rows made once by e4m3_head (the library then skips rounding
-  Wt in the call); want_entropy (docs/SPEC.md §6) with a seventh output student_entropy [T]
-  ([0] unless want_entropy), not differentiable.
-The gradients are computed in the forward call (as Liger does) and saved; backward scales them
+Two routes share one call body per loss (`jsd_call`, `fused_call`: checks, plan, outputs,
+workspace, the library call):
+  - the custom ops (namespace ``distil``), which torch.compile, dispatch modes and functorch
+    see: tensors positionally, then every field of the loss's options object (_options.py) and
+    of what the call wants back, by name (their schemas are made from those objects);
+      jsd(input [T, V], target [T, V], labels [T]?, normaliser_device []?, *, JsdOptions...,
+          want_grad) -> (loss [] or [T] fp32, grad [T, V] or [0])
+      fused_linear_jsd(xs [T, Hs], Ws [V, Hs], bs [V]?, xt [T, Ht], Wt [Vt, Ht], bt [Vt]?,
+          labels [T]?, normaliser_device []?, teacher_weight_e4m3 (uint8)?, *, FusedOptions...,
+          want_grad_hidden, want_grad_weight, want_grad_bias, want_parts, want_lse)
+          -> (loss parts [3] fp32 = (loss, hard, soft) or the loss [], grad_xs, grad_Ws,
+              grad_bs, student_lse [T], teacher_lse [T]; [0] where unwanted)
+    Their fake kernels never refuse: a bad call is refused by the real kernel when it runs, so
+    that a compiled call raises the same distil.InvalidArgument as an eager one.
+  - an autograd.Function for plain eager calls (a few µs of host time where the dispatcher
+    path of a Python custom op costs tens, bench/host_overhead.py), whose unwanted outputs are
+    None (the library takes NULL) instead of [0] tensors.
+The gradients are computed in the forward call (as Liger does) and kept; backward scales them
 by the upstream gradient on the device (distil_scale), so the usual `loss.backward()` reads
-nothing back to the host and makes no extra pass over them. Every call runs on the caller's
-current stream of that moment (graph capture replaces it), with its workspace taken from
-torch's caching allocator, so memory accounting and CUDA-graph pools see it.
+nothing back to the host and makes no extra pass over them. They are not differentiable: a
+second differentiation (create_graph=True) is refused when it runs. Every call runs on the
+caller's current stream of that moment (graph capture replaces it), with its workspace taken
+from torch's caching allocator, so memory accounting and CUDA-graph pools see it.
 """
 
+import dataclasses
 import os
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
 
-from .. import _calls, _context, _errors, _lib
+from .. import _calls, _check, _context, _errors, _lib, _options
 
 _DTYPES = {torch.float32: _lib.F32, torch.bfloat16: _lib.BF16, torch.float16: _lib.F16}
 _eager = os.environ.get("DISTIL_EAGER_ERRORS", "") not in ("", "0")
@@ -124,11 +124,23 @@ def _addr(t: Optional[Tensor]) -> int:
     return t.data_ptr() if t is not None and t.numel() else 0
 
 
+def _oom(e: BaseException) -> bool:
+    """Whether e is an allocation's failure (torch's CPU allocator raises a RuntimeError)."""
+    text = str(e)
+    return isinstance(e, _errors.OutOfMemory) or (
+        isinstance(e, RuntimeError) and ("can't allocate memory" in text
+                                          or "out of memory" in text.lower()))
+
+
 def _torch_errors(call, *args):
-    """call(*args), an out-of-memory status raised as torch's OutOfMemoryError."""
+    """call(*args), an allocation's failure raised as torch's OutOfMemoryError."""
     try:
-        call(*args)
-    except _errors.OutOfMemory as e:
+        return call(*args)
+    except _OutOfMemoryError:
+        raise
+    except (_errors.OutOfMemory, RuntimeError) as e:
+        if not _oom(e):
+            raise
         raise _OutOfMemoryError(str(e)) from e
 
 
@@ -141,211 +153,27 @@ def _dtype_code(t: Tensor) -> int:
     return _DTYPES[t.dtype]
 
 
-# ------------------------------------------------------------------------------------- jsd
+_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
+                torch.int64: "int64"}
 
 
-def _jsd_impl(student_logp: Tensor, teacher_logp: Tensor, labels: Optional[Tensor], beta: float,
-              ignore_index: int, reduction: str, want_grad: bool, divergence: int = 0,
-              alpha: float = 0.1, normaliser: float = 0.0,
-              normaliser_device: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
-    return _jsd_run(False, student_logp, teacher_logp, labels, beta, ignore_index, reduction,
-                    want_grad, divergence, alpha, normaliser, normaliser_device)
-
-
-def _jsd_run(keep, student_logp, teacher_logp, labels, beta, ignore_index, reduction, want_grad,
-             divergence, alpha, normaliser, normaliser_device):
-    """The jsd kernel; keep: a small GPU workspace may be the context's kept block (the eager
-    path; _workspace)."""
-    rows, vocab = student_logp.shape
-    ctx = context_for(student_logp)
-    desc, nbytes = _jsd_plan(ctx, student_logp, teacher_logp, beta, ignore_index, reduction,
-                             divergence, alpha, normaliser)
-    loss = _out(student_logp, (rows,) if reduction == "none" else (), torch.float32)
-    grad = _out(student_logp, (rows, vocab) if want_grad else (0,), student_logp.dtype)
-    ws = _workspace(student_logp, nbytes, ctx if keep else None)
-    try:
-        _calls.run_jsd(ctx, desc, _addr(ws), nbytes, student_logp.data_ptr(),
-                       teacher_logp.data_ptr(), _addr(labels), _addr(loss),
-                       _addr(grad) if want_grad else 0, _addr(normaliser_device))
-    except _errors.OutOfMemory as e:
-        raise _OutOfMemoryError(str(e)) from e
-    _after_call(ctx, student_logp)
-    return loss, grad
-
-
-def _jsd_plan(ctx, x, y, beta, ignore_index, reduction, divergence, alpha, normaliser):
-    """_calls.jsd_plan of the op's 2-D tensors and options."""
-    rows, vocab = x.shape
-    return _calls.jsd_plan(ctx, rows, vocab, (x.stride(0), y.stride(0), vocab), _DTYPES[x.dtype],
-                           beta, ignore_index, reduction, (divergence, alpha, normaliser))
-
-
-# Positions in jsd_op's and fused_op's argument tuples that the call sites read (_site.py).
-JSD_REDUCTION, JSD_WANT, JSD_N_DEVICE = 5, 6, 10
-FUSED_WANTS, FUSED_N_DEVICE, FUSED_WANT_LSE, FUSED_E4M3_HEAD = slice(13, 16), 19, 26, 28
-FUSED_WANT_ENTROPY = 29
-
-
-def jsd_plan_of(ctx, args: tuple):
-    """The plan of a call of jsd_op with these arguments (every one, in order)."""
-    return _jsd_plan(ctx, args[0], args[1], args[3], args[4], args[5], args[7], args[8], args[9])
-
-
-jsd_op = torch.library.custom_op("distil::jsd", _jsd_impl, mutates_args=())
-
-
-@jsd_op.register_fake
-def _jsd_fake(student_logp, teacher_logp, labels, beta, ignore_index, reduction, want_grad,
-              divergence=0, alpha=0.1, normaliser=0.0, normaliser_device=None):
-    rows, vocab = student_logp.shape
-    loss = student_logp.new_empty((rows,) if reduction == "none" else (), dtype=torch.float32)
-    grad = student_logp.new_empty((rows, vocab) if want_grad else (0,))
-    return loss, grad
-
-
-def _jsd_setup(ctx, inputs, output):
-    ctx.reduction = inputs[5]
-    ctx.want_grad = inputs[6]
-    ctx.save_for_backward(output[1] if inputs[6] else None)
-
-
-_JSD_ARGS = 11  # inputs of jsd_op: one gradient (student_logp), None for the others
-
-
-def _jsd_backward(ctx, grad_loss, grad_grad):
-    (grad,) = ctx.saved_tensors
-    rest = (None,) * (_JSD_ARGS - 1)
-    if not ctx.want_grad:
-        return (None,) + rest
-    if ctx.reduction == "none":
-        return (grad * grad_loss.unsqueeze(-1).to(grad.dtype),) + rest
-    return (_scaled(ctx, [grad], grad_loss)[0],) + rest
-
-
-jsd_op.register_autograd(_jsd_backward, setup_context=_jsd_setup)
-
-
-# ---------------------------------------------------------------------------- fused loss
-
-
-def _fused_impl(student_hidden: Tensor, student_weight: Tensor, student_bias: Optional[Tensor],
-             teacher_hidden: Tensor, teacher_weight: Tensor, teacher_bias: Optional[Tensor],
-             labels: Optional[Tensor], weight_hard: float, weight_soft: float, beta: float,
-             temperature: float, ignore_index: int, chunk_rows: int, want_grad_hidden: bool,
-             want_grad_weight: bool, want_grad_bias: bool, divergence: int = 0, alpha: float = 0.1,
-             normaliser: float = 0.0, normaliser_device: Optional[Tensor] = None,
-             temperature_squared: bool = False, student_logit_scale: float = 1.0,
-             student_softcap: float = 0.0, teacher_logit_scale: float = 1.0,
-             teacher_softcap: float = 0.0, teacher_temperature: float = 0.0,
-             want_lse: bool = False, teacher_head_precision: int = 0,
-             teacher_weight_e4m3: Optional[Tensor] = None, want_entropy: bool = False
-             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    return _fused_run(_out, student_hidden, student_weight, student_bias, teacher_hidden,
-                      teacher_weight, teacher_bias, labels, weight_hard, weight_soft, beta,
-                      temperature, ignore_index, chunk_rows, want_grad_hidden, want_grad_weight,
-                      want_grad_bias, divergence, alpha, normaliser, normaliser_device,
-                      temperature_squared, student_logit_scale, student_softcap,
-                      teacher_logit_scale, teacher_softcap, teacher_temperature, want_lse,
-                      teacher_head_precision, teacher_weight_e4m3, want_entropy)
-
-
-def _fused_run(make, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, beta, temperature,
-               ignore_index, chunk_rows, want_grad_hidden, want_grad_weight, want_grad_bias,
-               divergence=0, alpha=0.1, normaliser=0.0, normaliser_device=None,
-               temperature_squared=False, student_logit_scale=1.0, student_softcap=0.0,
-               teacher_logit_scale=1.0, teacher_softcap=0.0, teacher_temperature=0.0,
-               want_lse=False, teacher_head_precision=0, teacher_weight_e4m3=None,
-               want_entropy=False, want_parts=True):
-    """The fused op's kernel with its outputs made by make(like, shape or None, dtype): the op
-    needs a [0] tensor for each unwanted output, the eager path passes None for it (the library
-    takes NULL), saving an allocation each. want_parts=False: the loss alone, [] instead of the
-    [3] parts (the eager path, when the caller does not hand out the parts). With make
-    _wanted (the eager path) a small GPU workspace may be the context's kept block
-    (_workspace). teacher_head_precision: a distil_head_precision (docs/SPEC.md §6; 1 = the fp8
-    head); teacher_weight_e4m3: Wt's rows made once (e4m3_head) or None; want_entropy: the
-    student's entropy [T] (docs/SPEC.md §6), last of the outputs."""
-    parts, gx, gw, gb = _fused_outputs(xs, ws, want_grad_hidden, want_grad_weight, want_grad_bias,
-                                       make, want_parts)
-    ls, lt = _lse_outputs(xs, want_lse, make)
-    ent = make(xs, (xs.shape[0],) if want_entropy else None, torch.float32)
-    heads = (student_logit_scale, student_softcap, teacher_logit_scale, teacher_softcap,
-             teacher_temperature, teacher_head_precision, _bytes(teacher_weight_e4m3))
-    ctx = context_for(xs)
-    desc, nbytes = _fused_plan(ctx, xs, ws, xt, wt, weight_hard, weight_soft, beta, temperature,
-                               ignore_index, chunk_rows,
-                               want_grad_hidden or want_grad_weight or want_grad_bias,
-                               divergence, alpha, normaliser, temperature_squared, heads,
-                               want_parts)
-    work = _workspace(xs, nbytes, ctx if make is _wanted else None)
-    try:
-        _calls.run_fused(ctx, desc, _addr(work), nbytes,
-                         (_addr(xs), _addr(ws), _addr(bs), _addr(xt), _addr(wt), _addr(bt),
-                          _addr(labels), _addr(parts), _addr(gx), _addr(gw), _addr(gb)),
-                         _addr(normaliser_device), (_addr(ls), _addr(lt)) if want_lse else _NO_LSE,
-                         _addr(teacher_weight_e4m3), _addr(ent))
-    except _errors.OutOfMemory as e:
-        raise _OutOfMemoryError(str(e)) from e
-    _after_call(ctx, xs)
-    return parts, gx, gw, gb, ls, lt, ent
-
-
-def _bytes(t: Optional[Tensor]) -> int:
-    return t.numel() * t.element_size() if t is not None else 0
-
-
-def _fused_plan(ctx, xs, ws, xt, wt, weight_hard, weight_soft, beta, temperature, ignore_index,
-                chunk_rows, want, divergence, alpha, normaliser, temperature_squared, heads,
-                want_parts):
-    """_calls.fused_plan of the op's 2-D tensors and options; heads = the five head options, the
-    teacher head precision code and the bytes of Wt's rows made once (0: none)."""
-    rows, hs = xs.shape
-    (vocab, ws_hidden), (t_vocab, wt_hidden) = ws.shape, wt.shape  # 2-D: the wrappers check
-    return _calls.fused_plan(ctx, rows, vocab, hs, xt.shape[1], _DTYPES[xs.dtype],
-                             (weight_hard, weight_soft), beta, temperature, ignore_index,
-                             chunk_rows, want, (t_vocab, ws_hidden, wt_hidden),
-                             (divergence, alpha, normaliser), temperature_squared, heads,
-                             want_parts)
-
-
-def fused_plan_of(ctx, args: tuple, want_parts: bool):
-    """The plan of a call of the op with these arguments (every one of fused_op's, in order)."""
-    return _fused_plan(ctx, args[0], args[1], args[3], args[4], args[7], args[8], args[9],
-                       args[10], args[11], args[12], args[13] or args[14] or args[15], args[16],
-                       args[17], args[18], args[20],
-                       args[21:26] + (args[27], _bytes(args[28]) if len(args) > 28 else 0),
-                       want_parts)
-
-
-fused_op = torch.library.custom_op("distil::fused_linear_jsd", _fused_impl, mutates_args=())
-_NO_LSE = (0, 0)
-
-
-def _lse_outputs(xs, want_lse, make):
-    """(student_lse, teacher_lse) [T] fp32 each (docs/SPEC.md §6), make's unwanted (shape None)
-    otherwise."""
-    lse = (xs.shape[0],) if want_lse else None
-    return make(xs, lse, torch.float32), make(xs, lse, torch.float32)
-
-
-def _fused_outputs(xs, ws, want_hidden, want_weight, want_bias, make, parts=True):
-    """(loss parts [3] fp32, or the loss [] with parts=False, grad_xs, grad_Ws, grad_bs), make's
-    unwanted (shape None) where a gradient is unwanted."""
-    empty = None
-    parts = make(xs, (3,) if parts else (), torch.float32)
-    gx = make(xs, xs.shape if want_hidden else empty, xs.dtype)
-    gw = make(ws, ws.shape if want_weight else empty, ws.dtype)
-    gb = make(ws, (ws.shape[0],) if want_bias else empty, ws.dtype)
-    return parts, gx, gw, gb
+def operand(name: str, t: Optional[Tensor]) -> Optional[_check.Operand]:
+    """A tensor as _check sees it (None: None)."""
+    if t is None:
+        return None
+    dtype = _DTYPE_NAMES.get(t.dtype) or str(t.dtype).replace("torch.", "")
+    device = t.device
+    return _check.Operand(name, t.shape, t.stride(), dtype, device, device.type)
 
 
 def _out(like: Tensor, shape, dtype) -> Tensor:
-    """A new output like `like`'s device; shape None: an unwanted output, [0]."""
+    """A new output on `like`'s device; shape None: an unwanted output, [0]."""
     if shape is None:
         shape = (0,)
     if POISON_OUTPUTS:
         return torch.full(shape, float("nan"), dtype=dtype, device=like.device)
     # size= as a keyword: torch parses it faster than a positional tuple, () included
-    # (bench/python/host_overhead.py).
+    # (bench/host_overhead.py).
     return torch.empty(size=shape, dtype=dtype, device=like.device)
 
 
@@ -354,42 +182,356 @@ def _fake(like: Tensor, shape, dtype) -> Tensor:
 
 
 def _wanted(like: Tensor, shape, dtype) -> Optional[Tensor]:
-    """_out, but None for an unwanted output (the eager path: nothing to hand back)."""
+    """_out, but None for an unwanted output (the eager route: nothing to hand back)."""
     return None if shape is None else _out(like, shape, dtype)
 
 
+def _rows_of(t: Tensor) -> int:
+    """The rows a fake kernel gives its outputs (a tensor the real kernel will refuse may have
+    any shape: it must not fail while tracing)."""
+    return t.shape[0] if t.dim() >= 1 else 0
+
+
+def _schema_of(*classes, prefix: str = "") -> str:
+    """The keyword-only part of an op's schema: every field of the options classes, by name."""
+    kinds = {float: "float", int: "int", bool: "bool", str: "str"}
+    fields = []
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            kind = kinds[type(f.default)]
+            fields.append(f"{kind} {prefix if cls is _options.FusedOutputs else ''}{f.name}")
+    return ", ".join(fields)
+
+
+def _refuse_twice(grads, grad_enabled: bool):
+    """The gradients backward returns; under create_graph (grad_enabled) each behind a node
+    that refuses a second differentiation (they are results of the forward call: no graph
+    leads from them to the inputs, and a second backward would silently give zeros)."""
+    if not grad_enabled:
+        return grads
+    return tuple(_NotTwice.apply(g.detach().requires_grad_()) if isinstance(g, Tensor) else g
+                 for g in grads)
+
+
+_DOUBLE = ("distil's gradients are computed in the forward call and are not differentiable: "
+           "a second differentiation (create_graph=True, gradient penalties, Hessians) is not "
+           "supported")
+
+
+class _NotTwice(torch.autograd.Function):
+    """g itself, behind a node whose backward refuses (the input is a detached copy made to
+    require grad, so that the node is in the graph whatever g was)."""
+
+    @staticmethod
+    def forward(ctx, g):
+        return g.view_as(g)
+
+    @staticmethod
+    def backward(ctx, _):
+        raise _errors.make_error(_lib.ERR_UNSUPPORTED, _DOUBLE)
+
+
+# ------------------------------------------------------------------------------------- jsd
+
+
+class JsdTensors(NamedTuple):
+    """A jsd call's tensors: student and teacher log-probs [T, V], labels [T] int64 or None,
+    N as a 0-dim fp32 tensor read on the device or None."""
+
+    input: Tensor
+    target: Tensor
+    labels: Optional[Tensor] = None
+    normaliser: Optional[Tensor] = None
+
+
+def _check_normaliser(fn, n: Optional[Tensor], first: Tensor):
+    if n is not None:
+        op = operand("normaliser", n)
+        if op.dtype != "float32" or n.numel() != 1:
+            raise _errors.invalid(f"{fn}: normaliser must be one float32 value, got {op.dtype} "
+                                  f"{tuple(n.shape)}")
+        _check.same_device(fn, operand("input", first), (op,))
+
+
+def jsd_call(t: JsdTensors, opts: _options.JsdOptions, want_grad: bool, make, keep=False):
+    """The jsd kernel: (loss, grad or make's unwanted); keep: a small GPU workspace may be the
+    context's kept block (the eager route, _workspace)."""
+    fn = "jsd"
+    shape = _check.jsd(fn, operand("input", t.input), operand("target", t.target),
+                       operand("labels", t.labels))
+    _check_normaliser(fn, t.normaliser, t.input)
+    x = t.input
+    ctx = context_for(x)
+
+    def run():
+        plan = _calls.jsd_plan(ctx, shape, opts)
+        loss = _out(x, (shape.rows,) if opts.reduction == "none" else (), torch.float32)
+        grad = make(x, (shape.rows, shape.vocab) if want_grad else None, x.dtype)
+        ws = _workspace(x, plan[1], ctx if keep else None)
+        _calls.run_jsd(ctx, plan, _addr(ws), _calls.JsdAddrs(
+            x.data_ptr(), t.target.data_ptr(), _addr(t.labels), loss.data_ptr(), _addr(grad),
+            _addr(t.normaliser)))
+        return loss, grad
+
+    out = _torch_errors(run)
+    _after_call(ctx, x)
+    return out
+
+
+def _jsd_impl(input, target, labels, normaliser_device, **kw):
+    opts = _options.fields_of(_options.JsdOptions, kw)
+    return jsd_call(JsdTensors(input, target, labels, normaliser_device), opts, kw["want_grad"],
+                    _out)
+
+
+jsd_op = torch.library.custom_op(
+    "distil::jsd", _jsd_impl, mutates_args=(),
+    schema="(Tensor input, Tensor target, Tensor? labels, Tensor? normaliser_device, *, "
+           f"{_schema_of(_options.JsdOptions)}, bool want_grad) -> (Tensor, Tensor)")
+
+
+@jsd_op.register_fake
+def _jsd_fake(input, target, labels, normaliser_device, **kw):
+    rows = _rows_of(input)
+    loss = input.new_empty((rows,) if kw["reduction"] == "none" else (), dtype=torch.float32)
+    grad = input.new_empty((rows, input.shape[-1]) if kw["want_grad"] and input.dim() == 2
+                           else (0,))
+    return loss, grad
+
+
+def _jsd_setup(ctx, inputs, keyword_only_inputs, output):
+    ctx.per_row = keyword_only_inputs["reduction"] == "none"
+    ctx.want_grad = keyword_only_inputs["want_grad"]
+    ctx.save_for_backward(output[1] if ctx.want_grad else None)
+
+
+def _jsd_backward(ctx, grad_loss, grad_grad):
+    (grad,) = ctx.saved_tensors
+    g = _jsd_grad(ctx, grad, grad_loss) if ctx.want_grad else None
+    return (g, None, None, None)
+
+
+def _jsd_grad(ctx, grad: Tensor, grad_loss: Tensor) -> Tensor:
+    """The input's gradient: grad times the upstream gradient (row by row for a per-row loss),
+    refused for a second differentiation."""
+    enabled = torch.is_grad_enabled()
+    if ctx.per_row:
+        g = grad * grad_loss.detach().unsqueeze(-1).to(grad.dtype)
+    else:
+        g = _scaled(ctx, [grad], grad_loss.detach())[0]
+    return _refuse_twice((g,), enabled)[0]
+
+
+jsd_op.register_autograd(_jsd_backward, setup_context=_jsd_setup)
+
+
+class _JsdFunction(torch.autograd.Function):
+    """The eager route's loss: apply(input, call) with call = (JsdTensors, options,
+    want_grad), one object so that apply walks no nested arguments."""
+
+    @staticmethod
+    def forward(ctx, x, call):
+        t, opts, want_grad = call
+        loss, grad = jsd_call(t._replace(input=x), opts, want_grad, _wanted, keep=True)
+        ctx.grads = (grad,) if want_grad else ()
+        ctx.per_row = opts.reduction == "none"
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grads = _take_grads(ctx)
+        if not grads:
+            return None, None
+        return _jsd_grad(ctx, grads[0], grad_loss), None
+
+
+class _Opaque:
+    """Arguments autograd.Function.apply passes through without looking inside."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __iter__(self):
+        return iter(self.value)
+
+
+def jsd(t: JsdTensors, opts: _options.JsdOptions, want_grad: bool) -> Tensor:
+    """The loss of a jsd call through the route that fits it; autograd through the gradient
+    the forward call computed."""
+    if not _untraced(*t):
+        return jsd_op(*t, **opts.op_kwargs(), want_grad=want_grad)[0]
+    if not want_grad:  # nothing for autograd to record (evaluation): the kernel alone
+        return jsd_call(t, opts, False, _wanted, keep=True)[0]
+    return _JsdFunction.apply(t.input, _Opaque((t, opts, want_grad)))
+
+
+# ---------------------------------------------------------------------------- fused loss
+
+
+class FusedTensors(NamedTuple):
+    """A fused call's tensors (2-D views; None: absent): the student's hidden states, head and
+    bias, the teacher's, the labels, N on the device, the teacher's head made once."""
+
+    xs: Tensor
+    ws: Tensor
+    bs: Optional[Tensor]
+    xt: Tensor
+    wt: Tensor
+    bt: Optional[Tensor] = None
+    labels: Optional[Tensor] = None
+    normaliser: Optional[Tensor] = None
+    head: Optional[Tensor] = None
+
+
+_FUSED_NAMES = ("student_input", "student_weight", "student_bias", "teacher_input",
+                "teacher_weight", "teacher_bias", "labels")
+
+
+def fused_shape(fn: str, t: FusedTensors) -> _check.FusedShape:
+    """The checked shape of a fused call's tensors."""
+    ops = [operand(name, x) for name, x in zip(_FUSED_NAMES, t[:7])]
+    shape = _check.fused(fn, *ops)
+    _check_normaliser(fn, t.normaliser, t.xs)
+    if t.head is not None:
+        nbytes = _check.e4m3_head(fn, operand("teacher_weight_e4m3", t.head), ops[0])
+        shape = shape._replace(head_bytes=nbytes)
+    return shape
+
+
+def fused_call(t: FusedTensors, opts: _options.FusedOptions, want: _options.FusedOutputs,
+               make, keep=False):
+    """The fused kernel: (loss parts [3] or the loss [], grad_xs, grad_Ws, grad_bs,
+    student_lse, teacher_lse, student_entropy), make's unwanted where not wanted; keep as in
+    jsd_call."""
+    fn = "fused_linear_jsd"
+    t, shape = _rounded_head(fn, t)
+    if t.labels is None and opts.weight_hard != 0:
+        raise _errors.invalid(f"{fn}: labels are None but weight_hard_loss is "
+                              f"{opts.weight_hard}: the hard loss needs labels (give them, or "
+                              "set weight_hard_loss=0)")
+    xs, ws = t.xs, t.ws
+    ctx = context_for(xs)
+    g_dtype = torch.float32 if shape.grad_weight_fp32 else ws.dtype
+
+    def run():
+        plan = _calls.fused_plan(ctx, shape, opts, want)
+        loss = _out(xs, (3,) if want.parts else (), torch.float32)
+        gx = make(xs, xs.shape if want.grad_hidden else None, xs.dtype)
+        gw = make(ws, ws.shape if want.grad_weight else None, g_dtype)
+        gb = make(ws, (ws.shape[0],) if want.grad_bias else None, g_dtype)
+        lse = (xs.shape[0],) if want.lse else None
+        ls, lt = make(xs, lse, torch.float32), make(xs, lse, torch.float32)
+        ent = make(xs, (xs.shape[0],) if want.entropy else None, torch.float32)
+        work = _workspace(xs, plan[1], ctx if keep else None)
+        _calls.run_fused(ctx, plan, _addr(work), _calls.FusedAddrs(
+            xs.data_ptr(), ws.data_ptr(), _addr(t.bs), t.xt.data_ptr(), t.wt.data_ptr(),
+            _addr(t.bt), _addr(t.labels), loss.data_ptr(), _addr(gx), _addr(gw), _addr(gb),
+            _addr(t.normaliser), _addr(ls), _addr(lt), _addr(t.head), _addr(ent)))
+        return loss, gx, gw, gb, ls, lt, ent
+
+    out = _torch_errors(run)
+    _after_call(ctx, xs)
+    return out
+
+
+def _rounded_head(fn: str, t: FusedTensors):
+    """(tensors, checked shape) of a call, an fp32 student head (and bias) beside 16-bit hidden
+    states rounded to their dtype for the GEMMs, its gradients then fp32 from the library's fp32
+    accumulator (grad_weight_fp32)."""
+    wide = t.ws.dtype is torch.float32 and t.xs.dtype in (torch.bfloat16, torch.float16)
+    if wide and (t.bs is None or t.bs.dtype is torch.float32):
+        t = t._replace(ws=t.ws.to(t.xs.dtype), bs=None if t.bs is None else t.bs.to(t.xs.dtype))
+        return t, fused_shape(fn, t)._replace(grad_weight_fp32=True)
+    return t, fused_shape(fn, t)
+
+
+def _fused_impl(*tensors, **kw):
+    """fused_op's kernel: its nine tensors in FusedTensors' order, the options by name."""
+    return fused_call(FusedTensors(*tensors), _options.fields_of(_options.FusedOptions, kw),
+                      _options.outputs_of(kw), _out)
+
+
+fused_op = torch.library.custom_op(
+    "distil::fused_linear_jsd", _fused_impl, mutates_args=(),
+    schema="(Tensor xs, Tensor ws, Tensor? bs, Tensor xt, Tensor wt, Tensor? bt, "
+           "Tensor? labels, Tensor? normaliser_device, Tensor? teacher_weight_e4m3, *, "
+           f"{_schema_of(_options.FusedOptions, _options.FusedOutputs, prefix='want_')}) -> "
+           "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+
+
 @fused_op.register_fake
-def _fused_fake(student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight,
-                teacher_bias, labels, weight_hard, weight_soft, beta, temperature, ignore_index,
-                chunk_rows, want_grad_hidden, want_grad_weight, want_grad_bias, divergence=0,
-                alpha=0.1, normaliser=0.0, normaliser_device=None, temperature_squared=False,
-                student_logit_scale=1.0, student_softcap=0.0, teacher_logit_scale=1.0,
-                teacher_softcap=0.0, teacher_temperature=0.0, want_lse=False,
-                teacher_head_precision=0, teacher_weight_e4m3=None, want_entropy=False):
-    ent = _fake(student_hidden, (student_hidden.shape[0],) if want_entropy else None,
-                torch.float32)
-    return (_fused_outputs(student_hidden, student_weight, want_grad_hidden, want_grad_weight,
-                           want_grad_bias, _fake)
-            + _lse_outputs(student_hidden, want_lse, _fake) + (ent,))
+def _fused_fake(*tensors, **kw):
+    t = FusedTensors(*tensors)
+    xs, ws = t.xs, t.ws
+    want = _options.outputs_of(kw)
+    lse = (_rows_of(xs),) if want.lse else None
+    return (_fake(xs, (3,) if want.parts else (), torch.float32),
+            _fake(xs, xs.shape if want.grad_hidden else None, xs.dtype),
+            _fake(ws, ws.shape if want.grad_weight else None, ws.dtype),
+            _fake(ws, (_rows_of(ws),) if want.grad_bias else None, ws.dtype),
+            _fake(xs, lse, torch.float32), _fake(xs, lse, torch.float32),
+            _fake(xs, (_rows_of(xs),) if want.entropy else None, torch.float32))
 
 
-_FUSED_ARGS = 30  # inputs of fused_op: three gradients (xs, Ws, bs), None for the others
-
-
-def _fused_setup(ctx, inputs, output):
-    ctx.wants = inputs[13:16]
+def _fused_setup(ctx, inputs, keyword_only_inputs, output):
+    want = _options.outputs_of(keyword_only_inputs)
+    ctx.wants = (want.grad_hidden, want.grad_weight, want.grad_bias)
+    ctx.parts = want.parts
     ctx.save_for_backward(*output[1:4])
 
 
-def _fused_backward(ctx, grad_parts, grad_gx=None, grad_gw=None, grad_gb=None, grad_ls=None,
-                    grad_lt=None, grad_ent=None):
-    # Only the combined loss is differentiable: the wrappers hand out the parts (and the LSEs)
-    # detached.
+def _fused_backward(ctx, grad_loss, *unused):
+    # Only the loss is differentiable: the wrappers hand out the parts and the LSEs detached.
+    enabled = torch.is_grad_enabled()
     grads = [g if want else None for g, want in zip(ctx.saved_tensors, ctx.wants)]
-    return tuple(_scaled(ctx, grads, grad_parts[0])) + (None,) * (_FUSED_ARGS - 3)
+    s = (grad_loss[0] if ctx.parts else grad_loss).detach()
+    return _refuse_twice(tuple(_scaled(ctx, grads, s)), enabled) + (None,) * 6
 
 
 fused_op.register_autograd(_fused_backward, setup_context=_fused_setup)
+
+
+class _FusedFunction(torch.autograd.Function):
+    """The eager route's loss: apply(xs, Ws, bs, call), call = (FusedTensors, options,
+    outputs, out): out, a list, receives the non-differentiable results (the loss parts [3] or
+    None, student_lse, teacher_lse, student_entropy) beside autograd."""
+
+    @staticmethod
+    def forward(ctx, xs, ws, bs, call):
+        t, opts, want, out = call
+        loss, gx, gw, gb, *rows = fused_call(t._replace(xs=xs, ws=ws, bs=bs), opts, want,
+                                             _wanted, keep=True)
+        ctx.grads = (gx, gw, gb)
+        if not want.parts:
+            out.extend([None] + rows)
+            return loss
+        out.extend([loss] + rows)
+        # Not a view of the parts as far as autograd knows, so the caller may modify it.
+        return loss[0].detach()
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        enabled = torch.is_grad_enabled()
+        grads = _scaled(ctx, list(_take_grads(ctx)), grad_loss.detach())
+        return _refuse_twice(tuple(grads), enabled) + (None,)
+
+
+def fused(t: FusedTensors, opts: _options.FusedOptions, want: _options.FusedOutputs):
+    """(loss, loss parts [3] detached or None, student_lse, teacher_lse) of a fused call; only
+    the loss is differentiable; the LSEs and the entropy are None (eager) or [0] (traced)
+    unless wanted."""
+    if not _untraced(*t):
+        out = fused_op(*t, **opts.op_kwargs(), **want.op_kwargs())
+        loss = out[0][0] if want.parts else out[0]
+        return (loss, out[0].detach() if want.parts else None) + tuple(out[4:])
+    out = []
+    if not want.grads:
+        loss, _, _, _, *rows = fused_call(t, opts, want, _wanted, keep=True)
+        return (loss[0], loss, *rows) if want.parts else (loss, None, *rows)
+    loss = _FusedFunction.apply(t.xs, t.ws, t.bs, _Opaque((t, opts, want, out)))
+    return (loss,) + tuple(out)
 
 
 _TWICE = ("backward through a distil loss ran twice (retain_graph): its gradients are computed "
@@ -415,26 +557,6 @@ def _scaled(ctx, grads: list, s: Tensor) -> list:
     ctx.distil_scaled = True
     return grads
 
-
-# ------------------------------------------------------------------- eager fast path
-#
-# Host time per call matters at small shapes (bench/python/host_overhead.py breaks it down). The
-# dispatcher path of a Python custom op with autograd costs tens of µs per call; a plain
-# autograd.Function around the same kernels costs a few. So a plain eager call (nothing
-# compiling or tracing, no dispatch mode or functorch transform, plain tensors) takes the
-# Function, everything else the registered ops: the same kernels, the same gradients computed
-# in the forward call, the same in-place scale in backward. What the Function saves on top:
-#   - autograd sees the student's tensors (those distil computes gradients for) and one tuple
-#     of everything else (the teacher's tensors, labels, options), not each one by one;
-#   - unwanted outputs are None (the library takes NULL), not [0] tensors;
-#   - the fused loss comes out as the 0-dim loss itself, so backward has no select node;
-#   - backward calls distil_scale through ctypes (as the ops' autograd does too).
-# The gradients sit on ctx, not in save_for_backward: they are neither inputs nor outputs of
-# the Function (autograd has no version counter to check), and backward takes them off ctx (a
-# second backward through the same graph, which would scale them twice, is refused), so that
-# nothing but the gradient autograd accumulates keeps them alive. Unlike saved tensors they
-# are not offered to saved-tensor hooks (save_on_cpu, checkpointing): they are results, not
-# activations to recompute.
 
 _PLAIN = (Tensor, torch.nn.Parameter)
 
@@ -476,86 +598,3 @@ def _scale_in_place(grads, s: Tensor) -> None:
             _calls.run_scale(ctx, g.data_ptr(), _DTYPES[g.dtype], count, s.data_ptr())
 
 
-class _JsdFunction(torch.autograd.Function):
-    """jsd_op's loss: apply(student_logp, options), options = (teacher_logp, labels,
-    normaliser_device) and jsd_op's (beta, ignore_index, reduction, want_grad, divergence,
-    alpha, normaliser)."""
-
-    @staticmethod
-    def forward(ctx, x, options):
-        (y, labels, n_dev, beta, ignore_index, reduction, want_grad, divergence, alpha,
-         normaliser) = options
-        loss, grad = _jsd_run(True, x, y, labels, beta, ignore_index, reduction, want_grad,
-                              divergence, alpha, normaliser, n_dev)
-        ctx.grads = (grad,) if want_grad else ()
-        ctx.per_row = reduction == "none"
-        return loss
-
-    @staticmethod
-    def backward(ctx, grad_loss):
-        grads = _take_grads(ctx)
-        if not grads:
-            return None, None
-        (grad,) = grads
-        if ctx.per_row:  # loss [T]: row t's gradient times grad_loss[t]
-            return grad * grad_loss.unsqueeze(-1).to(grad.dtype), None
-        return _scaled(ctx, [grad], grad_loss)[0], None
-
-
-class _FusedFunction(torch.autograd.Function):
-    """fused_op's loss: apply(xs, Ws, bs, options, out), options = (xt, Wt, bt, labels,
-    normaliser_device), fused_op's other arguments in its order and want_parts; out a list
-    that receives the non-differentiable results (loss parts [3] or None, student_lse,
-    teacher_lse) beside autograd, which would otherwise process each as an output of its
-    own."""
-
-    @staticmethod
-    def forward(ctx, xs, ws, bs, options, out):
-        (xt, wt, bt, labels, n_dev, weight_hard, weight_soft, beta, temperature, ignore_index,
-         chunk_rows, want_x, want_w, want_b, divergence, alpha, normaliser, temperature_squared,
-         *heads) = options
-        parts, gx, gw, gb, ls, lt, ent = _fused_run(
-            _wanted, xs, ws, bs, xt, wt, bt, labels, weight_hard, weight_soft, beta, temperature,
-            ignore_index, chunk_rows, want_x, want_w, want_b, divergence, alpha, normaliser,
-            n_dev, temperature_squared, *heads)
-        ctx.grads = (gx, gw, gb)
-        if parts.dim() == 0:  # the loss alone (want_parts False)
-            out.extend((None, ls, lt, ent))
-            return parts
-        out.extend((parts, ls, lt, ent))
-        # Not a view of parts as far as autograd knows, so the caller may modify it in place.
-        return parts[0].detach()
-
-    @staticmethod
-    def backward(ctx, grad_loss):
-        return tuple(_scaled(ctx, list(_take_grads(ctx)), grad_loss)) + (None, None)
-
-
-def jsd(x, y, labels, beta, ignore_index, reduction, want_grad, divergence=0, alpha=0.1,
-        normaliser=0.0, normaliser_device=None) -> Tensor:
-    """The loss of jsd_op (arguments as there); autograd through the saved gradient."""
-    if not _untraced(x, y, labels, normaliser_device):
-        return jsd_op(x, y, labels, beta, ignore_index, reduction, want_grad, divergence, alpha,
-                      normaliser, normaliser_device)[0]
-    if not want_grad and not (x.requires_grad and torch.is_grad_enabled()):
-        # Nothing for autograd to record (evaluation): the kernel alone, no Function.
-        return _jsd_run(True, x, y, labels, beta, ignore_index, reduction, False, divergence,
-                        alpha, normaliser, normaliser_device)[0]
-    return _JsdFunction.apply(x, (y, labels, normaliser_device, beta, ignore_index, reduction,
-                                  want_grad, divergence, alpha, normaliser))
-
-
-def fused(*args, parts: bool = True) -> tuple[Tensor, Optional[Tensor], Optional[Tensor],
-                                              Optional[Tensor]]:
-    """(loss, loss parts [3] detached, student_lse, teacher_lse, student_entropy) of fused_op
-    (arguments as there, every one given); only the loss is differentiable; the LSEs and the
-    entropy are None (eager) or [0] (traced) unless asked for; parts=False: the parts may be
-    None (eager: the library writes the loss alone)."""
-    tensors = args[:7] + (args[19], args[28])
-    if not _untraced(*tensors):
-        out = fused_op(*args)
-        return out[0][0], out[0].detach(), out[4], out[5], out[6]
-    out = []
-    loss = _FusedFunction.apply(args[0], args[1], args[2],
-                                args[3:7] + (args[19],) + args[7:19] + args[20:] + (parts,), out)
-    return (loss,) + tuple(out)

@@ -20,9 +20,9 @@ The loss is fp32 (as Liger's); the gradient flows to `input` only (the target ge
 Where distil differs: KL with probabilities as target (log_target=False) takes log(target) in
 fp32, so a target of 0 gives a term of exactly 0 (torch's xlogy convention) and eps, accepted
 for compatibility, is not needed (Liger clamps the target's log at log(eps)); TVD takes
-probabilities and runs on their fp32 logs, an exact 0 standing in as 2^-100 (so its gradient is
-Liger's +-1/2, and 0 where both are 0; the gradient is 1/2 e^x / p, exact to about |log p| fp32
-ulps); a batch whose rows are all ignored
+any real tensors (Liger's definition, 1/2 sum |p - q|; probabilities or not) and runs on fp32
+logs whose exponentials differ by |p - q| (_tvd_logs: its gradient is 1/2 sign(p - q)); a batch
+whose rows are all ignored
 gives 0 (Liger divides by zero).
 """
 
@@ -31,7 +31,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .. import _lib
+from .. import _options
 from . import _ops
 from . import functional as F
 
@@ -42,28 +42,43 @@ _TINY = 2.0 ** -100
 
 
 def _check(fn: str, input: Tensor, target: Tensor, reduction: str):
+    """What must hold before the probabilities are converted: a known reduction, one shape,
+    float tensors (complex and integer ones refused by name: .float() would drop the imaginary
+    part or accept counts)."""
     if reduction not in _REDUCTIONS:
         F._fail(f"{fn}: reduction '{reduction}' is not one of {', '.join(_REDUCTIONS)}")
+    F._same(fn, ("input", "target"), (input, target))
     if input.shape != target.shape:
         F._fail(f"{fn}: input {tuple(input.shape)} and target {tuple(target.shape)} differ")
-    if input.dim() < 1:
-        F._fail(f"{fn}: input must have at least 1 dimension (the vocabulary)")
+    if input.dim() < 1 or input.shape[-1] < 1:
+        F._fail(f"{fn}: input {tuple(input.shape)} needs a last dimension (the vocabulary) of "
+                "at least 1")
 
 
-def _run(x: Tensor, y: Tensor, labels: Optional[Tensor], ignore_index: int, divergence: int,
-         reduction: str, want_grad: bool, normaliser: float = 0.0,
-         normaliser_device: Optional[Tensor] = None) -> Tensor:
-    """distil_jsd of the divergence on [rows, V] (or element-wise for "none"): the fp32 loss."""
+def _run(x: Tensor, y: Tensor, labels: Optional[Tensor], ignore_index: int, divergence: str,
+         reduction: str, want_grad: bool, normaliser=None) -> Tensor:
+    """distil_jsd of the divergence on [rows, V] (or element-wise for "none"): the fp32 loss.
+    normaliser: None (summed), a number or a one-element fp32 tensor on the device."""
+    n_dev = normaliser if isinstance(normaliser, Tensor) else None
+    opts = _options.jsd_options(
+        "jsd", divergence=divergence, ignore_index=ignore_index,
+        reduction="none" if reduction == "none" else (
+            "sum" if reduction == "sum" else "batchmean"),
+        normaliser=None if n_dev is not None or not normaliser else normaliser)
     if reduction == "none":  # one element per row: the row losses are the element terms
-        rows = x.reshape(-1, 1), y.reshape(-1, 1)
         if labels is not None:
             labels = labels.repeat_interleave(x.shape[-1])
-        loss = _ops.jsd(rows[0].contiguous(), rows[1].contiguous(), labels, 0.5, ignore_index,
-                        "none", want_grad, divergence, 0.1, 0.0, None)
-        return loss.reshape(x.shape)
-    red = "sum" if reduction == "sum" else "batchmean"
-    return _ops.jsd(F._rows("input", x), F._rows("target", y), labels, 0.5, ignore_index, red,
-                    want_grad, divergence, 0.1, normaliser, normaliser_device)
+        t = _ops.JsdTensors(x.reshape(-1, 1).contiguous(), y.reshape(-1, 1).contiguous(), labels)
+        return _ops.jsd(t, opts, want_grad).reshape(x.shape)
+    t = _ops.JsdTensors(F._rows("input", x), F._rows("target", y), labels, n_dev)
+    return _ops.jsd(t, opts, want_grad)
+
+
+def _probabilities(t: Tensor) -> Tensor:
+    """t in fp32 with entries below 0 (a probability's rounding, e.g. a softmax computed as
+    1 - sum of the others) taken as 0: the log of a negative number would be NaN."""
+    t = t.float()
+    return torch.where(t < 0, torch.zeros((), dtype=t.dtype, device=t.device), t)  # grad at 0
 
 
 def kl_div(input: Tensor, target: Tensor, size_average: bool = True, reduce: bool = True,
@@ -78,14 +93,22 @@ def kl_div(input: Tensor, target: Tensor, size_average: bool = True, reduce: boo
     _check(fn, input, target, reduction)
     if log_target:
         x, y = input, target.detach().to(input.dtype)
-        F._same(fn, ("input",), (input,))
     else:  # the log of a probability in fp32 (a 16-bit log-prob would keep 3 digits)
-        x, y = input.float(), torch.log(target.detach().float())
-    n = 0.0
+        x, y = input.float(), torch.log(_probabilities(target.detach()))
+    n = None
     if reduction in ("mean", "batchmean"):
-        n = float(input.numel() if reduction == "mean" else input.shape[0])
-    return _run(x, y, None, -100, _lib.DIVERGENCES["forward_kl"], reduction,
-                F._wants_grad(input), n if n > 0 else 0.0)
+        n = float(input.numel() if reduction == "mean" else input.shape[0]) or None
+    return _run(x, y, None, -100, "forward_kl", reduction, F._wants_grad(input), n)
+
+
+def _tvd_logs(input: Tensor, target: Tensor):
+    """(x, y) with 1/2 |e^x - e^y| = 1/2 |p - q| element by element for any real p, q (as
+    Liger's TVD takes them: probabilities, or not), and d/dp = 1/2 sign(p - q) through x:
+    with a = |p - q| and m its value (no gradient), x = log(a + m + tiny), y = log(m + tiny)
+    (e^x - e^y = a; tiny = 2^-100 keeps equal entries finite, term and gradient 0)."""
+    a = (input.float() - target.detach().float()).abs()
+    m = a.detach() + _TINY
+    return torch.log(a + m), torch.log(m)
 
 
 def tvd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None,
@@ -94,21 +117,17 @@ def tvd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None,
     gradient goes to `input`. shift_labels [...] ignore rows (loss and gradient 0)."""
     fn = "tvd"
     _check(fn, input, target, reduction)
-    p, q = input.float(), target.detach().float()
-    both_zero = (p == 0) & (q == 0)
-    x = torch.log(p + (p == 0).to(p.dtype) * _TINY)  # d/dp = 1 / (p + tiny): +-1/2 at p = 0
-    y = torch.log(q + both_zero.to(q.dtype) * _TINY)
+    x, y = _tvd_logs(input, target)
     vocab = input.shape[-1]
-    rows = input.numel() // vocab if vocab else 0
-    labels = F._labels(fn, shift_labels, rows, input.device)
-    n_host, n_dev = 0.0, None
+    rows = input.numel() // vocab
+    labels = F._labels("shift_labels", shift_labels, rows, input.device)
+    n = None
     if reduction == "mean":  # (rows not ignored) x V, counted on the device
         if labels is None:
-            n_host = float(rows * vocab)
+            n = float(rows * vocab) or None
         else:
-            n_dev = (labels != int(ignore_index)).sum().to(torch.float32) * float(vocab)
-    return _run(x, y, labels, int(ignore_index), _lib.DIVERGENCES["tvd"], reduction,
-                F._wants_grad(input), n_host if n_host > 0 else 0.0, n_dev)
+            n = (labels != int(ignore_index)).sum().to(torch.float32) * float(vocab)
+    return _run(x, y, labels, int(ignore_index), "tvd", reduction, F._wants_grad(input), n)
 
 
 class KLDivLoss(torch.nn.KLDivLoss):

@@ -132,20 +132,26 @@ def vocab_parallel_jsd(log_q: Tensor, log_p: Tensor, shift_labels: Optional[Tens
 
 
 class _FusedTP(torch.autograd.Function):
+    """The vocabulary-parallel fused loss: apply(xs, Ws, bs, call), call = (FusedTensors,
+    FusedOptions, the rank's shard, its communicator); returns the parts [3]."""
+
     @staticmethod
-    def forward(ctx, xs, ws, bs, xt, wt, bt, labels, weights, beta, temperature, ignore_index,
-                chunk_rows, shard, comm):
-        xs, ws, xt, wt = (t.contiguous() for t in (xs, ws, xt, wt))
+    def forward(ctx, xs, ws, bs, call):
+        t, opts, shard, comm = call
+        t = t._replace(xs=xs.contiguous(), ws=ws.contiguous(), bs=bs, xt=t.xt.contiguous(),
+                       wt=t.wt.contiguous())
+        shape = _ops.fused_shape("fused_linear_jsd_loss", t)  # before any address reaches C
+        xs, ws = t.xs, t.ws
         dctx = _ops.context_for(xs)
         d = _lib.FusedDesc()
         _lib.lib.distil_fused_linear_jsd_desc_init(ctypes.byref(d))
-        d.rows, d.vocab, d.student_hidden, d.teacher_hidden = xs.shape[0], ws.shape[0], \
-            xs.shape[1], xt.shape[1]
-        d.dtype = _ops._dtype_code(xs)
-        d.weight_hard, d.weight_soft = weights
-        d.beta, d.temperature, d.ignore_index = beta, temperature, ignore_index
-        d.chunk_rows, d.return_parts = chunk_rows, 1
-        d.teacher_vocab = wt.shape[0]
+        d.rows, d.vocab = shape.rows, shape.vocab
+        d.student_hidden, d.teacher_hidden = shape.student_hidden, shape.teacher_hidden
+        d.dtype = shape.dtype
+        d.weight_hard, d.weight_soft = opts.weight_hard, opts.weight_soft
+        d.beta, d.temperature, d.ignore_index = opts.beta, opts.temperature, opts.ignore_index
+        d.chunk_rows, d.return_parts = opts.chunk_rows, 1
+        d.teacher_vocab = shape.teacher_vocab
         parts = torch.empty(3, dtype=torch.float32, device=xs.device)
         gx, gw = torch.empty_like(xs), torch.empty_like(ws)
         gb = torch.empty_like(bs) if bs is not None else None
@@ -160,7 +166,8 @@ class _FusedTP(torch.autograd.Function):
         _calls._lend(dctx, a(work), n.value)
         status = _lib.lib.distil_fused_linear_jsd_tp(
             dctx.handle, ctypes.byref(d), ctypes.byref(shard),
-            *[a(t) or None for t in (xs, ws, bs, xt, wt, bt, labels, parts, gx, gw, gb)])
+            *[a(x) or None for x in (xs, ws, bs, t.xt, t.wt, t.bt, t.labels, parts, gx, gw,
+                                     gb)])
         if comm.error is not None:
             err, comm.error = comm.error, None
             raise err
@@ -175,7 +182,7 @@ class _FusedTP(torch.autograd.Function):
         gx, gw, gb = ctx.saved_tensors
         s = grad_parts[0]
         return (gx * s.to(gx.dtype), gw * s.to(gw.dtype),
-                gb * s.to(gb.dtype) if ctx.has_bias else None) + (None,) * 11
+                gb * s.to(gb.dtype) if ctx.has_bias else None, None)
 
 
 class VocabParallel:
@@ -197,14 +204,15 @@ class VocabParallel:
         s.vocab_offset, s.vocab_total, s.comm = self.v0, self.total, self.comm.handle
         return s
 
-    def fused_linear_jsd_loss(self, xs, ws, xt, wt, labels, bs, bt, weight_hard, weight_soft,
-                              beta, ignore_index, temperature, chunk_rows):
-        """(loss, hard, soft) of the vocabulary-parallel fused loss; only loss has a gradient."""
-        shp = xs.shape
-        x2, t2 = xs.reshape(-1, shp[-1]), xt.reshape(-1, xt.shape[-1])
+    def fused_linear_jsd_loss(self, tensors: tuple, opts):
+        """(loss, hard, soft) of the vocabulary-parallel fused loss; only loss has a gradient.
+        tensors: FusedLinearJSDLoss's (student_input, student_weight, teacher_input,
+        teacher_weight, labels, student_bias, teacher_bias)."""
+        xs, ws, xt, wt, labels, bs, bt = tensors
+        x2, t2 = xs.reshape(-1, xs.shape[-1]), xt.reshape(-1, xt.shape[-1])
         lab = labels.reshape(-1).contiguous() if labels is not None else None
-        parts = _FusedTP.apply(x2, ws, bs, t2, wt, bt, lab, (float(weight_hard),
-                                                           float(weight_soft)), float(beta),
-                               float(temperature), int(ignore_index), int(chunk_rows),
-                               self.shard(ws.shape[0], xs.device), self.comm)
+        t = _ops.FusedTensors(x2, ws, bs, t2, wt, bt, lab)
+        parts = _FusedTP.apply(x2, ws, bs, _ops._Opaque((t, opts, self.shard(ws.shape[0],
+                                                                           xs.device),
+                                                       self.comm)))
         return parts[0], parts[1].detach(), parts[2].detach()

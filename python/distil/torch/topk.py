@@ -23,12 +23,13 @@ distil::jsd and distil::fused_linear_jsd (gradients computed in the forward call
 upstream gradient in backward).
 """
 
-from typing import Optional
+import dataclasses
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
 
-from .. import _errors, _lib, _topk
+from .. import _errors, _lib, _options, _topk
 from . import _ops
 from .functional import (_check_temperature, _fail, _labels, _rows, _same, _wants_grad,
                          _wants_grads)
@@ -65,172 +66,246 @@ def _teacher_tensors(fn, ids: Tensor, logp: Tensor, rows: int, device):
     return ids, logp
 
 
-def _teacher_key(ids, logp, pad_id, tail, divergence, beta, normaliser, alpha):
-    return (ids.shape[1], _ops._DTYPES[logp.dtype], _IDS[ids.dtype], int(pad_id), tail,
-            divergence, float(beta), float(normaliser), float(alpha))
+@dataclasses.dataclass(frozen=True)
+class TopkOptions:
+    """distil_topk_desc's options (docs/SPEC.md §7); normaliser 0.0: counted."""
+
+    tail: str = "tail"
+    divergence: str = "forward_kl"
+    beta: float = 0.5
+    alpha: float = 0.1
+    ignore_index: int = -100
+    reduction: str = "batchmean"
+    pad_id: int = -1
+    normaliser: float = 0.0
+
+    def op_kwargs(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedTopkOptions(TopkOptions):
+    """distil_fused_linear_topk_desc's: TopkOptions' and the fused loss's own."""
+
+    weight_hard: float = 0.5
+    weight_soft: float = 0.5
+    temperature: float = 1.0
+    chunk_rows: int = 0
+
+
+def _teacher_key(ids, logp, opts: TopkOptions):
+    """What _topk's plans take of the teacher and the options (its own tuple's order)."""
+    return (ids.shape[1], _ops._DTYPES[logp.dtype], _IDS[ids.dtype], opts.pad_id, opts.tail,
+            opts.divergence, opts.beta, opts.normaliser, opts.alpha)
+
+
+class TopkTensors(NamedTuple):
+    """A top-k call's tensors: student log-probs [T, V], the teacher's ids and log-probs
+    [T, k], labels [T] or None, N on the device or None."""
+
+    student_logp: Tensor
+    teacher_ids: Tensor
+    teacher_logp: Tensor
+    labels: Optional[Tensor] = None
+    normaliser: Optional[Tensor] = None
 
 
 # ---------------------------------------------------------------------- log-prob form op
 
 
-def _topk_impl(student_logp: Tensor, teacher_ids: Tensor, teacher_logp: Tensor,
-               labels: Optional[Tensor], tail: str, divergence: str, beta: float,
-               ignore_index: int, reduction: str, pad_id: int, want_grad: bool,
-               normaliser: float, normaliser_tensor: Optional[Tensor],
-               alpha: float) -> tuple[Tensor, Tensor]:
-    rows, vocab = student_logp.shape
-    loss = _ops._out(student_logp, (rows,) if reduction == "none" else (), torch.float32)
-    grad = _ops._out(student_logp, (rows, vocab) if want_grad else (0,), student_logp.dtype)
-    ctx = _ops.context_for(student_logp)
-    teacher = _teacher_key(teacher_ids, teacher_logp, pad_id, tail, divergence, beta, normaliser,
-                           alpha)
-    desc, nbytes = _topk.topk_plan(ctx, rows, vocab, (student_logp.stride(0), vocab),
-                                   _ops._DTYPES[student_logp.dtype], teacher, ignore_index,
-                                   reduction)
-    ws = _ops._workspace(student_logp, nbytes)
-    _ops._torch_errors(_topk.run_topk, ctx, desc, _ops._addr(ws), nbytes,
-                       (student_logp.data_ptr(), teacher_ids.data_ptr(), teacher_logp.data_ptr(),
-                        _ops._addr(labels), _ops._addr(loss),
-                        _ops._addr(grad) if want_grad else 0), _ops._addr(normaliser_tensor))
-    _ops._after_call(ctx, student_logp)
+def _topk_run(t: TopkTensors, opts: TopkOptions, want_grad: bool):
+    x = t.student_logp
+    rows, vocab = x.shape
+    loss = _ops._out(x, (rows,) if opts.reduction == "none" else (), torch.float32)
+    grad = _ops._out(x, (rows, vocab) if want_grad else (0,), x.dtype)
+    ctx = _ops.context_for(x)
+    desc, nbytes = _topk.topk_plan(ctx, rows, vocab, (x.stride(0), vocab), _ops._DTYPES[x.dtype],
+                                   _teacher_key(t.teacher_ids, t.teacher_logp, opts),
+                                   opts.ignore_index, opts.reduction)
+    ws = _ops._workspace(x, nbytes)
+    a = _ops._addr
+    _ops._torch_errors(_topk.run_topk, ctx, desc, a(ws), nbytes,
+                       (x.data_ptr(), t.teacher_ids.data_ptr(), t.teacher_logp.data_ptr(),
+                        a(t.labels), a(loss), a(grad) if want_grad else 0), a(t.normaliser))
+    _ops._after_call(ctx, x)
     return loss, grad
 
 
-topk_op = torch.library.custom_op("distil::topk", _topk_impl, mutates_args=())
+def _topk_impl(*tensors, **kw):
+    """topk_op's kernel: TopkTensors' five, TopkOptions' fields and want_grad by name."""
+    return _topk_run(TopkTensors(*tensors), _options.fields_of(TopkOptions, kw),
+                     kw["want_grad"])
+
+
+topk_op = torch.library.custom_op(
+    "distil::topk", _topk_impl, mutates_args=(),
+    schema="(Tensor student_logp, Tensor teacher_ids, Tensor teacher_logp, Tensor? labels, "
+           f"Tensor? normaliser_device, *, {_ops._schema_of(TopkOptions)}, bool want_grad) -> "
+           "(Tensor, Tensor)")
 
 
 @topk_op.register_fake
-def _topk_fake(student_logp, teacher_ids, teacher_logp, labels, tail, divergence, beta,
-               ignore_index, reduction, pad_id, want_grad, normaliser, normaliser_tensor, alpha):
-    rows, vocab = student_logp.shape
-    loss = student_logp.new_empty((rows,) if reduction == "none" else (), dtype=torch.float32)
-    grad = student_logp.new_empty((rows, vocab) if want_grad else (0,))
+def _topk_fake(*tensors, **kw):
+    x = TopkTensors(*tensors).student_logp
+    rows, vocab = x.shape
+    loss = x.new_empty((rows,) if kw["reduction"] == "none" else (), dtype=torch.float32)
+    grad = x.new_empty((rows, vocab) if kw["want_grad"] else (0,))
     return loss, grad
 
 
-_TOPK_NARGS = 14
+def _topk_setup(ctx, inputs, keyword_only_inputs, output):
+    ctx.per_row = keyword_only_inputs["reduction"] == "none"
+    ctx.want_grad = keyword_only_inputs["want_grad"]
+    ctx.save_for_backward(output[1] if ctx.want_grad else None)
 
 
-def _topk_setup(ctx, inputs, output):
-    ctx.reduction = inputs[8]
-    ctx.want_grad = inputs[10]
-    ctx.save_for_backward(output[1] if inputs[10] else None)
+def _topk_grad(ctx, grad, grad_loss):
+    if ctx.per_row:
+        return grad * grad_loss.unsqueeze(-1).to(grad.dtype)
+    return _ops._scaled(ctx, [grad], grad_loss)[0]
 
 
 def _topk_backward(ctx, grad_loss, grad_grad):
     (grad,) = ctx.saved_tensors
-    rest = (None,) * (_TOPK_NARGS - 1)
-    if not ctx.want_grad:
-        return (None,) + rest
-    if ctx.reduction == "none":
-        return (grad * grad_loss.unsqueeze(-1).to(grad.dtype),) + rest
-    return (_ops._scaled(ctx, [grad], grad_loss)[0],) + rest
+    return (_topk_grad(ctx, grad, grad_loss) if ctx.want_grad else None,) + (None,) * 4
 
 
 topk_op.register_autograd(_topk_backward, setup_context=_topk_setup)
 
 
 class _TopkFunction(torch.autograd.Function):
+    """The eager route: apply(student_logp, call), call = (TopkTensors, options, want_grad)."""
+
     @staticmethod
-    def forward(ctx, *args):
-        loss, grad = _topk_impl(*args)
-        _topk_setup(ctx, args, (loss, grad))
+    def forward(ctx, x, call):
+        t, opts, want_grad = call
+        loss, grad = _topk_run(t._replace(student_logp=x), opts, want_grad)
+        ctx.per_row, ctx.want_grad = opts.reduction == "none", want_grad
+        ctx.grads = (grad,)
         return loss
 
     @staticmethod
     def backward(ctx, grad_loss):
-        return _topk_backward(ctx, grad_loss, None)
+        (grad,) = _ops._take_grads(ctx)
+        return (_topk_grad(ctx, grad, grad_loss) if ctx.want_grad else None), None
 
 
-def _tensors(args) -> tuple:
-    return tuple(a for a in args if isinstance(a, Tensor))
-
-
-def _topk_call(*args) -> Tensor:
+def _topk_call(t: TopkTensors, opts: TopkOptions, want_grad: bool) -> Tensor:
     # The plain Function only where nothing traces (torch.compile, FakeTensorMode, make_fx,
     # functorch) and every tensor is plain, as the dense losses decide (_ops._untraced).
-    if not _ops._untraced(*_tensors(args)):
-        return topk_op(*args)[0]
-    return _TopkFunction.apply(*args)
+    if not _ops._untraced(*t):
+        return topk_op(*t, **opts.op_kwargs(), want_grad=want_grad)[0]
+    return _TopkFunction.apply(t.student_logp, _ops._Opaque((t, opts, want_grad)))
 
 
 # ------------------------------------------------------------------------- fused form op
 
 
-def _fused_topk_impl(student_hidden: Tensor, student_weight: Tensor,
-                     student_bias: Optional[Tensor], teacher_ids: Tensor, teacher_logp: Tensor,
-                     labels: Optional[Tensor], weight_hard: float, weight_soft: float, tail: str,
-                     divergence: str, beta: float, temperature: float, ignore_index: int,
-                     reduction: str, pad_id: int, chunk_rows: int, want_grad_hidden: bool,
-                     want_grad_weight: bool, want_grad_bias: bool, normaliser: float,
-                     normaliser_tensor: Optional[Tensor],
-                     alpha: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    xs, ws, bs = student_hidden, student_weight, student_bias
-    parts, gx, gw, gb = _ops._fused_outputs(xs, ws, want_grad_hidden, want_grad_weight,
-                                            want_grad_bias, _ops._out)
+class FusedTopkTensors(NamedTuple):
+    """A fused top-k call's tensors: the student's hidden states, head and bias, the teacher's
+    ids and log-probs, labels, N on the device."""
+
+    xs: Tensor
+    ws: Tensor
+    bs: Optional[Tensor]
+    teacher_ids: Tensor
+    teacher_logp: Tensor
+    labels: Optional[Tensor] = None
+    normaliser: Optional[Tensor] = None
+
+
+def _fused_outputs(xs, ws, want: _options.FusedOutputs, make):
+    """(loss parts [3] fp32, grad_xs, grad_Ws, grad_bs), make's unwanted (shape None) where a
+    gradient is unwanted."""
+    parts = make(xs, (3,), torch.float32)
+    gx = make(xs, xs.shape if want.grad_hidden else None, xs.dtype)
+    gw = make(ws, ws.shape if want.grad_weight else None, ws.dtype)
+    gb = make(ws, (ws.shape[0],) if want.grad_bias else None, ws.dtype)
+    return parts, gx, gw, gb
+
+
+def _fused_topk_run(t: FusedTopkTensors, opts: FusedTopkOptions, want: _options.FusedOutputs):
+    xs, ws = t.xs, t.ws
+    parts, gx, gw, gb = _fused_outputs(xs, ws, want, _ops._out)
     ctx = _ops.context_for(xs)
     rows, hs = xs.shape
-    want = want_grad_hidden or want_grad_weight or want_grad_bias
-    teacher = _teacher_key(teacher_ids, teacher_logp, pad_id, tail, divergence, beta, normaliser,
-                           alpha)
-    desc, nbytes = _topk.fused_topk_plan(ctx, rows, ws.shape[0], hs, _ops._dtype_code(xs), teacher,
-                                         (weight_hard, weight_soft), temperature, ignore_index,
-                                         reduction, chunk_rows, want, ws.shape[1])
+    desc, nbytes = _topk.fused_topk_plan(
+        ctx, rows, ws.shape[0], hs, _ops._dtype_code(xs),
+        _teacher_key(t.teacher_ids, t.teacher_logp, opts), (opts.weight_hard, opts.weight_soft),
+        opts.temperature, opts.ignore_index, opts.reduction, opts.chunk_rows, want.grads,
+        ws.shape[1])
     work = _ops._workspace(xs, nbytes)
     a = _ops._addr
     _ops._torch_errors(_topk.run_fused_topk, ctx, desc, a(work), nbytes,
-                       [a(xs), a(ws), a(bs), a(teacher_ids), a(teacher_logp), a(labels),
-                        a(parts), a(gx), a(gw), a(gb)], a(normaliser_tensor))
+                       [a(xs), a(ws), a(t.bs), a(t.teacher_ids), a(t.teacher_logp), a(t.labels),
+                        a(parts), a(gx), a(gw), a(gb)], a(t.normaliser))
     _ops._after_call(ctx, xs)
     return parts, gx, gw, gb
 
 
-fused_topk_op = torch.library.custom_op("distil::fused_linear_topk", _fused_topk_impl,
-                                        mutates_args=())
+_GRAD_WANTS = ("want_grad_hidden", "want_grad_weight", "want_grad_bias")
+
+
+def _fused_topk_impl(*tensors, **kw):
+    """fused_topk_op's kernel: FusedTopkTensors' seven, the options and wants by name."""
+    want = _options.FusedOutputs(*(kw[k] for k in _GRAD_WANTS))
+    return _fused_topk_run(FusedTopkTensors(*tensors),
+                           _options.fields_of(FusedTopkOptions, kw), want)
+
+
+fused_topk_op = torch.library.custom_op(
+    "distil::fused_linear_topk", _fused_topk_impl, mutates_args=(),
+    schema="(Tensor student_hidden, Tensor student_weight, Tensor? student_bias, "
+           "Tensor teacher_ids, Tensor teacher_logp, Tensor? labels, Tensor? normaliser_device, "
+           f"*, {_ops._schema_of(FusedTopkOptions)}, bool want_grad_hidden, "
+           "bool want_grad_weight, bool want_grad_bias) -> (Tensor, Tensor, Tensor, Tensor)")
 
 
 @fused_topk_op.register_fake
-def _fused_topk_fake(student_hidden, student_weight, student_bias, teacher_ids, teacher_logp,
-                     labels, weight_hard, weight_soft, tail, divergence, beta, temperature,
-                     ignore_index, reduction, pad_id, chunk_rows, want_grad_hidden,
-                     want_grad_weight, want_grad_bias, normaliser, normaliser_tensor, alpha):
-    return _ops._fused_outputs(student_hidden, student_weight, want_grad_hidden,
-                               want_grad_weight, want_grad_bias, _ops._fake)
+def _fused_topk_fake(*tensors, **kw):
+    t = FusedTopkTensors(*tensors)
+    want = _options.FusedOutputs(*(kw[k] for k in _GRAD_WANTS))
+    return _fused_outputs(t.xs, t.ws, want, _ops._fake)
 
 
-_FUSED_NARGS = 22
-
-
-def _fused_topk_setup(ctx, inputs, output):
-    ctx.wants = inputs[16:19]
+def _fused_topk_setup(ctx, inputs, keyword_only_inputs, output):
+    ctx.wants = tuple(keyword_only_inputs[k] for k in _GRAD_WANTS)
     ctx.save_for_backward(*output[1:])
 
 
 def _fused_topk_backward(ctx, grad_parts, grad_gx, grad_gw, grad_gb):
     grads = [g if want else None for g, want in zip(ctx.saved_tensors, ctx.wants)]
-    # (xs, Ws, bs) get gradients; the teacher, labels and options none.
-    return tuple(_ops._scaled(ctx, grads, grad_parts[0])) + (None,) * (_FUSED_NARGS - 3)
+    # (xs, Ws, bs) get gradients; the teacher, labels and N none.
+    return tuple(_ops._scaled(ctx, grads, grad_parts[0])) + (None,) * 4
 
 
 fused_topk_op.register_autograd(_fused_topk_backward, setup_context=_fused_topk_setup)
 
 
 class _FusedTopkFunction(torch.autograd.Function):
+    """The eager route: apply(xs, Ws, bs, call), call = (tensors, options, wants); returns the
+    parts [3]."""
+
     @staticmethod
-    def forward(ctx, *args):
-        out = _fused_topk_impl(*args)
-        _fused_topk_setup(ctx, args, out)
+    def forward(ctx, xs, ws, bs, call):
+        t, opts, want = call
+        out = _fused_topk_run(t._replace(xs=xs, ws=ws, bs=bs), opts, want)
+        ctx.wants = (want.grad_hidden, want.grad_weight, want.grad_bias)
+        ctx.grads = out[1:]
         return out[0]
 
     @staticmethod
     def backward(ctx, grad_parts):
-        return _fused_topk_backward(ctx, grad_parts, None, None, None)
+        grads = [g if w else None for g, w in zip(_ops._take_grads(ctx), ctx.wants)]
+        return tuple(_ops._scaled(ctx, grads, grad_parts[0])) + (None,)
 
 
-def _fused_topk(*args) -> Tensor:
-    if not _ops._untraced(*_tensors(args)):
-        return fused_topk_op(*args)[0]
-    return _FusedTopkFunction.apply(*args)
+def _fused_topk(t: FusedTopkTensors, opts: FusedTopkOptions, want: _options.FusedOutputs):
+    if not _ops._untraced(*t):
+        return fused_topk_op(*t, **opts.op_kwargs(), want_grad_hidden=want.grad_hidden,
+                             want_grad_weight=want.grad_weight,
+                             want_grad_bias=want.grad_bias)[0]
+    return _FusedTopkFunction.apply(t.xs, t.ws, t.bs, _ops._Opaque((t, opts, want)))
 
 
 # ----------------------------------------------------------------------------- functional
@@ -265,9 +340,10 @@ def topk_loss(student_logp: Tensor, teacher_ids: Tensor, teacher_logp: Tensor,
     x = _rows("student_logp", student_logp)
     ids, logp = _teacher_tensors(fn, teacher_ids, teacher_logp, x.shape[0], x.device)
     lab = _labels(fn, labels, x.shape[0], x.device)
-    loss = _topk_call(x, ids, logp, lab, tail, divergence, float(beta), int(ignore_index),
-                      reduction, int(pad_id), _wants_grad(student_logp),
-                      *_normaliser_args(fn, normaliser, x.device), float(alpha))
+    n_host, n_dev = _normaliser_args(fn, normaliser, x.device)
+    opts = TopkOptions(tail, divergence, float(beta), float(alpha), int(ignore_index), reduction,
+                       int(pad_id), n_host)
+    loss = _topk_call(TopkTensors(x, ids, logp, lab, n_dev), opts, _wants_grad(student_logp))
     return loss.reshape(lead) if reduction == "none" else loss
 
 
@@ -299,11 +375,12 @@ def fused_linear_topk_loss(student_input: Tensor, student_weight: Tensor, teache
     lab = _labels(fn, labels, xs.shape[0], xs.device)
     ws = student_weight.contiguous()
     bs = student_bias.contiguous() if student_bias is not None else None
-    parts = _fused_topk(xs, ws, bs, ids, logp, lab, float(weight_hard_loss),
-                        float(weight_soft_loss), tail, divergence, float(beta),
-                        float(temperature), int(ignore_index), reduction, int(pad_id),
-                        int(chunk_rows), *_wants_grads(student_input, student_weight, student_bias),
-                        *_normaliser_args(fn, normaliser, xs.device), float(alpha))
+    n_host, n_dev = _normaliser_args(fn, normaliser, xs.device)
+    opts = FusedTopkOptions(tail, divergence, float(beta), float(alpha), int(ignore_index),
+                            reduction, int(pad_id), n_host, float(weight_hard_loss),
+                            float(weight_soft_loss), float(temperature), int(chunk_rows))
+    want = _options.FusedOutputs(*_wants_grads(student_input, student_weight, student_bias))
+    parts = _fused_topk(FusedTopkTensors(xs, ws, bs, ids, logp, lab, n_dev), opts, want)
     loss, hard, soft = parts[0], parts[1].detach(), parts[2].detach()
     return (loss, soft, hard) if return_soft_hard_loss else loss
 
