@@ -123,6 +123,7 @@ def chunked_divergence_loss(
     teacher_lm_head_weight,
     completion_mask,
     beta,
+    *,
     num_items_in_batch=None,
     student_lm_head_bias=None,
     teacher_lm_head_bias=None,
