@@ -41,7 +41,8 @@ set_target_properties(distil PROPERTIES INSTALL_RPATH "${_distil_py_rpath}" NO_S
                                         VERSION "" SOVERSION ""
                                         OUTPUT_NAME "${DISTIL_PYTHON_LIBRARY_NAME}")
 install(TARGETS distil LIBRARY DESTINATION distil COMPONENT python
-                       RUNTIME DESTINATION distil COMPONENT python)
+                       RUNTIME DESTINATION distil COMPONENT python
+                       PUBLIC_HEADER DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT devel)
 if(DISTIL_PYTHON_EXTRA_LIBRARIES)
     install(FILES ${DISTIL_PYTHON_EXTRA_LIBRARIES} DESTINATION distil COMPONENT python)
 endif()
