@@ -9,14 +9,11 @@ aims at. The library is found, in order, at ``$DISTIL_LIBRARY`` (a path to anoth
 
 import ctypes
 import os
-import sys
 from ctypes import (POINTER, c_char_p, c_float, c_int, c_int64, c_long, c_size_t, c_uint,
                     c_void_p)
 
 from . import _loader
 
-_here = os.path.dirname(os.path.abspath(__file__))
-_names = {"linux": "libdistil.so", "darwin": "libdistil.dylib", "win32": "distil.dll"}
 
 # Status codes of distil.h (pinned there forever).
 OK = 0

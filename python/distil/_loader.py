@@ -50,7 +50,7 @@ def torch_cuda():
         return None
     try:
         import torch
-    except Exception as e:  # a broken torch install: choose as without one
+    except Exception as e:  # noqa: BLE001 (a broken torch install: choose as without one)
         notes.append(("torch", f"installed but `import torch` failed: {e}"))
         return None
     return torch.version.cuda or ""
@@ -61,16 +61,16 @@ def _cuda_choice(libs):
     version = torch_cuda()
     have = ", ".join(f"CUDA {m}" for m in sorted(libs))
     if version is None:
-        notes.append(("cuda", f"no torch: trying this package's libraries for {have}, newest "
-                              "first"))
+        notes.append(("cuda", f"no torch: trying the libraries for {have}, newest first"))
         return [libs[m] for m in sorted(libs, reverse=True)]
     if version == "":
         notes.append(("cuda", "torch is a CPU-only build: the cuda backend is not loaded"))
         return []
     major = int(version.split(".")[0])
     if major not in libs:
-        notes.append(("cuda", f"torch is built for CUDA {version}; this package has libraries "
-                              f"for {have} only: the cuda backend is not loaded"))
+        why = (f"torch is built for CUDA {version}; this package has libraries for {have} "
+               "only: the cuda backend is not loaded")
+        notes.append(("cuda", why))
         return []
     notes.append(("cuda", f"torch is built for CUDA {version}: libdistil_cuda{major}.so"))
     return [libs[major]]
@@ -92,8 +92,8 @@ def candidates():
         if m and int(m.group(1)) in libs:
             notes.append(("library", f"DISTIL_VARIANT={variant}"))
             return [libs[int(m.group(1))]]
-        notes.append(("library", f"DISTIL_VARIANT={variant} names no library of this package "
-                                 f"(cpu{''.join(f', cuda{k}' for k in sorted(libs))}): ignored"))
+        have = "".join(f", cuda{k}" for k in sorted(libs))
+        notes.append(("library", f"DISTIL_VARIANT={variant} names none of cpu{have}: ignored"))
     if not libs:
         return [host]
     return _cuda_choice(libs) + [host]
