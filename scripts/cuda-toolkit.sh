@@ -2,7 +2,8 @@
 # Print the root of a CUDA toolkit of major version M (bin/nvcc, include/, lib64/ with cudart and
 # cuBLAS), getting it from PyPI when this machine has none:
 #   scripts/cuda-toolkit.sh M [DIR]     DIR: where a PyPI toolkit goes (default build-wheel/toolkitM)
-# In order: $DISTIL_CUDA<M>_HOME; /usr/local/cuda when its nvcc is of major M; PyPI's packages
+# In order: $DISTIL_CUDA<M>_HOME; /usr/local/cuda when its nvcc is of major M (unless
+# DISTIL_CUDA_PYPI=1); PyPI's packages
 # (CUDA 13: nvidia-cuda-nvcc, -nvvm, -cuda-crt, -cuda-runtime, -cublas, -cuda-cccl, whose
 # nvidia/cu13/ folder is a whole toolkit). CUDA 12 has no compiler on PyPI: nvidia-cuda-nvcc-cu12
 # holds ptxas and NVVM but not nvcc, cudafe++, fatbinary or nvlink, so CUDA 12 needs a local
@@ -21,7 +22,7 @@ if [ -n "${!home_var:-}" ]; then
     echo "${!home_var}"
     exit 0
 fi
-if [ "$(nvcc_major /usr/local/cuda/bin/nvcc)" = "$major" ]; then
+if [ -z "${DISTIL_CUDA_PYPI:-}" ] && [ "$(nvcc_major /usr/local/cuda/bin/nvcc)" = "$major" ]; then
     echo /usr/local/cuda
     exit 0
 fi
