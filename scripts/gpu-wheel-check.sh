@@ -28,8 +28,13 @@ unset CUDA_HOME CUDA_PATH CUDACXX DISTIL_LIBRARY DISTIL_VARIANT
 if command -v nvcc >/dev/null; then echo "nvcc still on PATH"; exit 1; fi
 echo "PATH=$PATH (no nvcc); $("$py" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)')"
 
-"$py" -m venv --system-site-packages "$tmp/venv"
+# A fresh venv that sees the machine's packages (torch, pytest, ...): where python3 is itself a
+# venv, --system-site-packages would show the base interpreter's instead, so a .pth file adds
+# python3's own site-packages after the new venv's.
+"$py" -m venv "$tmp/venv"
 vpy="$tmp/venv/bin/python"
+"$py" -c 'import site; print("\n".join(site.getsitepackages()))' > \
+    "$("$vpy" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/machine-site.pth"
 start=$(date +%s%N)
 "$vpy" -m pip install --no-index --find-links "$wheels" distil > "$OUT/install.log" 2>&1 ||
     { cat "$OUT/install.log"; exit 1; }
