@@ -16,10 +16,10 @@ export PATH="/usr/local/cuda/bin:$PATH"
     scipy-openblas32 || exit 1
 export PYTHONPATH="$tmp/deps"
 start=$(date +%s%N)
-"$py" -m pip install --no-index --no-build-isolation --no-deps --target "$tmp/site" \
+"$py" -m pip install -v --no-index --no-build-isolation --no-deps --target "$tmp/site" \
     --config-settings=build-dir="$tmp/build" . > "$OUT/pip-install.log" 2>&1 ||
     { tail -40 "$OUT/pip-install.log"; exit 1; }
 end=$(date +%s%N)
 echo "pip install . ($(nproc) cores): $(( (end - start) / 1000000 )) ms" | tee "$OUT/time.txt"
-grep -E "distil: (cuda|CUTLASS)" "$tmp/build/CMakeCache.txt" "$OUT/pip-install.log" | head
+grep -E "distil: (cuda|CUTLASS)" "$OUT/pip-install.log" | head
 cd "$tmp" && PYTHONPATH="$tmp/site:$tmp/deps" "$py" -m distil | tee "$OUT/distil.txt"
