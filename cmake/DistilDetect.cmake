@@ -22,13 +22,11 @@ if(DISTIL_NVIDIA_SMI)
     endif()
 endif()
 
+# With a GPU the default is ON whether or not nvcc is found: without one, DistilCudaArch.cmake
+# stops with how to get it. (No GPU: nvcc is not even probed, which takes seconds.)
 set(DISTIL_CUDA_FOUND_DEFAULT OFF)
-check_language(CUDA)
-if(CMAKE_CUDA_COMPILER AND DISTIL_GPU_CAPS)
+if(DISTIL_GPU_CAPS)
     set(DISTIL_CUDA_FOUND_DEFAULT ON)
-endif()
-if(DISTIL_GPU_CAPS AND NOT CMAKE_CUDA_COMPILER AND NOT DEFINED DISTIL_CUDA)
-    set(DISTIL_CUDA_FOUND_DEFAULT ON) # stops in DistilCudaArch.cmake with how to get nvcc
 endif()
 
 set(DISTIL_OPENCL_FOUND_DEFAULT OFF)
