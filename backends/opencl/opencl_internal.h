@@ -12,6 +12,7 @@
 #include <CL/cl.h>
 
 #include "backend.h"
+#include "opencl_api.h"
 #include "opencl_kernel_files.h"
 
 #include <stdbool.h>

@@ -9,12 +9,11 @@ aims at. The library is found, in order, at ``$DISTIL_LIBRARY`` (a path to anoth
 
 import ctypes
 import os
-import sys
 from ctypes import (POINTER, c_char_p, c_float, c_int, c_int64, c_long, c_size_t, c_uint,
                     c_void_p)
 
-_here = os.path.dirname(os.path.abspath(__file__))
-_names = {"linux": "libdistil.so", "darwin": "libdistil.dylib", "win32": "distil.dll"}
+from . import _loader
+
 
 # Status codes of distil.h (pinned there forever).
 OK = 0
@@ -137,10 +136,7 @@ _prototypes = {
 
 
 def _candidates():
-    env = os.environ.get("DISTIL_LIBRARY")
-    if env:
-        return [env]
-    return [os.path.join(_here, _names.get(sys.platform, "libdistil.so"))]
+    return _loader.candidates()  # which of the package's libraries (torch's CUDA major), and why
 
 
 def _open(path):
@@ -174,6 +170,7 @@ def load():
             lib = _open(path)
         except OSError as e:
             errors.append(f"{path}: {e}")
+            _loader.failed(path, e)
             continue
         try:
             _declare(lib)
