@@ -40,8 +40,8 @@ static void distil_ocl_api_load(void) {
     }
     distil_ocl_api fn;
     int missing = 0;
-#define DISTIL_OCL_RESOLVE(name)                                                                  \
-    fn.name = (__typeof__(fn.name))dlsym(h, "cl" #name);                                         \
+#define DISTIL_OCL_RESOLVE(name)                                                                   \
+    fn.name = (__typeof__(fn.name))dlsym(h, "cl" #name);                                           \
     missing |= fn.name == NULL;
     DISTIL_OCL_ENTRY_POINTS(DISTIL_OCL_RESOLVE)
 #undef DISTIL_OCL_RESOLVE

@@ -14,34 +14,34 @@
 #include <CL/cl.h>
 
 /* X(Name) for each clName the backend calls. */
-#define DISTIL_OCL_ENTRY_POINTS(X)                                                                \
-    X(BuildProgram)                                                                               \
-    X(CreateBuffer)                                                                               \
-    X(CreateCommandQueue)                                                                         \
-    X(CreateContext)                                                                              \
-    X(CreateKernel)                                                                               \
-    X(CreateProgramWithSource)                                                                    \
-    X(EnqueueMigrateMemObjects)                                                                   \
-    X(EnqueueNDRangeKernel)                                                                       \
-    X(EnqueueReadBuffer)                                                                          \
-    X(EnqueueWriteBuffer)                                                                         \
-    X(Finish)                                                                                     \
-    X(GetCommandQueueInfo)                                                                        \
-    X(GetDeviceIDs)                                                                               \
-    X(GetDeviceInfo)                                                                              \
-    X(GetEventInfo)                                                                               \
-    X(GetKernelWorkGroupInfo)                                                                     \
-    X(GetMemObjectInfo)                                                                           \
-    X(GetPlatformIDs)                                                                             \
-    X(GetPlatformInfo)                                                                            \
-    X(GetProgramBuildInfo)                                                                        \
-    X(ReleaseCommandQueue)                                                                        \
-    X(ReleaseContext)                                                                             \
-    X(ReleaseEvent)                                                                               \
-    X(ReleaseKernel)                                                                              \
-    X(ReleaseMemObject)                                                                           \
-    X(ReleaseProgram)                                                                             \
-    X(SetKernelArg)                                                                               \
+#define DISTIL_OCL_ENTRY_POINTS(X)                                                                 \
+    X(BuildProgram)                                                                                \
+    X(CreateBuffer)                                                                                \
+    X(CreateCommandQueue)                                                                          \
+    X(CreateContext)                                                                               \
+    X(CreateKernel)                                                                                \
+    X(CreateProgramWithSource)                                                                     \
+    X(EnqueueMigrateMemObjects)                                                                    \
+    X(EnqueueNDRangeKernel)                                                                        \
+    X(EnqueueReadBuffer)                                                                           \
+    X(EnqueueWriteBuffer)                                                                          \
+    X(Finish)                                                                                      \
+    X(GetCommandQueueInfo)                                                                         \
+    X(GetDeviceIDs)                                                                                \
+    X(GetDeviceInfo)                                                                               \
+    X(GetEventInfo)                                                                                \
+    X(GetKernelWorkGroupInfo)                                                                      \
+    X(GetMemObjectInfo)                                                                            \
+    X(GetPlatformIDs)                                                                              \
+    X(GetPlatformInfo)                                                                             \
+    X(GetProgramBuildInfo)                                                                         \
+    X(ReleaseCommandQueue)                                                                         \
+    X(ReleaseContext)                                                                              \
+    X(ReleaseEvent)                                                                                \
+    X(ReleaseKernel)                                                                               \
+    X(ReleaseMemObject)                                                                            \
+    X(ReleaseProgram)                                                                              \
+    X(SetKernelArg)                                                                                \
     X(WaitForEvents)
 
 #define DISTIL_OCL_FIELD(name) __typeof__(&cl##name) name;
@@ -58,34 +58,34 @@ cl_int distil_ocl_api_platform_ids(cl_uint num_entries, cl_platform_id *platform
                                    cl_uint *num_platforms);
 
 #ifndef DISTIL_OCL_API_IMPL
-#define clGetPlatformIDs distil_ocl_api_platform_ids
-#define clBuildProgram (distil_ocl_fn.BuildProgram)
-#define clCreateBuffer (distil_ocl_fn.CreateBuffer)
-#define clCreateCommandQueue (distil_ocl_fn.CreateCommandQueue)
-#define clCreateContext (distil_ocl_fn.CreateContext)
-#define clCreateKernel (distil_ocl_fn.CreateKernel)
-#define clCreateProgramWithSource (distil_ocl_fn.CreateProgramWithSource)
+#define clGetPlatformIDs           distil_ocl_api_platform_ids
+#define clBuildProgram             (distil_ocl_fn.BuildProgram)
+#define clCreateBuffer             (distil_ocl_fn.CreateBuffer)
+#define clCreateCommandQueue       (distil_ocl_fn.CreateCommandQueue)
+#define clCreateContext            (distil_ocl_fn.CreateContext)
+#define clCreateKernel             (distil_ocl_fn.CreateKernel)
+#define clCreateProgramWithSource  (distil_ocl_fn.CreateProgramWithSource)
 #define clEnqueueMigrateMemObjects (distil_ocl_fn.EnqueueMigrateMemObjects)
-#define clEnqueueNDRangeKernel (distil_ocl_fn.EnqueueNDRangeKernel)
-#define clEnqueueReadBuffer (distil_ocl_fn.EnqueueReadBuffer)
-#define clEnqueueWriteBuffer (distil_ocl_fn.EnqueueWriteBuffer)
-#define clFinish (distil_ocl_fn.Finish)
-#define clGetCommandQueueInfo (distil_ocl_fn.GetCommandQueueInfo)
-#define clGetDeviceIDs (distil_ocl_fn.GetDeviceIDs)
-#define clGetDeviceInfo (distil_ocl_fn.GetDeviceInfo)
-#define clGetEventInfo (distil_ocl_fn.GetEventInfo)
-#define clGetKernelWorkGroupInfo (distil_ocl_fn.GetKernelWorkGroupInfo)
-#define clGetMemObjectInfo (distil_ocl_fn.GetMemObjectInfo)
-#define clGetPlatformInfo (distil_ocl_fn.GetPlatformInfo)
-#define clGetProgramBuildInfo (distil_ocl_fn.GetProgramBuildInfo)
-#define clReleaseCommandQueue (distil_ocl_fn.ReleaseCommandQueue)
-#define clReleaseContext (distil_ocl_fn.ReleaseContext)
-#define clReleaseEvent (distil_ocl_fn.ReleaseEvent)
-#define clReleaseKernel (distil_ocl_fn.ReleaseKernel)
-#define clReleaseMemObject (distil_ocl_fn.ReleaseMemObject)
-#define clReleaseProgram (distil_ocl_fn.ReleaseProgram)
-#define clSetKernelArg (distil_ocl_fn.SetKernelArg)
-#define clWaitForEvents (distil_ocl_fn.WaitForEvents)
+#define clEnqueueNDRangeKernel     (distil_ocl_fn.EnqueueNDRangeKernel)
+#define clEnqueueReadBuffer        (distil_ocl_fn.EnqueueReadBuffer)
+#define clEnqueueWriteBuffer       (distil_ocl_fn.EnqueueWriteBuffer)
+#define clFinish                   (distil_ocl_fn.Finish)
+#define clGetCommandQueueInfo      (distil_ocl_fn.GetCommandQueueInfo)
+#define clGetDeviceIDs             (distil_ocl_fn.GetDeviceIDs)
+#define clGetDeviceInfo            (distil_ocl_fn.GetDeviceInfo)
+#define clGetEventInfo             (distil_ocl_fn.GetEventInfo)
+#define clGetKernelWorkGroupInfo   (distil_ocl_fn.GetKernelWorkGroupInfo)
+#define clGetMemObjectInfo         (distil_ocl_fn.GetMemObjectInfo)
+#define clGetPlatformInfo          (distil_ocl_fn.GetPlatformInfo)
+#define clGetProgramBuildInfo      (distil_ocl_fn.GetProgramBuildInfo)
+#define clReleaseCommandQueue      (distil_ocl_fn.ReleaseCommandQueue)
+#define clReleaseContext           (distil_ocl_fn.ReleaseContext)
+#define clReleaseEvent             (distil_ocl_fn.ReleaseEvent)
+#define clReleaseKernel            (distil_ocl_fn.ReleaseKernel)
+#define clReleaseMemObject         (distil_ocl_fn.ReleaseMemObject)
+#define clReleaseProgram           (distil_ocl_fn.ReleaseProgram)
+#define clSetKernelArg             (distil_ocl_fn.SetKernelArg)
+#define clWaitForEvents            (distil_ocl_fn.WaitForEvents)
 #endif
 
 #endif
