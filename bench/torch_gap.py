@@ -53,7 +53,7 @@ def timed(variants, queue, reps):
 
 def point(t, vocab, queue, reps, sets, profile=False):
     import distil.torch as dt
-    from distil import _calls, _lib
+    from distil import _calls, _check, _lib, _options
     from distil.torch import _ops
 
     # `sets` input pairs, the next one each call in every variant (as distil-bench rotates its
@@ -64,17 +64,17 @@ def point(t, vocab, queue, reps, sets, profile=False):
     turn = itertools.cycle(range(sets))
     xd = pairs[0][0].detach()
     ctx = _ops.context_for(xd)
-    desc, nbytes = _calls.jsd_plan(ctx, t, vocab, (vocab, vocab, vocab), _lib.F32, 0.5, -100,
-                                   "batchmean")
-    work = torch.empty(max(nbytes, 1), dtype=torch.uint8, device="cuda")
+    plan = _calls.jsd_plan(ctx, _check.JsdShape(t, vocab, vocab, vocab, _lib.F32),
+                           _options.JsdOptions())
+    work = torch.empty(max(plan[1], 1), dtype=torch.uint8, device="cuda")
     loss = torch.empty((), device="cuda")
     grad = torch.empty_like(xd)
 
     def c_call(g=None):
         x, y = pairs[next(turn)]
         _ops.context_for(xd)  # binds the current stream, as every distil.torch call does
-        _calls.run_jsd(ctx, desc, work.data_ptr(), nbytes, x.data_ptr(), y.data_ptr(), 0,
-                       loss.data_ptr(), (grad if g is None else g).data_ptr())
+        _calls.run_jsd(ctx, plan, work.data_ptr(), _calls.JsdAddrs(
+            x.data_ptr(), y.data_ptr(), 0, loss.data_ptr(), (grad if g is None else g).data_ptr()))
 
     def c_fresh():
         c_call(torch.empty_like(xd))

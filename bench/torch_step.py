@@ -37,7 +37,7 @@ def timed_host(fn, n=512, drain=64):
 
 def overhead(device):
     import distil.torch as dt
-    from distil import _calls, _lib
+    from distil import _calls, _check, _lib, _options
     from distil.torch import _ops
 
     t, v, hs = 8, 256, 64
@@ -47,14 +47,14 @@ def overhead(device):
     ws = torch.randn(v, hs, device=device, dtype=torch.bfloat16)
     lab = torch.randint(0, v, (t,), device=device)
     ctx = _ops.context_for(x)
-    desc, nbytes = _calls.jsd_plan(ctx, t, v, (v, v, v), _lib.F32, 0.5, -100, "batchmean")
-    ws_buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    plan = _calls.jsd_plan(ctx, _check.JsdShape(t, v, v, v, _lib.F32), _options.JsdOptions())
+    ws_buf = torch.empty(max(plan[1], 1), dtype=torch.uint8, device=device)
     loss = torch.empty((), device=device)
     grad = torch.empty_like(x)
     rows = {
         "jsd: C call through ctypes (descriptor cached)":
-            lambda: _calls.run_jsd(ctx, desc, ws_buf.data_ptr(), nbytes, x.data_ptr(),
-                                   y.data_ptr(), 0, loss.data_ptr(), grad.data_ptr()),
+            lambda: _calls.run_jsd(ctx, plan, ws_buf.data_ptr(), _calls.JsdAddrs(
+                x.data_ptr(), y.data_ptr(), 0, loss.data_ptr(), grad.data_ptr())),
         "jsd: distil.torch.jsd, loss + grad (forward)": lambda: dt.jsd(x.requires_grad_(), y),
         "fused: distil.torch.FusedLinearJSDLoss (forward, grads computed)":
             lambda: dt.FusedLinearJSDLoss()(xs.requires_grad_(), ws.requires_grad_(), xs, ws,
