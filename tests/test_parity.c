@@ -251,7 +251,7 @@ static const tp_fused_spec fused_cases[] = {
     /* docs/SPEC.md §6: every divergence in the soft part, tau^2, the given N */
 #define D(t, v, wh, ws, tau, labels, chunk, div, alpha, norm, dev, tsq) \
     {t, v, 24, 40, wh, ws, 0.5f, tau, BIAS_ST, true, ALL, TP_LABELS_##labels, 0, chunk, \
-     DISTIL_DIVERGENCE_##div, alpha, norm, dev, tsq, NULL, NULL}
+     DISTIL_DIVERGENCE_##div, alpha, norm, dev, tsq, NULL, NULL, false}
    /* T   V      wh    ws    tau   labels chunk divergence       alpha  N      device tau^2 */
     D(13, 1271,  0.5f, 0.5f, 1.0f, MIXED, 0,    FORWARD_KL,      0.0f,  0.0f,  false, false),
     D(13, 1271,  0.0f, 1.0f, 2.0f, NONE,  0,    REVERSE_KL,      0.0f,  0.0f,  false, true),
@@ -311,6 +311,15 @@ static const tp_fused_spec fused_cases[] = {
     /* aligned shapes (V % 16 == 0, Ht % 16 == 0) that cuBLASLt's fp8 product takes on cuda */
     FH(9,  65536, 16, 32, 0.5f, 0.5f, 0.5f, 1.0f, BIAS_ST, true,  ALL,      MIXED,       0,   4,  &H_FP8),
     FH(40, 2048,  32, 64, 0.3f, 0.7f, 0.9f, 2.0f, NO_BIAS, false, XS,       NONE,        0,   16, &H_FP8),
+    /* docs/SPEC.md §2 grad_weight_fp32: grad_Ws and grad_bs in fp32 beside 16-bit inputs; one
+     * chunk, several (the output its own accumulator), a padded student head (its zeroed tail) */
+#define FG(t, v, hs, ht, bias, grads, labels, chunk, hd) \
+    {t, v, hs, ht, 0.5f, 0.5f, 0.5f, 1.0f, bias, true, grads, TP_LABELS_##labels, 0, chunk, \
+     .div = DISTIL_DIVERGENCE_JSD, .head = hd, .gw_f32 = true}
+    FG(13, 1271,  24, 40, BIAS_ST, ALL,      MIXED,       0,   NULL),
+    FG(40, 1271,  32, 32, BIAS_S,  ALL,      MIXED,       7,   NULL),
+    FG(13, 1271,  24, 40, BIAS_S,  WS_BS,    NONE,        4,   &H_STUDENT_WIDER),
+#undef FG
 };
 // clang-format on
 
@@ -324,7 +333,7 @@ typedef enum grad_expect {
 
 /* One gradient: written, not NaN, and as expected. */
 static void fused_check_grad(const char *what, const void *got, const void *ref, distil_dtype dt,
-                             int64_t rows, int64_t cols, grad_expect e) {
+                             int64_t rows, int64_t cols, grad_expect e, distil_dtype tol_dt) {
     size_t n = (size_t)(rows * cols);
     if (!got) {
         return;
@@ -339,7 +348,8 @@ static void fused_check_grad(const char *what, const void *got, const void *ref,
         assert_true(e == EXPECT_ZERO ? g == 0.0f : fabsf(g) <= 1e-6f);
     }
     if (e == EXPECT_CLOSE) {
-        TU_CHECK_TENSOR(what, got, ref, dt, rows, cols, cols, tu_tolerance(dt, TU_GRAD_FUSED));
+        /* tol_dt: the inputs' dtype (an fp32 grad_Ws of 16-bit inputs has their error) */
+        TU_CHECK_TENSOR(what, got, ref, dt, rows, cols, cols, tu_tolerance(tol_dt, TU_GRAD_FUSED));
     }
 }
 
@@ -381,11 +391,12 @@ static void fused_check_entropy(const float *got, const float *ref, int64_t rows
  * exactly (their logits take no part). */
 static void fused_check_tail(const tp_fused_spec *c, const tp_fused *h, const tp_fused_out *o) {
     const int64_t common = h->vt < c->v ? h->vt : c->v;
+    const distil_dtype gdt = tp_fused_gw_dtype(h);
     for (int64_t k = common * c->hs; o->gws != NULL && k < c->v * c->hs; k++) {
-        assert_true(tu_get(o->gws, h->d.dtype, (size_t)k) == 0.0f);
+        assert_true(tu_get(o->gws, gdt, (size_t)k) == 0.0f);
     }
     for (int64_t k = common; o->gbs != NULL && k < c->v; k++) {
-        assert_true(tu_get(o->gbs, h->d.dtype, (size_t)k) == 0.0f);
+        assert_true(tu_get(o->gbs, gdt, (size_t)k) == 0.0f);
     }
 }
 
@@ -421,9 +432,10 @@ static void fused_compare(const tp_fused_spec *c, distil_dtype dt, uint64_t seed
     fused_check_lse("teacher_lse", got.lse_t, ref.lse_t, c->t);
     fused_check_entropy(got.ent, ref.ent, c->t, dt);
     fused_check_tail(c, &h, &got);
-    fused_check_grad("grad_student_hidden", got.gxs, ref.gxs, dt, c->t, c->hs, e);
-    fused_check_grad("grad_student_weight", got.gws, ref.gws, dt, c->v, c->hs, e);
-    fused_check_grad("grad_student_bias", got.gbs, ref.gbs, dt, 1, c->v, e);
+    const distil_dtype gdt = tp_fused_gw_dtype(&h);
+    fused_check_grad("grad_student_hidden", got.gxs, ref.gxs, dt, c->t, c->hs, e, dt);
+    fused_check_grad("grad_student_weight", got.gws, ref.gws, gdt, c->v, c->hs, e, dt);
+    fused_check_grad("grad_student_bias", got.gbs, ref.gbs, gdt, 1, c->v, e, dt);
     tp_fused_out_free(&got), tp_fused_out_free(&ref);
     tp_fused_free(&h);
 }

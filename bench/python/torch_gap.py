@@ -14,7 +14,7 @@ Prints a Markdown table (ms per call, median of --reps samples) and, with --json
 --profile adds, per variant, every kernel torch.profiler saw in `queue` calls: launches and
 device µs per call, and the device's busy time against the span (where a gap per call goes:
 more kernels, slower kernels, or idle time between them).
-  usage: python bench/python/torch_gap.py [--T 1024,8192] [--queue 8] [--reps 15] [--sets 3]
+  usage: python bench/torch_gap.py [--T 1024,8192] [--queue 8] [--reps 15] [--sets 3]
                                    [--json FILE] [--profile]
 """
 
@@ -40,7 +40,7 @@ def sample(fn, queue):
 def timed(variants, queue, reps):
     """{name: median device ms per call} over reps samples of each variant, the variants taken
     in turn within each round (at T 8192 the card sits at its power limit and its clock drifts
-    over a run: one variant after another would time the drift, docs/GPU-NOTES.md)."""
+    over a run: one variant after another would time the drift, bench/RESULTS.md)."""
     for _, fn in variants:
         for _ in range(3):
             fn()
@@ -54,12 +54,12 @@ def timed(variants, queue, reps):
 
 def point(t, vocab, queue, reps, sets, profile=False):
     import distil.torch as dt
-    from distil import _calls, _lib
+    from distil import _calls, _check, _lib, _options
     from distil.torch import _ops
 
     # `sets` input pairs, the next one each call in every variant (as distil-bench rotates its
     # inputs): the kernel's time depends on where its buffers lie (up to 7% at T 8192 between
-    # two allocations of the same tensors, docs/GPU-NOTES.md), so every variant sees the same mix.
+    # two allocations of the same tensors, bench/RESULTS.md), so every variant sees the same mix.
     pairs = [
         (
             torch.log_softmax(torch.randn(t, vocab, device="cuda"), -1).requires_grad_(),
@@ -70,10 +70,10 @@ def point(t, vocab, queue, reps, sets, profile=False):
     turn = itertools.cycle(range(sets))
     xd = pairs[0][0].detach()
     ctx = _ops.context_for(xd)
-    desc, nbytes = _calls.jsd_plan(
-        ctx, t, vocab, (vocab, vocab, vocab), _lib.F32, 0.5, -100, "batchmean"
+    plan = _calls.jsd_plan(
+        ctx, _check.JsdShape(t, vocab, vocab, vocab, _lib.F32), _options.JsdOptions()
     )
-    work = torch.empty(max(nbytes, 1), dtype=torch.uint8, device="cuda")
+    work = torch.empty(max(plan[1], 1), dtype=torch.uint8, device="cuda")
     loss = torch.empty((), device="cuda")
     grad = torch.empty_like(xd)
 
@@ -82,14 +82,15 @@ def point(t, vocab, queue, reps, sets, profile=False):
         _ops.context_for(xd)  # binds the current stream, as every distil.torch call does
         _calls.run_jsd(
             ctx,
-            desc,
+            plan,
             work.data_ptr(),
-            nbytes,
-            x.data_ptr(),
-            y.data_ptr(),
-            0,
-            loss.data_ptr(),
-            (grad if g is None else g).data_ptr(),
+            _calls.JsdAddrs(
+                x.data_ptr(),
+                y.data_ptr(),
+                0,
+                loss.data_ptr(),
+                (grad if g is None else g).data_ptr(),
+            ),
         )
 
     def c_fresh():
@@ -113,8 +114,7 @@ def point(t, vocab, queue, reps, sets, profile=False):
             out["profile"] = {name: profiled(fn, queue) for name, fn in variants}
         except Exception as e:  # a profiler that cannot run here: the timings still print
             print(f"torch_gap.py: torch.profiler failed: {e!r}")
-    pairs.clear()  # the closures' tensors go back before the cache is emptied
-    grad = work = None
+    del grad, work, pairs
     torch.cuda.empty_cache()
     return out
 

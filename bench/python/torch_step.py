@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""torch_step.py - what distil costs inside a PyTorch program (docs/PERFORMANCE.md, "distil.torch").
+"""torch_step.py - what distil costs inside a PyTorch program (bench/RESULTS.md, "Python").
 
 Two measurements, on CUDA when present (else the CPU, smaller):
   overhead  host time of one call at a tiny shape, where the GPU time is negligible: the raw
@@ -21,7 +21,7 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 
 
 def timed_host(fn, n=512, drain=64):
@@ -38,7 +38,7 @@ def timed_host(fn, n=512, drain=64):
 
 def overhead(device):
     import distil.torch as dt
-    from distil import _calls, _lib
+    from distil import _calls, _check, _lib, _options
     from distil.torch import _ops
 
     t, v, hs = 8, 256, 64
@@ -48,21 +48,16 @@ def overhead(device):
     ws = torch.randn(v, hs, device=device, dtype=torch.bfloat16)
     lab = torch.randint(0, v, (t,), device=device)
     ctx = _ops.context_for(x)
-    desc, nbytes = _calls.jsd_plan(ctx, t, v, (v, v, v), _lib.F32, 0.5, -100, "batchmean")
-    ws_buf = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    plan = _calls.jsd_plan(ctx, _check.JsdShape(t, v, v, v, _lib.F32), _options.JsdOptions())
+    ws_buf = torch.empty(max(plan[1], 1), dtype=torch.uint8, device=device)
     loss = torch.empty((), device=device)
     grad = torch.empty_like(x)
     rows = {
         "jsd: C call through ctypes (descriptor cached)": lambda: _calls.run_jsd(
             ctx,
-            desc,
+            plan,
             ws_buf.data_ptr(),
-            nbytes,
-            x.data_ptr(),
-            y.data_ptr(),
-            0,
-            loss.data_ptr(),
-            grad.data_ptr(),
+            _calls.JsdAddrs(x.data_ptr(), y.data_ptr(), 0, loss.data_ptr(), grad.data_ptr()),
         ),
         "jsd: distil.torch.jsd, loss + grad (forward)": lambda: dt.jsd(x.requires_grad_(), y),
         "fused: distil.torch.FusedLinearJSDLoss (forward, grads computed)": lambda: (
@@ -142,7 +137,7 @@ def main():
         "torch": torch.__version__,
         "overhead_us": overhead(device),
         "step": {},
-        "step_shape": dict(zip(("batch", "seq", "vocab"), shape, strict=True)),
+        "step_shape": dict(zip(("batch", "seq", "vocab"), shape)),
     }
     print(f"# distil inside PyTorch on {res['device']} (torch {torch.__version__})\n")
     print("| call (host time, median) | µs |\n|---|---|")

@@ -226,6 +226,7 @@ void tp_fused_make(tp_fused *p, const tp_fused_spec *s, distil_dtype dt, uint64_
     p->d.divergence = s->div, p->d.alpha = s->alpha != 0.0f ? s->alpha : p->d.alpha;
     p->d.normaliser = s->norm_device ? 0.0f : s->normaliser;
     p->d.temperature_squared = s->tau_sq;
+    p->d.grad_weight_fp32 = s->gw_f32;
     const tp_head *hd = s->head;
     p->vt = hd == NULL || hd->vt == 0 ? s->v : hd->vt > 0 ? hd->vt : s->v + hd->vt;
     if (hd != NULL) {
@@ -280,15 +281,20 @@ void tp_fused_upload(distil_ctx *ctx, const tp_fused *p, void *in[TP_FUSED_INPUT
     }
 }
 
+distil_dtype tp_fused_gw_dtype(const tp_fused *p) {
+    return p->s.gw_f32 ? DISTIL_F32 : p->d.dtype;
+}
+
 void tp_fused_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o) {
     const tp_fused_spec *s = &p->s;
-    size_t es = distil_dtype_size(p->d.dtype), vb = (size_t)s->v * es;
+    size_t es = distil_dtype_size(p->d.dtype), ges = distil_dtype_size(tp_fused_gw_dtype(p));
+    size_t vb = (size_t)s->v * ges;
     void *in[TP_FUSED_INPUTS];
     tp_fused_upload(ctx, p, in);
     unsigned want = tp_fused_grads(s);
     void *dloss = tu_alloc_poisoned(ctx, sizeof o->loss);
     void *gxs = (want & TP_WANT_XS) ? tu_alloc_poisoned(ctx, p->n_xs * es) : NULL;
-    void *gws = (want & TP_WANT_WS) ? tu_alloc_poisoned(ctx, p->n_ws * es) : NULL;
+    void *gws = (want & TP_WANT_WS) ? tu_alloc_poisoned(ctx, p->n_ws * ges) : NULL;
     void *gbs = (want & TP_WANT_BS) ? tu_alloc_poisoned(ctx, vb) : NULL;
     void *dn = tp_norm_upload(ctx, s->norm_device, s->normaliser);
     distil_fused_linear_jsd_desc d = p->d;
@@ -305,7 +311,7 @@ void tp_fused_run(distil_ctx *ctx, const tp_fused *p, tp_fused_out *o) {
     tu_download(ctx, o->loss, dloss, sizeof o->loss);
     distil_free(ctx, dloss);
     o->gxs = tp_download_free(ctx, gxs, p->n_xs * es);
-    o->gws = tp_download_free(ctx, gws, p->n_ws * es);
+    o->gws = tp_download_free(ctx, gws, p->n_ws * ges);
     o->gbs = tp_download_free(ctx, gbs, vb);
     o->lse_s = tp_download_free(ctx, d.student_lse, lb);
     o->lse_t = tp_download_free(ctx, d.teacher_lse, lb);
@@ -333,10 +339,11 @@ void tp_fused_out_free(tp_fused_out *o) {
 
 void tp_fused_check_same(const tp_fused *p, const tp_fused_out *a, const tp_fused_out *b) {
     size_t es = distil_dtype_size(p->d.dtype), lb = (size_t)p->s.t * sizeof(float);
+    size_t ges = distil_dtype_size(tp_fused_gw_dtype(p));
     TU_CHECK_BITWISE("loss", a->loss, b->loss, sizeof a->loss);
     tp_check_same_buf("grad_student_hidden", a->gxs, b->gxs, p->n_xs * es);
-    tp_check_same_buf("grad_student_weight", a->gws, b->gws, p->n_ws * es);
-    tp_check_same_buf("grad_student_bias", a->gbs, b->gbs, (size_t)p->s.v * es);
+    tp_check_same_buf("grad_student_weight", a->gws, b->gws, p->n_ws * ges);
+    tp_check_same_buf("grad_student_bias", a->gbs, b->gbs, (size_t)p->s.v * ges);
     tp_check_same_buf("student_lse", a->lse_s, b->lse_s, lb); /* docs/SPEC.md §6 */
     tp_check_same_buf("teacher_lse", a->lse_t, b->lse_t, lb);
     tp_check_same_buf("student_entropy", a->ent, b->ent, lb);
@@ -362,6 +369,11 @@ void tp_fused_name(char *buf, size_t n, const tp_fused_spec *s, distil_dtype dt)
                  (long long)h->vt, (double)h->s_scale, (double)h->t_scale, (double)h->s_cap,
                  (double)h->t_cap, (double)h->tau_t, h->lse ? " lse" : "", h->t_fp8 ? " fp8" : "",
                  h->entropy ? " entropy" : "");
+    }
+    used = strlen(buf);
+    used = strlen(buf);
+    if (s->gw_f32 && used < n) {
+        snprintf(buf + used, n - used, " gw_f32");
     }
     used = strlen(buf);
     if (s->tag != NULL && used < n) {

@@ -105,6 +105,7 @@ typedef struct tp_fused_spec {
     bool tau_sq;
     const tp_head *head; /* NULL: the default heads */
     const char *tag; /* NULL, or a word the name ends with (" #tag") for a ctest entry's filter */
+    bool gw_f32;     /* grad_weight_fp32: grad_Ws and grad_bs fp32 whatever the dtype */
 } tp_fused_spec;
 
 typedef struct tp_fused {
@@ -117,7 +118,7 @@ typedef struct tp_fused {
 } tp_fused;
 
 /* Outputs of one run: 4 loss values (those not written stay poisoned) and the gradients asked
- * for (NULL otherwise), dense in the dtype. */
+ * for (NULL otherwise), dense in the dtype (grad_Ws and grad_bs: tp_fused_gw_dtype). */
 typedef struct tp_fused_out {
     float loss[4];
     void *gxs, *gws, *gbs;
@@ -127,6 +128,8 @@ typedef struct tp_fused_out {
 
 /* The gradients a spec asks for: grad_student_bias only exists with student_bias. */
 unsigned tp_fused_grads(const tp_fused_spec *s);
+/* The dtype of grad_Ws and grad_bs: F32 with gw_f32, else the inputs'. */
+distil_dtype tp_fused_gw_dtype(const tp_fused *p);
 void tp_fused_make(tp_fused *p, const tp_fused_spec *s, distil_dtype dtype, uint64_t seed);
 void tp_fused_free(tp_fused *p);
 /* The seven inputs of distil_fused_linear_jsd in its argument order (student hidden, weight,
