@@ -372,9 +372,3 @@ def fused_loss_result(fn: str, opts: _options.FusedOptions, inputs: FusedInputs,
     out = (loss, parts[2], parts[1]) if soft_hard else (loss,)
     out += (ls, lt) if lse else ()
     return out if len(out) > 1 else loss
-
-
-def liger_fused_linear_jsd_loss(*args, **kwargs):
-    """liger_kernel.chunked_loss.functional.liger_fused_linear_jsd: fused_linear_jsd_loss
-    (its loss fp32, as Liger's chunked loss returns it)."""
-    return fused_linear_jsd_loss(*args, **kwargs)
