@@ -13,8 +13,7 @@ from distil.torch import _ops
 PACKAGE = pathlib.Path(_options.__file__).parent
 # Liger's public signatures (kept positional to be a drop-in), constructors, and the top-k
 # descriptors' planner (_topk.py: its plan functions still take their fields one by one).
-EXEMPT = {"fused_linear_jsd", "fused_linear_jsd_loss", "liger_fused_linear_jsd",
-          "liger_fused_linear_jsd_loss", "__init__"}
+EXEMPT = {"fused_linear_jsd", "fused_linear_jsd_loss", "liger_fused_linear_jsd", "__init__"}
 EXEMPT_FILES = {"_topk.py"}
 
 

@@ -392,9 +392,3 @@ def fused_result(fn: str, opts: _options.FusedOptions, inputs: FusedInputs, retu
     out += (ls, lt) if returns.lse else ()
     out += (ent,) if returns.entropy else ()
     return out if len(out) > 1 else loss
-
-
-def liger_fused_linear_jsd_loss(*args, **kwargs):
-    """liger_kernel.chunked_loss.functional.liger_fused_linear_jsd: fused_linear_jsd_loss
-    (its loss fp32, as Liger's chunked loss returns it)."""
-    return fused_linear_jsd_loss(*args, **kwargs)
