@@ -24,8 +24,8 @@ CPU; several input sets rotated so that their total exceeds --cache-mb. Peak mem
 torch.cuda.max_memory_allocated; on the CPU the peak RSS of a child process per point.
 Writes the JSON/CSV schema of distil-bench (bench/README.md), so plot.sh draws both together.
 """
+
 import argparse
-import csv
 import json
 import math
 import os
@@ -37,11 +37,44 @@ import sys
 import time
 
 FIELDS = [
-    "workload", "mode", "backend", "device", "dtype", "T", "V", "Hs", "Ht", "beta",
-    "temperature", "weight_hard", "weight_soft", "chunk_rows", "ignore_frac", "status",
-    "message", "ms_median", "ms_p20", "ms_p80", "ms_sync_median", "timing", "reps", "batch",
-    "sets", "bytes", "flops", "eff_tbs", "eff_tflops", "floor_ms", "floor_ratio", "peak_bw_tbs",
-    "peak_tflops", "floor_source", "mem_bytes", "mem_kind", "working_bytes", "workspace_bytes",
+    "workload",
+    "mode",
+    "backend",
+    "device",
+    "dtype",
+    "T",
+    "V",
+    "Hs",
+    "Ht",
+    "beta",
+    "temperature",
+    "weight_hard",
+    "weight_soft",
+    "chunk_rows",
+    "ignore_frac",
+    "status",
+    "message",
+    "ms_median",
+    "ms_p20",
+    "ms_p80",
+    "ms_sync_median",
+    "timing",
+    "reps",
+    "batch",
+    "sets",
+    "bytes",
+    "flops",
+    "eff_tbs",
+    "eff_tflops",
+    "floor_ms",
+    "floor_ratio",
+    "peak_bw_tbs",
+    "peak_tflops",
+    "floor_source",
+    "mem_bytes",
+    "mem_kind",
+    "working_bytes",
+    "workspace_bytes",
     "loss",
 ]
 DSIZE = {"f32": 4, "bf16": 2, "f16": 2}
@@ -50,6 +83,7 @@ IGNORE = -100
 
 
 # ---------------------------------------------------------------- command line
+
 
 def rows_list(text):
     """'1024,2048', '256:8192' (doubling) or '256:2048:256' -> list of ints >= 1."""
@@ -66,7 +100,9 @@ def rows_list(text):
                 out.append(t)
                 t = t + parts[2] if len(parts) == 3 else 2 * t
     except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}': expected a list like 1024,2048 or 256:8192")
+        raise argparse.ArgumentTypeError(
+            f"'{text}': expected a list like 1024,2048 or 256:8192"
+        ) from None
     if not out or min(out) < 1 or len(out) > 32:
         raise argparse.ArgumentTypeError(f"'{text}': values must be >= 1, at most 32 of them")
     return out
@@ -77,19 +113,20 @@ def ranged(kind, lo, hi):
         try:
             v = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"'{text}' is not a {kind.__name__}")
+            raise argparse.ArgumentTypeError(f"'{text}' is not a {kind.__name__}") from None
         if not (lo <= v <= hi):  # also rejects nan
             raise argparse.ArgumentTypeError(f"'{text}' is outside [{lo}, {hi}]")
         return v
+
     return parse
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     a = p.add_argument
-    a("--impl", default="eager",
-      help="comma list of eager, compile, liger, distil (default eager)")
+    a("--impl", default="eager", help="comma list of eager, compile, liger, distil (default eager)")
     a("--device", default="auto", choices=["auto", "cuda", "cpu"])
     a("--preset", default="auto", choices=["auto", "gpu", "cpu"])
     a("--workload", default="all", choices=["jsd", "fused", "all"])
@@ -116,25 +153,45 @@ def parse_args(argv):
     a("--max-reps", type=ranged(int, 1, 10**6), default=200)
     a("--min-time", type=ranged(float, 0.0, 1e6), default=1.0)
     a("--sets", type=ranged(int, 1, 16), default=8)
-    a("--calls-per-sample", type=ranged(int, 1, 1000), default=1,
-      help="CUDA: calls enqueued back to back between a sample's two events, the time divided "
-           "by their number (default 1: one call after a synchronisation, so that its host "
-           "time before the first launch counts; > 1: the GPU's time per call in a loop that "
-           "keeps the queue full, as a training loop does)")
+    a(
+        "--calls-per-sample",
+        type=ranged(int, 1, 1000),
+        default=1,
+        help="CUDA: calls enqueued back to back between a sample's two events, the time divided "
+        "by their number (default 1: one call after a synchronisation, so that its host "
+        "time before the first launch counts; > 1: the GPU's time per call in a loop that "
+        "keeps the queue full, as a training loop does)",
+    )
     a("--cache-mb", type=ranged(float, 0.0, 1e9), default=512.0)
     a("--peak-bw-tbs", type=ranged(float, 0.0, 1e6), default=0.0)
     a("--peak-tflops", type=ranged(float, 0.0, 1e9), default=0.0)
     a("--floor-from", help="distil-bench JSON whose floor rates to use (same device)")
-    a("--liger-compiled", type=ranged(int, 0, 1), default=1,
-      help="LigerFusedLinearJSDLoss(compiled=...) (default 1, Liger's default)")
-    a("--compile-dynamic", type=ranged(int, 0, 1), default=0,
-      help="torch.compile(dynamic=True): one compile for all T instead of one per T")
+    a(
+        "--liger-compiled",
+        type=ranged(int, 0, 1),
+        default=1,
+        help="LigerFusedLinearJSDLoss(compiled=...) (default 1, Liger's default)",
+    )
+    a(
+        "--compile-dynamic",
+        type=ranged(int, 0, 1),
+        default=0,
+        help="torch.compile(dynamic=True): one compile for all T instead of one per T",
+    )
     a("--json")
     a("--csv")
-    a("--isolate", type=ranged(int, 0, 1), default=1,
-      help="CPU: each point in a child process, for its own peak RSS (default 1)")
-    a("--soft-only", type=ranged(int, 0, 1), default=0,
-      help="fused: the soft part alone, no labels (TRL's DistillationTrainer's loss)")
+    a(
+        "--isolate",
+        type=ranged(int, 0, 1),
+        default=1,
+        help="CPU: each point in a child process, for its own peak RSS (default 1)",
+    )
+    a(
+        "--soft-only",
+        type=ranged(int, 0, 1),
+        default=0,
+        help="fused: the soft part alone, no labels (TRL's DistillationTrainer's loss)",
+    )
     a("--quiet", action="store_true")
     a("--_point", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -159,19 +216,37 @@ def resolve(args, torch):
     jsd_t = [1024, 2048, 4096, 8192] if gpu else [64, 128, 256, 512, 1024]
     fused_t = [1024, 2048, 4096, 8192] if gpu else [128, 256, 512, 1024, 2048]
     jsd = dict(workload="jsd", dtype="f32", V=128256, beta=args.beta, ignore_frac=args.ignore_frac)
-    fused = dict(workload="fused", dtype="bf16" if gpu else "f32", V=128256 if gpu else 32000,
-                 Hs=2048 if gpu else 512, Ht=4096 if gpu else 1024, beta=args.beta,
-                 temperature=args.tau, weight_hard=args.weight_hard,
-                 weight_soft=args.weight_soft, chunk_rows=args.chunk,
-                 ignore_frac=args.ignore_frac)
+    fused = dict(
+        workload="fused",
+        dtype="bf16" if gpu else "f32",
+        V=128256 if gpu else 32000,
+        Hs=2048 if gpu else 512,
+        Ht=4096 if gpu else 1024,
+        beta=args.beta,
+        temperature=args.tau,
+        weight_hard=args.weight_hard,
+        weight_soft=args.weight_soft,
+        chunk_rows=args.chunk,
+        ignore_frac=args.ignore_frac,
+    )
     if args.soft_only:  # TRL's DistillationTrainer: no hard CE, every row counts
         fused.update(weight_hard=0.0, weight_soft=1.0, ignore_frac=0.0)
     for key, val in (("V", args.V), ("dtype", args.dtype)):
         if val is not None:
             jsd[key] = fused[key] = val
     jsd.update({k: v for k, v in (("V", args.jsd_V), ("dtype", args.jsd_dtype)) if v})
-    fused.update({k: v for k, v in (("V", args.fused_V), ("dtype", args.fused_dtype),
-                                    ("Hs", args.Hs), ("Ht", args.Ht)) if v})
+    fused.update(
+        {
+            k: v
+            for k, v in (
+                ("V", args.fused_V),
+                ("dtype", args.fused_dtype),
+                ("Hs", args.Hs),
+                ("Ht", args.Ht),
+            )
+            if v
+        }
+    )
     jsd_t = args.jsd_T or args.T or jsd_t
     fused_t = args.fused_T or args.T or fused_t
     return jsd, jsd_t, fused, fused_t
@@ -210,6 +285,7 @@ def work_of(s, full):
 
 
 # ---------------------------------------------------------------- the losses (docs/SPEC.md)
+
 
 def jsd_rows(x, y, beta, torch):
     """Per-row generalised JSD of docs/SPEC.md §1 on log-probs x (student), y (teacher)."""
@@ -250,6 +326,7 @@ def make_losses(torch):
 
 # ---------------------------------------------------------------- inputs and calls
 
+
 def make_set(s, device, torch):
     """One input set: random, non-zero, filled in slabs of rows so that no [T, V] temporary
     raises the peak memory. Log-probs are log_softmax of logits 2 * N(0, 1), as distil-bench."""
@@ -260,7 +337,7 @@ def make_set(s, device, torch):
         t = torch.empty(rows, V, dtype=dt, device=device)
         for i in range(0, rows, 256):
             z = torch.randn(min(256, rows - i), V, device=device).mul_(2.0)
-            t[i:i + z.shape[0]] = torch.log_softmax(z, -1)
+            t[i : i + z.shape[0]] = torch.log_softmax(z, -1)
         return t
 
     def labels():
@@ -270,14 +347,21 @@ def make_set(s, device, torch):
         return lab
 
     if s["workload"] == "jsd":
-        return {"x": logp(T), "y": logp(T), "labels": labels() if s["ignore_frac"] > 0 else None,
-                "leaves": ["x"]}
+        return {
+            "x": logp(T),
+            "y": logp(T),
+            "labels": labels() if s["ignore_frac"] > 0 else None,
+            "leaves": ["x"],
+        }
     hs, ht = s["Hs"], s["Ht"]
-    return {"xs": torch.empty(T, hs, dtype=dt, device=device).normal_(),
-            "ws": torch.empty(V, hs, dtype=dt, device=device).normal_(0.0, hs ** -0.5),
-            "xt": torch.empty(T, ht, dtype=dt, device=device).normal_(),
-            "wt": torch.empty(V, ht, dtype=dt, device=device).normal_(0.0, 2.0 * ht ** -0.5),
-            "labels": labels(), "leaves": ["xs", "ws"]}
+    return {
+        "xs": torch.empty(T, hs, dtype=dt, device=device).normal_(),
+        "ws": torch.empty(V, hs, dtype=dt, device=device).normal_(0.0, hs**-0.5),
+        "xt": torch.empty(T, ht, dtype=dt, device=device).normal_(),
+        "wt": torch.empty(V, ht, dtype=dt, device=device).normal_(0.0, 2.0 * ht**-0.5),
+        "labels": labels(),
+        "leaves": ["xs", "ws"],
+    }
 
 
 _COMPILED = {}
@@ -313,20 +397,35 @@ def make_call(impl, s, args, torch):
             from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
         else:
             from distil.torch import LigerFusedLinearJSDLoss
+
             extra = {"return_entropy": impl == "distil-entropy"}
-        m = LigerFusedLinearJSDLoss(weight_hard_loss=s["weight_hard"],
-                                    weight_soft_loss=s["weight_soft"], beta=s["beta"],
-                                    ignore_index=IGNORE, temperature=s["temperature"],
-                                    compiled=bool(args.liger_compiled),
-                                    chunk_size=s["chunk_rows"] or 1024, **extra)
+        m = LigerFusedLinearJSDLoss(
+            weight_hard_loss=s["weight_hard"],
+            weight_soft_loss=s["weight_soft"],
+            beta=s["beta"],
+            ignore_index=IGNORE,
+            temperature=s["temperature"],
+            compiled=bool(args.liger_compiled),
+            chunk_size=s["chunk_rows"] or 1024,
+            **extra,
+        )
         first = (lambda out: out[0]) if impl == "distil-entropy" else (lambda out: out)
         # --soft-only: no labels (every row counts); Liger takes its (all valid) labels
         lab = (lambda st: None) if args.soft_only and impl != "liger" else (lambda st: st["labels"])
         return lambda st: first(m(st["xs"], st["ws"], st["xt"], st["wt"], lab(st)))
     f = compiled(fused_eager) if impl == "compile" else fused_eager
     lab = (lambda st: None) if args.soft_only else (lambda st: st["labels"])
-    return lambda st: f(st["xs"], st["ws"], st["xt"], st["wt"], lab(st), s["weight_hard"],
-                        s["weight_soft"], s["beta"], s["temperature"])
+    return lambda st: f(
+        st["xs"],
+        st["ws"],
+        st["xt"],
+        st["wt"],
+        lab(st),
+        s["weight_hard"],
+        s["weight_soft"],
+        s["beta"],
+        s["temperature"],
+    )
 
 
 def trl_kernel():
@@ -339,8 +438,11 @@ def trl_kernel():
         import contextlib
         import types
 
-        print(f"baselines.py: trl's trainer utilities do not import ({e}): the kernel without "
-              "its ZeRO-3 helper", file=sys.stderr)
+        print(
+            f"baselines.py: trl's trainer utilities do not import ({e}): the kernel without "
+            "its ZeRO-3 helper",
+            file=sys.stderr,
+        )
         stub = types.ModuleType("trl.trainer.utils")
         stub.maybe_gather_lm_head_ctx = lambda *params: contextlib.nullcontext()
         sys.modules["trl.trainer.utils"] = stub
@@ -357,15 +459,16 @@ def trl_call(s, torch):
         raise ValueError("trl: TRL's kernel has no hard CE: run it with --soft-only 1")
 
     def call(st):
-        div, _entropy = ChunkedDivergenceFunction.apply(st["xs"], st["ws"], None, st["xt"],
-                                                        st["wt"], None, s["beta"],
-                                                        s["temperature"])
+        div, _entropy = ChunkedDivergenceFunction.apply(
+            st["xs"], st["ws"], None, st["xt"], st["wt"], None, s["beta"], s["temperature"]
+        )
         return div.sum() / st["xs"].shape[0]
 
     return call
 
 
 # ---------------------------------------------------------------- timing
+
 
 def percentile(v, q):
     v = sorted(v)
@@ -398,8 +501,9 @@ def time_mode(call, sets, full, args, torch, cuda, warmup):
         clear_grads(sets)
         once(i)
     ms, i, start = [], 0, time.perf_counter()
-    while len(ms) < args.max_reps and (len(ms) < args.reps or
-                                       time.perf_counter() - start < args.min_time):
+    while len(ms) < args.max_reps and (
+        len(ms) < args.reps or time.perf_counter() - start < args.min_time
+    ):
         clear_grads(sets)
         if cuda:
             n = args.calls_per_sample
@@ -423,6 +527,7 @@ def time_mode(call, sets, full, args, torch, cuda, warmup):
 
 # ---------------------------------------------------------------- one point
 
+
 def device_name(args, torch):
     if args.device == "cuda":
         return torch.cuda.get_device_name()
@@ -444,14 +549,22 @@ def new_row(impl, s, mode, dev):
     r = dict.fromkeys(FIELDS)
     r.update({k: v for k, v in s.items() if k in r})
     # distil's Python package is "python": results_table.py shows it as distil-python.
-    names = {"liger": "liger", "distil": "python", "distil-entropy": "python-entropy",
-             "trl": "trl"}
-    r.update(backend=names.get(impl, "torch-" + impl), device=dev, mode=mode,
-             status="ok", message="", batch=1, timing="none", mem_kind="none",
-             workspace_bytes=0)
+    names = {"liger": "liger", "distil": "python", "distil-entropy": "python-entropy", "trl": "trl"}
+    r.update(
+        backend=names.get(impl, "torch-" + impl),
+        device=dev,
+        mode=mode,
+        status="ok",
+        message="",
+        batch=1,
+        timing="none",
+        mem_kind="none",
+        workspace_bytes=0,
+    )
     if s["workload"] == "jsd":
-        r.update(Hs=None, Ht=None, temperature=None, weight_hard=None, weight_soft=None,
-                 chunk_rows=None)
+        r.update(
+            Hs=None, Ht=None, temperature=None, weight_hard=None, weight_soft=None, chunk_rows=None
+        )
     r["bytes"], r["flops"] = work_of(s, mode == "full")
     if impl == "compile":
         r["message"] = f"torch.compile(dynamic={bool(ARGS.compile_dynamic)})"
@@ -475,6 +588,7 @@ def liger_version():
 def package_version(name):
     try:
         from importlib.metadata import version
+
         return version(name)
     except Exception:
         return "unknown version"
@@ -496,15 +610,23 @@ def measure(r, call, sets, s, args, torch):
     extra = output_bytes(s, full)
     if cuda:
         working = torch.cuda.max_memory_allocated() - before - extra
-        r.update(mem_bytes=set_bytes(s) + extra + working,
-                 mem_kind="inputs+outputs+working (torch peak allocated)")
+        r.update(
+            mem_bytes=set_bytes(s) + extra + working,
+            mem_kind="inputs+outputs+working (torch peak allocated)",
+        )
     else:
         peak = max_rss_bytes()
         working = peak - before - extra
         r.update(mem_bytes=peak, mem_kind="peak-rss")
-    r.update(working_bytes=max(0.0, working), loss=loss, reps=len(ms),
-             timing="cuda-events" if cuda else "host-sync", ms_median=percentile(ms, 0.5),
-             ms_p20=percentile(ms, 0.2), ms_p80=percentile(ms, 0.8))
+    r.update(
+        working_bytes=max(0.0, working),
+        loss=loss,
+        reps=len(ms),
+        timing="cuda-events" if cuda else "host-sync",
+        ms_median=percentile(ms, 0.5),
+        ms_p20=percentile(ms, 0.2),
+        ms_p80=percentile(ms, 0.8),
+    )
     r["ms_sync_median"] = r["ms_median"]
 
 
@@ -535,9 +657,12 @@ def run_point(impl, s, modes, args, torch):
 
 def fail(r, e):
     oom = "out of memory" in str(e).lower() or isinstance(e, MemoryError)
-    r.update(status="out of memory" if oom else "error",
-             message=(type(e).__name__ + ": " + str(e).splitlines()[0])[:200] if str(e) else
-             type(e).__name__)
+    r.update(
+        status="out of memory" if oom else "error",
+        message=(type(e).__name__ + ": " + str(e).splitlines()[0])[:200]
+        if str(e)
+        else type(e).__name__,
+    )
 
 
 def release(args, torch):
@@ -561,17 +686,27 @@ def run_isolated(impl, s, mode, args, argv):
 
 # ---------------------------------------------------------------- floors and output
 
+
 def floor_rates(args, dev, dtype):
     """(bw TB/s, GEMM TFLOP/s, source) as distil-bench's bench_floor.c."""
     bw, tf, src = 0.0, 0.0, "unknown (give --peak-bw-tbs, --peak-tflops or --floor-from)"
     if "H200" in dev:
-        bw, tf, src = 4.28, 67.0 if dtype == "f32" else 790.0, "H200 defaults (docs/DESIGN.md; fp32 datasheet)"
+        bw, tf, src = (
+            4.28,
+            67.0 if dtype == "f32" else 790.0,
+            "H200 defaults (docs/DESIGN.md; fp32 datasheet)",
+        )
     if args.floor_from:
         with open(args.floor_from) as f:
             for r in json.load(f)["results"]:
                 if r.get("peak_bw_tbs") and r.get("dtype") == dtype:
                     bw, tf = r["peak_bw_tbs"], r.get("peak_tflops") or 0.0
-                    src = r.get("floor_source", "") + " (from " + os.path.basename(args.floor_from) + ")"
+                    src = (
+                        r.get("floor_source", "")
+                        + " (from "
+                        + os.path.basename(args.floor_from)
+                        + ")"
+                    )
                     break
     if args.peak_bw_tbs or args.peak_tflops:
         bw, tf, src = args.peak_bw_tbs or bw, args.peak_tflops or tf, "flags"
@@ -591,33 +726,51 @@ def finish_row(r, args):
         r["eff_tflops"] = r["flops"] / sec / 1e12 if r["flops"] else None
         r["floor_ratio"] = r["ms_median"] / r["floor_ms"] if r["floor_ms"] else None
     else:
-        for k in ("ms_median", "ms_p20", "ms_p80", "ms_sync_median", "mem_bytes",
-                  "working_bytes", "workspace_bytes", "loss"):
+        for k in (
+            "ms_median",
+            "ms_p20",
+            "ms_p80",
+            "ms_sync_median",
+            "mem_bytes",
+            "working_bytes",
+            "workspace_bytes",
+            "loss",
+        ):
             r[k] = None
 
 
 def size_str(b):
     if b is None:
         return "-"
-    return f"{b / 1e9:.2f} GB" if b >= 1e9 else (f"{b / 1e6:.1f} MB" if b >= 1e6 else f"{b / 1e3:.0f} kB")
+    return (
+        f"{b / 1e9:.2f} GB"
+        if b >= 1e9
+        else (f"{b / 1e6:.1f} MB" if b >= 1e6 else f"{b / 1e3:.0f} kB")
+    )
 
 
 def print_header():
-    print(f"{'work':<5} {'mode':<7} {'backend':<13} {'type':<4} {'T':>6} {'V':>7} {'ms(med)':>10} "
-          f"{'[p20 .. p80]':>21} {'rate':>9} {'xfloor':>7} {'memory':>10} {'working':>10}")
+    print(
+        f"{'work':<5} {'mode':<7} {'backend':<13} {'type':<4} {'T':>6} {'V':>7} {'ms(med)':>10} "
+        f"{'[p20 .. p80]':>21} {'rate':>9} {'xfloor':>7} {'memory':>10} {'working':>10}"
+    )
 
 
 def print_row(r):
-    head = (f"{r['workload']:<5} {r['mode']:<7} {r['backend']:<13} {r['dtype']:<4} {r['T']:>6} "
-            f"{r['V']:>7} ")
+    head = (
+        f"{r['workload']:<5} {r['mode']:<7} {r['backend']:<13} {r['dtype']:<4} {r['T']:>6} "
+        f"{r['V']:>7} "
+    )
     if r["status"] != "ok":
         print(head + f"{r['status']}: {r['message']}", flush=True)
         return
     rate = f"{r['eff_tflops']:5.2f} TF" if r["flops"] else f"{r['eff_tbs']:5.2f} TB"
     ratio = f"{r['floor_ratio']:.2f}" if r["floor_ratio"] else "-"
-    print(head + f"{r['ms_median']:10.3f} [{r['ms_p20']:8.3f} .. {r['ms_p80']:8.3f}] {rate:>9} "
-          f"{ratio:>7} {size_str(r['mem_bytes']):>10} {size_str(r['working_bytes']):>10}",
-          flush=True)
+    print(
+        head + f"{r['ms_median']:10.3f} [{r['ms_p20']:8.3f} .. {r['ms_p80']:8.3f}] {rate:>9} "
+        f"{ratio:>7} {size_str(r['mem_bytes']):>10} {size_str(r['working_bytes']):>10}",
+        flush=True,
+    )
 
 
 def csv_value(v):
@@ -630,14 +783,23 @@ def csv_value(v):
 
 def write_files(args, rows, torch, argv):
     if args.json:
-        head = {"schema": "distil-bench/1", "tool": "baselines.py", "version": torch.__version__,
-                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "host": socket.gethostname(),
-                "command": " ".join(["bench/python/baselines.py"] + argv),
-                "protocol": {"warmup": args.warmup, "min_reps": args.reps,
-                             "max_reps": args.max_reps, "min_time_s": args.min_time,
-                             "cache_mb": args.cache_mb, "max_sets": args.sets},
-                "results": rows}
+        head = {
+            "schema": "distil-bench/1",
+            "tool": "baselines.py",
+            "version": torch.__version__,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "host": socket.gethostname(),
+            "command": " ".join(["bench/python/baselines.py"] + argv),
+            "protocol": {
+                "warmup": args.warmup,
+                "min_reps": args.reps,
+                "max_reps": args.max_reps,
+                "min_time_s": args.min_time,
+                "cache_mb": args.cache_mb,
+                "max_sets": args.sets,
+            },
+            "results": rows,
+        }
         with open(args.json + ".tmp", "w") as f:
             json.dump(head, f, indent=1)
             f.write("\n")
@@ -670,14 +832,18 @@ def point_child(args, torch):
 def sweep(args, torch, argv):
     jsd, jsd_t, fused, fused_t = resolve(args, torch)
     modes = ["forward", "full"] if args.mode == "all" else [args.mode]
-    bases = [(b, ts) for b, ts in ((jsd, jsd_t), (fused, fused_t))
-             if args.workload in ("all", b["workload"])]
+    bases = [
+        (b, ts)
+        for b, ts in ((jsd, jsd_t), (fused, fused_t))
+        if args.workload in ("all", b["workload"])
+    ]
     impls = list(args.impls)
     if "liger" in impls and liger_usable(args):
         print(f"baselines.py: skipping liger: {liger_usable(args)}", file=sys.stderr)
         impls.remove("liger")
-    total = sum(len(ts) for i in impls for b, ts in bases
-                if i not in FUSED_ONLY or b["workload"] == "fused") * len(modes)
+    total = sum(
+        len(ts) for i in impls for b, ts in bases if i not in FUSED_ONLY or b["workload"] == "fused"
+    ) * len(modes)
     rows, t0, tty = [], time.perf_counter(), sys.stderr.isatty()
     print_header()
     for impl in impls:
@@ -687,9 +853,13 @@ def sweep(args, torch, argv):
             for T in ts:
                 s = dict(base, T=T)
                 if not args.quiet:
-                    print(f"{chr(13) + chr(27) + '[K' if tty else ''}[{len(rows)}/{total} done, "
-                          f"{time.perf_counter() - t0:.0f}s] {impl} {s['workload']} T={T} ...",
-                          end="" if tty else "\n", file=sys.stderr, flush=True)
+                    print(
+                        f"{chr(13) + chr(27) + '[K' if tty else ''}[{len(rows)}/{total} done, "
+                        f"{time.perf_counter() - t0:.0f}s] {impl} {s['workload']} T={T} ...",
+                        end="" if tty else "\n",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 if args.device == "cpu" and args.isolate:
                     new = [r for m in modes for r in run_isolated(impl, s, m, args, argv)]
                 else:
@@ -715,6 +885,7 @@ def main(argv):
     global ARGS
     args = ARGS = parse_args(argv)
     import torch
+
     if args._point:
         resolve(args, torch)
         point_child(args, torch)

@@ -27,6 +27,7 @@ Each row is the median host time over --calls calls, the least such median over 
 interleaved rounds (the machine may be shared); on cuda the queue is drained every 16 calls
 (untimed), so that a full launch queue never makes the host wait for the GPU.
 """
+
 import argparse
 import ctypes
 import json
@@ -58,6 +59,7 @@ def _median_us(fn, calls, drain):
 
 def _fwd_bwd(forward, params):
     """A timer body: forward, then backward, each timed; gradients dropped untimed."""
+
     def body():
         for p in params:
             p.grad = None
@@ -66,8 +68,12 @@ def _fwd_bwd(forward, params):
         t1 = clock()
         loss.backward()
         t2 = clock()
-        return {"forward": (t1 - t0) * 1e6, "backward": (t2 - t1) * 1e6,
-                "fwd + bwd": (t2 - t0) * 1e6}
+        return {
+            "forward": (t1 - t0) * 1e6,
+            "backward": (t2 - t1) * 1e6,
+            "fwd + bwd": (t2 - t0) * 1e6,
+        }
+
     return body
 
 
@@ -102,6 +108,7 @@ def _stubbed(entry, fn):
     """fn with distil's `entry` (a name in distil._lib.lib) replaced by a C function that ignores
     its arguments and returns 0 (getuid as root, else sched_yield), restored after each call."""
     from distil import _lib
+
     real = getattr(_lib.lib, entry)
     stub = ctypes.CDLL(None)["getuid" if os.getuid() == 0 else "sched_yield"]
     stub.argtypes, stub.restype = real.argtypes, real.restype
@@ -112,6 +119,7 @@ def _stubbed(entry, fn):
             fn()
         finally:
             setattr(_lib.lib, entry, real)
+
     return body
 
 
@@ -141,21 +149,24 @@ def jsd_rows(device):
 
     def op_kernel():
         _ops.jsd_call(tensors, opts, True, _ops._out)
+
     return {
         "C call": c_call,
-        "C scale": lambda: _calls.run_scale(ctx, grad.data_ptr(), _lib.F32, grad.numel(),
-                                            one.data_ptr()),
+        "C scale": lambda: _calls.run_scale(
+            ctx, grad.data_ptr(), _lib.F32, grad.numel(), one.data_ptr()
+        ),
         "op kernel": op_kernel,
         "custom op (dispatcher) fwd + bwd": _fwd_bwd(
-            lambda: _ops.jsd_op(x, y, None, None, **opts.op_kwargs(), want_grad=True)[0], [x]),
-        "eager op fwd + bwd": _fwd_bwd(
-            lambda: _ops.jsd(_ops.JsdTensors(x, y), opts, True), [x]),
+            lambda: _ops.jsd_op(x, y, None, None, **opts.op_kwargs(), want_grad=True)[0], [x]
+        ),
+        "eager op fwd + bwd": _fwd_bwd(lambda: _ops.jsd(_ops.JsdTensors(x, y), opts, True), [x]),
         "public": _fwd_bwd(lambda: module(x, y), [x]),
         "public forward alone": lambda: module(x, y),
         "stubbed: C call": _stubbed("distil_jsd", c_call),
         "stubbed: public forward alone": _stubbed("distil_jsd", lambda: module(x, y)),
-        "torch floor (Function, one saved tensor) fwd + bwd": _fwd_bwd(lambda: _Floor.apply(x),
-                                                                      [x]),
+        "torch floor (Function, one saved tensor) fwd + bwd": _fwd_bwd(
+            lambda: _Floor.apply(x), [x]
+        ),
     }
 
 
@@ -180,8 +191,19 @@ def fused_rows(device):
     gx, gw = torch.empty_like(d[0]), torch.empty_like(d[1])
     one = torch.ones((), device=device)
     module = dt.FusedLinearJSDLoss()
-    ptrs = _calls.FusedAddrs(d[0].data_ptr(), d[1].data_ptr(), 0, xt.data_ptr(), wt.data_ptr(),
-                             0, lab.data_ptr(), parts.data_ptr(), gx.data_ptr(), gw.data_ptr(), 0)
+    ptrs = _calls.FusedAddrs(
+        d[0].data_ptr(),
+        d[1].data_ptr(),
+        0,
+        xt.data_ptr(),
+        wt.data_ptr(),
+        0,
+        lab.data_ptr(),
+        parts.data_ptr(),
+        gx.data_ptr(),
+        gw.data_ptr(),
+        0,
+    )
     op_tensors = _ops.FusedTensors(d[0], d[1], None, xt, wt, None, lab)
 
     keep = (work, parts, gx, gw, xt, wt, lab)  # ptrs holds bare addresses: keep their tensors
@@ -193,49 +215,61 @@ def fused_rows(device):
     eager_want = _options.FusedOutputs(True, True, False, parts=False)
 
     def eager():
-        return _ops.fused(_ops.FusedTensors(xs, ws, None, xt, wt, None, lab), opts,
-                          eager_want)[0]
+        return _ops.fused(_ops.FusedTensors(xs, ws, None, xt, wt, None, lab), opts, eager_want)[0]
+
     return {
         "C call": lambda: _calls.run_fused(ctx, plan, keep[0].data_ptr(), ptrs),
         "C scale": scales,
         "op kernel": lambda: _ops.fused_call(op_tensors, opts, want, _ops._out),
         "custom op (dispatcher) fwd + bwd": _fwd_bwd(
-            lambda: _ops.fused_op(xs, ws, None, xt, wt, None, lab, None, None,
-                                  **opts.op_kwargs(), **want.op_kwargs())[0][0], [xs, ws]),
+            lambda: _ops.fused_op(
+                xs, ws, None, xt, wt, None, lab, None, None, **opts.op_kwargs(), **want.op_kwargs()
+            )[0][0],
+            [xs, ws],
+        ),
         "eager op fwd + bwd": _fwd_bwd(eager, [xs, ws]),
         "public": _fwd_bwd(lambda: module(xs, ws, xt, wt, lab), [xs, ws]),
         "public forward alone": lambda: module(xs, ws, xt, wt, lab),
-        "stubbed: C call": _stubbed("distil_fused_linear_jsd", lambda: _calls.run_fused(
-            ctx, plan, keep[0].data_ptr(), ptrs)),
-        "stubbed: public forward alone": _stubbed("distil_fused_linear_jsd",
-                                                  lambda: module(xs, ws, xt, wt, lab)),
-        "torch floor forward (Function, loss + 2 gradients allocated)":
-            lambda: _FloorGrads.apply(xs, ws),
+        "stubbed: C call": _stubbed(
+            "distil_fused_linear_jsd", lambda: _calls.run_fused(ctx, plan, keep[0].data_ptr(), ptrs)
+        ),
+        "stubbed: public forward alone": _stubbed(
+            "distil_fused_linear_jsd", lambda: module(xs, ws, xt, wt, lab)
+        ),
+        "torch floor forward (Function, loss + 2 gradients allocated)": lambda: _FloorGrads.apply(
+            xs, ws
+        ),
     }
 
 
 def measure(rows, calls, rounds, drain):
     """{row: µs}: each row's least median over the rounds (rows interleaved per round)."""
     best = {}
-    for name, fn in rows.items():  # warm-up: plans, contexts, allocator blocks
+    for fn in rows.values():  # warm-up: plans, contexts, allocator blocks
         for _ in range(50):
             fn()
     for _ in range(rounds):
         for name, fn in rows.items():
             for part, us in _median_us(fn, calls, drain).items():
                 key = f"{name} {part}".strip() if part else name
-                key = key.replace("fwd + bwd forward", "forward").replace(
-                    "fwd + bwd backward", "backward").replace("fwd + bwd fwd + bwd", "fwd + bwd")
+                key = (
+                    key.replace("fwd + bwd forward", "forward")
+                    .replace("fwd + bwd backward", "backward")
+                    .replace("fwd + bwd fwd + bwd", "fwd + bwd")
+                )
                 best[key] = min(best.get(key, float("inf")), us)
-    for key in [k for k in best if k.endswith((" forward", " backward")) and
-                not k.startswith("public")]:
+    for key in [
+        k for k in best if k.endswith((" forward", " backward")) and not k.startswith("public")
+    ]:
         del best[key]  # the lower layers' split is not interesting; their sum is
     best["overhead: forward alone - C call"] = best["public forward alone"] - best["C call"]
     best["overhead: forward - C call"] = best["public forward"] - best["C call"]
-    best["overhead, stubbed: forward alone - C call"] = (best["stubbed: public forward alone"] -
-                                                         best["stubbed: C call"])
-    best["overhead: fwd + bwd - C calls"] = (best["public fwd + bwd"] - best["C call"] -
-                                             best["C scale"])
+    best["overhead, stubbed: forward alone - C call"] = (
+        best["stubbed: public forward alone"] - best["stubbed: C call"]
+    )
+    best["overhead: fwd + bwd - C calls"] = (
+        best["public fwd + bwd"] - best["C call"] - best["C scale"]
+    )
     return best
 
 
@@ -245,9 +279,13 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--clock", choices=("wall", "thread"), default="wall",
-                    help="thread: this thread's CPU time, steadier on a shared machine (cpu "
-                    "tensors with OMP_NUM_THREADS=1 only: it misses other threads' work)")
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "thread"),
+        default="wall",
+        help="thread: this thread's CPU time, steadier on a shared machine (cpu "
+        "tensors with OMP_NUM_THREADS=1 only: it misses other threads' work)",
+    )
     ap.add_argument("--json")
     ap.add_argument("--T", type=int, default=T, help="rows (default %(default)s)")
     ap.add_argument("--V", type=int, default=V, help="vocabulary (default %(default)s)")
@@ -256,11 +294,17 @@ def main():
     T, V, HS, HT = args.T, args.V, args.hidden, args.hidden
     clock = time.thread_time if args.clock == "thread" else time.perf_counter
     drain = args.device == "cuda"
-    res = {"device": torch.cuda.get_device_name() if drain else "cpu", "torch": torch.__version__,
-           "shape": dict(T=T, V=V, Hs=HS, Ht=HT), "clock": args.clock}
-    print(f"# distil.torch host time per call on {res['device']} (torch {torch.__version__}), "
-          f"T {T}, V {V}, fused Hs = Ht = {HS} bf16; least median of {args.rounds} x "
-          f"{args.calls} calls, {args.clock} clock\n")
+    res = {
+        "device": torch.cuda.get_device_name() if drain else "cpu",
+        "torch": torch.__version__,
+        "shape": dict(T=T, V=V, Hs=HS, Ht=HT),
+        "clock": args.clock,
+    }
+    print(
+        f"# distil.torch host time per call on {res['device']} (torch {torch.__version__}), "
+        f"T {T}, V {V}, fused Hs = Ht = {HS} bf16; least median of {args.rounds} x "
+        f"{args.calls} calls, {args.clock} clock\n"
+    )
     for loss, rows in (("JSD", jsd_rows), ("FusedLinearJSDLoss", fused_rows)):
         res[loss] = measure(rows(args.device), args.calls, args.rounds, drain)
         print(f"| {loss} | µs |\n|---|---|")

@@ -114,9 +114,7 @@ def point(t, vocab, queue, reps, sets, profile=False):
             out["profile"] = {name: profiled(fn, queue) for name, fn in variants}
         except Exception as e:  # a profiler that cannot run here: the timings still print
             print(f"torch_gap.py: torch.profiler failed: {e!r}")
-    del grad, work, pairs
-    torch.cuda.empty_cache()
-    return out
+    return out  # its buffers go with its closures; the caller empties torch's cache
 
 
 def profiled(fn, queue):
@@ -174,7 +172,10 @@ def main():
     if not torch.cuda.is_available():
         print("torch_gap.py: no CUDA device; nothing measured")
         return
-    rows = [point(int(t), a.V, a.queue, a.reps, a.sets, a.profile) for t in a.T.split(",")]
+    rows = []
+    for t in a.T.split(","):
+        rows.append(point(int(t), a.V, a.queue, a.reps, a.sets, a.profile))
+        torch.cuda.empty_cache()  # the point's buffers, freed with it
     print(
         "| T | C call (ms) | C call, fresh gradient | distil.torch forward | + backward | "
         "forward / C | backward / C |\n|---|---|---|---|---|---|---|"

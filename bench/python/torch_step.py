@@ -137,7 +137,7 @@ def main():
         "torch": torch.__version__,
         "overhead_us": overhead(device),
         "step": {},
-        "step_shape": dict(zip(("batch", "seq", "vocab"), shape)),
+        "step_shape": dict(zip(("batch", "seq", "vocab"), shape, strict=False)),
     }
     print(f"# distil inside PyTorch on {res['device']} (torch {torch.__version__})\n")
     print("| call (host time, median) | µs |\n|---|---|")

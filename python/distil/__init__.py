@@ -16,8 +16,19 @@ import collections
 from . import _calls, _check, _context, _dlpack, _errors, _lib, _options
 from ._errors import Error, InvalidArgument, InvalidLabel, NotAvailable, OutOfMemory
 
-__all__ = ["jsd", "fused_linear_jsd", "FusedResult", "backends", "version", "library_path",
-           "Error", "InvalidArgument", "InvalidLabel", "OutOfMemory", "NotAvailable"]
+__all__ = [
+    "jsd",
+    "fused_linear_jsd",
+    "FusedResult",
+    "backends",
+    "version",
+    "library_path",
+    "Error",
+    "InvalidArgument",
+    "InvalidLabel",
+    "OutOfMemory",
+    "NotAvailable",
+]
 __version__ = _lib.lib.distil_version_string().decode()
 
 
@@ -43,8 +54,9 @@ def backends() -> dict:
 
 
 FusedResult = collections.namedtuple(
-    "FusedResult", "loss hard_loss soft_loss grad_student_hidden grad_student_weight "
-    "grad_student_bias")
+    "FusedResult",
+    "loss hard_loss soft_loss grad_student_hidden grad_student_weight grad_student_bias",
+)
 
 _BACKENDS = {_dlpack.KDL_CPU: "cpu", _dlpack.KDL_CUDA: "cuda", _dlpack.KDL_ROCM: "hip"}
 _LEGACY_STREAM = 1  # DLPack's name for CUDA's legacy default stream
@@ -59,9 +71,12 @@ def _namespace(a):
         return a.__array_namespace__()
     if type(a).__module__.split(".")[0] == "torch":
         import torch
+
         return torch
-    _fail(f"{type(a).__name__}: arrays need __array_namespace__ (the array API) or must be "
-          "torch tensors, so that results can be made in the same framework")
+    _fail(
+        f"{type(a).__name__}: arrays need __array_namespace__ (the array API) or must be "
+        "torch tensors, so that results can be made in the same framework"
+    )
 
 
 class _Call:
@@ -133,9 +148,19 @@ def _size(shape):
     return n
 
 
-
-def jsd(student_logp, teacher_logp, labels=None, *, beta=0.5, ignore_index=-100,
-        reduction="batchmean", grad=True, divergence="jsd", alpha=0.1, normaliser=None):
+def jsd(
+    student_logp,
+    teacher_logp,
+    labels=None,
+    *,
+    beta=0.5,
+    ignore_index=-100,
+    reduction="batchmean",
+    grad=True,
+    divergence="jsd",
+    alpha=0.1,
+    normaliser=None,
+):
     """Generalised JSD (docs/SPEC.md §1) of [T, V] log-probs: returns (loss, grad or None).
 
     divergence / alpha: a divergence of docs/SPEC.md §6 ("jsd", "forward_kl", "reverse_kl",
@@ -144,9 +169,15 @@ def jsd(student_logp, teacher_logp, labels=None, *, beta=0.5, ignore_index=-100,
     loss is fp32: a scalar, or [T] for reduction "none"; grad has the inputs' dtype.
     """
     fn = "jsd"
-    opts = _options.jsd_options(fn, divergence=divergence, beta=beta, alpha=alpha,
-                                ignore_index=ignore_index, reduction=reduction,
-                                normaliser=normaliser or None)
+    opts = _options.jsd_options(
+        fn,
+        divergence=divergence,
+        beta=beta,
+        alpha=alpha,
+        ignore_index=ignore_index,
+        reduction=reduction,
+        normaliser=normaliser or None,
+    )
     call = _Call(fn, student_logp)
     try:
         x = call.view("student_logp", student_logp)
@@ -159,19 +190,39 @@ def jsd(student_logp, teacher_logp, labels=None, *, beta=0.5, ignore_index=-100,
         g, g_addr = call.empty((rows, vocab), shape.dtype) if grad else (None, 0)
         plan = _calls.jsd_plan(call.ctx, shape, opts)
         ws = call.workspace(plan[1])
-        _calls.run_jsd(call.ctx, plan, ws, _calls.JsdAddrs(
-            call.addr(x), call.addr(y), call.addr(lab), loss_addr, g_addr))
+        _calls.run_jsd(
+            call.ctx,
+            plan,
+            ws,
+            _calls.JsdAddrs(call.addr(x), call.addr(y), call.addr(lab), loss_addr, g_addr),
+        )
         call.finish()
         return loss, g
     finally:
         call.release()
 
 
-def fused_linear_jsd(student_hidden, student_weight, teacher_hidden, teacher_weight,
-                     labels=None, *, student_bias=None, teacher_bias=None, weight_hard=0.5,
-                     weight_soft=0.5, beta=0.5, temperature=1.0, ignore_index=-100,
-                     chunk_rows=0, grads=True, divergence="jsd", alpha=0.1, normaliser=None,
-                     temperature_squared=False):
+def fused_linear_jsd(
+    student_hidden,
+    student_weight,
+    teacher_hidden,
+    teacher_weight,
+    labels=None,
+    *,
+    student_bias=None,
+    teacher_bias=None,
+    weight_hard=0.5,
+    weight_soft=0.5,
+    beta=0.5,
+    temperature=1.0,
+    ignore_index=-100,
+    chunk_rows=0,
+    grads=True,
+    divergence="jsd",
+    alpha=0.1,
+    normaliser=None,
+    temperature_squared=False,
+):
     """The fused linear distillation loss (docs/SPEC.md §2) on dense 2-D arrays.
 
     student_hidden [T, Hs], student_weight [V, Hs], teacher_hidden [T, Ht], teacher_weight
@@ -182,17 +233,30 @@ def fused_linear_jsd(student_hidden, student_weight, teacher_hidden, teacher_wei
     docs/SPEC.md §6 defines them.
     """
     fn = "fused_linear_jsd"
-    opts = _options.fused_options(fn, weight_hard=weight_hard, weight_soft=weight_soft,
-                                  beta=beta, temperature=temperature, ignore_index=ignore_index,
-                                  chunk_rows=chunk_rows, divergence=divergence, alpha=alpha,
-                                  normaliser=normaliser or None,
-                                  temperature_squared=temperature_squared)
+    opts = _options.fused_options(
+        fn,
+        weight_hard=weight_hard,
+        weight_soft=weight_soft,
+        beta=beta,
+        temperature=temperature,
+        ignore_index=ignore_index,
+        chunk_rows=chunk_rows,
+        divergence=divergence,
+        alpha=alpha,
+        normaliser=normaliser or None,
+        temperature_squared=temperature_squared,
+    )
     call = _Call(fn, student_hidden)
     try:
-        named = (("student_hidden", student_hidden), ("student_weight", student_weight),
-                 ("student_bias", student_bias), ("teacher_hidden", teacher_hidden),
-                 ("teacher_weight", teacher_weight), ("teacher_bias", teacher_bias),
-                 ("labels", labels))
+        named = (
+            ("student_hidden", student_hidden),
+            ("student_weight", student_weight),
+            ("student_bias", student_bias),
+            ("teacher_hidden", teacher_hidden),
+            ("teacher_weight", teacher_weight),
+            ("teacher_bias", teacher_bias),
+            ("labels", labels),
+        )
         ops = [call.view(n, a) for n, a in named]
         xs, ws, bs = ops[:3]
         shape = _check.fused(fn, *ops)
@@ -207,8 +271,9 @@ def fused_linear_jsd(student_hidden, student_weight, teacher_hidden, teacher_wei
         plan = _calls.fused_plan(call.ctx, shape, opts, outputs)
         work = call.workspace(plan[1])
         addrs = [call.addr(op) for op in ops]
-        _calls.run_fused(call.ctx, plan, work, _calls.FusedAddrs(
-            *addrs, p_addr, gx_addr, gw_addr, gb_addr))
+        _calls.run_fused(
+            call.ctx, plan, work, _calls.FusedAddrs(*addrs, p_addr, gx_addr, gw_addr, gb_addr)
+        )
         call.finish()
         return FusedResult(parts[0], parts[1], parts[2], gx, gw, gb)
     finally:

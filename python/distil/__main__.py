@@ -18,26 +18,33 @@ def _backend_reasons(backends):
     cuda_libs = _loader.cuda_libraries()
     if "cuda" not in backends:
         if cuda_libs:
-            reasons["cuda"] = "not loaded: " + "; ".join(
-                t for k, t in _loader.notes if k in ("cuda", "library")) or "see above"
+            reasons["cuda"] = (
+                "not loaded: " + "; ".join(t for k, t in _loader.notes if k in ("cuda", "library"))
+                or "see above"
+            )
         else:
-            reasons["cuda"] = (f"not compiled into {names} (a build without nvcc or with "
-                               "DISTIL_CUDA=OFF; docs/INSTALL.md)")
+            reasons["cuda"] = (
+                f"not compiled into {names} (a build without nvcc or with "
+                "DISTIL_CUDA=OFF; docs/INSTALL.md)"
+            )
     elif backends["cuda"] == 0:
         reasons["cuda"] = "no CUDA device visible (driver, CUDA_VISIBLE_DEVICES?)"
     if "opencl" not in backends:
         reasons["opencl"] = f"not compiled into {names}"
     elif backends["opencl"] == 0:
         loader = _loader.opencl_loader()
-        reasons["opencl"] = (f"{loader} loads but lists no device (no ICD: e.g. Debian's "
-                             "pocl-opencl-icd or a GPU vendor's)" if loader else
-                             "no OpenCL ICD loader (libOpenCL.so.1: e.g. Debian's "
-                             "ocl-icd-libopencl1)")
+        reasons["opencl"] = (
+            f"{loader} loads but lists no device (no ICD: e.g. Debian's "
+            "pocl-opencl-icd or a GPU vendor's)"
+            if loader
+            else "no OpenCL ICD loader (libOpenCL.so.1: e.g. Debian's ocl-icd-libopencl1)"
+        )
     return reasons
 
 
 def _loader_library():
     import distil
+
     return distil.library_path()
 
 

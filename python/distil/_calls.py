@@ -94,8 +94,9 @@ def jsd_plan(ctx, shape: _check.JsdShape, opts: _options.JsdOptions):
 _QUERY_HEAD = 16
 
 
-def fused_plan(ctx, shape: _check.FusedShape, opts: _options.FusedOptions,
-               outputs: _options.FusedOutputs):
+def fused_plan(
+    ctx, shape: _check.FusedShape, opts: _options.FusedOptions, outputs: _options.FusedOutputs
+):
     """(descriptor, workspace bytes) of distil_fused_linear_jsd for a checked shape, its
     options and what it writes (the loss parts [3] or the loss alone, gradients or none)."""
     key = ("fused", shape, opts, outputs.grads, outputs.parts)
@@ -108,8 +109,10 @@ def fused_plan(ctx, shape: _check.FusedShape, opts: _options.FusedOptions,
         d.dtype = shape.dtype
         d.teacher_vocab = shape.teacher_vocab
         d.grad_weight_fp32 = 1 if shape.grad_weight_fp32 else 0
-        d.student_weight_hidden, d.teacher_weight_hidden = shape.student_hidden, \
-            shape.teacher_hidden
+        d.student_weight_hidden, d.teacher_weight_hidden = (
+            shape.student_hidden,
+            shape.teacher_hidden,
+        )
         _fill_fused(d, opts)
         d.return_parts = 1 if outputs.parts else 0
         n = ctypes.c_size_t()
@@ -117,8 +120,11 @@ def fused_plan(ctx, shape: _check.FusedShape, opts: _options.FusedOptions,
         if shape.head_bytes:  # the query reads the head's presence and size, never its memory
             d.teacher_weight_e4m3, d.teacher_weight_e4m3_bytes = _QUERY_HEAD, shape.head_bytes
         try:
-            ctx.check(_lib.lib.distil_fused_linear_jsd_workspace_size(
-                ctx.handle, ctypes.byref(d), 1 if outputs.grads else 0, ctypes.byref(n)))
+            ctx.check(
+                _lib.lib.distil_fused_linear_jsd_workspace_size(
+                    ctx.handle, ctypes.byref(d), 1 if outputs.grads else 0, ctypes.byref(n)
+                )
+            )
         finally:
             d.teacher_weight_e4m3 = None  # a per-call field (run_fused)
         d.ref = ctypes.byref(d)  # made once: the descriptor is passed by reference every call
@@ -150,8 +156,11 @@ def _lend(ctx, workspace, nbytes):
     """
     want = (workspace, nbytes) if nbytes and workspace else None
     if want != ctx.lent:
-        status = (_lib.lib.distil_ctx_set_workspace(ctx.handle, workspace, nbytes) if want
-                  else _lib.lib.distil_ctx_set_workspace(ctx.handle, None, 0))
+        status = (
+            _lib.lib.distil_ctx_set_workspace(ctx.handle, workspace, nbytes)
+            if want
+            else _lib.lib.distil_ctx_set_workspace(ctx.handle, None, 0)
+        )
         ctx.lent = None
         if status:
             ctx.check(status)
@@ -171,8 +180,9 @@ def run_jsd(ctx, plan, workspace, addrs: JsdAddrs):
     desc, nbytes = plan
     _lend(ctx, workspace, nbytes)
     _normaliser_on(desc, addrs.normaliser)
-    status = _lib.lib.distil_jsd(ctx.handle, desc.ref, addrs.student, addrs.teacher,
-                                 addrs.labels, addrs.loss, addrs.grad)
+    status = _lib.lib.distil_jsd(
+        ctx.handle, desc.ref, addrs.student, addrs.teacher, addrs.labels, addrs.loss, addrs.grad
+    )
     if status:
         ctx.check(status)
 

@@ -9,7 +9,7 @@ the call's other operands by one function per loss. Each failure is distil.Inval
 naming the argument. These functions make no library call, so a traced caller may run them.
 """
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from . import _errors, _lib
 
@@ -55,14 +55,16 @@ def _fail(message):
     raise _errors.invalid(message)
 
 
-def float_dtype(fn, op: Operand, dtype: Optional[str] = None):
+def float_dtype(fn, op: Operand, dtype: str | None = None):
     """op's dtype is one distil computes in (and `dtype` when given); complex and integer
     arrays are refused by name, never converted."""
     if op.dtype not in FLOATS:
         _fail(f"{fn}: {op.name}: dtype {op.dtype} is not float32, bfloat16 or float16")
     if dtype is not None and op.dtype != dtype:
-        _fail(f"{fn}: {op.name} is {op.dtype} but the inputs are {dtype} (one dtype for every "
-              "float input)")
+        _fail(
+            f"{fn}: {op.name} is {op.dtype} but the inputs are {dtype} (one dtype for every "
+            "float input)"
+        )
 
 
 def same_device(fn, first: Operand, ops):
@@ -84,13 +86,18 @@ def matrix(fn, op: Operand) -> int:
     rows, cols = op.shape
     srow, scol = op.strides
     if cols > 1 and scol != 1:
-        _fail(f"{fn}: {op.name}: its last dimension must be contiguous (stride {scol}); "
-              "make it contiguous")
+        _fail(
+            f"{fn}: {op.name}: its last dimension must be contiguous (stride {scol}); "
+            "make it contiguous"
+        )
     if rows <= 1:
         return cols
     if srow < cols:
-        why = "0 (an expanded or broadcast array)" if srow == 0 else (
-            f"{srow} < {cols} (overlapping rows)" if srow > 0 else f"{srow} (negative)")
+        why = (
+            "0 (an expanded or broadcast array)"
+            if srow == 0
+            else (f"{srow} < {cols} (overlapping rows)" if srow > 0 else f"{srow} (negative)")
+        )
         _fail(f"{fn}: {op.name}: row stride {why}; make it contiguous")
     return srow
 
@@ -98,14 +105,16 @@ def matrix(fn, op: Operand) -> int:
 def dense(fn, op: Operand):
     """op is C-contiguous (dimensions of size 1 have any stride)."""
     want = 1
-    for n, s in zip(reversed(op.shape), reversed(op.strides)):
+    for n, s in zip(reversed(op.shape), reversed(op.strides), strict=False):
         if n != 1 and s != want:
-            _fail(f"{fn}: {op.name} must be dense (C-contiguous), has strides {tuple(op.strides)}"
-                  f" for shape {tuple(op.shape)}")
+            _fail(
+                f"{fn}: {op.name} must be dense (C-contiguous), has strides {tuple(op.strides)}"
+                f" for shape {tuple(op.shape)}"
+            )
         want *= n
 
 
-def vector(fn, op: Optional[Operand], n: int, what: str):
+def vector(fn, op: Operand | None, n: int, what: str):
     """A 1-D dense op of n values (`what` says what n counts), or None."""
     if op is None:
         return
@@ -115,7 +124,7 @@ def vector(fn, op: Optional[Operand], n: int, what: str):
         _fail(f"{fn}: {op.name} must be dense, has stride {op.strides[0]}")
 
 
-def labels(fn, op: Optional[Operand], rows: int):
+def labels(fn, op: Operand | None, rows: int):
     """labels: int64 [rows] (dense) or None."""
     if op is None:
         return
@@ -133,7 +142,7 @@ def _vocab(fn, op: Operand) -> int:
     return op.shape[-1]
 
 
-def jsd(fn, x: Operand, y: Operand, lab: Optional[Operand]) -> JsdShape:
+def jsd(fn, x: Operand, y: Operand, lab: Operand | None) -> JsdShape:
     """The checked shape of a distil_jsd call on student log-probs x [T, V], teacher y [T, V]."""
     float_dtype(fn, x)
     float_dtype(fn, y, x.dtype)
@@ -146,8 +155,16 @@ def jsd(fn, x: Operand, y: Operand, lab: Optional[Operand]) -> JsdShape:
     return JsdShape(x.shape[0], x.shape[1], sx, sy, FLOATS[x.dtype])
 
 
-def fused(fn, xs: Operand, ws: Operand, bs: Optional[Operand], xt: Operand, wt: Operand,
-          bt: Optional[Operand], lab: Optional[Operand]) -> FusedShape:
+def fused(
+    fn,
+    xs: Operand,
+    ws: Operand,
+    bs: Operand | None,
+    xt: Operand,
+    wt: Operand,
+    bt: Operand | None,
+    lab: Operand | None,
+) -> FusedShape:
     """The checked shape of a fused call: xs [T, Hs], Ws [V, Hs], bs [V], xt [T, Ht],
     Wt [Vt, Ht], bt [Vt], labels [T]; every float operand dense and of one dtype (the heads'
     rounding to the activations' dtype is the caller's)."""
@@ -178,10 +195,15 @@ def fused(fn, xs: Operand, ws: Operand, bs: Optional[Operand], xt: Operand, wt: 
 def e4m3_head(fn, head: Operand, first: Operand) -> int:
     """A teacher head made once: 1-D uint8, dense, on first's device; its bytes (the library
     checks its size and header against the head's shape)."""
-    if head.dtype != "uint8" or len(head.shape) != 1 or (head.shape[0] > 1
-                                                          and head.strides[0] != 1):
-        _fail(f"{fn}: {head.name} must be the 1-D uint8 tensor of e4m3_head, not {head.dtype} "
-              f"{tuple(head.shape)}")
+    if (
+        head.dtype != "uint8"
+        or len(head.shape) != 1
+        or (head.shape[0] > 1 and head.strides[0] != 1)
+    ):
+        _fail(
+            f"{fn}: {head.name} must be the 1-D uint8 tensor of e4m3_head, not {head.dtype} "
+            f"{tuple(head.shape)}"
+        )
     if head.device != first.device:
         _fail(f"{fn}: {head.name} is on {head.device} but {first.name} on {first.device}")
     return head.shape[0]

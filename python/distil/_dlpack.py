@@ -21,17 +21,26 @@ class _DType(ctypes.Structure):
 
 
 class _Tensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _Device), ("ndim", ctypes.c_int32),
-                ("dtype", _DType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _Device),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
 
 
 class _Managed(ctypes.Structure):
     pass
 
 
-_Managed._fields_ = [("dl_tensor", _Tensor), ("manager_ctx", ctypes.c_void_p),
-                     ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(_Managed)))]
+_Managed._fields_ = [
+    ("dl_tensor", _Tensor),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(_Managed))),
+]
 
 _api = ctypes.pythonapi
 _api.PyCapsule_GetPointer.restype = ctypes.c_void_p
@@ -80,8 +89,9 @@ class View:
         capsule = _export(name, array, stream)
         if not _api.PyCapsule_IsValid(capsule, b"dltensor"):
             raise _errors.invalid(f"{name}: not a DLPack capsule")
-        self._managed = ctypes.cast(_api.PyCapsule_GetPointer(capsule, b"dltensor"),
-                                    ctypes.POINTER(_Managed))
+        self._managed = ctypes.cast(
+            _api.PyCapsule_GetPointer(capsule, b"dltensor"), ctypes.POINTER(_Managed)
+        )
         _api.PyCapsule_SetName(capsule, b"used_dltensor")
         self._capsule = capsule
         t = self._managed.contents.dl_tensor

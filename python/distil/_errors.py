@@ -40,10 +40,15 @@ _classes = {
 # check that fails while torch.compile traces must raise the same error, and Dynamo cannot
 # trace into ctypes); test_errors.py compares them with the library's.
 STATUS_NAMES = {
-    _lib.OK: "ok", _lib.ERR_INVALID_ARG: "invalid argument", _lib.ERR_UNSUPPORTED: "unsupported",
-    _lib.ERR_OUT_OF_MEMORY: "out of memory", _lib.ERR_BACKEND: "backend error",
-    _lib.ERR_NOT_AVAILABLE: "not available", _lib.ERR_INVALID_LABEL: "invalid label",
-    _lib.ERR_WORKSPACE: "workspace too small", _lib.ERR_VERSION: "version mismatch",
+    _lib.OK: "ok",
+    _lib.ERR_INVALID_ARG: "invalid argument",
+    _lib.ERR_UNSUPPORTED: "unsupported",
+    _lib.ERR_OUT_OF_MEMORY: "out of memory",
+    _lib.ERR_BACKEND: "backend error",
+    _lib.ERR_NOT_AVAILABLE: "not available",
+    _lib.ERR_INVALID_LABEL: "invalid label",
+    _lib.ERR_WORKSPACE: "workspace too small",
+    _lib.ERR_VERSION: "version mismatch",
     _lib.ERR_BUSY: "context busy",
 }
 

@@ -9,11 +9,9 @@ aims at. The library is found, in order, at ``$DISTIL_LIBRARY`` (a path to anoth
 
 import ctypes
 import os
-from ctypes import (POINTER, c_char_p, c_float, c_int, c_int64, c_long, c_size_t, c_uint,
-                    c_void_p)
+from ctypes import POINTER, c_char_p, c_float, c_int, c_int64, c_long, c_size_t, c_uint, c_void_p
 
 from . import _loader
-
 
 # Status codes of distil.h (pinned there forever).
 OK = 0
@@ -31,8 +29,14 @@ ERR_BUSY = 9
 F32, BF16, F16 = 0, 1, 2
 
 # distil_divergence (docs/SPEC.md §6) by the names the Python layers take.
-DIVERGENCES = {"jsd": 0, "forward_kl": 1, "reverse_kl": 2, "skew_kl": 3, "skew_reverse_kl": 4,
-               "tvd": 5}
+DIVERGENCES = {
+    "jsd": 0,
+    "forward_kl": 1,
+    "reverse_kl": 2,
+    "skew_kl": 3,
+    "skew_reverse_kl": 4,
+    "tvd": 5,
+}
 REDUCTIONS = {"batchmean": 0, "sum": 1, "none": 2}
 
 # DISTIL_STREAM_OWN: the context's own stream, (void *)(intptr_t)-1.
@@ -119,17 +123,23 @@ _prototypes = {
     "distil_malloc": (c_int, [c_void_p, c_size_t, POINTER(c_void_p)]),
     "distil_free": (None, [c_void_p, c_void_p]),
     "distil_jsd_desc_init": (None, [POINTER(JsdDesc)]),
-    "distil_jsd": (c_int, [c_void_p, POINTER(JsdDesc), c_void_p, c_void_p, c_void_p, c_void_p,
-                           c_void_p]),
+    "distil_jsd": (
+        c_int,
+        [c_void_p, POINTER(JsdDesc), c_void_p, c_void_p, c_void_p, c_void_p, c_void_p],
+    ),
     "distil_jsd_workspace_size": (c_int, [c_void_p, POINTER(JsdDesc), POINTER(c_size_t)]),
     "distil_fused_linear_jsd_desc_init": (None, [POINTER(FusedDesc)]),
     "distil_fused_linear_jsd": (c_int, [c_void_p, POINTER(FusedDesc)] + [c_void_p] * 11),
-    "distil_fused_linear_jsd_workspace_size": (c_int, [c_void_p, POINTER(FusedDesc), c_int,
-                                                       POINTER(c_size_t)]),
+    "distil_fused_linear_jsd_workspace_size": (
+        c_int,
+        [c_void_p, POINTER(FusedDesc), c_int, POINTER(c_size_t)],
+    ),
     "distil_scale": (c_int, [c_void_p, c_void_p, c_int, c_int64, c_void_p]),
     "distil_e4m3_head_size": (c_int, [c_void_p, c_int64, c_int64, POINTER(c_size_t)]),
-    "distil_e4m3_head_make": (c_int, [c_void_p, c_int, c_void_p, c_int64, c_int64, c_void_p,
-                                      c_size_t]),
+    "distil_e4m3_head_make": (
+        c_int,
+        [c_void_p, c_int, c_void_p, c_int64, c_int64, c_void_p, c_size_t],
+    ),
     "distil_debug_fail_allocations": (None, [c_long]),
     "distil_version_number": (c_uint, []),
 }
@@ -179,8 +189,11 @@ def load():
             continue
         lib.path = path
         return lib
-    hint = ("set DISTIL_LIBRARY to a libdistil.so, or reinstall with `pip install .`"
-            if "DISTIL_LIBRARY" not in os.environ else "check DISTIL_LIBRARY")
+    hint = (
+        "set DISTIL_LIBRARY to a libdistil.so, or reinstall with `pip install .`"
+        if "DISTIL_LIBRARY" not in os.environ
+        else "check DISTIL_LIBRARY"
+    )
     raise ImportError("distil: cannot load libdistil (" + "; ".join(errors) + "); " + hint)
 
 
@@ -194,8 +207,10 @@ def _check_structs():
     f = FusedDesc()
     lib.distil_fused_linear_jsd_desc_init(ctypes.byref(f))
     if d.struct_size != ctypes.sizeof(JsdDesc) or f.struct_size != ctypes.sizeof(FusedDesc):
-        raise ImportError(f"distil: {lib.path} was built from another distil.h than this "
-                          "package (descriptor sizes differ); rebuild it")
+        raise ImportError(
+            f"distil: {lib.path} was built from another distil.h than this "
+            "package (descriptor sizes differ); rebuild it"
+        )
 
 
 _check_structs()

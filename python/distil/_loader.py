@@ -68,8 +68,10 @@ def _cuda_choice(libs):
         return []
     major = int(version.split(".")[0])
     if major not in libs:
-        why = (f"torch is built for CUDA {version}; this package has libraries for {have} "
-               "only: the cuda backend is not loaded")
+        why = (
+            f"torch is built for CUDA {version}; this package has libraries for {have} "
+            "only: the cuda backend is not loaded"
+        )
         notes.append(("cuda", why))
         return []
     notes.append(("cuda", f"torch is built for CUDA {version}: libdistil_cuda{major}.so"))
@@ -137,8 +139,10 @@ def _cuda_text(v):
 def cuda_versions():
     """Lines on the CUDA libraries in this process (runtime, cuBLAS, driver)."""
     out = []
-    for lib, fn, what in (("libcudart.so", "cudaRuntimeGetVersion", "CUDA runtime"),
-                          ("libcuda.so", "cuDriverGetVersion", "CUDA driver")):
+    for lib, fn, what in (
+        ("libcudart.so", "cudaRuntimeGetVersion", "CUDA runtime"),
+        ("libcuda.so", "cuDriverGetVersion", "CUDA driver"),
+    ):
         path, v = _version_of(lib, fn)
         if path:
             out.append(f"{what} {_cuda_text(v)} ({path})")

@@ -34,8 +34,7 @@ def head_precision_code(fn, name):
     key = "default" if name is None else name
     code = HEAD_PRECISIONS.get(key) if isinstance(key, str) else None
     if code is None:
-        _fail(f"{fn}: teacher_head_precision {name!r} is not one of "
-              f"{', '.join(HEAD_PRECISIONS)}")
+        _fail(f"{fn}: teacher_head_precision {name!r} is not one of {', '.join(HEAD_PRECISIONS)}")
     return code
 
 
@@ -89,15 +88,28 @@ class JsdOptions:
         return dataclasses.asdict(self)
 
 
-def jsd_options(fn, *, divergence="jsd", beta=0.5, alpha=0.1, ignore_index=-100,
-                reduction="batchmean", normaliser=None) -> JsdOptions:
+def jsd_options(
+    fn,
+    *,
+    divergence="jsd",
+    beta=0.5,
+    alpha=0.1,
+    ignore_index=-100,
+    reduction="batchmean",
+    normaliser=None,
+) -> JsdOptions:
     """JsdOptions from the public arguments, each checked; normaliser None, a number > 0 (a
     tensor given per call is not an option: it travels with the tensors)."""
     if reduction not in _lib.REDUCTIONS:
         _fail(f"{fn}: reduction {reduction!r} is not one of {', '.join(_lib.REDUCTIONS)}")
-    return JsdOptions(divergence_code(fn, divergence), _number(fn, "beta", beta),
-                      _number(fn, "alpha", alpha), _integer(fn, "ignore_index", ignore_index),
-                      reduction, 0.0 if normaliser is None else host_normaliser(fn, normaliser))
+    return JsdOptions(
+        divergence_code(fn, divergence),
+        _number(fn, "beta", beta),
+        _number(fn, "alpha", alpha),
+        _integer(fn, "ignore_index", ignore_index),
+        reduction,
+        0.0 if normaliser is None else host_normaliser(fn, normaliser),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,27 +138,47 @@ class FusedOptions:
         return dataclasses.asdict(self)
 
 
-def fused_options(fn, *, weight_hard=0.5, weight_soft=0.5, beta=0.5, temperature=1.0,
-                  ignore_index=-100, chunk_rows=0, divergence="jsd", alpha=0.1, normaliser=None,
-                  temperature_squared=False, student_logit_scale=1.0, student_softcap=0.0,
-                  teacher_logit_scale=1.0, teacher_softcap=0.0, teacher_temperature=None,
-                  teacher_head_precision=None) -> FusedOptions:
+def fused_options(
+    fn,
+    *,
+    weight_hard=0.5,
+    weight_soft=0.5,
+    beta=0.5,
+    temperature=1.0,
+    ignore_index=-100,
+    chunk_rows=0,
+    divergence="jsd",
+    alpha=0.1,
+    normaliser=None,
+    temperature_squared=False,
+    student_logit_scale=1.0,
+    student_softcap=0.0,
+    teacher_logit_scale=1.0,
+    teacher_softcap=0.0,
+    teacher_temperature=None,
+    teacher_head_precision=None,
+) -> FusedOptions:
     """FusedOptions from the public arguments; the library checks the head options' ranges
     (and names the bad one), this checks what it cannot see or would truncate."""
     n = _number
     return FusedOptions(
-        n(fn, "weight_hard_loss", weight_hard), n(fn, "weight_soft_loss", weight_soft),
-        n(fn, "beta", beta), check_temperature(fn, temperature),
-        _integer(fn, "ignore_index", ignore_index), _integer(fn, "chunk_rows", chunk_rows),
-        divergence_code(fn, divergence), n(fn, "alpha", alpha),
+        n(fn, "weight_hard_loss", weight_hard),
+        n(fn, "weight_soft_loss", weight_soft),
+        n(fn, "beta", beta),
+        check_temperature(fn, temperature),
+        _integer(fn, "ignore_index", ignore_index),
+        _integer(fn, "chunk_rows", chunk_rows),
+        divergence_code(fn, divergence),
+        n(fn, "alpha", alpha),
         0.0 if normaliser is None else host_normaliser(fn, normaliser),
-        bool(temperature_squared), n(fn, "student_logit_scale", student_logit_scale),
+        bool(temperature_squared),
+        n(fn, "student_logit_scale", student_logit_scale),
         n(fn, "student_softcap", student_softcap),
         n(fn, "teacher_logit_scale", teacher_logit_scale),
         n(fn, "teacher_softcap", teacher_softcap),
-        0.0 if teacher_temperature is None else n(fn, "teacher_temperature",
-                                                  teacher_temperature),
-        head_precision_code(fn, teacher_head_precision))
+        0.0 if teacher_temperature is None else n(fn, "teacher_temperature", teacher_temperature),
+        head_precision_code(fn, teacher_head_precision),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,8 +204,9 @@ class FusedOutputs:
 
 def outputs_of(kwargs: dict) -> FusedOutputs:
     """FusedOutputs of an op's keywords (op_kwargs's inverse)."""
-    return FusedOutputs(**{f.name: kwargs["want_" + f.name]
-                           for f in dataclasses.fields(FusedOutputs)})
+    return FusedOutputs(
+        **{f.name: kwargs["want_" + f.name] for f in dataclasses.fields(FusedOutputs)}
+    )
 
 
 def fields_of(cls, kwargs: dict):

@@ -77,8 +77,10 @@ _prototypes = {
     "distil_topk_workspace_size": (c_int, [c_void_p, POINTER(TopkDesc), POINTER(c_size_t)]),
     "distil_fused_linear_topk_desc_init": (None, [POINTER(FusedTopkDesc)]),
     "distil_fused_linear_topk": (c_int, [c_void_p, POINTER(FusedTopkDesc)] + [c_void_p] * 10),
-    "distil_fused_linear_topk_workspace_size": (c_int, [c_void_p, POINTER(FusedTopkDesc), c_int,
-                                                        POINTER(c_size_t)]),
+    "distil_fused_linear_topk_workspace_size": (
+        c_int,
+        [c_void_p, POINTER(FusedTopkDesc), c_int, POINTER(c_size_t)],
+    ),
 }
 
 
@@ -88,15 +90,19 @@ def _declare():
         try:
             fn = getattr(lib, name)
         except AttributeError:
-            raise ImportError(f"distil: {lib.path} has no {name}: it was built from another "
-                              "distil.h than this package; rebuild it") from None
+            raise ImportError(
+                f"distil: {lib.path} has no {name}: it was built from another "
+                "distil.h than this package; rebuild it"
+            ) from None
         fn.restype, fn.argtypes = res, args
     d, f = TopkDesc(), FusedTopkDesc()
     lib.distil_topk_desc_init(ctypes.byref(d))
     lib.distil_fused_linear_topk_desc_init(ctypes.byref(f))
     if d.struct_size != ctypes.sizeof(TopkDesc) or f.struct_size != ctypes.sizeof(FusedTopkDesc):
-        raise ImportError(f"distil: {lib.path} was built from another distil.h than this package "
-                          "(top-k descriptor sizes differ); rebuild it")
+        raise ImportError(
+            f"distil: {lib.path} was built from another distil.h than this package "
+            "(top-k descriptor sizes differ); rebuild it"
+        )
 
 
 _declare()
@@ -104,13 +110,13 @@ _declare()
 
 def _choice(fn, name, value, table):
     if value not in table:
-        raise _errors.make_error(_lib.ERR_INVALID_ARG,
-                                 f"{fn}: {name} '{value}' is not one of {', '.join(table)}")
+        raise _errors.make_error(
+            _lib.ERR_INVALID_ARG, f"{fn}: {name} '{value}' is not one of {', '.join(table)}"
+        )
     return table[value]
 
 
-def _teacher(d, fn, k, teacher_dtype, id_dtype, pad_id, tail, divergence, beta, normaliser,
-             alpha):
+def _teacher(d, fn, k, teacher_dtype, id_dtype, pad_id, tail, divergence, beta, normaliser, alpha):
     d.k = _calls._int64("k", k)
     d.teacher_dtype, d.id_dtype = teacher_dtype, id_dtype
     d.pad_id = _calls._int64("pad_id", pad_id)
@@ -137,18 +143,43 @@ def topk_plan(ctx, rows, vocab, strides, dtype, teacher, ignore_index, reduction
         d.reduction = _choice("topk", "reduction", reduction, _lib.REDUCTIONS)
         n = ctypes.c_size_t()
         _calls._lend(ctx, 0, 0)  # the size query plans for a lent workspace: ask the whole need
-        ctx.check(_lib.lib.distil_topk_workspace_size(ctx.handle, ctypes.byref(d),
-                                                      ctypes.byref(n)))
+        ctx.check(_lib.lib.distil_topk_workspace_size(ctx.handle, ctypes.byref(d), ctypes.byref(n)))
         d.ref = ctypes.byref(d)
         plan = _calls._remember(ctx, key, (d, n.value))
     return plan
 
 
-def fused_topk_plan(ctx, rows, vocab, hs, dtype, teacher, weights, temperature, ignore_index,
-                    reduction, chunk_rows, want_grads, ws_hidden):
+def fused_topk_plan(
+    ctx,
+    rows,
+    vocab,
+    hs,
+    dtype,
+    teacher,
+    weights,
+    temperature,
+    ignore_index,
+    reduction,
+    chunk_rows,
+    want_grads,
+    ws_hidden,
+):
     """(descriptor, workspace bytes) of distil_fused_linear_topk (with the loss parts)."""
-    key = ("fused_topk", rows, vocab, hs, dtype, teacher, weights, float(temperature),
-           ignore_index, reduction, chunk_rows, want_grads, ws_hidden)
+    key = (
+        "fused_topk",
+        rows,
+        vocab,
+        hs,
+        dtype,
+        teacher,
+        weights,
+        float(temperature),
+        ignore_index,
+        reduction,
+        chunk_rows,
+        want_grads,
+        ws_hidden,
+    )
     plan = ctx.plans.get(key)
     if plan is None:
         d = FusedTopkDesc()
@@ -164,8 +195,11 @@ def fused_topk_plan(ctx, rows, vocab, hs, dtype, teacher, weights, temperature, 
         d.student_weight_hidden = ws_hidden
         n = ctypes.c_size_t()
         _calls._lend(ctx, 0, 0)
-        ctx.check(_lib.lib.distil_fused_linear_topk_workspace_size(
-            ctx.handle, ctypes.byref(d), 1 if want_grads else 0, ctypes.byref(n)))
+        ctx.check(
+            _lib.lib.distil_fused_linear_topk_workspace_size(
+                ctx.handle, ctypes.byref(d), 1 if want_grads else 0, ctypes.byref(n)
+            )
+        )
         d.ref = ctypes.byref(d)
         plan = _calls._remember(ctx, key, (d, n.value))
     return plan

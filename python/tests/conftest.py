@@ -1,4 +1,5 @@
-"""Shared pieces of the Python tests: devices, dtypes, the float64 reference, docs/SPEC.md §3 bounds.
+"""Shared pieces of the Python tests: devices, dtypes, the float64 reference,
+docs/SPEC.md §3 bounds.
 
 The reference is plain PyTorch autograd in float64 on the same rounded inputs, written from
 docs/SPEC.md §1-§2 (it is not distil's "ref" backend): a test compares distil's loss and every
@@ -62,8 +63,9 @@ def gen(seed):
 
 def log_probs(g, shape, dtype, scale=2.0):
     """Random log-probabilities (log-softmax of normal logits) rounded to dtype."""
-    return torch.log_softmax(torch.randn(shape, generator=g, dtype=torch.float64) * scale,
-                             -1).to(dtype)
+    return torch.log_softmax(torch.randn(shape, generator=g, dtype=torch.float64) * scale, -1).to(
+        dtype
+    )
 
 
 def normal(g, shape, dtype, std=1.0):
@@ -75,7 +77,7 @@ def normal(g, shape, dtype, std=1.0):
 def labels_for(g, rows, vocab, ignored_every=5, ignore_index=-100):
     lab = torch.randint(0, vocab, (rows,), generator=g)
     if ignored_every:
-        lab[ignored_every - 1::ignored_every] = ignore_index
+        lab[ignored_every - 1 :: ignored_every] = ignore_index
     return lab
 
 
@@ -83,7 +85,8 @@ def labels_for(g, rows, vocab, ignored_every=5, ignore_index=-100):
 
 
 def ref_jsd_rows(x, y, beta):
-    """Per-row generalised JSD of log-probs x (student) and y (teacher), float64 (docs/SPEC.md §1)."""
+    """Per-row generalised JSD of log-probs x (student) and y (teacher), float64
+    (docs/SPEC.md §1)."""
     q, p = x.exp(), y.exp()
     if beta == 0:
         e = p * (y - x)
@@ -97,8 +100,11 @@ def ref_jsd_rows(x, y, beta):
 
 def ref_jsd(x, y, labels=None, beta=0.5, ignore_index=-100, reduction="batchmean"):
     rows = ref_jsd_rows(x, y, beta)
-    valid = (torch.ones_like(rows, dtype=torch.bool) if labels is None
-             else labels.reshape(rows.shape) != ignore_index)
+    valid = (
+        torch.ones_like(rows, dtype=torch.bool)
+        if labels is None
+        else labels.reshape(rows.shape) != ignore_index
+    )
     rows = torch.where(valid, rows, torch.zeros_like(rows))
     if reduction == "none":
         return rows
@@ -108,8 +114,20 @@ def ref_jsd(x, y, labels=None, beta=0.5, ignore_index=-100, reduction="batchmean
     return rows.sum() / n if n > 0 else rows.sum() * 0
 
 
-def ref_fused(xs, ws, xt, wt, labels, bs=None, bt=None, weight_hard=0.5, weight_soft=0.5,
-              beta=0.5, temperature=1.0, ignore_index=-100):
+def ref_fused(
+    xs,
+    ws,
+    xt,
+    wt,
+    labels,
+    bs=None,
+    bt=None,
+    weight_hard=0.5,
+    weight_soft=0.5,
+    beta=0.5,
+    temperature=1.0,
+    ignore_index=-100,
+):
     """(loss, hard, soft) of docs/SPEC.md §2 in float64; labels None means every row counts."""
     zs = xs @ ws.T + (bs if bs is not None else 0)
     zt = xt @ wt.T + (bt if bt is not None else 0)
@@ -154,15 +172,29 @@ def jsd_op_call(x, y, labels=None, normaliser_device=None, want_grad=True, **opt
     """(args, kwargs) of distil::jsd: the tensors, then JsdOptions' fields (options: its
     field names, e.g. divergence=3) and want_grad by name."""
     from distil import _options
-    return (x, y, labels, normaliser_device), dict(_options.JsdOptions(**options).op_kwargs(),
-                                            want_grad=want_grad)
+
+    return (x, y, labels, normaliser_device), dict(
+        _options.JsdOptions(**options).op_kwargs(), want_grad=want_grad
+    )
 
 
-def fused_op_call(xs, ws, bs, xt, wt, bt=None, labels=None, normaliser_device=None, head=None,
-                  outputs=None, **options):
+def fused_op_call(
+    xs,
+    ws,
+    bs,
+    xt,
+    wt,
+    bt=None,
+    labels=None,
+    normaliser_device=None,
+    head=None,
+    outputs=None,
+    **options,
+):
     """(args, kwargs) of distil::fused_linear_jsd: the tensors, then FusedOptions' and
     FusedOutputs' fields by name (outputs: a dict of FusedOutputs' fields)."""
     from distil import _options
+
     kwargs = _options.FusedOptions(**options).op_kwargs()
     kwargs.update(_options.FusedOutputs(**(outputs or {})).op_kwargs())
     return (xs, ws, bs, xt, wt, bt, labels, normaliser_device, head), kwargs

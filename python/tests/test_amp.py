@@ -5,18 +5,20 @@ activations' dtype for the GEMMs. And the Liger names' results in Liger's dtypes
 
 import pytest
 import torch
+from conftest import DEVICES, bounds, check, gen, labels_for, normal, ref_fused
 
 import distil.torch as dt
-from conftest import DEVICES, bounds, check, gen, labels_for, normal, ref_fused
 
 
 def inputs(device, seed=21, rows=12, vocab=64, hs=16, ht=24):
     g = gen(seed)
-    return (normal(g, (rows, hs), torch.float32).to(device),
-            normal(g, (vocab, hs), torch.float32).to(device),
-            normal(g, (rows, ht), torch.float32).to(device),
-            normal(g, (vocab, ht), torch.float32).to(device),
-            labels_for(g, rows, vocab).to(device))
+    return (
+        normal(g, (rows, hs), torch.float32).to(device),
+        normal(g, (vocab, hs), torch.float32).to(device),
+        normal(g, (rows, ht), torch.float32).to(device),
+        normal(g, (vocab, ht), torch.float32).to(device),
+        labels_for(g, rows, vocab).to(device),
+    )
 
 
 def rounded_reference(xs, ws, xt, wt, lab, dtype):
@@ -80,13 +82,16 @@ def test_liger_names_return_liger_dtypes(device):
     assert dt.JSD()(x, y).dtype is torch.float32 and dt.jsd(x, y).dtype is torch.float32
     assert dt.LigerJSD()(x, y).dtype is torch.bfloat16
     assert dt.liger_jsd(x, y).dtype is torch.bfloat16
-    xs, ws, xt, wt, lab = (t.to(torch.bfloat16) if t.is_floating_point() else t
-                           for t in inputs(device, seed=24))
+    xs, ws, xt, wt, lab = (
+        t.to(torch.bfloat16) if t.is_floating_point() else t for t in inputs(device, seed=24)
+    )
     mod = dt.LigerFusedLinearJSD(jsd_beta=0.3, accum_dtype=torch.float32)
     assert mod.accum_dtype is torch.float32
     assert mod(xs, ws, xt, wt, lab).dtype is torch.bfloat16
-    assert dt.liger_fused_linear_jsd(xs, ws, xt, wt, lab, 0.3, -100, 1.0,
-                                     torch.float32).dtype is torch.bfloat16
+    assert (
+        dt.liger_fused_linear_jsd(xs, ws, xt, wt, lab, 0.3, -100, 1.0, torch.float32).dtype
+        is torch.bfloat16
+    )
     assert dt.FusedLinearJSD()(xs, ws, xt, wt, lab).dtype is torch.float32
 
 
@@ -100,15 +105,19 @@ def test_fp32_weight_gradient_from_the_accumulator(device, chunk_rows):
     xh = xs.to(torch.bfloat16).requires_grad_(True)
     ws.requires_grad_(True)
     bias = (0.1 * torch.randn(ws.shape[0], generator=gen(26))).to(device).requires_grad_(True)
-    loss = dt.fused_linear_jsd_loss(xh, ws, xt.to(torch.bfloat16), wt, lab, bias,
-                                    chunk_rows=chunk_rows)
+    loss = dt.fused_linear_jsd_loss(
+        xh, ws, xt.to(torch.bfloat16), wt, lab, bias, chunk_rows=chunk_rows
+    )
     loss.backward()
     r = [t.detach().to(torch.bfloat16).double().requires_grad_(True) for t in (xs, ws, bias)]
-    want = ref_fused(r[0], r[1], xt.to(torch.bfloat16).double(),
-                     wt.to(torch.bfloat16).double(), lab, bs=r[2])[0]
+    want = ref_fused(
+        r[0], r[1], xt.to(torch.bfloat16).double(), wt.to(torch.bfloat16).double(), lab, bs=r[2]
+    )[0]
     want.backward()
-    for name, got, ref in (("grad_student_weight", ws.grad, r[1].grad),
-                           ("grad_student_bias", bias.grad, r[2].grad)):
+    for name, got, ref in (
+        ("grad_student_weight", ws.grad, r[1].grad),
+        ("grad_student_bias", bias.grad, r[2].grad),
+    ):
         assert got.dtype is torch.float32
         err = (got.double() - ref).norm() / ref.norm()
         rounded = (got.to(torch.bfloat16).double() - ref).norm() / ref.norm()

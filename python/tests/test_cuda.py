@@ -4,14 +4,16 @@ GPU every test here is skipped with a message."""
 
 import pytest
 import torch
+from conftest import check, gen, labels_for, log_probs, normal, ref_fused, ref_jsd
 
 import distil
 import distil.torch as dt
-from conftest import check, gen, labels_for, log_probs, normal, ref_fused, ref_jsd
 
 HAVE_CUDA = torch.cuda.is_available() and distil.backends().get("cuda", 0) > 0
-pytestmark = pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device (or libdistil without "
-                                "the cuda backend): CUDA tests skipped")
+pytestmark = pytest.mark.skipif(
+    not HAVE_CUDA,
+    reason="no CUDA device (or libdistil without the cuda backend): CUDA tests skipped",
+)
 
 
 def _jsd_inputs(seed, t=64, v=32003):
@@ -131,8 +133,9 @@ def test_default_stream_jsd_matches_reference():
     check("grad", x.grad, xr.grad, 1e-5)
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="one GPU: the second device's "
-                    "context is not tested")
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 2, reason="one GPU: the second device's context is not tested"
+)
 def test_contexts_per_device():
     outs = []
     for d in range(2):

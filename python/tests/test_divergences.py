@@ -7,14 +7,33 @@ import math
 
 import pytest
 import torch
+from conftest import (  # noqa: F401
+    DEVICES,
+    DTYPES,
+    bounds,
+    check,
+    fused_op_call,
+    gen,
+    jsd_op_call,
+    labels_for,
+    leaf,
+    log_probs,
+    normal,
+    ref_jsd_rows,
+)
 
 import distil.torch as dt
-from conftest import fused_op_call, jsd_op_call  # noqa: F401
-from conftest import (DEVICES, DTYPES, bounds, check, gen, labels_for, leaf, log_probs, normal,
-                      ref_jsd_rows)
 
-DIVS = [("forward_kl", 0.1), ("reverse_kl", 0.1), ("skew_kl", 0.1), ("skew_kl", 0.9),
-        ("skew_reverse_kl", 0.1), ("skew_reverse_kl", 0.9), ("tvd", 0.1), ("jsd", 0.1)]
+DIVS = [
+    ("forward_kl", 0.1),
+    ("reverse_kl", 0.1),
+    ("skew_kl", 0.1),
+    ("skew_kl", 0.9),
+    ("skew_reverse_kl", 0.1),
+    ("skew_reverse_kl", 0.9),
+    ("tvd", 0.1),
+    ("jsd", 0.1),
+]
 
 
 def ref_div_rows(x, y, divergence, alpha=0.1, beta=0.5):
@@ -68,8 +87,12 @@ def test_given_normaliser(device):
     g = gen(40)
     x0, y0 = log_probs(g, (12, 300), torch.float32), log_probs(g, (12, 300), torch.float32)
     lab = labels_for(g, 12, 300).to(device)
-    for n in [37.5, torch.tensor(11.0, device=device), torch.tensor([0.0], device=device),
-              torch.tensor(-4.0, device=device)]:
+    for n in [
+        37.5,
+        torch.tensor(11.0, device=device),
+        torch.tensor([0.0], device=device),
+        torch.tensor(-4.0, device=device),
+    ]:
         x = leaf(x0, device)
         loss = dt.jsd(x, y0.to(device), lab, divergence="skew_kl", alpha=0.2, normaliser=n)
         loss.backward()
@@ -92,8 +115,21 @@ def test_given_normaliser(device):
         dt.jsd(x0.to(device), y0.to(device), divergence="kl")
 
 
-def ref_fused_div(xs, ws, xt, wt, labels, bs, weight_hard, weight_soft, temperature, divergence,
-                  alpha, n=None, tau_sq=False):
+def ref_fused_div(
+    xs,
+    ws,
+    xt,
+    wt,
+    labels,
+    bs,
+    weight_hard,
+    weight_soft,
+    temperature,
+    divergence,
+    alpha,
+    n=None,
+    tau_sq=False,
+):
     zs, zt = xs @ ws.T + bs, xt @ wt.T
     valid = labels != -100
     safe = torch.where(valid, labels, torch.zeros_like(labels))
@@ -105,16 +141,22 @@ def ref_fused_div(xs, ws, xt, wt, labels, bs, weight_hard, weight_soft, temperat
     n = valid.sum().clamp_min(1) if n is None else n
     hard = torch.where(valid, ce, zero).sum() / n
     soft = torch.where(valid, soft_rows, zero).sum() / n
-    t2 = temperature ** 2 if tau_sq else 1.0
+    t2 = temperature**2 if tau_sq else 1.0
     return weight_hard * hard + t2 * weight_soft * soft, hard, soft
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("divergence,alpha,tau_sq,n", [
-    ("forward_kl", 0.1, False, None), ("reverse_kl", 0.1, True, None),
-    ("skew_kl", 0.1, True, 50.0), ("skew_reverse_kl", 0.3, False, "device"),
-    ("tvd", 0.1, True, None)])
+@pytest.mark.parametrize(
+    "divergence,alpha,tau_sq,n",
+    [
+        ("forward_kl", 0.1, False, None),
+        ("reverse_kl", 0.1, True, None),
+        ("skew_kl", 0.1, True, 50.0),
+        ("skew_reverse_kl", 0.3, False, "device"),
+        ("tvd", 0.1, True, None),
+    ],
+)
 def test_fused_divergences(device, dtype, divergence, alpha, tau_sq, n):
     g = gen(50)
     T, V, Hs, Ht, tau = 21, 511, 32, 48, 1.7
@@ -124,23 +166,46 @@ def test_fused_divergences(device, dtype, divergence, alpha, tau_sq, n):
     lab = labels_for(g, T, V)
     xs, ws, bs = leaf(xs0, device), leaf(ws0, device), leaf(bs0, device)
     given = torch.tensor(40.0, device=device) if n == "device" else n
-    loss_fn = dt.FusedLinearJSDLoss(weight_hard_loss=0.3, weight_soft_loss=0.7, temperature=tau,
-                                    return_soft_hard_loss=True, divergence=divergence,
-                                    alpha=alpha, temperature_squared=tau_sq)
-    loss, soft, hard = loss_fn(xs, ws, xt0.to(device), wt0.to(device), lab.to(device), bs,
-                               normaliser=given)
+    loss_fn = dt.FusedLinearJSDLoss(
+        weight_hard_loss=0.3,
+        weight_soft_loss=0.7,
+        temperature=tau,
+        return_soft_hard_loss=True,
+        divergence=divergence,
+        alpha=alpha,
+        temperature_squared=tau_sq,
+    )
+    loss, soft, hard = loss_fn(
+        xs, ws, xt0.to(device), wt0.to(device), lab.to(device), bs, normaliser=given
+    )
     loss.backward()
     r = [t.double().requires_grad_(True) for t in (xs0, ws0, bs0)]
     nv = None if n is None else (40.0 if n == "device" else n)
-    rl, rh, rs = ref_fused_div(r[0], r[1], xt0.double(), wt0.double(), lab, r[2], 0.3, 0.7, tau,
-                               divergence, alpha, nv, tau_sq)
+    rl, rh, rs = ref_fused_div(
+        r[0],
+        r[1],
+        xt0.double(),
+        wt0.double(),
+        lab,
+        r[2],
+        0.3,
+        0.7,
+        tau,
+        divergence,
+        alpha,
+        nv,
+        tau_sq,
+    )
     rl.backward()
     lb, gb = bounds(dtype, fused=True)
     check("loss", loss, rl, lb)
     check("hard part", hard, rh, lb)
     check("soft part (without tau^2)", soft, rs, lb)
-    for name, got, want in (("grad xs", xs.grad, r[0].grad), ("grad Ws", ws.grad, r[1].grad),
-                            ("grad bs", bs.grad, r[2].grad)):
+    for name, got, want in (
+        ("grad xs", xs.grad, r[0].grad),
+        ("grad Ws", ws.grad, r[1].grad),
+        ("grad bs", bs.grad, r[2].grad),
+    ):
         check(name, got, want, gb)
 
 
@@ -180,8 +245,7 @@ def ref_tvd(p, q, labels, reduction, ignore_index=-100):
     """Liger's TVD in float64: 1/2 |p - q|, batchmean over rows not ignored, mean over those
     rows x V, ignored rows 0."""
     e = 0.5 * (p - q).abs()
-    valid = (labels != ignore_index) if labels is not None else torch.ones(p.shape[:-1],
-                                                                           dtype=bool)
+    valid = (labels != ignore_index) if labels is not None else torch.ones(p.shape[:-1], dtype=bool)
     e = torch.where(valid[..., None], e, torch.zeros_like(e))
     n = valid.sum()
     if reduction == "none":
@@ -226,15 +290,18 @@ def test_compile_fullgraph(device):
     lab = labels_for(g, 8, 64).to(device)
     n = torch.tensor(5.0, device=device)
     fns = {
-        "jsd skew_reverse_kl": (lambda a, b: dt.jsd(a, b, lab, divergence="skew_reverse_kl",
-                                                    alpha=0.3, normaliser=n),
-                                lambda a, b: ref_div(a, b, lab.cpu(), "skew_reverse_kl", 0.3,
-                                                     n=5.0)),
-        "KLDivLoss": (lambda a, b: dt.KLDivLoss(reduction="batchmean", log_target=True)(a, b),
-                      lambda a, b: torch.nn.KLDivLoss(reduction="batchmean",
-                                                      log_target=True)(a, b)),
-        "TVDLoss": (lambda a, b: dt.TVDLoss()(a.exp(), b.exp(), lab),
-                    lambda a, b: ref_tvd(a.exp(), b.exp(), lab.cpu(), "batchmean")),
+        "jsd skew_reverse_kl": (
+            lambda a, b: dt.jsd(a, b, lab, divergence="skew_reverse_kl", alpha=0.3, normaliser=n),
+            lambda a, b: ref_div(a, b, lab.cpu(), "skew_reverse_kl", 0.3, n=5.0),
+        ),
+        "KLDivLoss": (
+            lambda a, b: dt.KLDivLoss(reduction="batchmean", log_target=True)(a, b),
+            lambda a, b: torch.nn.KLDivLoss(reduction="batchmean", log_target=True)(a, b),
+        ),
+        "TVDLoss": (
+            lambda a, b: dt.TVDLoss()(a.exp(), b.exp(), lab),
+            lambda a, b: ref_tvd(a.exp(), b.exp(), lab.cpu(), "batchmean"),
+        ),
     }
     for name, (fn, ref_fn) in fns.items():
         x = leaf(x0, device)
@@ -250,21 +317,38 @@ def test_compile_fullgraph(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(device):
     from distil.torch import _ops
+
     g = gen(90)
     x = log_probs(g, (6, 33), torch.float32).to(device).requires_grad_(True)
     y = log_probs(g, (6, 33), torch.float32).to(device)
     lab = labels_for(g, 6, 33).to(device)
     n = torch.tensor(7.0, device=device)
-    for args, kwargs in [jsd_op_call(x, y, lab, n, divergence=3, alpha=0.2),
-                         jsd_op_call(x, y, None, reduction="sum", divergence=5),
-                         jsd_op_call(x, y, lab, divergence=4, alpha=0.7, normaliser=9.0)]:
+    for args, kwargs in [
+        jsd_op_call(x, y, lab, n, divergence=3, alpha=0.2),
+        jsd_op_call(x, y, None, reduction="sum", divergence=5),
+        jsd_op_call(x, y, lab, divergence=4, alpha=0.7, normaliser=9.0),
+    ]:
         torch.library.opcheck(_ops.jsd_op, args, kwargs)
     xs = normal(g, (5, 8), torch.float32).to(device).requires_grad_(True)
     ws = normal(g, (33, 8), torch.float32).to(device).requires_grad_(True)
-    xt, wt = normal(g, (5, 12), torch.float32).to(device), normal(g, (33, 12),
-                                                                  torch.float32).to(device)
+    xt, wt = (
+        normal(g, (5, 12), torch.float32).to(device),
+        normal(g, (33, 12), torch.float32).to(device),
+    )
     lab5 = labels_for(g, 5, 33).to(device)
-    args, kwargs = fused_op_call(xs, ws, None, xt, wt, None, lab5, n, temperature=2.0,
-                                 divergence=4, alpha=0.3, temperature_squared=True,
-                                 outputs=dict(grad_hidden=True, grad_weight=True))
+    args, kwargs = fused_op_call(
+        xs,
+        ws,
+        None,
+        xt,
+        wt,
+        None,
+        lab5,
+        n,
+        temperature=2.0,
+        divergence=4,
+        alpha=0.3,
+        temperature_squared=True,
+        outputs=dict(grad_hidden=True, grad_weight=True),
+    )
     torch.library.opcheck(_ops.fused_op, args, kwargs)

@@ -4,9 +4,9 @@ the float64 reference (docs/SPEC.md §1-§3)."""
 import numpy as np
 import pytest
 import torch
+from conftest import check, gen, labels_for, log_probs, normal, ref_fused, ref_jsd
 
 import distil
-from conftest import check, gen, labels_for, log_probs, normal, ref_fused, ref_jsd
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
@@ -33,8 +33,11 @@ def test_jsd_numpy_strided_rows_and_none():
     y = log_probs(g, (8, 100), torch.float32).numpy()
     loss, grad = distil.jsd(x, y, reduction="none", grad=False)
     assert grad is None and loss.shape == (8,)
-    ref = ref_jsd(torch.from_numpy(np.ascontiguousarray(x)).double(),
-                  torch.from_numpy(y).double(), reduction="none")
+    ref = ref_jsd(
+        torch.from_numpy(np.ascontiguousarray(x)).double(),
+        torch.from_numpy(y).double(),
+        reduction="none",
+    )
     check("per-row loss", torch.from_numpy(loss), ref, 1e-5)
 
 
@@ -45,11 +48,20 @@ def test_fused_numpy():
     xt, wt = normal(g, (t, ht), torch.float32), normal(g, (v, ht), torch.float32, 0.3)
     bs = normal(g, (v,), torch.float32, 0.5)
     lab = labels_for(g, t, v)
-    r = distil.fused_linear_jsd(xs.numpy(), ws.numpy(), xt.numpy(), wt.numpy(), lab.numpy(),
-                                student_bias=bs.numpy(), temperature=1.5, beta=0.2)
+    r = distil.fused_linear_jsd(
+        xs.numpy(),
+        ws.numpy(),
+        xt.numpy(),
+        wt.numpy(),
+        lab.numpy(),
+        student_bias=bs.numpy(),
+        temperature=1.5,
+        beta=0.2,
+    )
     rxs, rws, rbs = (a.double().requires_grad_(True) for a in (xs, ws, bs))
-    ref, hard, soft = ref_fused(rxs, rws, xt.double(), wt.double(), lab, rbs, None, beta=0.2,
-                                temperature=1.5)
+    ref, hard, soft = ref_fused(
+        rxs, rws, xt.double(), wt.double(), lab, rbs, None, beta=0.2, temperature=1.5
+    )
     ref.backward()
     check("loss", torch.tensor(float(r.loss)), ref, 1e-5)
     check("hard", torch.tensor(float(r.hard_loss)), hard, 1e-5)
@@ -63,11 +75,20 @@ def test_fused_numpy_without_labels_or_grads():
     g = gen(33)
     xs, ws = normal(g, (5, 8), torch.float32), normal(g, (50, 8), torch.float32)
     xt, wt = normal(g, (5, 12), torch.float32), normal(g, (50, 12), torch.float32)
-    r = distil.fused_linear_jsd(xs.numpy(), ws.numpy(), xt.numpy(), wt.numpy(), None,
-                                weight_hard=0.0, weight_soft=1.0, grads=False)
+    r = distil.fused_linear_jsd(
+        xs.numpy(),
+        ws.numpy(),
+        xt.numpy(),
+        wt.numpy(),
+        None,
+        weight_hard=0.0,
+        weight_soft=1.0,
+        grads=False,
+    )
     assert r.grad_student_hidden is None and float(r.hard_loss) == 0.0
-    ref, _, _ = ref_fused(xs.double(), ws.double(), xt.double(), wt.double(), None, weight_hard=0,
-                          weight_soft=1)
+    ref, _, _ = ref_fused(
+        xs.double(), ws.double(), xt.double(), wt.double(), None, weight_hard=0, weight_soft=1
+    )
     check("loss", torch.tensor(float(r.loss)), ref, 1e-5)
 
 
@@ -98,11 +119,13 @@ def test_info():
 def test_divergence_numpy():
     """docs/SPEC.md §6 through the array layer: a skew KL with a given N, and tau^2."""
     from test_divergences import ref_div, ref_fused_div
+
     g = gen(35)
     x, y = log_probs(g, (13, 211), torch.float32), log_probs(g, (13, 211), torch.float32)
     lab = labels_for(g, 13, 211)
-    loss, grad = distil.jsd(x.numpy(), y.numpy(), lab.numpy(), divergence="skew_kl", alpha=0.3,
-                            normaliser=20.0)
+    loss, grad = distil.jsd(
+        x.numpy(), y.numpy(), lab.numpy(), divergence="skew_kl", alpha=0.3, normaliser=20.0
+    )
     xr = x.double().requires_grad_(True)
     ref = ref_div(xr, y.double(), lab, "skew_kl", 0.3, n=20.0)
     ref.backward()
@@ -112,12 +135,31 @@ def test_divergence_numpy():
     xs, ws = normal(g, (t, hs), torch.float32), normal(g, (v, hs), torch.float32, 0.3)
     xt, wt = normal(g, (t, ht), torch.float32), normal(g, (v, ht), torch.float32, 0.3)
     lab = labels_for(g, t, v)
-    r = distil.fused_linear_jsd(xs.numpy(), ws.numpy(), xt.numpy(), wt.numpy(), lab.numpy(),
-                                temperature=2.0, divergence="tvd", temperature_squared=True)
+    r = distil.fused_linear_jsd(
+        xs.numpy(),
+        ws.numpy(),
+        xt.numpy(),
+        wt.numpy(),
+        lab.numpy(),
+        temperature=2.0,
+        divergence="tvd",
+        temperature_squared=True,
+    )
     rxs = xs.double().requires_grad_(True)
-    want, _, _ = ref_fused_div(rxs, ws.double(), xt.double(), wt.double(), lab,
-                               torch.zeros(v, dtype=torch.float64), 0.5, 0.5, 2.0, "tvd", 0.1,
-                               tau_sq=True)
+    want, _, _ = ref_fused_div(
+        rxs,
+        ws.double(),
+        xt.double(),
+        wt.double(),
+        lab,
+        torch.zeros(v, dtype=torch.float64),
+        0.5,
+        0.5,
+        2.0,
+        "tvd",
+        0.1,
+        tau_sq=True,
+    )
     want.backward()
     check("fused loss", torch.from_numpy(np.asarray(r.loss)), want, 1e-5)
     check("fused grad", torch.from_numpy(r.grad_student_hidden), rxs.grad, 1e-4)

@@ -9,13 +9,24 @@ reference under docs/SPEC.md §3's bounds.
 
 import pytest
 import torch
+from conftest import (  # noqa: F401
+    DEVICES,
+    check,
+    fused_op_call,
+    gen,
+    jsd_op_call,
+    labels_for,
+    leaf,
+    log_probs,
+    normal,
+    ref_fused,
+    ref_jsd,
+)
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import distil
 import distil.torch as dt
-from conftest import fused_op_call, jsd_op_call  # noqa: F401
-from conftest import DEVICES, check, gen, labels_for, leaf, log_probs, normal, ref_fused, ref_jsd
 from distil.torch import _ops
 
 
@@ -74,8 +85,16 @@ def test_eager_equals_the_op(device):
     xs, ws, xt, wt, lab = _fused_inputs(device)
     loss, soft, hard = dt.fused_linear_jsd_loss(xs, ws, xt, wt, lab, return_soft_hard_loss=True)
     (loss * -2.0).backward()
-    args, kwargs = fused_op_call(xs.detach(), ws.detach(), None, xt, wt, None, lab,
-                                 outputs=dict(grad_hidden=True, grad_weight=True))
+    args, kwargs = fused_op_call(
+        xs.detach(),
+        ws.detach(),
+        None,
+        xt,
+        wt,
+        None,
+        lab,
+        outputs=dict(grad_hidden=True, grad_weight=True),
+    )
     parts, gx, gw, *_ = _ops.fused_op(*args, **kwargs)
     assert torch.equal(torch.stack([loss, hard, soft]), parts)
     assert torch.equal(xs.grad, gx * -2.0) and torch.equal(ws.grad, gw * -2.0)

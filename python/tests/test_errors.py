@@ -3,11 +3,11 @@ distil.torch.check() (or at the call with eager errors); out of memory is torch'
 
 import pytest
 import torch
+from conftest import DEVICES, gen, labels_for, log_probs
 
 import distil
 import distil.torch as dt
 from distil import _lib
-from conftest import DEVICES, gen, labels_for, log_probs
 
 
 def test_exception_classes():
@@ -56,6 +56,7 @@ def test_out_of_memory_is_torch_error():
         with pytest.raises(distil.OutOfMemory, match="memory"):
             ctx.check(status)
         from distil.torch import _ops
+
         with pytest.raises(_ops._OutOfMemoryError):
             _ops._torch_errors(ctx.check, status)
     finally:

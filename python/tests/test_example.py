@@ -9,8 +9,9 @@ import sys
 import pytest
 import torch
 
-pytest.importorskip("transformers", reason="transformers is not installed: the tiny "
-                    "distillation example is skipped")
+pytest.importorskip(
+    "transformers", reason="transformers is not installed: the tiny distillation example is skipped"
+)
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 import distill_tiny as ex  # noqa: E402
 
@@ -38,10 +39,10 @@ def test_tiny_distillation_matches_pytorch_and_learns():
         ref_grads = torch.autograd.grad(ref, params)
         err = abs(loss.item() - ref.item()) / abs(ref.item())
         assert err <= 1e-5, f"step {step}: loss {loss.item()} vs {ref.item()} ({err:.2e})"
-        for p, g, r in zip(params, grads, ref_grads):
+        for p, g, r in zip(params, grads, ref_grads, strict=False):
             e = _rel(g.double(), r)
             assert e <= 1e-4, f"step {step}: a {tuple(p.shape)} gradient is off by {e:.2e}"
-        for p, g in zip(params, grads):
+        for p, g in zip(params, grads, strict=False):
             p.grad = g
         opt.step()
         losses.append(loss.item())

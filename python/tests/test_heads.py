@@ -4,16 +4,43 @@ against a float64 torch reference, eager and under torch.compile(fullgraph=True)
 
 import pytest
 import torch
+from conftest import (  # noqa: F401
+    DEVICES,
+    DTYPES,
+    bounds,
+    check,
+    fused_op_call,
+    gen,
+    jsd_op_call,
+    labels_for,
+    leaf,
+    normal,
+    ref_jsd_rows,
+)
 
 import distil.torch as dt
-from conftest import fused_op_call, jsd_op_call  # noqa: F401
-from conftest import DEVICES, DTYPES, bounds, check, gen, labels_for, leaf, normal, ref_jsd_rows
 
 
-def ref_heads(xs, ws, xt, wt, labels, bs=None, bt=None, weight_hard=0.5, weight_soft=0.5,
-              beta=0.5, temperature=1.0, student_logit_scale=1.0, student_softcap=0.0,
-              teacher_logit_scale=1.0, teacher_softcap=0.0, teacher_temperature=None,
-              ignore_index=-100, chunk_rows=0):
+def ref_heads(
+    xs,
+    ws,
+    xt,
+    wt,
+    labels,
+    bs=None,
+    bt=None,
+    weight_hard=0.5,
+    weight_soft=0.5,
+    beta=0.5,
+    temperature=1.0,
+    student_logit_scale=1.0,
+    student_softcap=0.0,
+    teacher_logit_scale=1.0,
+    teacher_softcap=0.0,
+    teacher_temperature=None,
+    ignore_index=-100,
+    chunk_rows=0,
+):
     """(loss, hard, soft, student_lse, teacher_lse) in float64, written from docs/SPEC.md §6:
     the loss over the common vocabulary prefix, each head's logits c tanh(s z / c) first
     (chunk_rows: the module's, which the result does not depend on)."""
@@ -36,16 +63,26 @@ def ref_heads(xs, ws, xt, wt, labels, bs=None, bt=None, weight_hard=0.5, weight_
     n = valid.sum().clamp_min(1)
     hard = torch.where(valid, ce, zero).sum() / n
     soft = torch.where(valid, soft_rows, zero).sum() / n
-    return (weight_hard * hard + weight_soft * soft, hard, soft, torch.logsumexp(zs, -1),
-            torch.logsumexp(zt, -1))
+    return (
+        weight_hard * hard + weight_soft * soft,
+        hard,
+        soft,
+        torch.logsumexp(zs, -1),
+        torch.logsumexp(zt, -1),
+    )
 
 
 def make(seed, dtype, t=24, vs=517, vt=517, hs=32, ht=48, std=1.0):
     g = gen(seed)
-    return dict(xs=normal(g, (t, hs), dtype), ws=normal(g, (vs, hs), dtype, 0.3 * std),
-                xt=normal(g, (t, ht), dtype), wt=normal(g, (vt, ht), dtype, 0.3 * std),
-                bs=normal(g, (vs,), dtype, 0.5), bt=normal(g, (vt,), dtype, 0.5),
-                labels=labels_for(g, t, min(vs, vt)))
+    return dict(
+        xs=normal(g, (t, hs), dtype),
+        ws=normal(g, (vs, hs), dtype, 0.3 * std),
+        xt=normal(g, (t, ht), dtype),
+        wt=normal(g, (vt, ht), dtype, 0.3 * std),
+        bs=normal(g, (vs,), dtype, 0.5),
+        bt=normal(g, (vt,), dtype, 0.5),
+        labels=labels_for(g, t, min(vs, vt)),
+    )
 
 
 def run(device, dtype, inputs, parts=False, **kw):
@@ -53,7 +90,8 @@ def run(device, dtype, inputs, parts=False, **kw):
     xs, ws, bs = (leaf(inputs[k], device) for k in ("xs", "ws", "bs"))
     xt, wt, bt, lab = (inputs[k].to(device) for k in ("xt", "wt", "bt", "labels"))
     out = dt.FusedLinearJSDLoss(return_soft_hard_loss=parts, return_lse=True, **kw)(
-        xs, ws, xt, wt, lab, bs, bt)
+        xs, ws, xt, wt, lab, bs, bt
+    )
     loss, ls, lt = (out[0], out[3], out[4]) if parts else out
     assert not ls.requires_grad and not lt.requires_grad
     loss.backward()
@@ -87,8 +125,9 @@ HEADS = {
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", list(HEADS))
 def test_head_options_against_reference(device, dtype, name):
-    run(device, dtype, make(30, dtype, std=6.0 if "cap" in name else 1.0), parts=True,
-        **HEADS[name])
+    run(
+        device, dtype, make(30, dtype, std=6.0 if "cap" in name else 1.0), parts=True, **HEADS[name]
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -97,10 +136,10 @@ def test_vocabularies_of_different_sizes(device, vs, vt):
     """The student's rows beyond the common prefix get gradient 0; the teacher's extra rows are
     never read (NaN there changes nothing)."""
     inputs = make(31, torch.float32, vs=vs, vt=vt)
-    inputs["wt"][min(vs, vt):] = float("nan")
-    inputs["bt"][min(vs, vt):] = float("nan")
+    inputs["wt"][min(vs, vt) :] = float("nan")
+    inputs["bt"][min(vs, vt) :] = float("nan")
     _, ws, bs = run(device, torch.float32, inputs, student_softcap=8.0, chunk_rows=5)
-    assert torch.all(ws.grad[min(vs, vt):] == 0) and torch.all(bs.grad[min(vs, vt):] == 0)
+    assert torch.all(ws.grad[min(vs, vt) :] == 0) and torch.all(bs.grad[min(vs, vt) :] == 0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -110,10 +149,15 @@ def test_lse_of_ignored_rows_and_3d(device):
     inputs["labels"][::2] = -100
     xs = inputs["xs"].reshape(3, 4, -1).to(device)
     xt = inputs["xt"].reshape(3, 4, -1).to(device)
-    loss, ls, lt = dt.fused_linear_jsd_loss(xs, inputs["ws"].to(device), xt,
-                                            inputs["wt"].to(device),
-                                            inputs["labels"].reshape(3, 4).to(device),
-                                            teacher_softcap=2.0, return_lse=True)
+    loss, ls, lt = dt.fused_linear_jsd_loss(
+        xs,
+        inputs["ws"].to(device),
+        xt,
+        inputs["wt"].to(device),
+        inputs["labels"].reshape(3, 4).to(device),
+        teacher_softcap=2.0,
+        return_lse=True,
+    )
     r = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
     want = ref_heads(r["xs"], r["ws"], r["xt"], r["wt"], r["labels"], teacher_softcap=2.0)
     assert ls.shape == (3, 4) and lt.shape == (3, 4)
@@ -132,8 +176,19 @@ def test_fused_linear_jsd_module_options(device):
     r = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
     rxs, rws = r["xs"].requires_grad_(True), r["ws"].requires_grad_(True)
     every = torch.zeros_like(r["labels"])
-    want = ref_heads(rxs, rws, r["xt"], r["wt"], every, weight_hard=0.0, weight_soft=1.0,
-                     beta=0.3, temperature=1.5, student_softcap=4.0, teacher_temperature=3.0)
+    want = ref_heads(
+        rxs,
+        rws,
+        r["xt"],
+        r["wt"],
+        every,
+        weight_hard=0.0,
+        weight_soft=1.0,
+        beta=0.3,
+        temperature=1.5,
+        student_softcap=4.0,
+        teacher_temperature=3.0,
+    )
     want[0].backward()
     check("loss", loss, want[0], 1e-5)
     check("grad_student_input", xs.grad, rxs.grad, 1e-4)
@@ -155,8 +210,15 @@ def test_compile_fullgraph_with_options(device):
 
     compiled = torch.compile(Head(), fullgraph=True)
     xs, ws, bs = (leaf(inputs[k], device) for k in ("xs", "ws", "bs"))
-    loss, ls, lt = compiled(xs, ws, inputs["xt"].to(device), inputs["wt"].to(device),
-                            inputs["labels"].to(device), bs, inputs["bt"].to(device))
+    loss, ls, lt = compiled(
+        xs,
+        ws,
+        inputs["xt"].to(device),
+        inputs["wt"].to(device),
+        inputs["labels"].to(device),
+        bs,
+        inputs["bt"].to(device),
+    )
     (loss * 1.5).backward()
     r = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
     rxs, rws, rbs = (r[k].requires_grad_(True) for k in ("xs", "ws", "bs"))
@@ -173,14 +235,24 @@ def test_compile_fullgraph_with_options(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck_with_options(device):
     from distil.torch import _ops
+
     i = {k: v.to(device) for k, v in make(35, torch.float32, vs=200, vt=190).items()}
     req = [i[k].detach().requires_grad_(True) for k in ("xs", "ws", "bs")]
-    args, kwargs = fused_op_call(req[0], req[1], req[2], i["xt"], i["wt"], i["bt"],
-                                 i["labels"], chunk_rows=7, student_logit_scale=1.5,
-                                 student_softcap=6.0, teacher_logit_scale=0.8,
-                                 teacher_temperature=2.0,
-                                 outputs=dict(grad_hidden=True, grad_weight=True,
-                                              grad_bias=True, lse=True))
+    args, kwargs = fused_op_call(
+        req[0],
+        req[1],
+        req[2],
+        i["xt"],
+        i["wt"],
+        i["bt"],
+        i["labels"],
+        chunk_rows=7,
+        student_logit_scale=1.5,
+        student_softcap=6.0,
+        teacher_logit_scale=0.8,
+        teacher_temperature=2.0,
+        outputs=dict(grad_hidden=True, grad_weight=True, grad_bias=True, lse=True),
+    )
     torch.library.opcheck(_ops.fused_op, args, kwargs)
 
 
@@ -188,9 +260,13 @@ def test_opcheck_with_options(device):
 def test_bad_head_options_raise_with_message(device):
     i = {k: v.to(device) for k, v in make(36, torch.float32).items()}
     args = [i["xs"], i["ws"], i["xt"], i["wt"], i["labels"]]
-    for name, value in [("student_softcap", -1.0), ("teacher_softcap", float("inf")),
-                        ("student_logit_scale", 0.0), ("teacher_logit_scale", float("nan")),
-                        ("teacher_temperature", -2.0)]:
+    for name, value in [
+        ("student_softcap", -1.0),
+        ("teacher_softcap", float("inf")),
+        ("student_logit_scale", 0.0),
+        ("teacher_logit_scale", float("nan")),
+        ("teacher_temperature", -2.0),
+    ]:
         with pytest.raises(ValueError, match=name):
             dt.FusedLinearJSDLoss(**{name: value})(*args)
     lab = i["labels"].clone()

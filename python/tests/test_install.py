@@ -30,13 +30,16 @@ def _names(paths):
     return [os.path.basename(p) for p in paths]
 
 
-@pytest.mark.parametrize("version, expected", [
-    ("12.4", ["libdistil_cuda12.so", "libdistil.so"]),
-    ("13.0", ["libdistil_cuda13.so", "libdistil.so"]),
-    ("11.8", ["libdistil.so"]),  # a major the wheel lacks: the host library, with a note
-    ("", ["libdistil.so"]),  # a CPU-only torch
-    (None, ["libdistil_cuda13.so", "libdistil_cuda12.so", "libdistil.so"]),  # no torch
-])
+@pytest.mark.parametrize(
+    "version, expected",
+    [
+        ("12.4", ["libdistil_cuda12.so", "libdistil.so"]),
+        ("13.0", ["libdistil_cuda13.so", "libdistil.so"]),
+        ("11.8", ["libdistil.so"]),  # a major the wheel lacks: the host library, with a note
+        ("", ["libdistil.so"]),  # a CPU-only torch
+        (None, ["libdistil_cuda13.so", "libdistil_cuda12.so", "libdistil.so"]),  # no torch
+    ],
+)
 def test_choice_follows_torch_cuda(wheel_dir, monkeypatch, version, expected):
     monkeypatch.setattr(_loader, "torch_cuda", lambda: version)
     assert _names(_loader.candidates()) == expected
@@ -66,8 +69,9 @@ def test_source_build_has_one_library(tmp_path, monkeypatch):
 
 
 def test_diagnostic_runs():
-    out = subprocess.run([sys.executable, "-m", "distil"], capture_output=True, text=True,
-                         timeout=300, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "distil"], capture_output=True, text=True, timeout=300, check=False
+    )
     assert out.returncode == 0, out.stderr
     assert f"library: {distil.library_path()}" in out.stdout
     for name in distil.backends():
@@ -79,8 +83,9 @@ def test_library_does_not_link_opencl():
     """The opencl backend opens the ICD loader at run time: importing must not need one."""
     if "opencl" not in distil.backends():
         pytest.skip("this libdistil has no opencl backend")
-    dyn = subprocess.run(["objdump", "-p", distil.library_path()], capture_output=True,
-                         text=True, check=True).stdout
+    dyn = subprocess.run(
+        ["objdump", "-p", distil.library_path()], capture_output=True, text=True, check=True
+    ).stdout
     needed = [line.split()[1] for line in dyn.splitlines() if line.strip().startswith("NEEDED")]
     assert needed, "objdump listed no NEEDED entries"
     assert not [n for n in needed if "OpenCL" in n], needed

@@ -2,16 +2,27 @@
 
 import pytest
 import torch
+from conftest import (  # noqa: F401
+    DEVICES,
+    DTYPES,
+    bounds,
+    check,
+    fused_op_call,
+    gen,
+    jsd_op_call,
+    labels_for,
+    leaf,
+    log_probs,
+    ref_jsd,
+)
 
 import distil
 import distil.torch as dt
-from conftest import fused_op_call, jsd_op_call  # noqa: F401
-from conftest import (DEVICES, DTYPES, bounds, check, gen, labels_for, leaf, log_probs,
-                      ref_jsd)
 
 
-def run_case(device, dtype, shape, beta, with_labels, grad_out=1.0, seed=0, reduction=None,
-             transform=None):
+def run_case(
+    device, dtype, shape, beta, with_labels, grad_out=1.0, seed=0, reduction=None, transform=None
+):
     g = gen(seed)
     x0, y0 = log_probs(g, shape, dtype), log_probs(g, shape, dtype)
     rows = x0.numel() // shape[-1]
@@ -27,8 +38,9 @@ def _case_once(module, device, dtype, x0, y0, lab, beta, grad_out, reduction, tr
     if reduction is None:
         loss = module(xin, yin, lab.to(device) if lab is not None else None)
     else:
-        loss = dt.jsd(xin, yin, lab.to(device) if lab is not None else None, beta,
-                      reduction=reduction)
+        loss = dt.jsd(
+            xin, yin, lab.to(device) if lab is not None else None, beta, reduction=reduction
+        )
     assert loss.dtype == torch.float32
     gw = torch.full_like(loss, grad_out)
     (loss * gw).sum().backward()
@@ -63,17 +75,24 @@ def test_three_dimensional(device, dtype):
 @pytest.mark.parametrize("device", DEVICES)
 def test_non_contiguous(device):
     # Columns taken from a wider tensor (row stride > V) and a transposed view (stride(-1) != 1).
-    run_case(device, torch.float32, (12, 400), 0.5, True, seed=5,
-             transform=lambda t: torch.cat([t, t], -1)[:, :400])
-    run_case(device, torch.float32, (12, 400), 0.5, True, seed=6,
-             transform=lambda t: t.T.contiguous().T)
+    run_case(
+        device,
+        torch.float32,
+        (12, 400),
+        0.5,
+        True,
+        seed=5,
+        transform=lambda t: torch.cat([t, t], -1)[:, :400],
+    )
+    run_case(
+        device, torch.float32, (12, 400), 0.5, True, seed=6, transform=lambda t: t.T.contiguous().T
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("reduction", ["sum", "none"])
 def test_reductions(device, reduction):
-    run_case(device, torch.float32, (9, 257), 0.5, True, grad_out=0.7, seed=7,
-             reduction=reduction)
+    run_case(device, torch.float32, (9, 257), 0.5, True, grad_out=0.7, seed=7, reduction=reduction)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -114,13 +133,15 @@ def test_compile_fullgraph(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(device):
     from distil.torch import _ops
+
     x = log_probs(gen(15), (6, 33), torch.float32).to(device).requires_grad_(True)
     y = log_probs(gen(16), (6, 33), torch.float32).to(device)
     lab = labels_for(gen(17), 6, 33).to(device)
-    for args, kwargs in [jsd_op_call(x, y, lab), jsd_op_call(x, y, None, beta=0.0,
-                                                             reduction="sum"),
-                         jsd_op_call(x.detach(), y, lab, want_grad=False, beta=1.0,
-                                     reduction="none")]:
+    for args, kwargs in [
+        jsd_op_call(x, y, lab),
+        jsd_op_call(x, y, None, beta=0.0, reduction="sum"),
+        jsd_op_call(x.detach(), y, lab, want_grad=False, beta=1.0, reduction="none"),
+    ]:
         torch.library.opcheck(_ops.jsd_op, args, kwargs)
 
 

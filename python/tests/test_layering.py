@@ -29,8 +29,9 @@ def _functions():
 def test_no_function_takes_more_than_eight_positional_arguments():
     long = []
     for path, fn in _functions():
-        names = [a.arg for a in fn.args.posonlyargs + fn.args.args
-                 if a.arg not in ("self", "cls", "ctx")]
+        names = [
+            a.arg for a in fn.args.posonlyargs + fn.args.args if a.arg not in ("self", "cls", "ctx")
+        ]
         if len(names) > 8 and fn.name not in EXEMPT:
             long.append(f"{path.name}:{fn.lineno} {fn.name} ({len(names)})")
     assert not long, long
@@ -40,7 +41,8 @@ def _constant_index(index) -> bool:
     if isinstance(index, ast.Constant):
         return isinstance(index.value, int)
     return isinstance(index, ast.Slice) and any(
-        isinstance(b, ast.Constant) for b in (index.lower, index.upper))
+        isinstance(b, ast.Constant) for b in (index.lower, index.upper)
+    )
 
 
 def test_no_option_is_read_by_index():
@@ -50,9 +52,12 @@ def test_no_option_is_read_by_index():
         if path.name in EXEMPT_FILES:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
-                    and node.value.id in ("args", "inputs", "options", "heads", "div")
-                    and _constant_index(node.slice)):
+            if (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("args", "inputs", "options", "heads", "div")
+                and _constant_index(node.slice)
+            ):
                 found.append(f"{path.name}:{node.lineno}")
     assert not found, found
 
@@ -61,6 +66,7 @@ def test_op_keywords_are_the_options_fields():
     def keywords(op):
         schema = op._opoverload._schema
         return {a.name for a in schema.arguments if a.kwarg_only}
+
     fused = {f.name for f in dataclasses.fields(_options.FusedOptions)}
     fused |= {"want_" + f.name for f in dataclasses.fields(_options.FusedOutputs)}
     assert keywords(_ops.fused_op) == fused

@@ -1,5 +1,6 @@
 """Vocabulary-parallel losses through torch.distributed (docs/SPEC.md §8): gloo on CPU tensors,
-world sizes 2 and 3 (one spawn of three processes, a subgroup of two), unequal shards. Each rank's loss equals
+world sizes 2 and 3 (one spawn of three processes, a subgroup of two), unequal shards. Each
+rank's loss equals
 the unsharded distil loss on the same inputs within docs/SPEC.md §3 and is bitwise the same on
 every rank and on a rerun; the gradients are the unsharded gradients' rows / columns of the
 shard, the student hidden states' gradient whole."""
@@ -11,14 +12,15 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from conftest import FUSED_F32_GRAD, HAVE_CPU
 
 import distil.torch as dt
 
-from conftest import FUSED_F32_GRAD, HAVE_CPU
-
 # The gloo test needs the cpu backend; the NCCL one only a GPU (a GPU wheel has no cpu backend).
-_needs_gloo = pytest.mark.skipif(not (HAVE_CPU and dist.is_available()),
-                                 reason="needs the cpu backend and torch.distributed (gloo)")
+_needs_gloo = pytest.mark.skipif(
+    not (HAVE_CPU and dist.is_available()),
+    reason="needs the cpu backend and torch.distributed (gloo)",
+)
 
 
 def _bounds(v, world, rank):
@@ -35,10 +37,10 @@ def _rel(a, b):
 def _inputs(seed, t=24, v=401, hs=16, ht=24):
     g = torch.Generator().manual_seed(seed)
     xs = torch.randn(t, hs, generator=g)
-    ws = torch.randn(v, hs, generator=g) * 3 / hs ** 0.5
+    ws = torch.randn(v, hs, generator=g) * 3 / hs**0.5
     bs = torch.randn(v, generator=g) * 0.5
     xt = torch.randn(t, ht, generator=g)
-    wt = torch.randn(v, ht, generator=g) * 3 / ht ** 0.5
+    wt = torch.randn(v, ht, generator=g) * 3 / ht**0.5
     labels = torch.randint(0, v, (t,), generator=g)
     labels[::5] = -100
     return xs, ws, bs, xt, wt, labels
@@ -48,10 +50,18 @@ def _fused_rank(rank, world, group):
     if True:
         xs, ws, bs, xt, wt, labels = _inputs(7)
         v0, v1 = _bounds(ws.shape[0], world, rank)
-        whole = dt.FusedLinearJSDLoss(0.4, 0.6, beta=0.3, temperature=1.5, chunk_rows=7,
-                                      return_soft_hard_loss=True)
-        par = dt.FusedLinearJSDLoss(0.4, 0.6, beta=0.3, temperature=1.5, chunk_rows=7,
-                                    return_soft_hard_loss=True, process_group=group)
+        whole = dt.FusedLinearJSDLoss(
+            0.4, 0.6, beta=0.3, temperature=1.5, chunk_rows=7, return_soft_hard_loss=True
+        )
+        par = dt.FusedLinearJSDLoss(
+            0.4,
+            0.6,
+            beta=0.3,
+            temperature=1.5,
+            chunk_rows=7,
+            return_soft_hard_loss=True,
+            process_group=group,
+        )
         x0, w0, b0 = (t.clone().requires_grad_() for t in (xs, ws, bs))
         ref = whole(x0, w0, xt, wt, labels, b0)
         ref[0].backward()
@@ -69,7 +79,7 @@ def _fused_rank(rank, world, group):
         assert _rel(gx, x0.grad) <= FUSED_F32_GRAD
         assert _rel(gw, w0.grad[v0:v1]) <= FUSED_F32_GRAD
         assert _rel(gb, b0.grad[v0:v1]) <= FUSED_F32_GRAD
-        for a, b in zip(outs[0], outs[1]):
+        for a, b in zip(outs[0], outs[1], strict=False):
             assert torch.equal(a, b), "rerun differs"
         every = [torch.zeros(3) for _ in range(world)]
         dist.all_gather(every, loss, group=group)
@@ -117,15 +127,17 @@ def test_gloo_world_2_and_3():
         mp.spawn(_rank, args=(init,), nprocs=3, join=True)
 
 
-@pytest.mark.skipif(not (torch.cuda.is_available() and dist.is_available()
-                         and dist.is_nccl_available()),
-                    reason="needs a CUDA GPU and torch.distributed with NCCL")
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and dist.is_available() and dist.is_nccl_available()),
+    reason="needs a CUDA GPU and torch.distributed with NCCL",
+)
 def test_cuda_nccl_world_1():
     """World size 1 through ProcessGroupNCCL on one GPU: the fused loss's row statistics go
     through the callback communicator over device buffers, the JSD's share through all_reduce."""
     with tempfile.TemporaryDirectory() as d:
-        dist.init_process_group("nccl", init_method="file://" + os.path.join(d, "r"), rank=0,
-                                world_size=1)
+        dist.init_process_group(
+            "nccl", init_method="file://" + os.path.join(d, "r"), rank=0, world_size=1
+        )
         try:
             dev = torch.device("cuda", 0)
             xs, ws, bs, xt, wt, labels = (t.to(dev) for t in _inputs(11, t=64, v=1031))
@@ -135,9 +147,10 @@ def test_cuda_nccl_world_1():
             ref[0].backward()
             x1, w1 = xs.clone().requires_grad_(), ws.clone().requires_grad_()
             got = dt.FusedLinearJSDLoss(0.5, 0.5, process_group=dist.group.WORLD, **args)(
-                x1, w1, xt, wt, labels, bs)
+                x1, w1, xt, wt, labels, bs
+            )
             got[0].backward()
-            for a, b in zip(got, ref):
+            for a, b in zip(got, ref, strict=False):
                 assert abs(float(a) - float(b)) <= 1e-5 * abs(float(b))
             assert _rel(x1.grad, x0.grad) <= FUSED_F32_GRAD
             assert _rel(w1.grad, w0.grad) <= FUSED_F32_GRAD

@@ -9,21 +9,23 @@ import sys
 import numpy as np
 import pytest
 import torch
+from conftest import check, gen, labels_for, log_probs, normal, ref_fused, ref_jsd
 
 import distil
 import distil.torch as dt
-from conftest import check, gen, labels_for, log_probs, normal, ref_fused, ref_jsd
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def fused_np(rows=6, vocab=40, hs=8, ht=12, seed=1):
     g = gen(seed)
-    return {"xs": normal(g, (rows, hs), torch.float32).numpy(),
-            "ws": normal(g, (vocab, hs), torch.float32).numpy(),
-            "xt": normal(g, (rows, ht), torch.float32).numpy(),
-            "wt": normal(g, (vocab, ht), torch.float32).numpy(),
-            "labels": labels_for(g, rows, vocab).numpy()}
+    return {
+        "xs": normal(g, (rows, hs), torch.float32).numpy(),
+        "ws": normal(g, (vocab, hs), torch.float32).numpy(),
+        "xt": normal(g, (rows, ht), torch.float32).numpy(),
+        "wt": normal(g, (vocab, ht), torch.float32).numpy(),
+        "labels": labels_for(g, rows, vocab).numpy(),
+    }
 
 
 def fused_np_call(a, **kw):
@@ -45,8 +47,9 @@ def test_dlpack_bias_of_the_wrong_length(which):
 def test_dlpack_teacher_rows():
     a = fused_np(rows=64)
     a["xt"] = a["xt"][:1].copy()
-    with pytest.raises(distil.InvalidArgument, match="student_hidden has 64 rows, "
-                                                     "teacher_hidden 1"):
+    with pytest.raises(
+        distil.InvalidArgument, match="student_hidden has 64 rows, teacher_hidden 1"
+    ):
         fused_np_call(a)
 
 
@@ -92,8 +95,9 @@ def test_dlpack_transposed_single_row():
 @pytest.mark.parametrize("dtype", [np.complex64, np.int32, np.float64])
 def test_dlpack_dtypes_by_name(dtype):
     x = np.zeros((2, 8), dtype)
-    with pytest.raises(distil.InvalidArgument, match=np.dtype(dtype).name.replace("complex64",
-                                                                                   "complex64")):
+    with pytest.raises(
+        distil.InvalidArgument, match=np.dtype(dtype).name.replace("complex64", "complex64")
+    ):
         distil.jsd(x, x)
 
 
@@ -118,9 +122,15 @@ def test_dlpack_export_errors_are_invalid_argument():
         "    distil.jsd(a, a)\n"
         "    print('read-only: accepted')\n"
         "except distil.InvalidArgument as e:\n"
-        "    print('read-only: refused')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=dict(os.environ), check=True)
+        "    print('read-only: refused')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        check=True,
+    )
     assert "refused: True" in out.stdout
     assert "Exception ignored" not in out.stderr and "Traceback" not in out.stderr, out.stderr
 
@@ -129,11 +139,12 @@ def test_distil_library_not_libdistil():
     libm = "/lib/x86_64-linux-gnu/libm.so.6"
     if not os.path.exists(libm):
         pytest.skip(f"{libm} absent")
-    code = ("try:\n    import distil\nexcept ImportError as e:\n    print('ImportError', e)\n")
+    code = "try:\n    import distil\nexcept ImportError as e:\n    print('ImportError', e)\n"
     env = dict(os.environ, DISTIL_LIBRARY=libm)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.stdout.startswith("ImportError") and "not libdistil" in out.stdout, (
-        out.stdout + out.stderr)
+        out.stdout + out.stderr
+    )
 
 
 # ------------------------------------------------------------------------- distil.torch
@@ -202,9 +213,13 @@ def test_zero_vocab_and_k():
 def test_complex_and_integer_refused_by_name(dtype):
     x = torch.zeros(2, 8, dtype=dtype)
     name = str(dtype).replace("torch.", "")
-    for call in (lambda: dt.jsd(x, x), lambda: dt.kl_div(x, x), lambda: dt.tvd(x, x),
-                 lambda: dt.kl_div(torch.zeros(2, 8), x),
-                 lambda: dt.fused_linear_jsd(x, x.t(), x, x.t())):
+    for call in (
+        lambda: dt.jsd(x, x),
+        lambda: dt.kl_div(x, x),
+        lambda: dt.tvd(x, x),
+        lambda: dt.kl_div(torch.zeros(2, 8), x),
+        lambda: dt.fused_linear_jsd(x, x.t(), x, x.t()),
+    ):
         with pytest.raises(distil.InvalidArgument, match=name):
             call()
 
@@ -227,9 +242,11 @@ def test_probabilities_slightly_negative():
 
 
 def test_module_temperature_zero_is_invalid_argument():
-    for make in (lambda: dt.FusedLinearJSD(temperature=0.0),
-                 lambda: dt.FusedLinearJSDLoss(temperature=0.0),
-                 lambda: dt.LigerFusedLinearJSD(temperature=float("nan"))):
+    for make in (
+        lambda: dt.FusedLinearJSD(temperature=0.0),
+        lambda: dt.FusedLinearJSDLoss(temperature=0.0),
+        lambda: dt.LigerFusedLinearJSD(temperature=float("nan")),
+    ):
         with pytest.raises(distil.InvalidArgument, match="temperature"):
             make()
     mod = dt.FusedLinearJSDLoss()
@@ -249,8 +266,13 @@ def test_double_backward_is_refused():
         (gx * gx).sum().backward()
     xs = normal(g, (4, 8), torch.float32).requires_grad_(True)
     ws = normal(g, (16, 8), torch.float32).requires_grad_(True)
-    loss = dt.fused_linear_jsd_loss(xs, ws, normal(g, (4, 8), torch.float32),
-                                    normal(g, (16, 8), torch.float32), labels_for(g, 4, 16))
+    loss = dt.fused_linear_jsd_loss(
+        xs,
+        ws,
+        normal(g, (4, 8), torch.float32),
+        normal(g, (16, 8), torch.float32),
+        labels_for(g, 4, 16),
+    )
     gxs, gws = torch.autograd.grad(loss, (xs, ws), create_graph=True)
     with pytest.raises(distil.Error, match="not differentiable"):
         (gws.square().sum() + gxs.sum()).backward()
@@ -281,6 +303,7 @@ def test_torch_out_of_memory():
     """Any allocation's failure in distil.torch is torch.OutOfMemoryError (the library's own,
     and torch's CPU allocator's RuntimeError alike)."""
     from distil.torch import _ops
+
     with pytest.raises(torch.OutOfMemoryError):
         _ops._torch_errors(lambda: torch.empty(1 << 62, dtype=torch.uint8))
 
@@ -293,6 +316,7 @@ def test_dlpack_out_of_memory(monkeypatch):
 
     def refuse(*args, **kwargs):
         raise MemoryError("Unable to allocate")
+
     monkeypatch.setattr(np, "empty", refuse)
     with pytest.raises(distil.OutOfMemory, match="Unable to allocate"):
         distil.jsd(x, x)

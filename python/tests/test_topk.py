@@ -6,15 +6,21 @@ import math
 
 import pytest
 import torch
+from conftest import DEVICES, bounds, check, gen, labels_for, leaf, log_probs, normal
 
 import distil
 import distil.torch as dt
-from conftest import DEVICES, bounds, check, gen, labels_for, leaf, log_probs, normal
 
 TAILS = ["tail", "renormalise", "zero"]
 # (divergence, beta, alpha): every divergence of docs/SPEC.md §6
-DIVS = [("forward_kl", 0.5, 0.1), ("reverse_kl", 0.5, 0.1), ("jsd", 0.3, 0.1),
-        ("skew_kl", 0.5, 0.2), ("skew_reverse_kl", 0.5, 0.7), ("tvd", 0.5, 0.1)]
+DIVS = [
+    ("forward_kl", 0.5, 0.1),
+    ("reverse_kl", 0.5, 0.1),
+    ("jsd", 0.3, 0.1),
+    ("skew_kl", 0.5, 0.2),
+    ("skew_reverse_kl", 0.5, 0.7),
+    ("tvd", 0.5, 0.1),
+]
 TIE_GAP = 0.03  # TVD: outcomes kept this far (log space) from p = q, as tests/common/topk_untie.c
 
 
@@ -35,8 +41,9 @@ def ref_elem(X, Y, divergence, beta, alpha=0.1):
         m = torch.logaddexp(math.log1p(-alpha) + Y, math.log(alpha) + X)
         return torch.where(q > 0, q * (X - m), zero)
     m = torch.logaddexp(math.log(beta) + Y, math.log1p(-beta) + X)
-    return (torch.where(p > 0, beta * p * (Y - m), zero)
-            + torch.where(q > 0, (1 - beta) * q * (X - m), zero))
+    return torch.where(p > 0, beta * p * (Y - m), zero) + torch.where(
+        q > 0, (1 - beta) * q * (X - m), zero
+    )
 
 
 def outcomes(x, ids, y, tail, pad_id=-1):
@@ -90,10 +97,16 @@ def make(seed, dtype, t=20, v=300, k=8, hs=16, pad=True, tdtype=torch.float32):
     teacher = torch.randn((t, v), generator=g, dtype=torch.float64) * 3
     ids, logp = dt.topk_cache(teacher, k)
     if pad:
-        ids[2::3, k // 2:] = -1  # rows with fewer than k entries
-    return dict(x=log_probs(g, (t, v), dtype), ids=ids, logp=logp.to(tdtype),
-                xs=normal(g, (t, hs), dtype), ws=normal(g, (v, hs), dtype, 0.5),
-                bs=normal(g, (v,), dtype, 0.5), labels=labels_for(g, t, v))
+        ids[2::3, k // 2 :] = -1  # rows with fewer than k entries
+    return dict(
+        x=log_probs(g, (t, v), dtype),
+        ids=ids,
+        logp=logp.to(tdtype),
+        xs=normal(g, (t, hs), dtype),
+        ws=normal(g, (v, hs), dtype, 0.5),
+        bs=normal(g, (v,), dtype, 0.5),
+        labels=labels_for(g, t, v),
+    )
 
 
 def test_topk_cache():
@@ -117,8 +130,16 @@ def test_topk_loss(device, dtype, tail, divergence, beta, alpha):
     if divergence == "tvd":
         i["logp"] = untie(i["x"].double(), i["ids"], i["logp"], tail)
     x = leaf(i["x"], device)
-    loss = dt.topk_loss(x, i["ids"].to(device), i["logp"].to(device), i["labels"].to(device),
-                        tail=tail, divergence=divergence, beta=beta, alpha=alpha)
+    loss = dt.topk_loss(
+        x,
+        i["ids"].to(device),
+        i["logp"].to(device),
+        i["labels"].to(device),
+        tail=tail,
+        divergence=divergence,
+        beta=beta,
+        alpha=alpha,
+    )
     (loss * 0.75).backward()
     rx = i["x"].double().requires_grad_(True)
     rows = ref_topk_rows(rx, i["ids"], i["logp"].double(), tail, divergence, beta, alpha)
@@ -134,7 +155,8 @@ def test_topk_loss(device, dtype, tail, divergence, beta, alpha):
 def test_topk_loss_none_int32_f16_teacher(device):
     i = make(2, torch.float32, tdtype=torch.float16)
     loss = dt.TopKLoss(tail="tail", divergence="jsd", beta=0.5, reduction="none")(
-        i["x"].to(device), i["ids"].int().to(device), i["logp"].to(device))
+        i["x"].to(device), i["ids"].int().to(device), i["logp"].to(device)
+    )
     ref = ref_topk_rows(i["x"].double(), i["ids"], i["logp"].double(), "tail", "jsd", 0.5)
     assert loss.shape == (20,)
     check("rows", loss, ref, 1e-5)
@@ -142,16 +164,20 @@ def test_topk_loss_none_int32_f16_teacher(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("tail,divergence,beta,alpha", [("tail", "forward_kl", 0.5, 0.1),
-                                                        ("renormalise", "jsd", 0.4, 0.1),
-                                                        ("zero", "forward_kl", 0.5, 0.1),
-                                                        ("tail", "reverse_kl", 0.5, 0.1),
-                                                        ("tail", "skew_kl", 0.5, 0.3),
-                                                        ("renormalise", "skew_reverse_kl", 0.5,
-                                                         0.6),
-                                                        ("zero", "skew_reverse_kl", 0.5, 0.1),
-                                                        ("tail", "tvd", 0.5, 0.1),
-                                                        ("zero", "tvd", 0.5, 0.1)])
+@pytest.mark.parametrize(
+    "tail,divergence,beta,alpha",
+    [
+        ("tail", "forward_kl", 0.5, 0.1),
+        ("renormalise", "jsd", 0.4, 0.1),
+        ("zero", "forward_kl", 0.5, 0.1),
+        ("tail", "reverse_kl", 0.5, 0.1),
+        ("tail", "skew_kl", 0.5, 0.3),
+        ("renormalise", "skew_reverse_kl", 0.5, 0.6),
+        ("zero", "skew_reverse_kl", 0.5, 0.1),
+        ("tail", "tvd", 0.5, 0.1),
+        ("zero", "tvd", 0.5, 0.1),
+    ],
+)
 def test_fused_topk(device, dtype, tail, divergence, beta, alpha):
     i = make(3, dtype)
     tau = 1.5
@@ -159,11 +185,20 @@ def test_fused_topk(device, dtype, tail, divergence, beta, alpha):
         z = i["xs"].double() @ i["ws"].double().T + i["bs"].double()
         i["logp"] = untie(torch.log_softmax(z / tau, -1), i["ids"], i["logp"], tail)
     xs, ws, bs = (leaf(i[k], device) for k in ("xs", "ws", "bs"))
-    module = dt.FusedLinearTopKLoss(0.3, 0.7, tail=tail, divergence=divergence, beta=beta,
-                                    alpha=alpha, temperature=tau, chunk_rows=7,
-                                    return_soft_hard_loss=True)
-    loss, soft, hard = module(xs, ws, i["ids"].to(device), i["logp"].to(device),
-                              i["labels"].to(device), bs)
+    module = dt.FusedLinearTopKLoss(
+        0.3,
+        0.7,
+        tail=tail,
+        divergence=divergence,
+        beta=beta,
+        alpha=alpha,
+        temperature=tau,
+        chunk_rows=7,
+        return_soft_hard_loss=True,
+    )
+    loss, soft, hard = module(
+        xs, ws, i["ids"].to(device), i["logp"].to(device), i["labels"].to(device), bs
+    )
     (loss * 2.0).backward()
     r = {k: (v.double() if v.is_floating_point() else v) for k, v in i.items()}
     rxs, rws, rbs = (r[k].requires_grad_(True) for k in ("xs", "ws", "bs"))
@@ -171,8 +206,9 @@ def test_fused_topk(device, dtype, tail, divergence, beta, alpha):
     valid = r["labels"] != -100
     safe = torch.where(valid, r["labels"], torch.zeros_like(r["labels"]))
     ce = torch.logsumexp(z, -1) - z.gather(1, safe[:, None])[:, 0]
-    rows = ref_topk_rows(torch.log_softmax(z / tau, -1), r["ids"], r["logp"], tail, divergence,
-                         beta, alpha)
+    rows = ref_topk_rows(
+        torch.log_softmax(z / tau, -1), r["ids"], r["logp"], tail, divergence, beta, alpha
+    )
     n = valid.sum()
     rhard = torch.where(valid, ce, torch.zeros_like(ce)).sum() / n
     rsoft = torch.where(valid, rows, torch.zeros_like(rows)).sum() / n
@@ -192,14 +228,19 @@ def test_compile_fullgraph(device):
     i = make(4, torch.float32)
     ids, logp, lab = i["ids"].to(device), i["logp"].to(device), i["labels"].to(device)
     mod = dt.FusedLinearTopKLoss(divergence="jsd", beta=0.5, temperature=2.0)
-    compiled = torch.compile(lambda a, b, c: mod(a, b, ids, logp, lab, c) + dt.topk_loss(
-        torch.log_softmax(a @ b.T, -1), ids, logp), fullgraph=True)
+    compiled = torch.compile(
+        lambda a, b, c: (
+            mod(a, b, ids, logp, lab, c) + dt.topk_loss(torch.log_softmax(a @ b.T, -1), ids, logp)
+        ),
+        fullgraph=True,
+    )
     xs, ws, bs = (leaf(i[k], device) for k in ("xs", "ws", "bs"))
     out = compiled(xs, ws, bs)
     out.backward()
     xs2, ws2, bs2 = (leaf(i[k], device) for k in ("xs", "ws", "bs"))
     eager = mod(xs2, ws2, ids, logp, lab, bs2) + dt.topk_loss(
-        torch.log_softmax(xs2 @ ws2.T, -1), ids, logp)
+        torch.log_softmax(xs2 @ ws2.T, -1), ids, logp
+    )
     eager.backward()
     check("compiled loss", out, eager, 1e-6)
     check("compiled grad_student_input", xs.grad, xs2.grad, 1e-5)
@@ -209,29 +250,51 @@ def test_compile_fullgraph(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(device):
     from distil.torch import topk
+
     i = {k: v.to(device) for k, v in make(5, torch.float32).items()}
     x = i["x"].detach().requires_grad_(True)
     n = torch.tensor(7.0, device=device)
     for tensors, opts in [
-            ((x, i["ids"], i["logp"], i["labels"], None), topk.TopkOptions()),
-            ((x, i["ids"].int(), i["logp"], None, None),
-             topk.TopkOptions("renormalise", "jsd", 0.3, reduction="none")),
-            ((x, i["ids"], i["logp"], None, n), topk.TopkOptions("tail", "skew_kl", 0.3, 0.25))]:
+        ((x, i["ids"], i["logp"], i["labels"], None), topk.TopkOptions()),
+        (
+            (x, i["ids"].int(), i["logp"], None, None),
+            topk.TopkOptions("renormalise", "jsd", 0.3, reduction="none"),
+        ),
+        ((x, i["ids"], i["logp"], None, n), topk.TopkOptions("tail", "skew_kl", 0.3, 0.25)),
+    ]:
         torch.library.opcheck(topk.topk_op, tensors, dict(opts.op_kwargs(), want_grad=True))
     req = [i[k].detach().requires_grad_(True) for k in ("xs", "ws", "bs")]
-    cases = [((req[0], req[1], req[2], i["ids"], i["logp"], i["labels"], None),
-              topk.FusedTopkOptions(), (True, True, True)),
-             ((req[0], i["ws"], None, i["ids"], i["logp"].bfloat16(), None, None),
-              topk.FusedTopkOptions("zero", "jsd", reduction="sum", weight_hard=0.0,
-                                    weight_soft=1.0, temperature=2.0, chunk_rows=4),
-              (True, False, False)),
-             ((req[0], req[1], None, i["ids"], i["logp"], i["labels"], None),
-              topk.FusedTopkOptions("tail", "skew_reverse_kl", alpha=0.4, normaliser=12.5),
-              (True, True, False))]
+    cases = [
+        (
+            (req[0], req[1], req[2], i["ids"], i["logp"], i["labels"], None),
+            topk.FusedTopkOptions(),
+            (True, True, True),
+        ),
+        (
+            (req[0], i["ws"], None, i["ids"], i["logp"].bfloat16(), None, None),
+            topk.FusedTopkOptions(
+                "zero",
+                "jsd",
+                reduction="sum",
+                weight_hard=0.0,
+                weight_soft=1.0,
+                temperature=2.0,
+                chunk_rows=4,
+            ),
+            (True, False, False),
+        ),
+        (
+            (req[0], req[1], None, i["ids"], i["logp"], i["labels"], None),
+            topk.FusedTopkOptions("tail", "skew_reverse_kl", alpha=0.4, normaliser=12.5),
+            (True, True, False),
+        ),
+    ]
     for tensors, opts, (gx, gw, gb) in cases:
-        torch.library.opcheck(topk.fused_topk_op, tensors,
-                              dict(opts.op_kwargs(), want_grad_hidden=gx, want_grad_weight=gw,
-                                   want_grad_bias=gb))
+        torch.library.opcheck(
+            topk.fused_topk_op,
+            tensors,
+            dict(opts.op_kwargs(), want_grad_hidden=gx, want_grad_weight=gw, want_grad_bias=gb),
+        )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -244,8 +307,15 @@ def test_bad_arguments_raise_with_message(device):
     with pytest.raises(ValueError, match="alpha"):
         dt.topk_loss(i["x"], i["ids"], i["logp"], divergence="skew_kl", alpha=1.5)
     with pytest.raises(ValueError, match="alpha"):
-        dt.fused_linear_topk_loss(i["xs"], i["ws"], i["ids"], i["logp"], i["labels"],
-                                  divergence="skew_reverse_kl", alpha=-0.1)
+        dt.fused_linear_topk_loss(
+            i["xs"],
+            i["ws"],
+            i["ids"],
+            i["logp"],
+            i["labels"],
+            divergence="skew_reverse_kl",
+            alpha=-0.1,
+        )
     with pytest.raises(ValueError, match="teacher_ids"):
         dt.topk_loss(i["x"], i["ids"].float(), i["logp"])
     with pytest.raises(ValueError, match="rows"):

@@ -9,16 +9,18 @@ against the float64 reference under docs/SPEC.md §3's bounds.
 
 import pytest
 import torch
+from conftest import check, gen, labels_for, leaf, log_probs, ref_jsd
 
 import distil
 import distil.torch as dt
 from distil import _calls, _lib
-from conftest import check, gen, labels_for, leaf, log_probs, ref_jsd
 from distil.torch import _ops
 
 HAVE_CUDA = torch.cuda.is_available() and distil.backends().get("cuda", 0) > 0
-needs_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA device (or libdistil without "
-                                "the cuda backend): CUDA workspace tests skipped")
+needs_cuda = pytest.mark.skipif(
+    not HAVE_CUDA,
+    reason="no CUDA device (or libdistil without the cuda backend): CUDA workspace tests skipped",
+)
 
 
 def _jsd_case(seed, t, v, device):
@@ -117,5 +119,9 @@ def test_cuda_capture_leaves_the_kept_workspace():
         graph.replay()
     torch.cuda.synchronize()
     assert bool((filler == 7).all()), "the replayed graph wrote into memory it does not own"
-    check("replayed loss", static, ref_jsd(x.detach().double().cpu(), y.double().cpu(),
-                                           lab.cpu()), 1e-5)
+    check(
+        "replayed loss",
+        static,
+        ref_jsd(x.detach().double().cpu(), y.double().cpu(), lab.cpu()),
+        1e-5,
+    )

@@ -14,24 +14,66 @@ import torch
 
 from .. import _context
 from ._ops import context_for, set_eager_errors
-from .functional import (e4m3_head, fused_linear_jsd, fused_linear_jsd_loss, jsd,
-                         liger_fused_linear_jsd, liger_jsd)
-from .modules import (JSD, FusedLinearJSD, FusedLinearJSDLoss, LigerFusedLinearJSD,
-                      LigerFusedLinearJSDLoss, LigerJSD)
-from .divergences import (KLDivLoss, LigerKLDIVLoss, LigerTVDLoss, TVDLoss, kl_div, liger_kl_div,
-                          liger_tvd, tvd)
+from .divergences import (
+    KLDivLoss,
+    LigerKLDIVLoss,
+    LigerTVDLoss,
+    TVDLoss,
+    kl_div,
+    liger_kl_div,
+    liger_tvd,
+    tvd,
+)
+from .functional import (
+    e4m3_head,
+    fused_linear_jsd,
+    fused_linear_jsd_loss,
+    jsd,
+    liger_fused_linear_jsd,
+    liger_jsd,
+)
+from .modules import (
+    JSD,
+    FusedLinearJSD,
+    FusedLinearJSDLoss,
+    LigerFusedLinearJSD,
+    LigerFusedLinearJSDLoss,
+    LigerJSD,
+)
+
 # Offline distillation from a cached top-k teacher (docs/SPEC.md §7).
 from .topk import FusedLinearTopKLoss, TopKLoss, fused_linear_topk_loss, topk_cache, topk_loss
 
 __all__ = [
-    "JSD", "FusedLinearJSD", "FusedLinearJSDLoss", "LigerJSD", "LigerFusedLinearJSD",
-    "LigerFusedLinearJSDLoss", "jsd", "fused_linear_jsd", "fused_linear_jsd_loss", "liger_jsd",
-    "liger_fused_linear_jsd", "check", "prepare", "set_eager_errors",
+    "JSD",
+    "FusedLinearJSD",
+    "FusedLinearJSDLoss",
+    "LigerJSD",
+    "LigerFusedLinearJSD",
+    "LigerFusedLinearJSDLoss",
+    "jsd",
+    "fused_linear_jsd",
+    "fused_linear_jsd_loss",
+    "liger_jsd",
+    "liger_fused_linear_jsd",
+    "check",
+    "prepare",
+    "set_eager_errors",
     "e4m3_head",  # docs/SPEC.md §6: a frozen teacher's fp8 head, rounded once
     # docs/SPEC.md §6: Liger's KL and TVD losses on distil's named divergences
-    "KLDivLoss", "TVDLoss", "LigerKLDIVLoss", "LigerTVDLoss", "kl_div", "tvd", "liger_kl_div",
+    "KLDivLoss",
+    "TVDLoss",
+    "LigerKLDIVLoss",
+    "LigerTVDLoss",
+    "kl_div",
+    "tvd",
+    "liger_kl_div",
     "liger_tvd",
-    "topk_cache", "topk_loss", "fused_linear_topk_loss", "TopKLoss", "FusedLinearTopKLoss",
+    "topk_cache",
+    "topk_loss",
+    "fused_linear_topk_loss",
+    "TopKLoss",
+    "FusedLinearTopKLoss",
 ]
 
 

@@ -27,7 +27,7 @@ from torch's caching allocator, so memory accounting and CUDA-graph pools see it
 
 import dataclasses
 import os
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -57,9 +57,11 @@ _GPU = "hip" if torch.version.hip else "cuda"
 # torch.cuda.Stream object per call (torch has had it since 2.0; the fallback makes the object),
 # and whether that stream is being captured. Looked up once: a CPU-only torch has neither.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
-    lambda index: torch.cuda.current_stream(index).cuda_stream)
+    lambda index: torch.cuda.current_stream(index).cuda_stream
+)
 _capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or (
-    lambda: torch.cuda.is_current_stream_capturing())
+    lambda: torch.cuda.is_current_stream_capturing()
+)
 
 
 def context_for(t: Tensor) -> "_context.Context":
@@ -67,8 +69,9 @@ def context_for(t: Tensor) -> "_context.Context":
     if t.is_cpu:  # is_cpu / is_cuda / get_device: no torch.device object made per call
         return _context.get("cpu", 0)
     if not t.is_cuda:
-        raise _errors.make_error(_lib.ERR_UNSUPPORTED, f"tensors on '{t.device.type}' are not "
-                                 "supported (cpu or cuda)")
+        raise _errors.make_error(
+            _lib.ERR_UNSUPPORTED, f"tensors on '{t.device.type}' are not supported (cpu or cuda)"
+        )
     index = t.get_device()
     ctx = _context.lookup(_GPU, index)
     if ctx is None:
@@ -77,7 +80,8 @@ def context_for(t: Tensor) -> "_context.Context":
                 _lib.ERR_UNSUPPORTED,
                 f"the first call on {_GPU}:{index} is being captured into a CUDA graph; creating "
                 "its context allocates device memory, which capture forbids: call "
-                "distil.torch.prepare(device) or run one eager step before capturing")
+                "distil.torch.prepare(device) or run one eager step before capturing",
+            )
         ctx = _context.get(_GPU, index)
     ctx.bind_stream(_raw_stream(index))
     return ctx
@@ -120,7 +124,7 @@ def _kept_workspace(ctx, t: Tensor, nbytes: int) -> Tensor:
     return kept[1]
 
 
-def _addr(t: Optional[Tensor]) -> int:
+def _addr(t: Tensor | None) -> int:
     return t.data_ptr() if t is not None and t.numel() else 0
 
 
@@ -128,8 +132,9 @@ def _oom(e: BaseException) -> bool:
     """Whether e is an allocation's failure (torch's CPU allocator raises a RuntimeError)."""
     text = str(e)
     return isinstance(e, _errors.OutOfMemory) or (
-        isinstance(e, RuntimeError) and ("can't allocate memory" in text
-                                          or "out of memory" in text.lower()))
+        isinstance(e, RuntimeError)
+        and ("can't allocate memory" in text or "out of memory" in text.lower())
+    )
 
 
 def _torch_errors(call, *args):
@@ -153,11 +158,15 @@ def _dtype_code(t: Tensor) -> int:
     return _DTYPES[t.dtype]
 
 
-_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16",
-                torch.int64: "int64"}
+_DTYPE_NAMES = {
+    torch.float32: "float32",
+    torch.bfloat16: "bfloat16",
+    torch.float16: "float16",
+    torch.int64: "int64",
+}
 
 
-def operand(name: str, t: Optional[Tensor]) -> Optional[_check.Operand]:
+def operand(name: str, t: Tensor | None) -> _check.Operand | None:
     """A tensor as _check sees it (None: None)."""
     if t is None:
         return None
@@ -181,7 +190,7 @@ def _fake(like: Tensor, shape, dtype) -> Tensor:
     return like.new_empty((0,) if shape is None else shape, dtype=dtype)
 
 
-def _wanted(like: Tensor, shape, dtype) -> Optional[Tensor]:
+def _wanted(like: Tensor, shape, dtype) -> Tensor | None:
     """_out, but None for an unwanted output (the eager route: nothing to hand back)."""
     return None if shape is None else _out(like, shape, dtype)
 
@@ -209,13 +218,16 @@ def _refuse_twice(grads, grad_enabled: bool):
     leads from them to the inputs, and a second backward would silently give zeros)."""
     if not grad_enabled:
         return grads
-    return tuple(_NotTwice.apply(g.detach().requires_grad_()) if isinstance(g, Tensor) else g
-                 for g in grads)
+    return tuple(
+        _NotTwice.apply(g.detach().requires_grad_()) if isinstance(g, Tensor) else g for g in grads
+    )
 
 
-_DOUBLE = ("distil's gradients are computed in the forward call and are not differentiable: "
-           "a second differentiation (create_graph=True, gradient penalties, Hessians) is not "
-           "supported")
+_DOUBLE = (
+    "distil's gradients are computed in the forward call and are not differentiable: "
+    "a second differentiation (create_graph=True, gradient penalties, Hessians) is not "
+    "supported"
+)
 
 
 class _NotTwice(torch.autograd.Function):
@@ -240,16 +252,17 @@ class JsdTensors(NamedTuple):
 
     input: Tensor
     target: Tensor
-    labels: Optional[Tensor] = None
-    normaliser: Optional[Tensor] = None
+    labels: Tensor | None = None
+    normaliser: Tensor | None = None
 
 
-def _check_normaliser(fn, n: Optional[Tensor], first: Tensor):
+def _check_normaliser(fn, n: Tensor | None, first: Tensor):
     if n is not None:
         op = operand("normaliser", n)
         if op.dtype != "float32" or n.numel() != 1:
-            raise _errors.invalid(f"{fn}: normaliser must be one float32 value, got {op.dtype} "
-                                  f"{tuple(n.shape)}")
+            raise _errors.invalid(
+                f"{fn}: normaliser must be one float32 value, got {op.dtype} {tuple(n.shape)}"
+            )
         _check.same_device(fn, operand("input", first), (op,))
 
 
@@ -257,8 +270,9 @@ def jsd_call(t: JsdTensors, opts: _options.JsdOptions, want_grad: bool, make, ke
     """The jsd kernel: (loss, grad or make's unwanted); keep: a small GPU workspace may be the
     context's kept block (the eager route, _workspace)."""
     fn = "jsd"
-    shape = _check.jsd(fn, operand("input", t.input), operand("target", t.target),
-                       operand("labels", t.labels))
+    shape = _check.jsd(
+        fn, operand("input", t.input), operand("target", t.target), operand("labels", t.labels)
+    )
     _check_normaliser(fn, t.normaliser, t.input)
     x = t.input
     ctx = context_for(x)
@@ -268,9 +282,19 @@ def jsd_call(t: JsdTensors, opts: _options.JsdOptions, want_grad: bool, make, ke
         loss = _out(x, (shape.rows,) if opts.reduction == "none" else (), torch.float32)
         grad = make(x, (shape.rows, shape.vocab) if want_grad else None, x.dtype)
         ws = _workspace(x, plan[1], ctx if keep else None)
-        _calls.run_jsd(ctx, plan, _addr(ws), _calls.JsdAddrs(
-            x.data_ptr(), t.target.data_ptr(), _addr(t.labels), loss.data_ptr(), _addr(grad),
-            _addr(t.normaliser)))
+        _calls.run_jsd(
+            ctx,
+            plan,
+            _addr(ws),
+            _calls.JsdAddrs(
+                x.data_ptr(),
+                t.target.data_ptr(),
+                _addr(t.labels),
+                loss.data_ptr(),
+                _addr(grad),
+                _addr(t.normaliser),
+            ),
+        )
         return loss, grad
 
     out = _torch_errors(run)
@@ -280,22 +304,27 @@ def jsd_call(t: JsdTensors, opts: _options.JsdOptions, want_grad: bool, make, ke
 
 def _jsd_impl(input, target, labels, normaliser_device, **kw):
     opts = _options.fields_of(_options.JsdOptions, kw)
-    return jsd_call(JsdTensors(input, target, labels, normaliser_device), opts, kw["want_grad"],
-                    _out)
+    return jsd_call(
+        JsdTensors(input, target, labels, normaliser_device), opts, kw["want_grad"], _out
+    )
 
 
 jsd_op = torch.library.custom_op(
-    "distil::jsd", _jsd_impl, mutates_args=(),
+    "distil::jsd",
+    _jsd_impl,
+    mutates_args=(),
     schema="(Tensor input, Tensor target, Tensor? labels, Tensor? normaliser_device, *, "
-           f"{_schema_of(_options.JsdOptions)}, bool want_grad) -> (Tensor, Tensor)")
+    f"{_schema_of(_options.JsdOptions)}, bool want_grad) -> (Tensor, Tensor)",
+)
 
 
 @jsd_op.register_fake
 def _jsd_fake(input, target, labels, normaliser_device, **kw):
     rows = _rows_of(input)
     loss = input.new_empty((rows,) if kw["reduction"] == "none" else (), dtype=torch.float32)
-    grad = input.new_empty((rows, input.shape[-1]) if kw["want_grad"] and input.dim() == 2
-                           else (0,))
+    grad = input.new_empty(
+        (rows, input.shape[-1]) if kw["want_grad"] and input.dim() == 2 else (0,)
+    )
     return loss, grad
 
 
@@ -376,22 +405,29 @@ class FusedTensors(NamedTuple):
 
     xs: Tensor
     ws: Tensor
-    bs: Optional[Tensor]
+    bs: Tensor | None
     xt: Tensor
     wt: Tensor
-    bt: Optional[Tensor] = None
-    labels: Optional[Tensor] = None
-    normaliser: Optional[Tensor] = None
-    head: Optional[Tensor] = None
+    bt: Tensor | None = None
+    labels: Tensor | None = None
+    normaliser: Tensor | None = None
+    head: Tensor | None = None
 
 
-_FUSED_NAMES = ("student_input", "student_weight", "student_bias", "teacher_input",
-                "teacher_weight", "teacher_bias", "labels")
+_FUSED_NAMES = (
+    "student_input",
+    "student_weight",
+    "student_bias",
+    "teacher_input",
+    "teacher_weight",
+    "teacher_bias",
+    "labels",
+)
 
 
 def fused_shape(fn: str, t: FusedTensors) -> _check.FusedShape:
     """The checked shape of a fused call's tensors."""
-    ops = [operand(name, x) for name, x in zip(_FUSED_NAMES, t[:7])]
+    ops = [operand(name, x) for name, x in zip(_FUSED_NAMES, t[:7], strict=False)]
     shape = _check.fused(fn, *ops)
     _check_normaliser(fn, t.normaliser, t.xs)
     if t.head is not None:
@@ -400,17 +436,20 @@ def fused_shape(fn: str, t: FusedTensors) -> _check.FusedShape:
     return shape
 
 
-def fused_call(t: FusedTensors, opts: _options.FusedOptions, want: _options.FusedOutputs,
-               make, keep=False):
+def fused_call(
+    t: FusedTensors, opts: _options.FusedOptions, want: _options.FusedOutputs, make, keep=False
+):
     """The fused kernel: (loss parts [3] or the loss [], grad_xs, grad_Ws, grad_bs,
     student_lse, teacher_lse, student_entropy), make's unwanted where not wanted; keep as in
     jsd_call."""
     fn = "fused_linear_jsd"
     t, shape = _rounded_head(fn, t)
     if t.labels is None and opts.weight_hard != 0:
-        raise _errors.invalid(f"{fn}: labels are None but weight_hard_loss is "
-                              f"{opts.weight_hard}: the hard loss needs labels (give them, or "
-                              "set weight_hard_loss=0)")
+        raise _errors.invalid(
+            f"{fn}: labels are None but weight_hard_loss is "
+            f"{opts.weight_hard}: the hard loss needs labels (give them, or "
+            "set weight_hard_loss=0)"
+        )
     xs, ws = t.xs, t.ws
     ctx = context_for(xs)
     g_dtype = torch.float32 if shape.grad_weight_fp32 else ws.dtype
@@ -425,10 +464,29 @@ def fused_call(t: FusedTensors, opts: _options.FusedOptions, want: _options.Fuse
         ls, lt = make(xs, lse, torch.float32), make(xs, lse, torch.float32)
         ent = make(xs, (xs.shape[0],) if want.entropy else None, torch.float32)
         work = _workspace(xs, plan[1], ctx if keep else None)
-        _calls.run_fused(ctx, plan, _addr(work), _calls.FusedAddrs(
-            xs.data_ptr(), ws.data_ptr(), _addr(t.bs), t.xt.data_ptr(), t.wt.data_ptr(),
-            _addr(t.bt), _addr(t.labels), loss.data_ptr(), _addr(gx), _addr(gw), _addr(gb),
-            _addr(t.normaliser), _addr(ls), _addr(lt), _addr(t.head), _addr(ent)))
+        _calls.run_fused(
+            ctx,
+            plan,
+            _addr(work),
+            _calls.FusedAddrs(
+                xs.data_ptr(),
+                ws.data_ptr(),
+                _addr(t.bs),
+                t.xt.data_ptr(),
+                t.wt.data_ptr(),
+                _addr(t.bt),
+                _addr(t.labels),
+                loss.data_ptr(),
+                _addr(gx),
+                _addr(gw),
+                _addr(gb),
+                _addr(t.normaliser),
+                _addr(ls),
+                _addr(lt),
+                _addr(t.head),
+                _addr(ent),
+            ),
+        )
         return loss, gx, gw, gb, ls, lt, ent
 
     out = _torch_errors(run)
@@ -449,16 +507,23 @@ def _rounded_head(fn: str, t: FusedTensors):
 
 def _fused_impl(*tensors, **kw):
     """fused_op's kernel: its nine tensors in FusedTensors' order, the options by name."""
-    return fused_call(FusedTensors(*tensors), _options.fields_of(_options.FusedOptions, kw),
-                      _options.outputs_of(kw), _out)
+    return fused_call(
+        FusedTensors(*tensors),
+        _options.fields_of(_options.FusedOptions, kw),
+        _options.outputs_of(kw),
+        _out,
+    )
 
 
 fused_op = torch.library.custom_op(
-    "distil::fused_linear_jsd", _fused_impl, mutates_args=(),
+    "distil::fused_linear_jsd",
+    _fused_impl,
+    mutates_args=(),
     schema="(Tensor xs, Tensor ws, Tensor? bs, Tensor xt, Tensor wt, Tensor? bt, "
-           "Tensor? labels, Tensor? normaliser_device, Tensor? teacher_weight_e4m3, *, "
-           f"{_schema_of(_options.FusedOptions, _options.FusedOutputs, prefix='want_')}) -> "
-           "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+    "Tensor? labels, Tensor? normaliser_device, Tensor? teacher_weight_e4m3, *, "
+    f"{_schema_of(_options.FusedOptions, _options.FusedOutputs, prefix='want_')}) -> "
+    "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+)
 
 
 @fused_op.register_fake
@@ -467,12 +532,15 @@ def _fused_fake(*tensors, **kw):
     xs, ws = t.xs, t.ws
     want = _options.outputs_of(kw)
     lse = (_rows_of(xs),) if want.lse else None
-    return (_fake(xs, (3,) if want.parts else (), torch.float32),
-            _fake(xs, xs.shape if want.grad_hidden else None, xs.dtype),
-            _fake(ws, ws.shape if want.grad_weight else None, ws.dtype),
-            _fake(ws, (_rows_of(ws),) if want.grad_bias else None, ws.dtype),
-            _fake(xs, lse, torch.float32), _fake(xs, lse, torch.float32),
-            _fake(xs, (_rows_of(xs),) if want.entropy else None, torch.float32))
+    return (
+        _fake(xs, (3,) if want.parts else (), torch.float32),
+        _fake(xs, xs.shape if want.grad_hidden else None, xs.dtype),
+        _fake(ws, ws.shape if want.grad_weight else None, ws.dtype),
+        _fake(ws, (_rows_of(ws),) if want.grad_bias else None, ws.dtype),
+        _fake(xs, lse, torch.float32),
+        _fake(xs, lse, torch.float32),
+        _fake(xs, (_rows_of(xs),) if want.entropy else None, torch.float32),
+    )
 
 
 def _fused_setup(ctx, inputs, keyword_only_inputs, output):
@@ -485,7 +553,7 @@ def _fused_setup(ctx, inputs, keyword_only_inputs, output):
 def _fused_backward(ctx, grad_loss, *unused):
     # Only the loss is differentiable: the wrappers hand out the parts and the LSEs detached.
     enabled = torch.is_grad_enabled()
-    grads = [g if want else None for g, want in zip(ctx.saved_tensors, ctx.wants)]
+    grads = [g if want else None for g, want in zip(ctx.saved_tensors, ctx.wants, strict=False)]
     s = (grad_loss[0] if ctx.parts else grad_loss).detach()
     return _refuse_twice(tuple(_scaled(ctx, grads, s)), enabled) + (None,) * 6
 
@@ -501,8 +569,9 @@ class _FusedFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xs, ws, bs, call):
         t, opts, want, out = call
-        loss, gx, gw, gb, *rows = fused_call(t._replace(xs=xs, ws=ws, bs=bs), opts, want,
-                                             _wanted, keep=True)
+        loss, gx, gw, gb, *rows = fused_call(
+            t._replace(xs=xs, ws=ws, bs=bs), opts, want, _wanted, keep=True
+        )
         ctx.grads = (gx, gw, gb)
         if not want.parts:
             out.extend([None] + rows)
@@ -534,8 +603,10 @@ def fused(t: FusedTensors, opts: _options.FusedOptions, want: _options.FusedOutp
     return (loss,) + tuple(out)
 
 
-_TWICE = ("backward through a distil loss ran twice (retain_graph): its gradients are computed "
-          "in the forward call and scaled in place; compute the loss again instead")
+_TWICE = (
+    "backward through a distil loss ran twice (retain_graph): its gradients are computed "
+    "in the forward call and scaled in place; compute the loss again instead"
+)
 
 
 def _scaled(ctx, grads: list, s: Tensor) -> list:
@@ -563,8 +634,11 @@ _PLAIN = (Tensor, torch.nn.Parameter)
 
 def _untraced(*tensors) -> bool:
     """Whether a call may take the autograd.Function: nothing traces and every tensor is plain."""
-    if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
-            or torch._C._are_functorch_transforms_active()):
+    if (
+        torch.compiler.is_compiling()
+        or torch._C._len_torch_dispatch_stack()
+        or torch._C._are_functorch_transforms_active()
+    ):
         return False
     for t in tensors:  # a loop, not all() over a generator: half the host time
         if t is not None and type(t) not in _PLAIN:
@@ -596,5 +670,3 @@ def _scale_in_place(grads, s: Tensor) -> None:
             if ctx is None:
                 ctx = context_for(g)
             _calls.run_scale(ctx, g.data_ptr(), _DTYPES[g.dtype], count, s.data_ptr())
-
-

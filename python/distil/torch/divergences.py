@@ -26,8 +26,6 @@ whose rows are all ignored
 gives 0 (Liger divides by zero).
 """
 
-from typing import Optional
-
 import torch
 from torch import Tensor
 
@@ -38,7 +36,7 @@ from . import functional as F
 _REDUCTIONS = ("none", "sum", "mean", "batchmean")
 # The stand-in of a probability of exactly 0: small enough to move no loss (1/2 of it per element),
 # large enough that exp(log(it)) keeps fp32's accuracy (the smallest normal fp32 would not).
-_TINY = 2.0 ** -100
+_TINY = 2.0**-100
 
 
 def _check(fn: str, input: Tensor, target: Tensor, reduction: str):
@@ -51,20 +49,32 @@ def _check(fn: str, input: Tensor, target: Tensor, reduction: str):
     if input.shape != target.shape:
         F._fail(f"{fn}: input {tuple(input.shape)} and target {tuple(target.shape)} differ")
     if input.dim() < 1 or input.shape[-1] < 1:
-        F._fail(f"{fn}: input {tuple(input.shape)} needs a last dimension (the vocabulary) of "
-                "at least 1")
+        F._fail(
+            f"{fn}: input {tuple(input.shape)} needs a last dimension (the vocabulary) of "
+            "at least 1"
+        )
 
 
-def _run(x: Tensor, y: Tensor, labels: Optional[Tensor], ignore_index: int, divergence: str,
-         reduction: str, want_grad: bool, normaliser=None) -> Tensor:
+def _run(
+    x: Tensor,
+    y: Tensor,
+    labels: Tensor | None,
+    ignore_index: int,
+    divergence: str,
+    reduction: str,
+    want_grad: bool,
+    normaliser=None,
+) -> Tensor:
     """distil_jsd of the divergence on [rows, V] (or element-wise for "none"): the fp32 loss.
     normaliser: None (summed), a number or a one-element fp32 tensor on the device."""
     n_dev = normaliser if isinstance(normaliser, Tensor) else None
     opts = _options.jsd_options(
-        "jsd", divergence=divergence, ignore_index=ignore_index,
-        reduction="none" if reduction == "none" else (
-            "sum" if reduction == "sum" else "batchmean"),
-        normaliser=None if n_dev is not None or not normaliser else normaliser)
+        "jsd",
+        divergence=divergence,
+        ignore_index=ignore_index,
+        reduction="none" if reduction == "none" else ("sum" if reduction == "sum" else "batchmean"),
+        normaliser=None if n_dev is not None or not normaliser else normaliser,
+    )
     if reduction == "none":  # one element per row: the row losses are the element terms
         if labels is not None:
             labels = labels.repeat_interleave(x.shape[-1])
@@ -81,8 +91,15 @@ def _probabilities(t: Tensor) -> Tensor:
     return torch.where(t < 0, torch.zeros((), dtype=t.dtype, device=t.device), t)  # grad at 0
 
 
-def kl_div(input: Tensor, target: Tensor, size_average: bool = True, reduce: bool = True,
-           reduction: str = "mean", log_target: bool = False, eps: float = 1e-10) -> Tensor:
+def kl_div(
+    input: Tensor,
+    target: Tensor,
+    size_average: bool = True,
+    reduce: bool = True,
+    reduction: str = "mean",
+    log_target: bool = False,
+    eps: float = 1e-10,
+) -> Tensor:
     """KL(target || softmax) of log-probs `input` [..., V]: sum target (log target - input).
 
     target: probabilities, or log-probabilities with log_target. size_average and reduce are
@@ -111,8 +128,13 @@ def _tvd_logs(input: Tensor, target: Tensor):
     return torch.log(a + m), torch.log(m)
 
 
-def tvd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None,
-        reduction: str = "mean", ignore_index: int = -100) -> Tensor:
+def tvd(
+    input: Tensor,
+    target: Tensor,
+    shift_labels: Tensor | None = None,
+    reduction: str = "mean",
+    ignore_index: int = -100,
+) -> Tensor:
     """Total variation 1/2 sum |input - target| of two probability tensors [..., V]; the
     gradient goes to `input`. shift_labels [...] ignore rows (loss and gradient 0)."""
     fn = "tvd"
@@ -139,8 +161,9 @@ class KLDivLoss(torch.nn.KLDivLoss):
         self.eps = eps
 
     def forward(self, y_pred: Tensor, y_true: Tensor) -> Tensor:
-        return kl_div(y_pred, y_true, reduction=self.reduction, log_target=self.log_target,
-                      eps=self.eps)
+        return kl_div(
+            y_pred, y_true, reduction=self.reduction, log_target=self.log_target, eps=self.eps
+        )
 
 
 class TVDLoss(torch.nn.Module):
@@ -152,7 +175,7 @@ class TVDLoss(torch.nn.Module):
         self.reduction = reduction
         self.ignore_index = ignore_index
 
-    def forward(self, p: Tensor, q: Tensor, shift_labels: Optional[Tensor] = None) -> Tensor:
+    def forward(self, p: Tensor, q: Tensor, shift_labels: Tensor | None = None) -> Tensor:
         return tvd(p, q, shift_labels, self.reduction, self.ignore_index)
 
 

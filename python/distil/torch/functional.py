@@ -34,7 +34,6 @@ the fused losses, temperature_squared=True for the soft part times tau^2.
 """
 
 import dataclasses
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -62,15 +61,17 @@ def _rows(name: str, t: Tensor) -> Tensor:
     return t if dense_rows else t.contiguous()
 
 
-def _labels(name: str, labels: Optional[Tensor], rows: int, device) -> Optional[Tensor]:
+def _labels(name: str, labels: Tensor | None, rows: int, device) -> Tensor | None:
     """Integer labels of `rows` values on `device` as the library takes them (int64 [rows],
     dense); anything else is passed on for the call's checks to refuse by name."""
     if labels is None:
         return None
-    if (labels.dtype is torch.int64 and labels.dim() == 1 and labels.is_contiguous()):
+    if labels.dtype is torch.int64 and labels.dim() == 1 and labels.is_contiguous():
         return labels  # the usual case: as the library takes them
-    if (labels.dtype in (torch.int32, torch.int16, torch.uint8, torch.int8, torch.int64)
-            and labels.numel() == rows):
+    if (
+        labels.dtype in (torch.int32, torch.int16, torch.uint8, torch.int8, torch.int64)
+        and labels.numel() == rows
+    ):
         return labels.reshape(rows).to(torch.int64).contiguous()
     return labels
 
@@ -82,16 +83,16 @@ def _float_name(t: Tensor) -> str:
 def _same(fn: str, names: tuple, tensors: tuple):
     """Every present tensor has a dtype distil computes in (complex and integer tensors are
     refused by name, never converted)."""
-    for name, t in zip(names, tensors):
+    for name, t in zip(names, tensors, strict=False):
         if t is not None and t.dtype not in _ops._DTYPES:
             _fail(f"{fn}: {name}: dtype {_float_name(t)} is not float32, bfloat16 or float16")
 
 
-def _wants_grad(t: Optional[Tensor]) -> bool:
+def _wants_grad(t: Tensor | None) -> bool:
     return t is not None and t.requires_grad and torch.is_grad_enabled()
 
 
-def _wants_grads(x: Tensor, w: Tensor, b: Optional[Tensor]) -> tuple:
+def _wants_grads(x: Tensor, w: Tensor, b: Tensor | None) -> tuple:
     """_wants_grad of each, grad mode read once."""
     if not torch.is_grad_enabled():
         return False, False, False
@@ -102,7 +103,7 @@ def _check_temperature(fn: str, temperature: float):
     _options.check_temperature(fn, temperature)
 
 
-def _device_normaliser(normaliser) -> Optional[Tensor]:
+def _device_normaliser(normaliser) -> Tensor | None:
     """A normaliser tensor as the call takes it: one fp32 value, 0-dim (a tensor of another
     size is passed on for the call to refuse by name)."""
     if not isinstance(normaliser, Tensor):
@@ -118,9 +119,18 @@ def _host_normaliser(normaliser):
 # ------------------------------------------------------------------------------------ JSD
 
 
-def jsd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None, beta: float = 0.5,
-        ignore_index: int = -100, *, reduction: str = "batchmean", divergence: str = "jsd",
-        alpha: float = 0.1, normaliser=None) -> Tensor:
+def jsd(
+    input: Tensor,
+    target: Tensor,
+    shift_labels: Tensor | None = None,
+    beta: float = 0.5,
+    ignore_index: int = -100,
+    *,
+    reduction: str = "batchmean",
+    divergence: str = "jsd",
+    alpha: float = 0.1,
+    normaliser=None,
+) -> Tensor:
     """Generalised JSD between student log-probs `input` and teacher log-probs `target`.
 
     input, target: [..., V] log-probabilities (not re-normalised); shift_labels: [...] or None.
@@ -129,15 +139,25 @@ def jsd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None, be
     (per row, shaped like the leading dimensions). Returns an fp32 loss. divergence, alpha,
     normaliser (batchmean only): see the module docstring.
     """
-    opts = _options.jsd_options("jsd", divergence=divergence, beta=beta, alpha=alpha,
-                                ignore_index=ignore_index, reduction=reduction,
-                                normaliser=_host_normaliser(normaliser))
+    opts = _options.jsd_options(
+        "jsd",
+        divergence=divergence,
+        beta=beta,
+        alpha=alpha,
+        ignore_index=ignore_index,
+        reduction=reduction,
+        normaliser=_host_normaliser(normaliser),
+    )
     return jsd_with(opts, input, target, shift_labels, _device_normaliser(normaliser))
 
 
-def jsd_with(opts: _options.JsdOptions, input: Tensor, target: Tensor,
-             shift_labels: Optional[Tensor] = None,
-             normaliser: Optional[Tensor] = None) -> Tensor:
+def jsd_with(
+    opts: _options.JsdOptions,
+    input: Tensor,
+    target: Tensor,
+    shift_labels: Tensor | None = None,
+    normaliser: Tensor | None = None,
+) -> Tensor:
     """jsd with its options made once (the JSD module's); normaliser: N on the device."""
     x, y = _rows("input", input), _rows("target", target)
     labels = _labels("shift_labels", shift_labels, x.shape[0] if x.dim() else 0, x.device)
@@ -147,8 +167,13 @@ def jsd_with(opts: _options.JsdOptions, input: Tensor, target: Tensor,
     return loss
 
 
-def liger_jsd(input: Tensor, target: Tensor, shift_labels: Optional[Tensor] = None,
-              beta: float = 0.5, ignore_index: int = -100) -> Tensor:
+def liger_jsd(
+    input: Tensor,
+    target: Tensor,
+    shift_labels: Tensor | None = None,
+    beta: float = 0.5,
+    ignore_index: int = -100,
+) -> Tensor:
     """Liger's liger_jsd: jsd with the loss in the input's dtype (as Liger returns it)."""
     return jsd(input, target, shift_labels, beta, ignore_index).to(input.dtype)
 
@@ -175,16 +200,23 @@ def e4m3_head(teacher_weight: Tensor) -> Tensor:
     rows, cols = w.shape
     nbytes = _calls.e4m3_head_size(ctx, rows, cols)
     head = torch.empty(nbytes, dtype=torch.uint8, device=w.device)
-    _calls.run_e4m3_head(ctx, _ops._DTYPES[w.dtype], w.data_ptr(), rows, cols, head.data_ptr(),
-                         nbytes)
+    _calls.run_e4m3_head(
+        ctx, _ops._DTYPES[w.dtype], w.data_ptr(), rows, cols, head.data_ptr(), nbytes
+    )
     return head
 
 
-_FUSED_NAMES = ("student_input", "student_weight", "teacher_input", "teacher_weight",
-                "student_bias", "teacher_bias")
+_FUSED_NAMES = (
+    "student_input",
+    "student_weight",
+    "teacher_input",
+    "teacher_weight",
+    "student_bias",
+    "teacher_bias",
+)
 
 
-def _compute_dtype(fn: str, tensors: tuple) -> Optional[torch.dtype]:
+def _compute_dtype(fn: str, tensors: tuple) -> torch.dtype | None:
     """The dtype the fused GEMMs run in: under torch.autocast, its dtype (as Liger's
     custom_fwd); else a 16-bit student_input's dtype when other inputs are fp32 (fp32 master
     weights beside bf16 activations); None: the inputs as they are."""
@@ -209,7 +241,7 @@ def _student_head(ws: Tensor, dtype) -> Tensor:
     return ws if ws.dtype is torch.float32 else _cast(ws, dtype)
 
 
-def _cast(t: Optional[Tensor], dtype) -> Optional[Tensor]:
+def _cast(t: Tensor | None, dtype) -> Tensor | None:
     """t in dtype (differentiable: a gradient flows back in t's own dtype)."""
     return t if t is None or dtype is None or t.dtype is dtype else t.to(dtype)
 
@@ -219,10 +251,22 @@ class FusedInputs:
 
     __slots__ = ("xs", "ws", "xt", "wt", "labels", "bs", "bt", "normaliser", "head")
 
-    def __init__(self, student_input, student_weight, teacher_input, teacher_weight,
-                 labels=None, student_bias=None, teacher_bias=None):
-        self.xs, self.ws, self.xt, self.wt = (student_input, student_weight, teacher_input,
-                                              teacher_weight)
+    def __init__(
+        self,
+        student_input,
+        student_weight,
+        teacher_input,
+        teacher_weight,
+        labels=None,
+        student_bias=None,
+        teacher_bias=None,
+    ):
+        self.xs, self.ws, self.xt, self.wt = (
+            student_input,
+            student_weight,
+            teacher_input,
+            teacher_weight,
+        )
         self.labels, self.bs, self.bt = labels, student_bias, teacher_bias
         self.normaliser, self.head = None, None
 
@@ -242,45 +286,80 @@ class Returns:
 def fused_with(fn: str, opts: _options.FusedOptions, inputs: FusedInputs, returns: Returns):
     """The fused loss with its options made once: (loss, parts [3] detached or None,
     student_lse, teacher_lse, student_entropy shaped like the leading dimensions or None)."""
-    dtype = _compute_dtype(fn, (inputs.xs, inputs.ws, inputs.xt, inputs.wt, inputs.bs,
-                                inputs.bt))
+    dtype = _compute_dtype(fn, (inputs.xs, inputs.ws, inputs.xt, inputs.wt, inputs.bs, inputs.bt))
     xs0, ws, bs = _cast(inputs.xs, dtype), _student_head(inputs.ws, dtype), inputs.bs
     bs = _cast(bs, torch.float32 if ws.dtype is torch.float32 else dtype)
-    xs, xt = _rows("student_input", xs0).contiguous(), _rows("teacher_input",
-                                                              _cast(inputs.xt, dtype))
+    xs, xt = (
+        _rows("student_input", xs0).contiguous(),
+        _rows("teacher_input", _cast(inputs.xt, dtype)),
+    )
     rows = xs.shape[0] if xs.dim() else 0
-    t = _ops.FusedTensors(xs, ws.contiguous(), None if bs is None else bs.contiguous(),
-                          xt.contiguous(), _cast(inputs.wt, dtype).contiguous(),
-                          None if inputs.bt is None else _cast(inputs.bt, dtype).contiguous(),
-                          _labels("labels", inputs.labels, rows, xs.device),
-                          _device_normaliser(inputs.normaliser), inputs.head)
-    want = _options.FusedOutputs(*_wants_grads(xs0, ws, bs), parts=returns.soft_hard,
-                                 lse=returns.lse, entropy=returns.entropy)
+    t = _ops.FusedTensors(
+        xs,
+        ws.contiguous(),
+        None if bs is None else bs.contiguous(),
+        xt.contiguous(),
+        _cast(inputs.wt, dtype).contiguous(),
+        None if inputs.bt is None else _cast(inputs.bt, dtype).contiguous(),
+        _labels("labels", inputs.labels, rows, xs.device),
+        _device_normaliser(inputs.normaliser),
+        inputs.head,
+    )
+    want = _options.FusedOutputs(
+        *_wants_grads(xs0, ws, bs),
+        parts=returns.soft_hard,
+        lse=returns.lse,
+        entropy=returns.entropy,
+    )
     loss, out_parts, ls, lt, ent = _ops.fused(t, opts, want)
     lead = inputs.xs.shape[:-1]
     lse_out = (ls.reshape(lead), lt.reshape(lead)) if returns.lse else (None, None)
     return (loss, out_parts) + lse_out + (ent.reshape(lead) if returns.entropy else None,)
 
 
-def _head_kwargs(student_logit_scale=1.0, student_softcap=0.0, teacher_logit_scale=1.0,
-                 teacher_softcap=0.0, teacher_temperature=None, teacher_head_precision=None):
-    return dict(student_logit_scale=student_logit_scale, student_softcap=student_softcap,
-                teacher_logit_scale=teacher_logit_scale, teacher_softcap=teacher_softcap,
-                teacher_temperature=teacher_temperature,
-                teacher_head_precision=teacher_head_precision)
+def _head_kwargs(
+    student_logit_scale=1.0,
+    student_softcap=0.0,
+    teacher_logit_scale=1.0,
+    teacher_softcap=0.0,
+    teacher_temperature=None,
+    teacher_head_precision=None,
+):
+    return dict(
+        student_logit_scale=student_logit_scale,
+        student_softcap=student_softcap,
+        teacher_logit_scale=teacher_logit_scale,
+        teacher_softcap=teacher_softcap,
+        teacher_temperature=teacher_temperature,
+        teacher_head_precision=teacher_head_precision,
+    )
 
 
-def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
-                     teacher_weight: Tensor, shift_labels: Optional[Tensor] = None,
-                     jsd_beta: float = 0.5, ignore_index: int = -100, temperature: float = 1.0,
-                     *, chunk_rows: int = 0, divergence: str = "jsd", alpha: float = 0.1,
-                     normaliser=None, temperature_squared: bool = False,
-                     student_logit_scale: float = 1.0, student_softcap: float = 0.0,
-                     teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
-                     teacher_temperature: Optional[float] = None, return_lse: bool = False,
-                     teacher_head_precision: Optional[str] = None,
-                     teacher_weight_e4m3: Optional[Tensor] = None,
-                     return_entropy: bool = False):
+def fused_linear_jsd(
+    student_input: Tensor,
+    student_weight: Tensor,
+    teacher_input: Tensor,
+    teacher_weight: Tensor,
+    shift_labels: Tensor | None = None,
+    jsd_beta: float = 0.5,
+    ignore_index: int = -100,
+    temperature: float = 1.0,
+    *,
+    chunk_rows: int = 0,
+    divergence: str = "jsd",
+    alpha: float = 0.1,
+    normaliser=None,
+    temperature_squared: bool = False,
+    student_logit_scale: float = 1.0,
+    student_softcap: float = 0.0,
+    teacher_logit_scale: float = 1.0,
+    teacher_softcap: float = 0.0,
+    teacher_temperature: float | None = None,
+    return_lse: bool = False,
+    teacher_head_precision: str | None = None,
+    teacher_weight_e4m3: Tensor | None = None,
+    return_entropy: bool = False,
+):
     """JSD of the two heads' tempered distributions (Liger's LigerFusedLinearJSD), fp32.
 
     student_input [..., Hs], student_weight [V, Hs], teacher_input [..., Ht], teacher_weight
@@ -291,27 +370,57 @@ def fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_inpu
     """
     fn = "fused_linear_jsd"
     opts = _options.fused_options(
-        fn, weight_hard=0.0, weight_soft=1.0, beta=jsd_beta, temperature=temperature,
-        ignore_index=ignore_index, chunk_rows=chunk_rows, divergence=divergence, alpha=alpha,
-        normaliser=_host_normaliser(normaliser), temperature_squared=temperature_squared,
-        **_head_kwargs(student_logit_scale, student_softcap, teacher_logit_scale,
-                       teacher_softcap, teacher_temperature, teacher_head_precision))
-    inputs = FusedInputs(student_input, student_weight, teacher_input, teacher_weight,
-                         shift_labels)
+        fn,
+        weight_hard=0.0,
+        weight_soft=1.0,
+        beta=jsd_beta,
+        temperature=temperature,
+        ignore_index=ignore_index,
+        chunk_rows=chunk_rows,
+        divergence=divergence,
+        alpha=alpha,
+        normaliser=_host_normaliser(normaliser),
+        temperature_squared=temperature_squared,
+        **_head_kwargs(
+            student_logit_scale,
+            student_softcap,
+            teacher_logit_scale,
+            teacher_softcap,
+            teacher_temperature,
+            teacher_head_precision,
+        ),
+    )
+    inputs = FusedInputs(student_input, student_weight, teacher_input, teacher_weight, shift_labels)
     inputs.normaliser, inputs.head = normaliser, teacher_weight_e4m3
-    return fused_result(fn, opts, inputs, Returns(lse=bool(return_lse),
-                                                  entropy=bool(return_entropy)))
+    return fused_result(
+        fn, opts, inputs, Returns(lse=bool(return_lse), entropy=bool(return_entropy))
+    )
 
 
-def liger_fused_linear_jsd(student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
-                           teacher_weight: Tensor, shift_labels: Optional[Tensor] = None,
-                           jsd_beta: float = 0.5, ignore_index: int = -100,
-                           temperature: float = 1.0, accum_dtype=None) -> Tensor:
+def liger_fused_linear_jsd(
+    student_input: Tensor,
+    student_weight: Tensor,
+    teacher_input: Tensor,
+    teacher_weight: Tensor,
+    shift_labels: Tensor | None = None,
+    jsd_beta: float = 0.5,
+    ignore_index: int = -100,
+    temperature: float = 1.0,
+    accum_dtype=None,
+) -> Tensor:
     """Liger's liger_fused_linear_jsd: fused_linear_jsd with the loss in the student's dtype.
     accum_dtype is accepted: distil accumulates the weight gradient in fp32 always."""
     del accum_dtype
-    loss = fused_linear_jsd(student_input, student_weight, teacher_input, teacher_weight,
-                            shift_labels, jsd_beta, ignore_index, temperature)
+    loss = fused_linear_jsd(
+        student_input,
+        student_weight,
+        teacher_input,
+        teacher_weight,
+        shift_labels,
+        jsd_beta,
+        ignore_index,
+        temperature,
+    )
     return loss.to(_loss_dtype(student_input))
 
 
@@ -324,22 +433,38 @@ def _loss_dtype(student_input: Tensor) -> torch.dtype:
     return student_input.dtype
 
 
-def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
-                          teacher_weight: Tensor, true_labels: Optional[Tensor],
-                          student_bias: Optional[Tensor] = None,
-                          teacher_bias: Optional[Tensor] = None, weight_hard_loss: float = 0.5,
-                          weight_soft_loss: float = 0.5, beta: float = 0.5,
-                          ignore_index: int = -100, temperature: float = 1.0,
-                          compiled: bool = True, chunk_size: int = 1024,
-                          return_soft_hard_loss: bool = False, *, chunk_rows: int = 0,
-                          divergence: str = "jsd", alpha: float = 0.1, normaliser=None,
-                          temperature_squared: bool = False,
-                          student_logit_scale: float = 1.0, student_softcap: float = 0.0,
-                          teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
-                          teacher_temperature: Optional[float] = None, return_lse: bool = False,
-                          teacher_head_precision: Optional[str] = None,
-                          teacher_weight_e4m3: Optional[Tensor] = None,
-                          return_entropy: bool = False):
+def fused_linear_jsd_loss(
+    student_input: Tensor,
+    student_weight: Tensor,
+    teacher_input: Tensor,
+    teacher_weight: Tensor,
+    true_labels: Tensor | None,
+    student_bias: Tensor | None = None,
+    teacher_bias: Tensor | None = None,
+    weight_hard_loss: float = 0.5,
+    weight_soft_loss: float = 0.5,
+    beta: float = 0.5,
+    ignore_index: int = -100,
+    temperature: float = 1.0,
+    compiled: bool = True,
+    chunk_size: int = 1024,
+    return_soft_hard_loss: bool = False,
+    *,
+    chunk_rows: int = 0,
+    divergence: str = "jsd",
+    alpha: float = 0.1,
+    normaliser=None,
+    temperature_squared: bool = False,
+    student_logit_scale: float = 1.0,
+    student_softcap: float = 0.0,
+    teacher_logit_scale: float = 1.0,
+    teacher_softcap: float = 0.0,
+    teacher_temperature: float | None = None,
+    return_lse: bool = False,
+    teacher_head_precision: str | None = None,
+    teacher_weight_e4m3: Tensor | None = None,
+    return_entropy: bool = False,
+):
     """Hard CE + soft JSD through both heads (Liger's LigerFusedLinearJSDLoss).
 
     loss = weight_hard_loss * CE / N + weight_soft_loss * JSD(beta, temperature) / N with
@@ -372,17 +497,42 @@ def fused_linear_jsd_loss(student_input: Tensor, student_weight: Tensor, teacher
     del compiled, chunk_size  # accepted for Liger compatibility, see the module docstring
     fn = "fused_linear_jsd_loss"
     opts = _options.fused_options(
-        fn, weight_hard=weight_hard_loss, weight_soft=weight_soft_loss, beta=beta,
-        temperature=temperature, ignore_index=ignore_index, chunk_rows=chunk_rows,
-        divergence=divergence, alpha=alpha, normaliser=_host_normaliser(normaliser),
+        fn,
+        weight_hard=weight_hard_loss,
+        weight_soft=weight_soft_loss,
+        beta=beta,
+        temperature=temperature,
+        ignore_index=ignore_index,
+        chunk_rows=chunk_rows,
+        divergence=divergence,
+        alpha=alpha,
+        normaliser=_host_normaliser(normaliser),
         temperature_squared=temperature_squared,
-        **_head_kwargs(student_logit_scale, student_softcap, teacher_logit_scale,
-                       teacher_softcap, teacher_temperature, teacher_head_precision))
-    inputs = FusedInputs(student_input, student_weight, teacher_input, teacher_weight,
-                         true_labels, student_bias, teacher_bias)
+        **_head_kwargs(
+            student_logit_scale,
+            student_softcap,
+            teacher_logit_scale,
+            teacher_softcap,
+            teacher_temperature,
+            teacher_head_precision,
+        ),
+    )
+    inputs = FusedInputs(
+        student_input,
+        student_weight,
+        teacher_input,
+        teacher_weight,
+        true_labels,
+        student_bias,
+        teacher_bias,
+    )
     inputs.normaliser, inputs.head = normaliser, teacher_weight_e4m3
-    return fused_result(fn, opts, inputs, Returns(bool(return_soft_hard_loss), bool(return_lse),
-                                                  bool(return_entropy)))
+    return fused_result(
+        fn,
+        opts,
+        inputs,
+        Returns(bool(return_soft_hard_loss), bool(return_lse), bool(return_entropy)),
+    )
 
 
 def fused_result(fn: str, opts: _options.FusedOptions, inputs: FusedInputs, returns: Returns):

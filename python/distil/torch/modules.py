@@ -14,7 +14,6 @@ KLDivLoss and TVDLoss (Liger's LigerKLDIVLoss, LigerTVDLoss) are in distil.torch
 """
 
 import weakref
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -74,16 +73,19 @@ class _HeadCache:
         self.key, self.storage, self.head = None, None, None
 
     def _same(self, wt: Tensor, key) -> bool:
-        return (self.head is not None and key == self.key
-                and self.storage is not None and self.storage() is wt.untyped_storage())
+        return (
+            self.head is not None
+            and key == self.key
+            and self.storage is not None
+            and self.storage() is wt.untyped_storage()
+        )
 
-    def get(self, wt: Tensor) -> Optional[Tensor]:
+    def get(self, wt: Tensor) -> Tensor | None:
         if torch.compiler.is_compiling():
             return None
         if wt.is_inference():
             return F.e4m3_head(wt)
-        key = (wt.storage_offset(), tuple(wt.shape), wt.stride(), wt.dtype, wt.device,
-               wt._version)
+        key = (wt.storage_offset(), tuple(wt.shape), wt.stride(), wt.dtype, wt.device, wt._version)
         capturing = wt.is_cuda and torch.cuda.is_current_stream_capturing()
         if self._same(wt, key):
             if capturing and not any(h is self.head for h in self.pinned):
@@ -97,7 +99,7 @@ class _HeadCache:
         return self.head
 
 
-def _teacher_head(module, fn: str, tensors: tuple, given: Optional[Tensor]) -> Optional[Tensor]:
+def _teacher_head(module, fn: str, tensors: tuple, given: Tensor | None) -> Tensor | None:
     """The head made once for this call: the caller's, the module's cache, or None. tensors =
     (student_input, student_weight, teacher_input, teacher_weight, student_bias, teacher_bias):
     the loss's own checks (named after fn) run before the cache rounds teacher_weight."""
@@ -106,8 +108,9 @@ def _teacher_head(module, fn: str, tensors: tuple, given: Optional[Tensor]) -> O
     if module.teacher_head_precision in (None, "default"):
         return None
     dtype = F._compute_dtype(fn, tensors) or tensors[0].dtype
-    if tensors[3].dim() != 2 or any(t is not None and t.dtype not in (dtype, torch.float32)
-                                    for t in tensors):
+    if tensors[3].dim() != 2 or any(
+        t is not None and t.dtype not in (dtype, torch.float32) for t in tensors
+    ):
         return None  # the call refuses it (and names the loss): round nothing for it
     return module._head_cache.get(F._cast(tensors[3], dtype))
 
@@ -137,52 +140,97 @@ class JSD(_OptionsModule):
     alpha = _Option()
     normaliser = _Option()
 
-    def __init__(self, beta: float = 0.5, ignore_index: int = -100, *, divergence: str = "jsd",
-                 alpha: float = 0.1, normaliser=None, process_group=None):
+    def __init__(
+        self,
+        beta: float = 0.5,
+        ignore_index: int = -100,
+        *,
+        divergence: str = "jsd",
+        alpha: float = 0.1,
+        normaliser=None,
+        process_group=None,
+    ):
         super().__init__()
-        self._make_options(dict(beta=beta, ignore_index=ignore_index, divergence=divergence,
-                                alpha=alpha, normaliser=normaliser))
+        self._make_options(
+            dict(
+                beta=beta,
+                ignore_index=ignore_index,
+                divergence=divergence,
+                alpha=alpha,
+                normaliser=normaliser,
+            )
+        )
         # docs/SPEC.md §8: the inputs are this rank's vocabulary columns (distil.torch.parallel)
         self.process_group = process_group
 
     def _build(self, public):
         n = public["normaliser"]
         self.__dict__["_normaliser"] = n
-        return _options.jsd_options("jsd", divergence=public["divergence"],
-                                    beta=public["beta"], alpha=public["alpha"],
-                                    ignore_index=public["ignore_index"],
-                                    normaliser=None if isinstance(n, Tensor) else n)
+        return _options.jsd_options(
+            "jsd",
+            divergence=public["divergence"],
+            beta=public["beta"],
+            alpha=public["alpha"],
+            ignore_index=public["ignore_index"],
+            normaliser=None if isinstance(n, Tensor) else n,
+        )
 
-    def forward(self, log_q: Tensor, log_p: Tensor,
-                shift_labels: Optional[torch.LongTensor] = None, *, normaliser=None) -> Tensor:
+    def forward(
+        self,
+        log_q: Tensor,
+        log_p: Tensor,
+        shift_labels: torch.LongTensor | None = None,
+        *,
+        normaliser=None,
+    ) -> Tensor:
         if self.process_group is not None:
             from .parallel import vocab_parallel_jsd
-            return vocab_parallel_jsd(log_q, log_p, shift_labels, self.beta, self.ignore_index,
-                                      self.process_group, divergence=self.divergence,
-                                      alpha=self.alpha,
-                                      normaliser=self.normaliser if normaliser is None
-                                      else normaliser)
+
+            return vocab_parallel_jsd(
+                log_q,
+                log_p,
+                shift_labels,
+                self.beta,
+                self.ignore_index,
+                self.process_group,
+                divergence=self.divergence,
+                alpha=self.alpha,
+                normaliser=self.normaliser if normaliser is None else normaliser,
+            )
         opts = self.options
         if normaliser is not None and not isinstance(normaliser, Tensor):
-            opts = _options.jsd_options("jsd", divergence=self.divergence, beta=self.beta,
-                                        alpha=self.alpha, ignore_index=self.ignore_index,
-                                        normaliser=normaliser)
-        return F.jsd_with(opts, log_q, log_p, shift_labels, F._device_normaliser(
-            _normaliser_of(self, normaliser)))
+            opts = _options.jsd_options(
+                "jsd",
+                divergence=self.divergence,
+                beta=self.beta,
+                alpha=self.alpha,
+                ignore_index=self.ignore_index,
+                normaliser=normaliser,
+            )
+        return F.jsd_with(
+            opts, log_q, log_p, shift_labels, F._device_normaliser(_normaliser_of(self, normaliser))
+        )
 
 
 class LigerJSD(JSD):
     """Liger's LigerJSD(beta=0.5, ignore_index=-100): JSD with the loss in the input's dtype."""
 
-    def forward(self, log_q: Tensor, log_p: Tensor,
-                shift_labels: Optional[torch.LongTensor] = None) -> Tensor:
+    def forward(
+        self, log_q: Tensor, log_p: Tensor, shift_labels: torch.LongTensor | None = None
+    ) -> Tensor:
         return super().forward(log_q, log_p, shift_labels).to(log_q.dtype)
 
 
 # docs/SPEC.md §6 head options of the fused modules: keyword-only constructor arguments (the
 # defaults leave Liger's signatures and results as they are).
-_HEAD_OPTIONS = ("student_logit_scale", "student_softcap", "teacher_logit_scale",
-                 "teacher_softcap", "teacher_temperature", "teacher_head_precision")
+_HEAD_OPTIONS = (
+    "student_logit_scale",
+    "student_softcap",
+    "teacher_logit_scale",
+    "teacher_softcap",
+    "teacher_temperature",
+    "teacher_head_precision",
+)
 
 
 class _FusedModule(_OptionsModule):
@@ -207,19 +255,26 @@ class _FusedModule(_OptionsModule):
         n = public["normaliser"]
         self.__dict__["_normaliser"] = n
         return _options.fused_options(
-            self._fn, weight_hard=self._weights(public)[0], weight_soft=self._weights(public)[1],
-            beta=public[self._beta_name], temperature=public["temperature"],
-            ignore_index=public["ignore_index"], chunk_rows=public["chunk_rows"],
-            divergence=public["divergence"], alpha=public["alpha"],
+            self._fn,
+            weight_hard=self._weights(public)[0],
+            weight_soft=self._weights(public)[1],
+            beta=public[self._beta_name],
+            temperature=public["temperature"],
+            ignore_index=public["ignore_index"],
+            chunk_rows=public["chunk_rows"],
+            divergence=public["divergence"],
+            alpha=public["alpha"],
             normaliser=None if isinstance(n, Tensor) else n,
             temperature_squared=public["temperature_squared"],
-            **{k: public[k] for k in _HEAD_OPTIONS})
+            **{k: public[k] for k in _HEAD_OPTIONS},
+        )
 
     def _inputs(self, tensors: tuple, normaliser, head) -> F.FusedInputs:
         inputs = F.FusedInputs(*tensors)
         inputs.normaliser = _normaliser_of(self, normaliser)
-        inputs.head = _teacher_head(self, self._fn, (inputs.xs, inputs.ws, inputs.xt, inputs.wt,
-                                                     inputs.bs, inputs.bt), head)
+        inputs.head = _teacher_head(
+            self, self._fn, (inputs.xs, inputs.ws, inputs.xt, inputs.wt, inputs.bs, inputs.bt), head
+        )
         return inputs
 
     def _options_for(self, normaliser):
@@ -241,23 +296,45 @@ class FusedLinearJSD(_FusedModule):
     _beta_name = "jsd_beta"
     jsd_beta = _Option()
 
-    def __init__(self, jsd_beta: float = 0.5, ignore_index: int = -100,
-                 temperature: float = 1.0, *, divergence: str = "jsd", alpha: float = 0.1,
-                 normaliser=None, temperature_squared: bool = False,
-                 student_logit_scale: float = 1.0, student_softcap: float = 0.0,
-                 teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
-                 teacher_temperature: Optional[float] = None, return_lse: bool = False,
-                 teacher_head_precision: Optional[str] = None,
-                 cache_teacher_head: bool = False, return_entropy: bool = False):
+    def __init__(
+        self,
+        jsd_beta: float = 0.5,
+        ignore_index: int = -100,
+        temperature: float = 1.0,
+        *,
+        divergence: str = "jsd",
+        alpha: float = 0.1,
+        normaliser=None,
+        temperature_squared: bool = False,
+        student_logit_scale: float = 1.0,
+        student_softcap: float = 0.0,
+        teacher_logit_scale: float = 1.0,
+        teacher_softcap: float = 0.0,
+        teacher_temperature: float | None = None,
+        return_lse: bool = False,
+        teacher_head_precision: str | None = None,
+        cache_teacher_head: bool = False,
+        return_entropy: bool = False,
+    ):
         super().__init__()
-        self._make_options(dict(
-            jsd_beta=jsd_beta, ignore_index=ignore_index, temperature=temperature,
-            divergence=divergence, alpha=alpha, normaliser=normaliser,
-            temperature_squared=temperature_squared, chunk_rows=0,
-            student_logit_scale=student_logit_scale, student_softcap=student_softcap,
-            teacher_logit_scale=teacher_logit_scale, teacher_softcap=teacher_softcap,
-            teacher_temperature=teacher_temperature,
-            teacher_head_precision=teacher_head_precision))
+        self._make_options(
+            dict(
+                jsd_beta=jsd_beta,
+                ignore_index=ignore_index,
+                temperature=temperature,
+                divergence=divergence,
+                alpha=alpha,
+                normaliser=normaliser,
+                temperature_squared=temperature_squared,
+                chunk_rows=0,
+                student_logit_scale=student_logit_scale,
+                student_softcap=student_softcap,
+                teacher_logit_scale=teacher_logit_scale,
+                teacher_softcap=teacher_softcap,
+                teacher_temperature=teacher_temperature,
+                teacher_head_precision=teacher_head_precision,
+            )
+        )
         self.return_lse = return_lse
         self.return_entropy = return_entropy
         _init_head_cache(self, cache_teacher_head)
@@ -266,14 +343,36 @@ class FusedLinearJSD(_FusedModule):
     def _weights(public):
         return 0.0, 1.0
 
-    def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
-                teacher_weight: Tensor, shift_labels: Optional[torch.LongTensor] = None, *,
-                normaliser=None, teacher_weight_e4m3: Optional[Tensor] = None):
-        inputs = self._inputs((student_input, student_weight, teacher_input, teacher_weight,
-                               shift_labels, None, None), normaliser, teacher_weight_e4m3)
-        return F.fused_result(self._fn, self._options_for(normaliser), inputs,
-                              F.Returns(lse=bool(self.return_lse),
-                                        entropy=bool(self.return_entropy)))
+    def forward(
+        self,
+        student_input: Tensor,
+        student_weight: Tensor,
+        teacher_input: Tensor,
+        teacher_weight: Tensor,
+        shift_labels: torch.LongTensor | None = None,
+        *,
+        normaliser=None,
+        teacher_weight_e4m3: Tensor | None = None,
+    ):
+        inputs = self._inputs(
+            (
+                student_input,
+                student_weight,
+                teacher_input,
+                teacher_weight,
+                shift_labels,
+                None,
+                None,
+            ),
+            normaliser,
+            teacher_weight_e4m3,
+        )
+        return F.fused_result(
+            self._fn,
+            self._options_for(normaliser),
+            inputs,
+            F.Returns(lse=bool(self.return_lse), entropy=bool(self.return_entropy)),
+        )
 
 
 class LigerFusedLinearJSD(FusedLinearJSD):
@@ -281,15 +380,28 @@ class LigerFusedLinearJSD(FusedLinearJSD):
     accum_dtype=None): the loss in the student's dtype (the autocast dtype under autocast).
     accum_dtype is accepted and kept: distil accumulates the weight gradient in fp32 always."""
 
-    def __init__(self, jsd_beta: float = 0.5, ignore_index: int = -100,
-                 temperature: float = 1.0, accum_dtype: Optional[torch.dtype] = None, **kw):
+    def __init__(
+        self,
+        jsd_beta: float = 0.5,
+        ignore_index: int = -100,
+        temperature: float = 1.0,
+        accum_dtype: torch.dtype | None = None,
+        **kw,
+    ):
         super().__init__(jsd_beta, ignore_index, temperature, **kw)
         self.accum_dtype = accum_dtype
 
-    def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
-                teacher_weight: Tensor, shift_labels: Optional[torch.LongTensor] = None):
-        loss = super().forward(student_input, student_weight, teacher_input, teacher_weight,
-                               shift_labels)
+    def forward(
+        self,
+        student_input: Tensor,
+        student_weight: Tensor,
+        teacher_input: Tensor,
+        teacher_weight: Tensor,
+        shift_labels: torch.LongTensor | None = None,
+    ):
+        loss = super().forward(
+            student_input, student_weight, teacher_input, teacher_weight, shift_labels
+        )
         return loss.to(F._loss_dtype(student_input))
 
 
@@ -313,27 +425,55 @@ class FusedLinearJSDLoss(_FusedModule):
     weight_hard_loss = _Option()
     weight_soft_loss = _Option()
 
-    def __init__(self, weight_hard_loss: float = 0.5, weight_soft_loss: float = 0.5,
-                 beta: float = 0.5, ignore_index: int = -100, temperature: float = 1.0,
-                 compiled: bool = True, chunk_size: int = 1024,
-                 return_soft_hard_loss: bool = False, *, chunk_rows: int = 0,
-                 divergence: str = "jsd", alpha: float = 0.1, normaliser=None,
-                 temperature_squared: bool = False,
-                 student_logit_scale: float = 1.0, student_softcap: float = 0.0,
-                 teacher_logit_scale: float = 1.0, teacher_softcap: float = 0.0,
-                 teacher_temperature: Optional[float] = None, return_lse: bool = False,
-                 process_group=None, vocab_offset: Optional[int] = None,
-                 teacher_head_precision: Optional[str] = None,
-                 cache_teacher_head: bool = False, return_entropy: bool = False):
+    def __init__(
+        self,
+        weight_hard_loss: float = 0.5,
+        weight_soft_loss: float = 0.5,
+        beta: float = 0.5,
+        ignore_index: int = -100,
+        temperature: float = 1.0,
+        compiled: bool = True,
+        chunk_size: int = 1024,
+        return_soft_hard_loss: bool = False,
+        *,
+        chunk_rows: int = 0,
+        divergence: str = "jsd",
+        alpha: float = 0.1,
+        normaliser=None,
+        temperature_squared: bool = False,
+        student_logit_scale: float = 1.0,
+        student_softcap: float = 0.0,
+        teacher_logit_scale: float = 1.0,
+        teacher_softcap: float = 0.0,
+        teacher_temperature: float | None = None,
+        return_lse: bool = False,
+        process_group=None,
+        vocab_offset: int | None = None,
+        teacher_head_precision: str | None = None,
+        cache_teacher_head: bool = False,
+        return_entropy: bool = False,
+    ):
         super().__init__()
-        self._make_options(dict(
-            weight_hard_loss=weight_hard_loss, weight_soft_loss=weight_soft_loss, beta=beta,
-            ignore_index=ignore_index, temperature=temperature, divergence=divergence,
-            alpha=alpha, normaliser=normaliser, temperature_squared=temperature_squared,
-            chunk_rows=chunk_rows, student_logit_scale=student_logit_scale,
-            student_softcap=student_softcap, teacher_logit_scale=teacher_logit_scale,
-            teacher_softcap=teacher_softcap, teacher_temperature=teacher_temperature,
-            teacher_head_precision=teacher_head_precision))
+        self._make_options(
+            dict(
+                weight_hard_loss=weight_hard_loss,
+                weight_soft_loss=weight_soft_loss,
+                beta=beta,
+                ignore_index=ignore_index,
+                temperature=temperature,
+                divergence=divergence,
+                alpha=alpha,
+                normaliser=normaliser,
+                temperature_squared=temperature_squared,
+                chunk_rows=chunk_rows,
+                student_logit_scale=student_logit_scale,
+                student_softcap=student_softcap,
+                teacher_logit_scale=teacher_logit_scale,
+                teacher_softcap=teacher_softcap,
+                teacher_temperature=teacher_temperature,
+                teacher_head_precision=teacher_head_precision,
+            )
+        )
         self.compiled, self.chunk_size = compiled, chunk_size  # Liger's; distil plans chunks
         self.return_soft_hard_loss = return_soft_hard_loss
         self.return_lse = return_lse
@@ -343,37 +483,69 @@ class FusedLinearJSDLoss(_FusedModule):
         self.parallel = None
         if process_group is not None:
             from .parallel import VocabParallel
+
             self.parallel = VocabParallel(process_group, vocab_offset)
 
     @staticmethod
     def _weights(public):
         return public["weight_hard_loss"], public["weight_soft_loss"]
 
-    def forward(self, student_input: Tensor, student_weight: Tensor, teacher_input: Tensor,
-                teacher_weight: Tensor, true_labels: Optional[torch.LongTensor],
-                student_bias: Optional[Tensor] = None, teacher_bias: Optional[Tensor] = None, *,
-                normaliser=None, teacher_weight_e4m3: Optional[Tensor] = None):
-        tensors = (student_input, student_weight, teacher_input, teacher_weight, true_labels,
-                   student_bias, teacher_bias)
+    def forward(
+        self,
+        student_input: Tensor,
+        student_weight: Tensor,
+        teacher_input: Tensor,
+        teacher_weight: Tensor,
+        true_labels: torch.LongTensor | None,
+        student_bias: Tensor | None = None,
+        teacher_bias: Tensor | None = None,
+        *,
+        normaliser=None,
+        teacher_weight_e4m3: Tensor | None = None,
+    ):
+        tensors = (
+            student_input,
+            student_weight,
+            teacher_input,
+            teacher_weight,
+            true_labels,
+            student_bias,
+            teacher_bias,
+        )
         if self.parallel is not None:
             return self._parallel(tensors, normaliser)
         inputs = self._inputs(tensors, normaliser, teacher_weight_e4m3)
-        return F.fused_result(self._fn, self._options_for(normaliser), inputs,
-                              F.Returns(bool(self.return_soft_hard_loss), bool(self.return_lse),
-                                        bool(self.return_entropy)))
+        return F.fused_result(
+            self._fn,
+            self._options_for(normaliser),
+            inputs,
+            F.Returns(
+                bool(self.return_soft_hard_loss), bool(self.return_lse), bool(self.return_entropy)
+            ),
+        )
 
     def _parallel(self, tensors, normaliser):
-        defaults = _options.fused_options(self._fn, weight_hard=self.weight_hard_loss,
-                                          weight_soft=self.weight_soft_loss, beta=self.beta,
-                                          temperature=self.temperature,
-                                          ignore_index=self.ignore_index,
-                                          chunk_rows=self.chunk_rows)
-        if (self.options != defaults or normaliser is not None or self.return_lse
-                or self.return_entropy
-                or isinstance(self._normaliser, Tensor)):
-            raise NotImplementedError("distil: FusedLinearJSDLoss(process_group=) takes the "
-                                      "default divergence, normaliser, temperature and head "
-                                      "options only")
+        defaults = _options.fused_options(
+            self._fn,
+            weight_hard=self.weight_hard_loss,
+            weight_soft=self.weight_soft_loss,
+            beta=self.beta,
+            temperature=self.temperature,
+            ignore_index=self.ignore_index,
+            chunk_rows=self.chunk_rows,
+        )
+        if (
+            self.options != defaults
+            or normaliser is not None
+            or self.return_lse
+            or self.return_entropy
+            or isinstance(self._normaliser, Tensor)
+        ):
+            raise NotImplementedError(
+                "distil: FusedLinearJSDLoss(process_group=) takes the "
+                "default divergence, normaliser, temperature and head "
+                "options only"
+            )
         loss, hard, soft = self.parallel.fused_linear_jsd_loss(tensors, self.options)
         return (loss, soft, hard) if self.return_soft_hard_loss else loss
 

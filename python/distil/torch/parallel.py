@@ -26,7 +26,6 @@ How the collectives run, and why:
 
 import ctypes
 from ctypes import POINTER, c_int, c_int64, c_size_t, c_void_p
-from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -40,20 +39,27 @@ from . import functional as F
 class VocabShard(ctypes.Structure):
     """distil_vocab_shard, field for field."""
 
-    _fields_ = [("struct_size", c_size_t), ("vocab_offset", c_int64), ("vocab_total", c_int64),
-                ("comm", c_void_p)]
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("vocab_offset", c_int64),
+        ("vocab_total", c_int64),
+        ("comm", c_void_p),
+    ]
 
 
 _ALLREDUCE = ctypes.CFUNCTYPE(c_int, c_void_p, c_void_p, c_int64, c_int, c_int, c_void_p)
 _lib_fns = {
     "distil_vocab_shard_init": (None, [POINTER(VocabShard)]),
-    "distil_comm_create_callback": (c_int, [POINTER(c_void_p), c_int, c_int, _ALLREDUCE,
-                                            c_void_p]),
+    "distil_comm_create_callback": (c_int, [POINTER(c_void_p), c_int, c_int, _ALLREDUCE, c_void_p]),
     "distil_comm_destroy": (None, [c_void_p]),
-    "distil_fused_linear_jsd_tp": (c_int, [c_void_p, POINTER(_lib.FusedDesc),
-                                           POINTER(VocabShard)] + [c_void_p] * 11),
-    "distil_fused_linear_jsd_tp_workspace_size": (c_int, [c_void_p, POINTER(_lib.FusedDesc),
-                                                          c_int, POINTER(c_size_t)]),
+    "distil_fused_linear_jsd_tp": (
+        c_int,
+        [c_void_p, POINTER(_lib.FusedDesc), POINTER(VocabShard)] + [c_void_p] * 11,
+    ),
+    "distil_fused_linear_jsd_tp_workspace_size": (
+        c_int,
+        [c_void_p, POINTER(_lib.FusedDesc), c_int, POINTER(c_size_t)],
+    ),
 }
 for _name, (_res, _args) in _lib_fns.items():
     _fn = getattr(_lib.lib, _name)
@@ -62,14 +68,14 @@ for _name, (_res, _args) in _lib_fns.items():
 _CTYPES = {0: (ctypes.c_float, torch.float32), 1: (ctypes.c_double, torch.float64)}
 
 
-def shard_offset(process_group, local_vocab: int, vocab_offset: Optional[int] = None,
-                 device="cpu"):
+def shard_offset(process_group, local_vocab: int, vocab_offset: int | None = None, device="cpu"):
     """(v0, V): the rank's first vocabulary entry and the whole vocabulary of the group (one
     all_gather of the shard sizes, on `device`: the group's backend must take it)."""
     world = dist.get_world_size(process_group)
     sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
-    dist.all_gather(sizes, torch.tensor([local_vocab], dtype=torch.int64, device=device),
-                    group=process_group)
+    dist.all_gather(
+        sizes, torch.tensor([local_vocab], dtype=torch.int64, device=device), group=process_group
+    )
     sizes = [int(s) for s in sizes]
     rank = dist.get_rank(process_group)
     derived = sum(sizes[:rank])
@@ -80,8 +86,13 @@ class _DeviceBuffer:
     """count elements at a device address, as torch.as_tensor takes them (no copy)."""
 
     def __init__(self, addr, count, typestr):
-        self.__cuda_array_interface__ = {"shape": (count,), "typestr": typestr,
-                                         "data": (addr, False), "version": 3, "stream": None}
+        self.__cuda_array_interface__ = {
+            "shape": (count,),
+            "typestr": typestr,
+            "data": (addr, False),
+            "version": 3,
+            "stream": None,
+        }
 
 
 class _Comm:
@@ -95,8 +106,12 @@ class _Comm:
         self._fn = _ALLREDUCE(self._allreduce)  # kept alive as long as the comm
         self.handle = c_void_p()
         status = _lib.lib.distil_comm_create_callback(
-            ctypes.byref(self.handle), dist.get_rank(process_group),
-            dist.get_world_size(process_group), self._fn, None)
+            ctypes.byref(self.handle),
+            dist.get_rank(process_group),
+            dist.get_world_size(process_group),
+            self._fn,
+            None,
+        )
         if status != _lib.OK:
             raise _errors.make_error(status, _lib.lib.distil_ctx_last_error(None).decode())
 
@@ -104,12 +119,14 @@ class _Comm:
         try:
             ctype, tdtype = _CTYPES[dtype]
             if self.device.type == "cuda":
-                t = torch.as_tensor(_DeviceBuffer(buf, count, "<f8" if dtype == 1 else "<f4"),
-                                    device=self.device)
+                t = torch.as_tensor(
+                    _DeviceBuffer(buf, count, "<f8" if dtype == 1 else "<f4"), device=self.device
+                )
             else:
                 t = torch.frombuffer((ctype * count).from_address(buf), dtype=tdtype)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX if op == 1 else dist.ReduceOp.SUM,
-                            group=self.group)
+            dist.all_reduce(
+                t, op=dist.ReduceOp.MAX if op == 1 else dist.ReduceOp.SUM, group=self.group
+            )
             return 0
         except BaseException as e:  # noqa: BLE001 - reported after the call returns
             self.error = e
@@ -120,9 +137,16 @@ class _Comm:
             _lib.lib.distil_comm_destroy(self.handle)
 
 
-def vocab_parallel_jsd(log_q: Tensor, log_p: Tensor, shift_labels: Optional[Tensor] = None,
-                       beta: float = 0.5, ignore_index: int = -100, process_group=None,
-                       reduction: str = "batchmean", **options) -> Tensor:
+def vocab_parallel_jsd(
+    log_q: Tensor,
+    log_p: Tensor,
+    shift_labels: Tensor | None = None,
+    beta: float = 0.5,
+    ignore_index: int = -100,
+    process_group=None,
+    reduction: str = "batchmean",
+    **options,
+) -> Tensor:
     """distil.torch.jsd on the rank's columns (options: its divergence, alpha, normaliser),
     summed over process_group (forward value); the gradient is the rank's own columns'."""
     local = F.jsd(log_q, log_p, shift_labels, beta, ignore_index, reduction=reduction, **options)
@@ -138,8 +162,13 @@ class _FusedTP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xs, ws, bs, call):
         t, opts, shard, comm = call
-        t = t._replace(xs=xs.contiguous(), ws=ws.contiguous(), bs=bs, xt=t.xt.contiguous(),
-                       wt=t.wt.contiguous())
+        t = t._replace(
+            xs=xs.contiguous(),
+            ws=ws.contiguous(),
+            bs=bs,
+            xt=t.xt.contiguous(),
+            wt=t.wt.contiguous(),
+        )
         shape = _ops.fused_shape("fused_linear_jsd_loss", t)  # before any address reaches C
         xs, ws = t.xs, t.ws
         dctx = _ops.context_for(xs)
@@ -160,14 +189,19 @@ class _FusedTP(torch.autograd.Function):
         # unsharded ops left in place, see _calls._lend).
         _calls._lend(dctx, 0, 0)  # the size query plans for no lend
         n = ctypes.c_size_t()
-        dctx.check(_lib.lib.distil_fused_linear_jsd_tp_workspace_size(
-            dctx.handle, ctypes.byref(d), 1, ctypes.byref(n)))
+        dctx.check(
+            _lib.lib.distil_fused_linear_jsd_tp_workspace_size(
+                dctx.handle, ctypes.byref(d), 1, ctypes.byref(n)
+            )
+        )
         work = _ops._workspace(xs, n.value)
         _calls._lend(dctx, a(work), n.value)
         status = _lib.lib.distil_fused_linear_jsd_tp(
-            dctx.handle, ctypes.byref(d), ctypes.byref(shard),
-            *[a(x) or None for x in (xs, ws, bs, t.xt, t.wt, t.bt, t.labels, parts, gx, gw,
-                                     gb)])
+            dctx.handle,
+            ctypes.byref(d),
+            ctypes.byref(shard),
+            *[a(x) or None for x in (xs, ws, bs, t.xt, t.wt, t.bt, t.labels, parts, gx, gw, gb)],
+        )
         if comm.error is not None:
             err, comm.error = comm.error, None
             raise err
@@ -181,8 +215,12 @@ class _FusedTP(torch.autograd.Function):
     def backward(ctx, grad_parts):
         gx, gw, gb = ctx.saved_tensors
         s = grad_parts[0]
-        return (gx * s.to(gx.dtype), gw * s.to(gw.dtype),
-                gb * s.to(gb.dtype) if ctx.has_bias else None, None)
+        return (
+            gx * s.to(gx.dtype),
+            gw * s.to(gw.dtype),
+            gb * s.to(gb.dtype) if ctx.has_bias else None,
+            None,
+        )
 
 
 class VocabParallel:
@@ -212,7 +250,7 @@ class VocabParallel:
         x2, t2 = xs.reshape(-1, xs.shape[-1]), xt.reshape(-1, xt.shape[-1])
         lab = labels.reshape(-1).contiguous() if labels is not None else None
         t = _ops.FusedTensors(x2, ws, bs, t2, wt, bt, lab)
-        parts = _FusedTP.apply(x2, ws, bs, _ops._Opaque((t, opts, self.shard(ws.shape[0],
-                                                                           xs.device),
-                                                       self.comm)))
+        parts = _FusedTP.apply(
+            x2, ws, bs, _ops._Opaque((t, opts, self.shard(ws.shape[0], xs.device), self.comm))
+        )
         return parts[0], parts[1].detach(), parts[2].detach()

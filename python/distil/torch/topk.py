@@ -24,15 +24,14 @@ upstream gradient in backward).
 """
 
 import dataclasses
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from .. import _errors, _lib, _options, _topk
 from . import _ops
-from .functional import (_check_temperature, _fail, _labels, _rows, _same, _wants_grad,
-                         _wants_grads)
+from .functional import _check_temperature, _fail, _labels, _rows, _same, _wants_grad, _wants_grads
 
 _IDS = {torch.int64: _topk.IDS_I64, torch.int32: _topk.IDS_I32}
 
@@ -95,8 +94,17 @@ class FusedTopkOptions(TopkOptions):
 
 def _teacher_key(ids, logp, opts: TopkOptions):
     """What _topk's plans take of the teacher and the options (its own tuple's order)."""
-    return (ids.shape[1], _ops._DTYPES[logp.dtype], _IDS[ids.dtype], opts.pad_id, opts.tail,
-            opts.divergence, opts.beta, opts.normaliser, opts.alpha)
+    return (
+        ids.shape[1],
+        _ops._DTYPES[logp.dtype],
+        _IDS[ids.dtype],
+        opts.pad_id,
+        opts.tail,
+        opts.divergence,
+        opts.beta,
+        opts.normaliser,
+        opts.alpha,
+    )
 
 
 class TopkTensors(NamedTuple):
@@ -106,8 +114,8 @@ class TopkTensors(NamedTuple):
     student_logp: Tensor
     teacher_ids: Tensor
     teacher_logp: Tensor
-    labels: Optional[Tensor] = None
-    normaliser: Optional[Tensor] = None
+    labels: Tensor | None = None
+    normaliser: Tensor | None = None
 
 
 # ---------------------------------------------------------------------- log-prob form op
@@ -119,29 +127,51 @@ def _topk_run(t: TopkTensors, opts: TopkOptions, want_grad: bool):
     loss = _ops._out(x, (rows,) if opts.reduction == "none" else (), torch.float32)
     grad = _ops._out(x, (rows, vocab) if want_grad else (0,), x.dtype)
     ctx = _ops.context_for(x)
-    desc, nbytes = _topk.topk_plan(ctx, rows, vocab, (x.stride(0), vocab), _ops._DTYPES[x.dtype],
-                                   _teacher_key(t.teacher_ids, t.teacher_logp, opts),
-                                   opts.ignore_index, opts.reduction)
+    desc, nbytes = _topk.topk_plan(
+        ctx,
+        rows,
+        vocab,
+        (x.stride(0), vocab),
+        _ops._DTYPES[x.dtype],
+        _teacher_key(t.teacher_ids, t.teacher_logp, opts),
+        opts.ignore_index,
+        opts.reduction,
+    )
     ws = _ops._workspace(x, nbytes)
     a = _ops._addr
-    _ops._torch_errors(_topk.run_topk, ctx, desc, a(ws), nbytes,
-                       (x.data_ptr(), t.teacher_ids.data_ptr(), t.teacher_logp.data_ptr(),
-                        a(t.labels), a(loss), a(grad) if want_grad else 0), a(t.normaliser))
+    _ops._torch_errors(
+        _topk.run_topk,
+        ctx,
+        desc,
+        a(ws),
+        nbytes,
+        (
+            x.data_ptr(),
+            t.teacher_ids.data_ptr(),
+            t.teacher_logp.data_ptr(),
+            a(t.labels),
+            a(loss),
+            a(grad) if want_grad else 0,
+        ),
+        a(t.normaliser),
+    )
     _ops._after_call(ctx, x)
     return loss, grad
 
 
 def _topk_impl(*tensors, **kw):
     """topk_op's kernel: TopkTensors' five, TopkOptions' fields and want_grad by name."""
-    return _topk_run(TopkTensors(*tensors), _options.fields_of(TopkOptions, kw),
-                     kw["want_grad"])
+    return _topk_run(TopkTensors(*tensors), _options.fields_of(TopkOptions, kw), kw["want_grad"])
 
 
 topk_op = torch.library.custom_op(
-    "distil::topk", _topk_impl, mutates_args=(),
+    "distil::topk",
+    _topk_impl,
+    mutates_args=(),
     schema="(Tensor student_logp, Tensor teacher_ids, Tensor teacher_logp, Tensor? labels, "
-           f"Tensor? normaliser_device, *, {_ops._schema_of(TopkOptions)}, bool want_grad) -> "
-           "(Tensor, Tensor)")
+    f"Tensor? normaliser_device, *, {_ops._schema_of(TopkOptions)}, bool want_grad) -> "
+    "(Tensor, Tensor)",
+)
 
 
 @topk_op.register_fake
@@ -207,11 +237,11 @@ class FusedTopkTensors(NamedTuple):
 
     xs: Tensor
     ws: Tensor
-    bs: Optional[Tensor]
+    bs: Tensor | None
     teacher_ids: Tensor
     teacher_logp: Tensor
-    labels: Optional[Tensor] = None
-    normaliser: Optional[Tensor] = None
+    labels: Tensor | None = None
+    normaliser: Tensor | None = None
 
 
 def _fused_outputs(xs, ws, want: _options.FusedOutputs, make):
@@ -230,15 +260,42 @@ def _fused_topk_run(t: FusedTopkTensors, opts: FusedTopkOptions, want: _options.
     ctx = _ops.context_for(xs)
     rows, hs = xs.shape
     desc, nbytes = _topk.fused_topk_plan(
-        ctx, rows, ws.shape[0], hs, _ops._dtype_code(xs),
-        _teacher_key(t.teacher_ids, t.teacher_logp, opts), (opts.weight_hard, opts.weight_soft),
-        opts.temperature, opts.ignore_index, opts.reduction, opts.chunk_rows, want.grads,
-        ws.shape[1])
+        ctx,
+        rows,
+        ws.shape[0],
+        hs,
+        _ops._dtype_code(xs),
+        _teacher_key(t.teacher_ids, t.teacher_logp, opts),
+        (opts.weight_hard, opts.weight_soft),
+        opts.temperature,
+        opts.ignore_index,
+        opts.reduction,
+        opts.chunk_rows,
+        want.grads,
+        ws.shape[1],
+    )
     work = _ops._workspace(xs, nbytes)
     a = _ops._addr
-    _ops._torch_errors(_topk.run_fused_topk, ctx, desc, a(work), nbytes,
-                       [a(xs), a(ws), a(t.bs), a(t.teacher_ids), a(t.teacher_logp), a(t.labels),
-                        a(parts), a(gx), a(gw), a(gb)], a(t.normaliser))
+    _ops._torch_errors(
+        _topk.run_fused_topk,
+        ctx,
+        desc,
+        a(work),
+        nbytes,
+        [
+            a(xs),
+            a(ws),
+            a(t.bs),
+            a(t.teacher_ids),
+            a(t.teacher_logp),
+            a(t.labels),
+            a(parts),
+            a(gx),
+            a(gw),
+            a(gb),
+        ],
+        a(t.normaliser),
+    )
     _ops._after_call(ctx, xs)
     return parts, gx, gw, gb
 
@@ -249,16 +306,20 @@ _GRAD_WANTS = ("want_grad_hidden", "want_grad_weight", "want_grad_bias")
 def _fused_topk_impl(*tensors, **kw):
     """fused_topk_op's kernel: FusedTopkTensors' seven, the options and wants by name."""
     want = _options.FusedOutputs(*(kw[k] for k in _GRAD_WANTS))
-    return _fused_topk_run(FusedTopkTensors(*tensors),
-                           _options.fields_of(FusedTopkOptions, kw), want)
+    return _fused_topk_run(
+        FusedTopkTensors(*tensors), _options.fields_of(FusedTopkOptions, kw), want
+    )
 
 
 fused_topk_op = torch.library.custom_op(
-    "distil::fused_linear_topk", _fused_topk_impl, mutates_args=(),
+    "distil::fused_linear_topk",
+    _fused_topk_impl,
+    mutates_args=(),
     schema="(Tensor student_hidden, Tensor student_weight, Tensor? student_bias, "
-           "Tensor teacher_ids, Tensor teacher_logp, Tensor? labels, Tensor? normaliser_device, "
-           f"*, {_ops._schema_of(FusedTopkOptions)}, bool want_grad_hidden, "
-           "bool want_grad_weight, bool want_grad_bias) -> (Tensor, Tensor, Tensor, Tensor)")
+    "Tensor teacher_ids, Tensor teacher_logp, Tensor? labels, Tensor? normaliser_device, "
+    f"*, {_ops._schema_of(FusedTopkOptions)}, bool want_grad_hidden, "
+    "bool want_grad_weight, bool want_grad_bias) -> (Tensor, Tensor, Tensor, Tensor)",
+)
 
 
 @fused_topk_op.register_fake
@@ -274,7 +335,7 @@ def _fused_topk_setup(ctx, inputs, keyword_only_inputs, output):
 
 
 def _fused_topk_backward(ctx, grad_parts, grad_gx, grad_gw, grad_gb):
-    grads = [g if want else None for g, want in zip(ctx.saved_tensors, ctx.wants)]
+    grads = [g if want else None for g, want in zip(ctx.saved_tensors, ctx.wants, strict=False)]
     # (xs, Ws, bs) get gradients; the teacher, labels and N none.
     return tuple(_ops._scaled(ctx, grads, grad_parts[0])) + (None,) * 4
 
@@ -296,15 +357,19 @@ class _FusedTopkFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_parts):
-        grads = [g if w else None for g, w in zip(_ops._take_grads(ctx), ctx.wants)]
+        grads = [g if w else None for g, w in zip(_ops._take_grads(ctx), ctx.wants, strict=False)]
         return tuple(_ops._scaled(ctx, grads, grad_parts[0])) + (None,)
 
 
 def _fused_topk(t: FusedTopkTensors, opts: FusedTopkOptions, want: _options.FusedOutputs):
     if not _ops._untraced(*t):
-        return fused_topk_op(*t, **opts.op_kwargs(), want_grad_hidden=want.grad_hidden,
-                             want_grad_weight=want.grad_weight,
-                             want_grad_bias=want.grad_bias)[0]
+        return fused_topk_op(
+            *t,
+            **opts.op_kwargs(),
+            want_grad_hidden=want.grad_hidden,
+            want_grad_weight=want.grad_weight,
+            want_grad_bias=want.grad_bias,
+        )[0]
     return _FusedTopkFunction.apply(t.xs, t.ws, t.bs, _ops._Opaque((t, opts, want)))
 
 
@@ -317,19 +382,31 @@ def _normaliser_args(fn, normaliser, device):
         return 0.0, None
     if isinstance(normaliser, Tensor):
         if normaliser.numel() != 1 or normaliser.dtype != torch.float32:
-            _fail(f"{fn}: normaliser must be one float32 value, got {normaliser.dtype} "
-                  f"{tuple(normaliser.shape)}")
+            _fail(
+                f"{fn}: normaliser must be one float32 value, got {normaliser.dtype} "
+                f"{tuple(normaliser.shape)}"
+            )
         if normaliser.device != device:
             _fail(f"{fn}: normaliser is on {normaliser.device}, the student on {device}")
         return 0.0, normaliser.reshape(()).contiguous()
     return float(normaliser), None
 
 
-def topk_loss(student_logp: Tensor, teacher_ids: Tensor, teacher_logp: Tensor,
-              labels: Optional[Tensor] = None, *, tail: str = "tail",
-              divergence: str = "forward_kl", beta: float = 0.5, ignore_index: int = -100,
-              reduction: str = "batchmean", pad_id: int = -1, normaliser=None,
-              alpha: float = 0.1) -> Tensor:
+def topk_loss(
+    student_logp: Tensor,
+    teacher_ids: Tensor,
+    teacher_logp: Tensor,
+    labels: Tensor | None = None,
+    *,
+    tail: str = "tail",
+    divergence: str = "forward_kl",
+    beta: float = 0.5,
+    ignore_index: int = -100,
+    reduction: str = "batchmean",
+    pad_id: int = -1,
+    normaliser=None,
+    alpha: float = 0.1,
+) -> Tensor:
     """The divergence between student log-probs [..., V] (taken as given, as in jsd) and a
     cached teacher (ids, log-probs [..., k]); fp32, per row for reduction="none". normaliser:
     batchmean's N given instead of counted, a float or a 0-dim fp32 tensor on the device.
@@ -341,34 +418,60 @@ def topk_loss(student_logp: Tensor, teacher_ids: Tensor, teacher_logp: Tensor,
     ids, logp = _teacher_tensors(fn, teacher_ids, teacher_logp, x.shape[0], x.device)
     lab = _labels(fn, labels, x.shape[0], x.device)
     n_host, n_dev = _normaliser_args(fn, normaliser, x.device)
-    opts = TopkOptions(tail, divergence, float(beta), float(alpha), int(ignore_index), reduction,
-                       int(pad_id), n_host)
+    opts = TopkOptions(
+        tail,
+        divergence,
+        float(beta),
+        float(alpha),
+        int(ignore_index),
+        reduction,
+        int(pad_id),
+        n_host,
+    )
     loss = _topk_call(TopkTensors(x, ids, logp, lab, n_dev), opts, _wants_grad(student_logp))
     return loss.reshape(lead) if reduction == "none" else loss
 
 
-def fused_linear_topk_loss(student_input: Tensor, student_weight: Tensor, teacher_ids: Tensor,
-                           teacher_logp: Tensor, labels: Optional[Tensor],
-                           student_bias: Optional[Tensor] = None, weight_hard_loss: float = 0.5,
-                           weight_soft_loss: float = 0.5, *, tail: str = "tail",
-                           divergence: str = "forward_kl", beta: float = 0.5,
-                           temperature: float = 1.0, ignore_index: int = -100,
-                           reduction: str = "batchmean", pad_id: int = -1, chunk_rows: int = 0,
-                           return_soft_hard_loss: bool = False, normaliser=None,
-                           alpha: float = 0.1):
+def fused_linear_topk_loss(
+    student_input: Tensor,
+    student_weight: Tensor,
+    teacher_ids: Tensor,
+    teacher_logp: Tensor,
+    labels: Tensor | None,
+    student_bias: Tensor | None = None,
+    weight_hard_loss: float = 0.5,
+    weight_soft_loss: float = 0.5,
+    *,
+    tail: str = "tail",
+    divergence: str = "forward_kl",
+    beta: float = 0.5,
+    temperature: float = 1.0,
+    ignore_index: int = -100,
+    reduction: str = "batchmean",
+    pad_id: int = -1,
+    chunk_rows: int = 0,
+    return_soft_hard_loss: bool = False,
+    normaliser=None,
+    alpha: float = 0.1,
+):
     """weight_hard_loss * CE / N + weight_soft_loss * soft / N through the student's head
     (reduction "sum": N = 1). Returns the fp32 loss, or (loss, soft, hard) with
     return_soft_hard_loss (the parts detached). labels may be None when weight_hard_loss == 0."""
     fn = "fused_linear_topk_loss"
-    _same(fn, ("student_input", "student_weight", "student_bias"),
-          (student_input, student_weight, student_bias))
+    _same(
+        fn,
+        ("student_input", "student_weight", "student_bias"),
+        (student_input, student_weight, student_bias),
+    )
     _check_temperature(fn, float(temperature))
     xs = _rows("student_input", student_input).contiguous()
     if student_weight.dim() != 2:
         _fail(f"{fn}: student_weight must be 2-D [V, H] (nn.Linear layout)")
     if student_bias is not None and tuple(student_bias.shape) != (student_weight.shape[0],):
-        _fail(f"{fn}: student_bias has shape {tuple(student_bias.shape)}, its head "
-              f"{tuple(student_weight.shape)}")
+        _fail(
+            f"{fn}: student_bias has shape {tuple(student_bias.shape)}, its head "
+            f"{tuple(student_weight.shape)}"
+        )
     if labels is None and weight_hard_loss != 0:
         _fail(f"{fn}: labels are None but weight_hard_loss is {weight_hard_loss}")
     ids, logp = _teacher_tensors(fn, teacher_ids, teacher_logp, xs.shape[0], xs.device)
@@ -376,9 +479,20 @@ def fused_linear_topk_loss(student_input: Tensor, student_weight: Tensor, teache
     ws = student_weight.contiguous()
     bs = student_bias.contiguous() if student_bias is not None else None
     n_host, n_dev = _normaliser_args(fn, normaliser, xs.device)
-    opts = FusedTopkOptions(tail, divergence, float(beta), float(alpha), int(ignore_index),
-                            reduction, int(pad_id), n_host, float(weight_hard_loss),
-                            float(weight_soft_loss), float(temperature), int(chunk_rows))
+    opts = FusedTopkOptions(
+        tail,
+        divergence,
+        float(beta),
+        float(alpha),
+        int(ignore_index),
+        reduction,
+        int(pad_id),
+        n_host,
+        float(weight_hard_loss),
+        float(weight_soft_loss),
+        float(temperature),
+        int(chunk_rows),
+    )
     want = _options.FusedOutputs(*_wants_grads(student_input, student_weight, student_bias))
     parts = _fused_topk(FusedTopkTensors(xs, ws, bs, ids, logp, lab, n_dev), opts, want)
     loss, hard, soft = parts[0], parts[1].detach(), parts[2].detach()
@@ -391,39 +505,90 @@ def fused_linear_topk_loss(student_input: Tensor, student_weight: Tensor, teache
 class TopKLoss(torch.nn.Module):
     """topk_loss as a module: forward(student_logp, teacher_ids, teacher_logp, labels=None)."""
 
-    def __init__(self, tail="tail", divergence="forward_kl", beta=0.5, ignore_index=-100,
-                 reduction="batchmean", pad_id=-1, alpha=0.1):
+    def __init__(
+        self,
+        tail="tail",
+        divergence="forward_kl",
+        beta=0.5,
+        ignore_index=-100,
+        reduction="batchmean",
+        pad_id=-1,
+        alpha=0.1,
+    ):
         super().__init__()
-        self.kw = dict(tail=tail, divergence=divergence, beta=beta, ignore_index=ignore_index,
-                       reduction=reduction, pad_id=pad_id, alpha=alpha)
+        self.kw = dict(
+            tail=tail,
+            divergence=divergence,
+            beta=beta,
+            ignore_index=ignore_index,
+            reduction=reduction,
+            pad_id=pad_id,
+            alpha=alpha,
+        )
 
     def forward(self, student_logp, teacher_ids, teacher_logp, labels=None, normaliser=None):
-        return topk_loss(student_logp, teacher_ids, teacher_logp, labels, **self.kw,
-                         normaliser=normaliser)
+        return topk_loss(
+            student_logp, teacher_ids, teacher_logp, labels, **self.kw, normaliser=normaliser
+        )
 
 
 class FusedLinearTopKLoss(torch.nn.Module):
     """fused_linear_topk_loss as a module: forward(student_input, student_weight, teacher_ids,
     teacher_logp, labels, student_bias=None)."""
 
-    def __init__(self, weight_hard_loss=0.5, weight_soft_loss=0.5, tail="tail",
-                 divergence="forward_kl", beta=0.5, temperature=1.0, ignore_index=-100,
-                 reduction="batchmean", pad_id=-1, chunk_rows=0, return_soft_hard_loss=False,
-                 normaliser=None, alpha=0.1):
+    def __init__(
+        self,
+        weight_hard_loss=0.5,
+        weight_soft_loss=0.5,
+        tail="tail",
+        divergence="forward_kl",
+        beta=0.5,
+        temperature=1.0,
+        ignore_index=-100,
+        reduction="batchmean",
+        pad_id=-1,
+        chunk_rows=0,
+        return_soft_hard_loss=False,
+        normaliser=None,
+        alpha=0.1,
+    ):
         super().__init__()
         self.weights = (weight_hard_loss, weight_soft_loss)
-        self.kw = dict(tail=tail, divergence=divergence, beta=beta, temperature=temperature,
-                       ignore_index=ignore_index, reduction=reduction, pad_id=pad_id,
-                       chunk_rows=chunk_rows, return_soft_hard_loss=return_soft_hard_loss,
-                       alpha=alpha)
+        self.kw = dict(
+            tail=tail,
+            divergence=divergence,
+            beta=beta,
+            temperature=temperature,
+            ignore_index=ignore_index,
+            reduction=reduction,
+            pad_id=pad_id,
+            chunk_rows=chunk_rows,
+            return_soft_hard_loss=return_soft_hard_loss,
+            alpha=alpha,
+        )
 
-    def forward(self, student_input, student_weight, teacher_ids, teacher_logp, labels,
-                student_bias=None, normaliser=None):
-        return fused_linear_topk_loss(student_input, student_weight, teacher_ids, teacher_logp,
-                                      labels, student_bias, *self.weights, **self.kw,
-                                      normaliser=normaliser)
+    def forward(
+        self,
+        student_input,
+        student_weight,
+        teacher_ids,
+        teacher_logp,
+        labels,
+        student_bias=None,
+        normaliser=None,
+    ):
+        return fused_linear_topk_loss(
+            student_input,
+            student_weight,
+            teacher_ids,
+            teacher_logp,
+            labels,
+            student_bias,
+            *self.weights,
+            **self.kw,
+            normaliser=normaliser,
+        )
 
 
-__all__ = ["topk_cache", "topk_loss", "fused_linear_topk_loss", "TopKLoss",
-           "FusedLinearTopKLoss"]
+__all__ = ["topk_cache", "topk_loss", "fused_linear_topk_loss", "TopKLoss", "FusedLinearTopKLoss"]
 _ = _errors, _lib  # the error types callers see come from these (ValueError, RuntimeError)
