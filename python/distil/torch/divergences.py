@@ -21,22 +21,19 @@ Where distil differs: KL with probabilities as target (log_target=False) takes l
 fp32, so a target of 0 gives a term of exactly 0 (torch's xlogy convention) and eps, accepted
 for compatibility, is not needed (Liger clamps the target's log at log(eps)); TVD takes
 any real tensors (Liger's definition, 1/2 sum |p - q|; probabilities or not) and runs on fp32
-logs whose exponentials differ by |p - q| (_tvd_logs: its gradient is 1/2 sign(p - q)); a batch
-whose rows are all ignored
-gives 0 (Liger divides by zero).
+logs whose exponentials differ by |p - q| (_prob_ops.tvd_logs: its gradient is
+1/2 sign(p - q)); a batch whose rows are all ignored gives 0 (Liger divides by zero). Both
+transforms are custom ops, so a compiled call gives the eager call's bits.
 """
 
 import torch
 from torch import Tensor
 
 from .. import _options
-from . import _ops
+from . import _ops, _prob_ops
 from . import functional as F
 
 _REDUCTIONS = ("none", "sum", "mean", "batchmean")
-# The stand-in of a probability of exactly 0: small enough to move no loss (1/2 of it per element),
-# large enough that exp(log(it)) keeps fp32's accuracy (the smallest normal fp32 would not).
-_TINY = 2.0**-100
 
 
 def _check(fn: str, input: Tensor, target: Tensor, reduction: str):
@@ -84,13 +81,6 @@ def _run(
     return _ops.jsd(t, opts, want_grad)
 
 
-def _probabilities(t: Tensor) -> Tensor:
-    """t in fp32 with entries below 0 (a probability's rounding, e.g. a softmax computed as
-    1 - sum of the others) taken as 0: the log of a negative number would be NaN."""
-    t = t.float()
-    return torch.where(t < 0, torch.zeros((), dtype=t.dtype, device=t.device), t)  # grad at 0
-
-
 def kl_div(
     input: Tensor,
     target: Tensor,
@@ -111,21 +101,11 @@ def kl_div(
     if log_target:
         x, y = input, target.detach().to(input.dtype)
     else:  # the log of a probability in fp32 (a 16-bit log-prob would keep 3 digits)
-        x, y = input.float(), torch.log(_probabilities(target.detach()))
+        x, y = input.float(), _prob_ops.probability_log(target.detach())
     n = None
     if reduction in ("mean", "batchmean"):
         n = float(input.numel() if reduction == "mean" else input.shape[0]) or None
     return _run(x, y, None, -100, "forward_kl", reduction, F._wants_grad(input), n)
-
-
-def _tvd_logs(input: Tensor, target: Tensor):
-    """(x, y) with 1/2 |e^x - e^y| = 1/2 |p - q| element by element for any real p, q (as
-    Liger's TVD takes them: probabilities, or not), and d/dp = 1/2 sign(p - q) through x:
-    with a = |p - q| and m its value (no gradient), x = log(a + m + tiny), y = log(m + tiny)
-    (e^x - e^y = a; tiny = 2^-100 keeps equal entries finite, term and gradient 0)."""
-    a = (input.float() - target.detach().float()).abs()
-    m = a.detach() + _TINY
-    return torch.log(a + m), torch.log(m)
 
 
 def tvd(
@@ -139,7 +119,7 @@ def tvd(
     gradient goes to `input`. shift_labels [...] ignore rows (loss and gradient 0)."""
     fn = "tvd"
     _check(fn, input, target, reduction)
-    x, y = _tvd_logs(input, target)
+    x, y = _prob_ops.tvd_logs(input, target.detach())
     vocab = input.shape[-1]
     rows = input.numel() // vocab
     labels = F._labels("shift_labels", shift_labels, rows, input.device)
