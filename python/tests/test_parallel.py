@@ -109,6 +109,7 @@ def _rank(rank, init):
     """Three processes: world size 3 on the whole group, world size 2 on ranks 0 and 1 (one
     spawn: starting a process that imports torch costs seconds here)."""
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=3)
+    pair = None
     try:
         pair = dist.new_group([0, 1])
         for world, group in ((3, dist.group.WORLD), (2, pair)):
@@ -117,6 +118,10 @@ def _rank(rank, init):
                 _jsd_rank(rank, world, group)
             dist.barrier()
     finally:
+        # the subgroup first, on its members, then the default group: a gloo group left to
+        # the process's exit can abort it ("terminate called without an active exception")
+        if pair is not None and rank < 2:
+            dist.destroy_process_group(pair)
         dist.destroy_process_group()
 
 
