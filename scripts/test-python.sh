@@ -24,12 +24,6 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "test-python.sh: installing ${need[*]}"
     python3 -m pip install -q "${need[@]}"
 fi
-# The real TRL for python/tests/test_trl.py (docs/TRL.md): the release distil.torch.trl is
-# tested against, pinned, with its own dependencies (accelerate, datasets).
-if [ "$(python3 -c 'import trl; print(trl.__version__)' 2>/dev/null)" != 1.16.0 ]; then
-    echo "test-python.sh: installing trl==1.16.0"
-    python3 -m pip install -q trl==1.16.0
-fi
 gpu="${DISTIL_PY_GPU:-auto}"
 cuda=none
 lib=""
@@ -48,6 +42,12 @@ python3 -m venv --system-site-packages "$venv"
 py="$repo/$venv/bin/python"
 echo "test-python.sh: pip install the wheel into a fresh $venv"
 "$py" -m pip install -q build-py/dist/distil-*.whl
+# The real TRL from PyPI for python/tests/test_trl.py (docs/TRL.md), pinned, into the fresh venv
+# (its dependencies where the system lacks them); DISTIL_REQUIRE_TRL makes its absence a failure.
+echo "test-python.sh: pip install trl==1.16.0 into $venv"
+"$py" -m pip install -q --ignore-installed --no-deps trl==1.16.0
+"$py" -m pip install -q trl==1.16.0
+export DISTIL_REQUIRE_TRL=1
 cd "$(mktemp -d)"
 if [ -n "$lib" ]; then
     echo "test-python.sh: a GPU: the suite on the C build's $lib"

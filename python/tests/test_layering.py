@@ -46,7 +46,7 @@ def _constant_index(index) -> bool:
 
 
 def test_no_option_is_read_by_index():
-    """No `args[13]` / `inputs[13:16]`: a constant subscript of an argument tuple."""
+    """No option read out of an argument tuple by a constant subscript (an index or a slice)."""
     found = []
     for path in PACKAGE.rglob("*.py"):
         if path.name in EXEMPT_FILES:
