@@ -92,6 +92,20 @@ class FusedTopkOptions(TopkOptions):
     chunk_rows: int = 0
 
 
+def _shared_options(tail, divergence, beta, alpha, ignore_index, reduction, pad_id, normaliser):
+    """TopkOptions' fields by name, as both top-k losses take them from their keywords."""
+    return dict(
+        tail=tail,
+        divergence=divergence,
+        beta=float(beta),
+        alpha=float(alpha),
+        ignore_index=int(ignore_index),
+        reduction=reduction,
+        pad_id=int(pad_id),
+        normaliser=normaliser,
+    )
+
+
 def _teacher_key(ids, logp, opts: TopkOptions):
     """What _topk's plans take of the teacher and the options (its own tuple's order)."""
     return (
@@ -419,14 +433,7 @@ def topk_loss(
     lab = _labels(fn, labels, x.shape[0], x.device)
     n_host, n_dev = _normaliser_args(fn, normaliser, x.device)
     opts = TopkOptions(
-        tail,
-        divergence,
-        float(beta),
-        float(alpha),
-        int(ignore_index),
-        reduction,
-        int(pad_id),
-        n_host,
+        **_shared_options(tail, divergence, beta, alpha, ignore_index, reduction, pad_id, n_host)
     )
     loss = _topk_call(TopkTensors(x, ids, logp, lab, n_dev), opts, _wants_grad(student_logp))
     return loss.reshape(lead) if reduction == "none" else loss
@@ -480,18 +487,11 @@ def fused_linear_topk_loss(
     bs = student_bias.contiguous() if student_bias is not None else None
     n_host, n_dev = _normaliser_args(fn, normaliser, xs.device)
     opts = FusedTopkOptions(
-        tail,
-        divergence,
-        float(beta),
-        float(alpha),
-        int(ignore_index),
-        reduction,
-        int(pad_id),
-        n_host,
-        float(weight_hard_loss),
-        float(weight_soft_loss),
-        float(temperature),
-        int(chunk_rows),
+        **_shared_options(tail, divergence, beta, alpha, ignore_index, reduction, pad_id, n_host),
+        weight_hard=float(weight_hard_loss),
+        weight_soft=float(weight_soft_loss),
+        temperature=float(temperature),
+        chunk_rows=int(chunk_rows),
     )
     want = _options.FusedOutputs(*_wants_grads(student_input, student_weight, student_bias))
     parts = _fused_topk(FusedTopkTensors(xs, ws, bs, ids, logp, lab, n_dev), opts, want)
