@@ -127,10 +127,17 @@ def ref_fused(
     beta=0.5,
     temperature=1.0,
     ignore_index=-100,
+    heads=None,
 ):
-    """(loss, hard, soft) of docs/SPEC.md §2 in float64; labels None means every row counts."""
-    zs = xs @ ws.T + (bs if bs is not None else 0)
-    zt = xt @ wt.T + (bt if bt is not None else 0)
+    """(loss, hard, soft) of docs/SPEC.md §2 in float64; labels None means every row counts.
+    heads (docs/SPEC.md §6): a dict of student_logit_scale, student_softcap,
+    teacher_logit_scale, teacher_softcap, teacher_temperature (each optional); given, the loss
+    runs over the common vocabulary prefix with each head's logits c tanh(s z / c), and the
+    result gains (student_lse, teacher_lse)."""
+    h = heads or {}
+    v = min(ws.shape[0], wt.shape[0])
+    zs = _capped(xs @ ws[:v].T + (bs[:v] if bs is not None else 0), h, "student")
+    zt = _capped(xt @ wt[:v].T + (bt[:v] if bt is not None else 0), h, "teacher")
     if labels is None:
         valid = torch.ones(zs.shape[0], dtype=torch.bool)
         ce = torch.zeros(zs.shape[0], dtype=zs.dtype)
@@ -139,13 +146,23 @@ def ref_fused(
         safe = torch.where(valid, labels, torch.zeros_like(labels))
         ce = torch.logsumexp(zs, -1) - zs.gather(1, safe[:, None])[:, 0]
     x = torch.log_softmax(zs / temperature, -1)
-    y = torch.log_softmax(zt / temperature, -1)
+    y = torch.log_softmax(zt / (h.get("teacher_temperature") or temperature), -1)
     soft_rows = ref_jsd_rows(x, y, beta)
     zero = torch.zeros_like(ce)
     n = valid.sum().clamp_min(1)
     hard = torch.where(valid, ce, zero).sum() / n
     soft = torch.where(valid, soft_rows, zero).sum() / n
-    return weight_hard * hard + weight_soft * soft, hard, soft
+    out = (weight_hard * hard + weight_soft * soft, hard, soft)
+    if heads is None:
+        return out
+    return out + (torch.logsumexp(zs, -1), torch.logsumexp(zt, -1))
+
+
+def _capped(z, heads, who):
+    """A head's logits after its scale s and softcap c: c tanh(s z / c), or s z without a cap."""
+    s = heads.get(f"{who}_logit_scale", 1.0)
+    c = heads.get(f"{who}_softcap", 0.0)
+    return c * torch.tanh(s * z / c) if c > 0 else s * z
 
 
 # --------------------------------------------------------------------------- comparisons

@@ -15,10 +15,18 @@ from conftest import (  # noqa: F401
     labels_for,
     leaf,
     normal,
-    ref_jsd_rows,
+    ref_fused,
 )
 
 import distil.torch as dt
+
+HEAD_OPTIONS = (
+    "student_logit_scale",
+    "student_softcap",
+    "teacher_logit_scale",
+    "teacher_softcap",
+    "teacher_temperature",
+)
 
 
 def ref_heads(
@@ -33,42 +41,29 @@ def ref_heads(
     weight_soft=0.5,
     beta=0.5,
     temperature=1.0,
-    student_logit_scale=1.0,
-    student_softcap=0.0,
-    teacher_logit_scale=1.0,
-    teacher_softcap=0.0,
-    teacher_temperature=None,
     ignore_index=-100,
     chunk_rows=0,
+    **heads,
 ):
-    """(loss, hard, soft, student_lse, teacher_lse) in float64, written from docs/SPEC.md §6:
-    the loss over the common vocabulary prefix, each head's logits c tanh(s z / c) first
-    (chunk_rows: the module's, which the result does not depend on)."""
-    v = min(ws.shape[0], wt.shape[0])
-    zs = xs @ ws[:v].T + (bs[:v] if bs is not None else 0)
-    zt = xt @ wt[:v].T + (bt[:v] if bt is not None else 0)
-
-    def cap(z, s, c):
-        return c * torch.tanh(s * z / c) if c > 0 else s * z
-
-    zs = cap(zs, student_logit_scale, student_softcap)
-    zt = cap(zt, teacher_logit_scale, teacher_softcap)
-    valid = labels != ignore_index
-    safe = torch.where(valid, labels, torch.zeros_like(labels))
-    ce = torch.logsumexp(zs, -1) - zs.gather(1, safe[:, None])[:, 0]
-    x = torch.log_softmax(zs / temperature, -1)
-    y = torch.log_softmax(zt / (teacher_temperature or temperature), -1)
-    soft_rows = ref_jsd_rows(x, y, beta)
-    zero = torch.zeros_like(ce)
-    n = valid.sum().clamp_min(1)
-    hard = torch.where(valid, ce, zero).sum() / n
-    soft = torch.where(valid, soft_rows, zero).sum() / n
-    return (
-        weight_hard * hard + weight_soft * soft,
-        hard,
-        soft,
-        torch.logsumexp(zs, -1),
-        torch.logsumexp(zt, -1),
+    """(loss, hard, soft, student_lse, teacher_lse) in float64 (conftest.ref_fused with the head
+    options of docs/SPEC.md §6; chunk_rows: the module's, which the result does not depend on)."""
+    del chunk_rows
+    unknown = set(heads) - set(HEAD_OPTIONS)
+    assert not unknown, f"ref_heads does not model {unknown}"
+    return ref_fused(
+        xs,
+        ws,
+        xt,
+        wt,
+        labels,
+        bs,
+        bt,
+        weight_hard,
+        weight_soft,
+        beta,
+        temperature,
+        ignore_index,
+        heads=heads,
     )
 
 
