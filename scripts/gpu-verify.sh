@@ -6,7 +6,8 @@
 #   Python tests on it; TRL 1.16's kernel against distil (soft-only JSD and forward KL); beside
 #   it the C build with cuda (sm_90a, CUTLASS from deps/) for ctest -L cuda and the entropy parity
 #   cases on the resident row kernel; Liger-Kernel's own tests on cuda; the host overhead; the
-#   other baselines at T 8192.
+#   other baselines at T 8192; distil-bench beside distil.torch on the full fused loss (hard CE +
+#   JSD) at T 1024 and 8192, each one run after the other twice.
 # Carry: deps (CUTLASS), .devcarry (debs: scripts/fetch-gpu-debs.sh; wheels: pip download
 # --no-deps trl==1.16.0 liger-kernel==0.8.5 -d .devcarry/wheels), .whl, build-liger (the
 # liger-kernel sdist of scripts/liger-tests.sh).
@@ -15,7 +16,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 mkdir -p "$OUT"
 repo=$PWD
-S=$(date +%s); DEADLINE=${DEADLINE:-430}
+S=$(date +%s); DEADLINE=${DEADLINE:-540}
 log() { echo "[A +$(($(date +%s)-S))s] $*"; }
 left() { echo $((DEADLINE - ($(date +%s)-S))); }
 step() { local n=$1 c=$2; shift 2; local t=$(( $(left) - 5 )); [ $t -gt $c ] && t=$c
@@ -29,7 +30,7 @@ deps=/tmp/deps; for f in .devcarry/debs/*.deb; do dpkg -x "$f" $deps; done
 B=build-gpu
 ( export PATH=/usr/local/cuda/bin:$PATH CMAKE_PREFIX_PATH=$deps/usr LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu
   cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DDISTIL_CUDA=ON -DDISTIL_OPENCL=OFF -DDISTIL_CPU=OFF \
-   -DDISTIL_BUILD_TESTS=ON -DDISTIL_BUILD_BENCH=OFF -DDISTIL_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=90a > $OUT/configure.log 2>&1
+   -DDISTIL_BUILD_TESTS=ON -DDISTIL_BUILD_BENCH=ON -DDISTIL_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=90a > $OUT/configure.log 2>&1
   timeout 300 cmake --build $B -j12 > $OUT/build.log 2>&1; echo "build exit $?" >> $OUT/build.log ) &
 BPID=$!
 # the wheel, no compiler in sight
@@ -54,13 +55,18 @@ step ctest-cuda 75 ctest --test-dir $B -L '^cuda$' -j8 --timeout 80 --output-on-
 grep -E "tests passed|Failed|\(Failed\)" $OUT/ctest-cuda.log | head -8
 step ent-resident 30 env DISTIL_CUDA_DISTILL=resident DISTIL_TEST_BACKEND=cuda DISTIL_TEST_FILTER='*entropy*' $B/tests/test_parity
 bl b-fkl 50 0.0 distil,trl,distil-entropy 4096,16384
+F=(--workload fused --mode all --fused-T 1024,8192 --warmup 2 --reps 10 --max-reps 20 --min-time 0.5)
+for r in 1 2; do
+  step c-fused-$r 40 $B/bench/distil-bench --backend cuda "${F[@]}" --json $OUT/c-fused-$r.json
+  step b-torch-$r 40 $vpy bench/python/baselines.py --device cuda --impl distil "${F[@]}" --json $OUT/b-torch-$r.json
+done
+step host-overhead 40 taskset -c 4,5 $vpy bench/python/host_overhead.py --device cuda --calls 300 --rounds 2
 step liger-tests 50 env DISTIL_PYTHON=$vpy OUT=$OUT bash scripts/liger-tests.sh
 grep -E "passed|failed" $OUT/liger-tests.log | tail -1
-step host-overhead 30 $vpy bench/python/host_overhead.py --device cuda --calls 300 --rounds 2
 bl b-others 50 0.5 liger,compile,eager 8192
 $vpy - $OUT <<'PY'
 import json,glob,sys
-for f in sorted(glob.glob(sys.argv[1]+"/b-*.json")):
+for f in sorted(glob.glob(sys.argv[1]+"/[bc]-*.json")):
     try: rows=json.load(open(f))["results"]
     except Exception as e: print(f, e); continue
     for r in rows:
