@@ -167,6 +167,29 @@ def test_meta_labels_after_a_cpu_call():
         loss(xs, ws, xt, wt, lab, torch.zeros(16, device="meta"))
 
 
+def test_checks_are_kept_by_the_whole_signature():
+    """distil.torch keeps the checks a call passed by its tensors' shapes, strides, dtypes and
+    devices (_ops.checked): a tensor that differs from a passed call's in any one of them is
+    checked again and refused."""
+    from distil import _check
+    from distil.torch import _ops
+
+    x = torch.zeros(4, 16)
+
+    def call(target):
+        return _ops.checked(_check.jsd, "jsd", _ops._JSD_NAMES, (x, target, None))
+
+    assert call(torch.zeros(4, 16)) == call(torch.ones(4, 16))
+    for target, match in (
+        (torch.zeros(1, 16).expand(4, 16), "row stride 0"),
+        (torch.zeros(4, 16, dtype=torch.float16), "target is float16"),
+        (torch.zeros(4, 16, device="meta"), "target is on meta"),
+        (torch.zeros(4, 17), "differ"),
+    ):
+        with pytest.raises(distil.InvalidArgument, match=match):
+            call(target)
+
+
 def test_torch_bias_and_teacher_rows():
     g = gen(6)
     xs, ws, xt, wt = (normal(g, s, torch.float32) for s in ((8, 8), (64, 8), (8, 8), (64, 8)))

@@ -13,7 +13,7 @@ from conftest import check, gen, labels_for, leaf, log_probs, ref_jsd
 
 import distil
 import distil.torch as dt
-from distil import _calls, _lib
+from distil import _calls, _check, _lib, _options
 from distil.torch import _ops
 
 HAVE_CUDA = torch.cuda.is_available() and distil.backends().get("cuda", 0) > 0
@@ -108,7 +108,8 @@ def test_cuda_capture_leaves_the_kept_workspace():
         assert ctx.kept[1] is kept, "capture must not take or replace the kept block"
         # A larger eager call replaces the kept block; torch may hand its memory out again.
         rows = kept.numel() // 2  # the jsd workspace holds a float per row (core/row_loss.c)
-        need = _calls.jsd_plan(ctx, rows, 3, (3, 3, 3), _lib.F32, 0.5, -100, "batchmean")[1]
+        shape = _check.JsdShape(rows, 3, 3, 3, _lib.F32)
+        need = _calls.jsd_plan(ctx, shape, _options.JsdOptions())[1]
         assert kept.numel() < need <= _ops._SMALL_WORKSPACE, "the larger call must replace it"
         bx, by, blab = _jsd_case(43, rows, 3, "cuda")
         dt.jsd(bx.detach(), by, blab)

@@ -122,7 +122,7 @@ def tvd(
     x, y = _prob_ops.tvd_logs(input, target.detach())
     vocab = input.shape[-1]
     rows = input.numel() // vocab
-    labels = F._labels("shift_labels", shift_labels, rows, input.device)
+    labels = F._labels("shift_labels", shift_labels, rows)
     n = None
     if reduction == "mean":  # (rows not ignored) x V, counted on the device
         if labels is None:

@@ -61,8 +61,8 @@ def _rows(name: str, t: Tensor) -> Tensor:
     return t if dense_rows else t.contiguous()
 
 
-def _labels(name: str, labels: Tensor | None, rows: int, device) -> Tensor | None:
-    """Integer labels of `rows` values on `device` as the library takes them (int64 [rows],
+def _labels(name: str, labels: Tensor | None, rows: int) -> Tensor | None:
+    """Integer labels of `rows` values as the library takes them (int64 [rows],
     dense); anything else is passed on for the call's checks to refuse by name."""
     if labels is None:
         return None
@@ -160,7 +160,7 @@ def jsd_with(
 ) -> Tensor:
     """jsd with its options made once (the JSD module's); normaliser: N on the device."""
     x, y = _rows("input", input), _rows("target", target)
-    labels = _labels("shift_labels", shift_labels, x.shape[0] if x.dim() else 0, x.device)
+    labels = _labels("shift_labels", shift_labels, x.shape[0] if x.dim() else 0)
     loss = _ops.jsd(_ops.JsdTensors(x, y, labels, normaliser), opts, _wants_grad(input))
     if opts.reduction == "none" and input.dim() >= 1 and loss.numel() == input[..., 0].numel():
         return loss.reshape(input.shape[:-1])
@@ -206,27 +206,16 @@ def e4m3_head(teacher_weight: Tensor) -> Tensor:
     return head
 
 
-_FUSED_NAMES = (
-    "student_input",
-    "student_weight",
-    "teacher_input",
-    "teacher_weight",
-    "student_bias",
-    "teacher_bias",
-)
-
-
-def _compute_dtype(fn: str, tensors: tuple) -> torch.dtype | None:
+def _compute_dtype(tensors: tuple) -> torch.dtype | None:
     """The dtype the fused GEMMs run in: under torch.autocast, its dtype (as Liger's
     custom_fwd); else a 16-bit student_input's dtype when other inputs are fp32 (fp32 master
     weights beside bf16 activations); None: the inputs as they are."""
     xs = tensors[0]
-    _same(fn, _FUSED_NAMES, tensors)
-    kind = xs.device.type
-    if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):
+    kind = "cuda" if xs.is_cuda else ("cpu" if xs.is_cpu else None)
+    if kind is not None and torch.is_autocast_enabled(kind):
         dtype = torch.get_autocast_dtype(kind)
         return dtype if dtype in _ops._DTYPES else None
-    if xs.dtype is torch.float32:
+    if xs.dtype is torch.float32 or xs.dtype not in _ops._DTYPES:
         return None
     for t in tensors[1:]:
         if t is not None and t.dtype is torch.float32:
@@ -234,16 +223,21 @@ def _compute_dtype(fn: str, tensors: tuple) -> torch.dtype | None:
     return None
 
 
-def _student_head(ws: Tensor, dtype) -> Tensor:
+def _student_head(fn: str, ws: Tensor, dtype) -> Tensor:
     """The student's head as the call takes it: an fp32 head stays fp32 beside 16-bit hidden
     states (the call rounds it for the GEMMs and writes its gradient in fp32 straight from the
     library's fp32 accumulator, _ops._rounded_head); another is cast to dtype."""
-    return ws if ws.dtype is torch.float32 else _cast(ws, dtype)
+    return ws if ws.dtype is torch.float32 else _cast(fn, "student_weight", ws, dtype)
 
 
-def _cast(t: Tensor | None, dtype) -> Tensor | None:
-    """t in dtype (differentiable: a gradient flows back in t's own dtype)."""
-    return t if t is None or dtype is None or t.dtype is dtype else t.to(dtype)
+def _cast(fn: str, name: str, t: Tensor | None, dtype) -> Tensor | None:
+    """t in dtype (differentiable: a gradient flows back in t's own dtype); a complex or
+    integer t is refused by name, never converted (uncast, the call's checks refuse it)."""
+    if t is None or dtype is None or t.dtype is dtype:
+        return t
+    if t.dtype not in _ops._DTYPES:
+        _fail(f"{fn}: {name}: dtype {_float_name(t)} is not float32, bfloat16 or float16")
+    return t.to(dtype)
 
 
 class FusedInputs:
@@ -286,12 +280,14 @@ class Returns:
 def fused_with(fn: str, opts: _options.FusedOptions, inputs: FusedInputs, returns: Returns):
     """The fused loss with its options made once: (loss, parts [3] detached or None,
     student_lse, teacher_lse, student_entropy shaped like the leading dimensions or None)."""
-    dtype = _compute_dtype(fn, (inputs.xs, inputs.ws, inputs.xt, inputs.wt, inputs.bs, inputs.bt))
-    xs0, ws, bs = _cast(inputs.xs, dtype), _student_head(inputs.ws, dtype), inputs.bs
-    bs = _cast(bs, torch.float32 if ws.dtype is torch.float32 else dtype)
+    dtype = _compute_dtype((inputs.xs, inputs.ws, inputs.xt, inputs.wt, inputs.bs, inputs.bt))
+    xs0 = _cast(fn, "student_input", inputs.xs, dtype)
+    ws = _student_head(fn, inputs.ws, dtype)
+    bs_dtype = torch.float32 if ws.dtype is torch.float32 else dtype
+    bs = _cast(fn, "student_bias", inputs.bs, bs_dtype)
     xs, xt = (
         _rows("student_input", xs0).contiguous(),
-        _rows("teacher_input", _cast(inputs.xt, dtype)),
+        _rows("teacher_input", _cast(fn, "teacher_input", inputs.xt, dtype)),
     )
     rows = xs.shape[0] if xs.dim() else 0
     t = _ops.FusedTensors(
@@ -299,17 +295,14 @@ def fused_with(fn: str, opts: _options.FusedOptions, inputs: FusedInputs, return
         ws.contiguous(),
         None if bs is None else bs.contiguous(),
         xt.contiguous(),
-        _cast(inputs.wt, dtype).contiguous(),
-        None if inputs.bt is None else _cast(inputs.bt, dtype).contiguous(),
-        _labels("labels", inputs.labels, rows, xs.device),
+        _cast(fn, "teacher_weight", inputs.wt, dtype).contiguous(),
+        None if inputs.bt is None else _cast(fn, "teacher_bias", inputs.bt, dtype).contiguous(),
+        _labels("labels", inputs.labels, rows),
         _device_normaliser(inputs.normaliser),
         inputs.head,
     )
-    want = _options.FusedOutputs(
-        *_wants_grads(xs0, ws, bs),
-        parts=returns.soft_hard,
-        lse=returns.lse,
-        entropy=returns.entropy,
+    want = _options.fused_outputs(
+        *_wants_grads(xs0, ws, bs), returns.soft_hard, returns.lse, returns.entropy
     )
     loss, out_parts, ls, lt, ent = _ops.fused(t, opts, want)
     lead = inputs.xs.shape[:-1]

@@ -107,12 +107,14 @@ def _teacher_head(module, fn: str, tensors: tuple, given: Tensor | None) -> Tens
         return given
     if module.teacher_head_precision in (None, "default"):
         return None
-    dtype = F._compute_dtype(fn, tensors) or tensors[0].dtype
-    if tensors[3].dim() != 2 or any(
-        t is not None and t.dtype not in (dtype, torch.float32) for t in tensors
+    dtype = F._compute_dtype(tensors) or tensors[0].dtype
+    if (
+        dtype not in F._ops._DTYPES
+        or tensors[3].dim() != 2
+        or any(t is not None and t.dtype not in (dtype, torch.float32) for t in tensors)
     ):
         return None  # the call refuses it (and names the loss): round nothing for it
-    return module._head_cache.get(F._cast(tensors[3], dtype))
+    return module._head_cache.get(F._cast(fn, "teacher_weight", tensors[3], dtype))
 
 
 def _init_head_cache(module, cache_teacher_head: bool):

@@ -430,7 +430,7 @@ def topk_loss(
     lead = student_logp.shape[:-1]
     x = _rows("student_logp", student_logp)
     ids, logp = _teacher_tensors(fn, teacher_ids, teacher_logp, x.shape[0], x.device)
-    lab = _labels(fn, labels, x.shape[0], x.device)
+    lab = _labels(fn, labels, x.shape[0])
     n_host, n_dev = _normaliser_args(fn, normaliser, x.device)
     opts = TopkOptions(
         **_shared_options(tail, divergence, beta, alpha, ignore_index, reduction, pad_id, n_host)
@@ -482,7 +482,7 @@ def fused_linear_topk_loss(
     if labels is None and weight_hard_loss != 0:
         _fail(f"{fn}: labels are None but weight_hard_loss is {weight_hard_loss}")
     ids, logp = _teacher_tensors(fn, teacher_ids, teacher_logp, xs.shape[0], xs.device)
-    lab = _labels(fn, labels, xs.shape[0], xs.device)
+    lab = _labels(fn, labels, xs.shape[0])
     ws = student_weight.contiguous()
     bs = student_bias.contiguous() if student_bias is not None else None
     n_host, n_dev = _normaliser_args(fn, normaliser, xs.device)
