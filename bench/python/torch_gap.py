@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""torch_gap.py - where distil.torch's device time per JSD call goes beyond the C call's.
+"""torch_gap.py - where distil.torch's device time per call goes beyond the C call's.
 
-At the JSD seed shape (fp32 log-probs [T, 128256], beta 0.5) on CUDA, the device time per call,
+At the JSD seed shape (fp32 log-probs [T, 128256], beta 0.5), or with --workload fused at the
+fused seed shape (bf16, Hs 2048, Ht 4096, V 128256, hard CE + JSD, the student's gradients
+wanted) on CUDA, the device time per call,
 with `--queue` calls queued between two CUDA events (so host time hides behind the device's),
 the variants taken in turn in each of --reps rounds, of:
-  c          distil_jsd through ctypes on tensors allocated once (the library alone)
-  forward    distil.torch.jsd(x, y) with x.requires_grad (the gradient is computed, not used)
+  c          the library's call through ctypes on tensors allocated once (the library alone)
+  forward    distil.torch.jsd(x, y) with x.requires_grad (the gradient is computed, not used);
+             fused: FusedLinearJSDLoss()(xs, Ws, xt, Wt, labels), xs and Ws requiring grad
   backward   the same plus loss.backward() (the device-side scale of the saved gradient and
              autograd's accumulation into x.grad, cleared before each call)
   c fresh    the C call writing a gradient allocated per call from torch's caching allocator,
@@ -14,8 +17,8 @@ Prints a Markdown table (ms per call, median of --reps samples) and, with --json
 --profile adds, per variant, every kernel torch.profiler saw in `queue` calls: launches and
 device µs per call, and the device's busy time against the span (where a gap per call goes:
 more kernels, slower kernels, or idle time between them).
-  usage: python bench/torch_gap.py [--T 1024,8192] [--queue 8] [--reps 15] [--sets 3]
-                                   [--json FILE] [--profile]
+  usage: python bench/python/torch_gap.py [--workload jsd|fused] [--T 1024,8192] [--queue 8]
+                                          [--reps 15] [--sets 3] [--json FILE] [--profile]
 """
 
 import argparse
@@ -117,6 +120,84 @@ def point(t, vocab, queue, reps, sets, profile=False):
     return out  # its buffers go with its closures; the caller empties torch's cache
 
 
+def fused_point(t, vocab, queue, reps, sets, profile=False):
+    """point() for the fused loss: its variants on `sets` rotated input sets of the seed shape."""
+    import distil.torch as dt
+    from distil import _calls, _check, _lib, _options
+    from distil.torch import _ops
+
+    hs, ht, bf = 2048, 4096, torch.bfloat16
+
+    def inputs():
+        return {
+            "xs": torch.randn(t, hs, device="cuda", dtype=bf).requires_grad_(),
+            "ws": (torch.randn(vocab, hs, device="cuda", dtype=bf) / 32).requires_grad_(),
+            "xt": torch.randn(t, ht, device="cuda", dtype=bf),
+            "wt": torch.randn(vocab, ht, device="cuda", dtype=bf) / 45,
+            "lab": torch.randint(0, vocab, (t,), device="cuda"),
+        }
+
+    data = [inputs() for _ in range(sets)]
+    turn = itertools.cycle(range(sets))
+    first = data[0]
+    ctx = _ops.context_for(first["xs"])
+    opts, want = _options.FusedOptions(), _options.FusedOutputs(True, True, False, parts=False)
+    shape = _check.FusedShape(t, vocab, hs, ht, _lib.BF16, vocab)
+    plan = _calls.fused_plan(ctx, shape, opts, want)
+    kept = {
+        "work": torch.empty(max(plan[1], 1), dtype=torch.uint8, device="cuda"),
+        "loss": torch.empty((), device="cuda"),
+        "gx": torch.empty_like(first["xs"]),
+        "gw": torch.empty_like(first["ws"]),
+    }
+
+    def c_call(out=None):
+        d = data[next(turn)]
+        o = out or kept
+        _ops.context_for(d["xs"])
+        _calls.run_fused(
+            ctx,
+            plan,
+            o["work"].data_ptr(),
+            _calls.FusedAddrs(
+                *(d[k].data_ptr() for k in ("xs", "ws")),
+                0,
+                *(d[k].data_ptr() for k in ("xt", "wt")),
+                0,
+                d["lab"].data_ptr(),
+                o["loss"].data_ptr(),
+                o["gx"].data_ptr(),
+                o["gw"].data_ptr(),
+                0,
+            ),
+        )
+
+    def c_fresh():
+        c_call({k: torch.empty_like(v) for k, v in kept.items()})
+
+    module = dt.FusedLinearJSDLoss()
+
+    def forward():
+        d = data[next(turn)]
+        return module(d["xs"], d["ws"], d["xt"], d["wt"], d["lab"])
+
+    def backward():
+        d = data[next(turn)]
+        d["xs"].grad = d["ws"].grad = None
+        module(d["xs"], d["ws"], d["xt"], d["wt"], d["lab"]).backward()
+        d["xs"].grad = d["ws"].grad = None
+
+    out = {"T": t, "V": vocab}
+    variants = (("c", c_call), ("c fresh", c_fresh), ("forward", forward), ("backward", backward))
+    out.update(timed(variants, queue, reps))
+    if profile:
+        try:
+            out["profile"] = {name: profiled(fn, queue) for name, fn in variants}
+        except Exception as e:
+            print(f"torch_gap.py: torch.profiler failed: {e!r}")
+    return out
+
+
 def profiled(fn, queue):
     """Kernels of `queue` calls of fn under torch.profiler: {name: (launches, device µs)} per
     call, and the busy time and span per call (µs)."""
@@ -161,6 +242,7 @@ def print_profile(rows):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workload", choices=("jsd", "fused"), default="jsd")
     ap.add_argument("--T", default="1024,8192")
     ap.add_argument("--V", type=int, default=128256)
     ap.add_argument("--queue", type=int, default=8)
@@ -174,7 +256,8 @@ def main():
         return
     rows = []
     for t in a.T.split(","):
-        rows.append(point(int(t), a.V, a.queue, a.reps, a.sets, a.profile))
+        at = fused_point if a.workload == "fused" else point
+        rows.append(at(int(t), a.V, a.queue, a.reps, a.sets, a.profile))
         torch.cuda.empty_cache()  # the point's buffers, freed with it
     print(
         "| T | C call (ms) | C call, fresh gradient | distil.torch forward | + backward | "
