@@ -215,7 +215,7 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         .weight_hard = a->weight_hard,
         .weight_soft = a->weight_soft,
         .ce_rows = distil_fused_ws(L, p->off_ce + (size_t)r0 * sizeof(float)),
-        .jsd_rows = distil_fused_ws(L, p->off_jsd + (size_t)r0 * sizeof(float)),
+        .soft_rows = distil_fused_ws(L, p->off_jsd + (size_t)r0 * sizeof(float)),
         .g = L->grads ? distil_fused_g(L, r0) : distil_dptr_make(NULL, 0),
         .g_dtype = p->g_dtype,
         .n_valid = distil_fused_ws(L, p->off_n),

@@ -1,6 +1,6 @@
 /*
  * jsd.c - the public entry point distil_jsd: validate, plan the workspace, then either the
- * backend's whole `jsd` op or count_valid -> jsd_rows -> reduce (docs/SPEC.md §1), on the row
+ * backend's whole `jsd` op or count_valid -> div_rows -> reduce (docs/SPEC.md §1), on the row
  * loss skeleton of row_loss.h (shared with distil_topk).
  */
 #include "ctx.h"
@@ -150,11 +150,11 @@ distil_status distil_jsd_workspace_size(distil_ctx *ctx, const distil_jsd_desc *
     DISTIL_GUARDED(ctx, "jsd_workspace_size", distil_jsd_workspace_size_run(ctx, desc, bytes));
 }
 
-/* The row pass of the composed loss (distil_row_pass): jsd_rows. */
+/* The row pass of the composed loss (distil_row_pass): div_rows. */
 static distil_status distil_jsd_pass(distil_ctx *ctx, const void *op, distil_dptr row_loss,
                                      distil_dptr n) {
     const distil_jsd_args *a = op;
-    distil_jsd_rows_args r = {.x = a->x,
+    distil_div_rows_args r = {.x = a->x,
                               .y = a->y,
                               .x_stride = a->x_stride,
                               .y_stride = a->y_stride,
@@ -171,13 +171,13 @@ static distil_status distil_jsd_pass(distil_ctx *ctx, const void *op, distil_dpt
                               .n_valid = n,
                               .divergence = a->divergence,
                               .alpha = a->alpha};
-    return ctx->be->jsd_rows(ctx->b, &r);
+    return ctx->be->div_rows(ctx->b, &r);
 }
 
-/* count_valid -> jsd_rows -> reduce on the backend's kernels. */
+/* count_valid -> div_rows -> reduce on the backend's kernels. */
 static distil_status distil_jsd_compose(distil_ctx *ctx, const distil_jsd_args *a) {
     const distil_backend *be = ctx->be;
-    if (be->jsd_rows == NULL || be->count_valid == NULL || be->reduce == NULL) {
+    if (be->div_rows == NULL || be->count_valid == NULL || be->reduce == NULL) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED, "%s: backend '%s' lacks JSD kernels",
                                 fn, be->name);
     }

@@ -46,7 +46,7 @@ distil_status distil_tp_fused_rows(distil_ctx *ctx, const distil_tp *tp,
                              .stat_sum = distil_tp_stat_at(tp, 1, rows, r0),
                              .stat_terms = distil_tp_stat_at(tp, 2, rows, r0),
                              .ce_rows = r->ce_rows,
-                             .jsd_rows = r->jsd_rows,
+                             .soft_rows = r->soft_rows,
                              .g = r->g,
                              .g_dtype = r->g_dtype,
                              .n_valid = r->n_valid};

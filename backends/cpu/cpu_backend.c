@@ -1,6 +1,6 @@
 /*
  * cpu_backend.c - the "cpu" backend's vtable: life cycle, threads, host memory, deferred label
- * errors and the chunk-size preference. The kernels live in cpu_gemm.c, cpu_jsd.c,
+ * errors and the chunk-size preference. The kernels live in cpu_gemm.c, cpu_div_rows.c,
  * cpu_fused_rows.c and cpu_reduce.c; the row kernels in cpu_kern_*.c, one table per ISA.
  */
 #include "cpu_internal.h"
@@ -191,7 +191,7 @@ const distil_backend distil_backend_cpu = {
     .gemm = distil_cpu_gemm,
     .gemm_d_ok = distil_cpu_gemm_d_ok, /* the last grad_Ws GEMM rounds into grad_Ws itself */
     .count_valid = distil_cpu_count_valid,
-    .jsd_rows = distil_cpu_jsd_rows,
+    .div_rows = distil_cpu_div_rows,
     .fused_rows = distil_cpu_fused_rows,
     .tp_rows = distil_cpu_tp_rows,
     .reduce = distil_cpu_reduce,

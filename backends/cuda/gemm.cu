@@ -9,7 +9,7 @@
  * said yes: the fused loss's last grad_Ws GEMM).
  */
 #include "gemm_portable.cuh"
-#include "jsd_rows.cuh" /* JSD_SPAN_MAX_VOCAB: the loss-only row pass */
+#include "div_rows.cuh" /* DIV_SPAN_MAX_VOCAB: the loss-only row pass */
 #include "lt_plan.cuh"
 
 #if DISTIL_GPU_HAVE_CUTLASS
@@ -281,7 +281,7 @@ extern "C" distil_status DISTIL_GPU_FN(gemm)(void *vb, const distil_gemm_args *a
  * gradient pass finds its own. */
 extern "C" bool DISTIL_GPU_FN(stats_ok)(void *vb, const distil_gemm_args *a, bool grads) {
     const gpu_state *b = gpu_of(vb);
-    return !grads && a->n <= JSD_SPAN_MAX_VOCAB && gemm_stats_shape(b, a) &&
+    return !grads && a->n <= DIV_SPAN_MAX_VOCAB && gemm_stats_shape(b, a) &&
            gemm_stats_fits(gemm_stats_of(b, a));
 }
 #endif

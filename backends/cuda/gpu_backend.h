@@ -33,7 +33,7 @@ distil_status DISTIL_GPU_FN(check_pointer)(void *b, const void *p, const char *w
 
 distil_status DISTIL_GPU_FN(gemm)(void *b, const distil_gemm_args *a);
 distil_status DISTIL_GPU_FN(count_valid)(void *b, const distil_count_args *a);
-distil_status DISTIL_GPU_FN(jsd_rows)(void *b, const distil_jsd_rows_args *a);
+distil_status DISTIL_GPU_FN(div_rows)(void *b, const distil_div_rows_args *a);
 distil_status DISTIL_GPU_FN(fused_rows)(void *b, const distil_fused_rows_args *a);
 distil_status DISTIL_GPU_FN(reduce)(void *b, const distil_reduce_args *a);
 distil_status DISTIL_GPU_FN(cast)(void *b, const distil_cast_args *a);

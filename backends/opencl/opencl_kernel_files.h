@@ -12,7 +12,7 @@
 #define DISTIL_OCL_KERNEL_FILES(X)                                                                 \
     X(common, COMMON, "common.cl")                                                                 \
     X(elem, ELEM, "../../../core/backend_api/math/distil_elem.h")                                  \
-    X(jsd, JSD, "jsd.cl")                                                                          \
+    X(div_rows, DIV_ROWS, "div_rows.cl")                                                           \
     X(distill, DISTILL, "distill.cl")                                                              \
     X(reduce, REDUCE, "reduce.cl")                                                                 \
     X(elementwise, ELEMENTWISE, "elementwise.cl")                                                  \

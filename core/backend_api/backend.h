@@ -102,7 +102,8 @@ typedef struct distil_count_args {
 } distil_count_args;
 
 /*
- * docs/SPEC.md §1 on a block of rows: per-row JSD loss and, optionally, the gradient.
+ * docs/SPEC.md §1 and §6 on a block of rows: per-row divergence (the soft part's: JSD or any
+ * other of distil_divergence) and, optionally, its gradient.
  *   x (rows, vocab) row stride x_stride, dtype: student log-probs; y likewise: teacher
  *   labels (rows) int64, optional: rows whose label == ignore_index get loss 0 and gradient 0
  *   row_loss (rows) fp32: written for every row
@@ -110,7 +111,7 @@ typedef struct distil_count_args {
  *   grad = grad_scale / n * dl/dx, where n is the fp32 at n_valid (1 when absent). When n is 0
  *   the gradient is 0.
  */
-typedef struct distil_jsd_rows_args {
+typedef struct distil_div_rows_args {
     distil_dptr x, y;
     int64_t x_stride, y_stride;
     int64_t rows, vocab;
@@ -126,14 +127,14 @@ typedef struct distil_jsd_rows_args {
     /* docs/SPEC.md §6: the divergence (distil_elem_div_make maps it, beta and alpha to a mode). */
     distil_divergence divergence;
     float alpha;
-} distil_jsd_rows_args;
+} distil_div_rows_args;
 
 /*
  * docs/SPEC.md §2 steps 2-5 on one chunk of fp32 logits.
  *   zs, zt (rows, vocab) fp32 dense (row stride vocab): student / teacher logits of the chunk
  *   labels (rows) int64: the chunk's labels. A row whose label is ignore_index or outside
  *     [0, vocab) is ignored (count_valid has recorded the invalid ones).
- *   ce_rows, jsd_rows (rows) fp32: per-row CE and JSD (0 for ignored rows), always written
+ *   ce_rows, soft_rows (rows) fp32: per-row CE and soft part (0 for ignored rows), always written
  *   g (rows, vocab) dtype g_dtype, row stride vocab, optional: the logit gradient
  *     G = (weight_hard / n) (s - onehot) + (weight_soft / n) (1/tau) (g - q sum g)
  *     with n the fp32 at n_valid. Ignored rows get 0. When g_dtype is F32 the core may pass
@@ -145,11 +146,11 @@ typedef struct distil_fused_rows_args {
     distil_dptr labels;
     int64_t ignore_index;
     float beta, inv_temperature, weight_hard, weight_soft;
-    distil_dptr ce_rows, jsd_rows;
+    distil_dptr ce_rows, soft_rows;
     distil_dptr g;
     distil_dtype g_dtype;
     distil_dptr n_valid;
-    /* docs/SPEC.md §6: the soft part's divergence, as in distil_jsd_rows_args. */
+    /* docs/SPEC.md §6: the soft part's divergence, as in distil_div_rows_args. */
     distil_divergence divergence;
     float alpha;
     /* docs/SPEC.md §6 head options. The teacher's logits are divided by its own temperature
@@ -468,14 +469,14 @@ typedef enum distil_tp_phase {
                              at inv_t, zs at 1, m the reduced maxima                    -> sum */
     DISTIL_TP_TERMS = 2,  /* stat_terms (rows, 3) = local zs[label] - m_s (owner only), sum e,
                              sum de/dx, with the reduced statistics                      -> sum */
-    DISTIL_TP_FINISH = 3, /* ce_rows, jsd_rows from the reduced statistics; G when g present */
+    DISTIL_TP_FINISH = 3, /* ce_rows, soft_rows from the reduced statistics; G when g present */
 } distil_tp_phase;
 
 /*
  * One phase of docs/SPEC.md §2 steps 2-5 on a chunk of fp32 logits of the rank's columns
  * [vocab_offset, vocab_offset + vocab) of vocab_total. Labels are global ids; a row whose label
  * is ignore_index or outside [0, vocab_total) is ignored (neutral statistics: -inf maxima, 0 sums;
- * ce = jsd = 0, G = 0). The statistics are f64, row-major per row (stride 2 or 3). FINISH writes
+ * ce = soft = 0, G = 0). The statistics are f64, row-major per row (stride 2 or 3). FINISH writes
  * G as fused_rows does (g may be zs when g_dtype is F32), with -weight_hard / n at the label on
  * the rank that owns it.
  */
@@ -489,7 +490,7 @@ typedef struct distil_tp_rows_args {
     distil_divergence divergence; /* the soft part's, as in distil_fused_rows_args */
     float alpha;
     distil_dptr stat_max, stat_sum, stat_terms; /* (rows, 2), (rows, 3), (rows, 3) f64 */
-    distil_dptr ce_rows, jsd_rows;              /* (rows) fp32, FINISH */
+    distil_dptr ce_rows, soft_rows;             /* (rows) fp32, FINISH */
     distil_dptr g;                              /* (rows, vocab) g_dtype, optional, FINISH */
     distil_dtype g_dtype;
     distil_dptr n_valid;
@@ -550,7 +551,7 @@ typedef struct distil_backend {
 
     distil_status (*gemm)(void *b, const distil_gemm_args *a);
     distil_status (*count_valid)(void *b, const distil_count_args *a);
-    distil_status (*jsd_rows)(void *b, const distil_jsd_rows_args *a);
+    distil_status (*div_rows)(void *b, const distil_div_rows_args *a);
     distil_status (*fused_rows)(void *b, const distil_fused_rows_args *a);
     distil_status (*reduce)(void *b, const distil_reduce_args *a);
     distil_status (*cast)(void *b, const distil_cast_args *a);

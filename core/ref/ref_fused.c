@@ -62,7 +62,7 @@ static void distil_ref_row(const distil_fused_args *a, distil_ref_fused_buf *B, 
         B->y[v] = B->zt[v] * tau_t_inv - lse_t;
     }
     *ce = lse - B->zs[label];
-    *jsd = distil_ref_jsd_row(B->x, B->y, V, &k, B->g);
+    *jsd = distil_ref_div_row(B->x, B->y, V, &k, B->g);
     double gsum = 0.0;
     for (int64_t v = 0; v < V; v++) {
         gsum += B->g[v];
