@@ -58,7 +58,7 @@ distil_status distil_cpu_fused_rows(void *b, const distil_fused_rows_args *a) {
     int64_t per = distil_cpu_fused_scratch_floats(a->vocab);
     int threads = st->threads;
     DISTIL_TRY(distil_cpu_grow(st, &st->rows, &st->rows_bytes,
-                               (size_t)threads * (size_t)per * sizeof(float), "distill row"));
+                               (size_t)threads * (size_t)per * sizeof(float), "fused row"));
     /* n <= 0 or NaN (a normaliser given on the device, docs/SPEC.md §6) acts as n == 0 */
     const bool some = n > 0.0f;
     const distil_elem_beta coef = distil_elem_div_make(a->divergence, a->beta, a->alpha);

@@ -88,7 +88,7 @@ typedef struct cpu_state {
     const cpu_kernels *k;
     void *scratch; /* gemm operand conversion and C staging, grown on demand */
     size_t scratch_bytes;
-    void *rows; /* per-thread distill rows */
+    void *rows; /* per-thread fused rows (scratch) */
     size_t rows_bytes;
     bool bad_label; /* first invalid label since the last synchronize (count_valid) */
     int64_t bad_row, bad_value, bad_vocab;

@@ -65,7 +65,7 @@ distil_status distil_cpu_tp_rows(void *b, const distil_tp_rows_args *a) {
     int64_t per = distil_cpu_fused_scratch_floats(a->vocab);
     int threads = st->threads;
     DISTIL_TRY(distil_cpu_grow(st, &st->rows, &st->rows_bytes,
-                               (size_t)threads * (size_t)per * sizeof(float), "distill row"));
+                               (size_t)threads * (size_t)per * sizeof(float), "fused row"));
     const distil_elem_beta coef = distil_elem_div_make(a->divergence, a->beta, a->alpha);
     cpu_tp_row proto = {.phase = (int)a->phase,
                         .f = {.g_dtype = a->g_dtype,

@@ -55,7 +55,7 @@ static inline gpu_label_error gpu_label_none() {
     return e;
 }
 
-/* The last plan of the resident distill kernel (fused_rows_resident.cu), per (kernel, V). */
+/* The last plan of the resident fused row kernel (fused_rows_resident.cu), per (kernel, V). */
 struct resident_plan {
     const void *kernel;
     int64_t vocab;

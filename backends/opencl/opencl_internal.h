@@ -51,12 +51,12 @@ void distil_ocl_tuning_options(const distil_ocl_tuning *t, const char *user, cha
 
 /* The programs: each is common.cl followed by the listed kernel files. */
 typedef enum distil_ocl_prog {
-    DISTIL_OCL_PROG_ROWS,        /* div_rows.cl + distill.cl, -DDTYPE */
+    DISTIL_OCL_PROG_ROWS,        /* div_rows.cl + fused_rows.cl, -DDTYPE */
     DISTIL_OCL_PROG_REDUCE,      /* reduce.cl */
     DISTIL_OCL_PROG_ELEMENTWISE, /* elementwise.cl, -DSRC_DTYPE -DDST_DTYPE */
     DISTIL_OCL_PROG_GEMM,        /* gemm.cl */
     DISTIL_OCL_PROG_TOPK,        /* div_rows.cl + distil_topk.h + topk.cl (docs/SPEC.md §7) */
-    DISTIL_OCL_PROG_TP,          /* div_rows.cl + distill.cl + tp.cl, -DDTYPE (docs/SPEC.md §8) */
+    DISTIL_OCL_PROG_TP, /* div_rows.cl + fused_rows.cl + tp.cl, -DDTYPE (docs/SPEC.md §8) */
     DISTIL_OCL_PROG_COUNT
 } distil_ocl_prog;
 

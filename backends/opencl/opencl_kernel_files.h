@@ -13,7 +13,7 @@
     X(common, COMMON, "common.cl")                                                                 \
     X(elem, ELEM, "../../../core/backend_api/math/distil_elem.h")                                  \
     X(div_rows, DIV_ROWS, "div_rows.cl")                                                           \
-    X(distill, DISTILL, "distill.cl")                                                              \
+    X(fused_rows, FUSED_ROWS, "fused_rows.cl")                                                     \
     X(reduce, REDUCE, "reduce.cl")                                                                 \
     X(elementwise, ELEMENTWISE, "elementwise.cl")                                                  \
     X(gemm, GEMM, "gemm.cl")                                                                       \

@@ -1,7 +1,7 @@
 /*
- * opencl_rows.c - launchers of the row kernels div_rows (div_rows.cl) and fused_rows (distill.cl)
- * of the opencl backend: one work-group per row. Absent optional buffers are passed as the
- * backend's label-state buffer with a has_* flag of 0, so kernels never see a NULL cl_mem.
+ * opencl_rows.c - launchers of the row kernels div_rows (div_rows.cl) and fused_rows
+ * (fused_rows.cl) of the opencl backend: one work-group per row. Absent optional buffers are passed
+ * as the backend's label-state buffer with a has_* flag of 0, so kernels never see a NULL cl_mem.
  */
 #include "opencl_internal.h"
 

@@ -1,7 +1,7 @@
 /*
  * tp.cl - tp_rows of the opencl backend (docs/SPEC.md §8): one phase of the vocabulary-parallel
- * row pass on a chunk of the rank's fp32 logits, one work-group per row, from distill.cl's passes
- * (which come before this file) with the row statistics of the whole group, reduced over the
+ * row pass on a chunk of the rank's fp32 logits, one work-group per row, from fused_rows.cl's
+ * passes (which come before this file) with the row statistics of the whole group, reduced over the
  * ranks by the core between the phases, in double (rows, 2 | 3) buffers:
  *   phase 0  work-group maxima of zs, zt                                        -> smax
  *   phase 1  sum exp((zs - m) / tau), sum exp((zt - m) / tau), sum exp(zs - m)  -> ssum
@@ -29,7 +29,7 @@ float2 distil_tp_group_max2(float a, float b, __local float *lm) {
     return r;
 }
 
-/* The row's statistics from the group's (distill.cl's layout: (max, log sum) pairs). */
+/* The row's statistics from the group's (fused_rows.cl's layout: (max, log sum) pairs). */
 distil_row_stats distil_tp_stats(__global const double *smax, __global const double *ssum,
                                  float inv_t, float8 coef) {
     distil_row_stats st;

@@ -1,5 +1,5 @@
 /*
- * distill.cl - docs/SPEC.md §2 steps 2-5 on one chunk of fp32 logits (opencl backend;
+ * fused_rows.cl - docs/SPEC.md §2 steps 2-5 on one chunk of fp32 logits (opencl backend;
  * common.cl comes first): per-row hard CE, soft JSD at temperature tau, and the logit gradient
  * G in DTYPE. One work-group per row, fixed-order reductions, no float atomics.
  */
