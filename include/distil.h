@@ -383,10 +383,10 @@ DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *
  *   teacher_bias    bt (Vt) or NULL
  *   labels          (rows) int64; ignore_index marks ignored rows. May be NULL when
  *                   weight_hard == 0: then every row counts (N = rows) and the hard part is 0
- *   loss            fp32: 1 value, loss = wh * sum CE / N + ws * sum JSD / N, N = max(1, valid
- *                   rows) or the given normaliser; with return_parts, 3 values: loss,
- *                   sum CE / N, sum JSD / N (JSD: the soft part's divergence; the loss has
- *                   tau^2 ws with temperature_squared, the part not)
+ *   loss            fp32: 1 value, loss = weight_hard * sum CE / N + weight_soft * sum JSD / N,
+ *                   N = max(1, valid rows) or the given normaliser; with return_parts, 3 values:
+ *                   loss, sum CE / N, sum JSD / N (JSD: the soft part's divergence; the loss has
+ *                   tau^2 weight_soft with temperature_squared, the part not)
  *   grad_student_hidden  (rows, Hs) dtype or NULL
  *   grad_student_weight  (V, Hs) dtype or NULL (accumulated in fp32, written once)
  *   grad_student_bias    (V) dtype or NULL; may be given only with student_bias

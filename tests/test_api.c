@@ -377,15 +377,15 @@ static distil_status fused_run_lent(fused_problem *p, size_t bytes, fused_out *o
     fused_poison_outputs(p);
     TU_OK(g_ctx, fused_run(p));
     fused_download(p, own);
-    void *ws = NULL;
-    TU_OK(g_ctx, distil_malloc(g_ctx, bytes, &ws));
-    TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, ws, bytes));
+    void *workspace = NULL;
+    TU_OK(g_ctx, distil_malloc(g_ctx, bytes, &workspace));
+    TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, workspace, bytes));
     fused_poison_outputs(p);
     distil_status s = fused_run(p);
     snprintf(g_lent_msg, sizeof g_lent_msg, "%s", distil_ctx_last_error(g_ctx));
     fused_download(p, lent);
     TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, NULL, 0));
-    distil_free(g_ctx, ws);
+    distil_free(g_ctx, workspace);
     return s;
 }
 
@@ -450,21 +450,21 @@ static void test_workspace_jsd(void **state) {
     tu_download(g_ctx, &own.loss, loss, sizeof own.loss);
     tu_download(g_ctx, own.grad, grad, sizeof own.grad);
 
-    void *ws = NULL;
-    TU_OK(g_ctx, distil_malloc(g_ctx, need + 256, &ws));
+    void *workspace = NULL;
+    TU_OK(g_ctx, distil_malloc(g_ctx, need + 256, &workspace));
     if (need > 0) { /* one byte short is refused */
-        TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, ws, need - 1));
+        TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, workspace, need - 1));
         TU_EXPECT(g_ctx, DISTIL_ERR_WORKSPACE, distil_jsd(g_ctx, &d, dx, dy, dl, loss, grad));
         assert_true(strlen(distil_ctx_last_error(g_ctx)) > 0);
     }
-    TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, ws, need + 256));
+    TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, workspace, need + 256));
     TU_OK(g_ctx, distil_jsd(g_ctx, &d, dx, dy, dl, loss, grad));
     tu_download(g_ctx, &lent.loss, loss, sizeof lent.loss);
     tu_download(g_ctx, lent.grad, grad, sizeof lent.grad);
     TU_CHECK_BITWISE("jsd with a lent workspace vs own", &lent, &own, sizeof own);
     TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, NULL, 0));
     TU_EXPECT(g_ctx, DISTIL_ERR_INVALID_ARG, distil_ctx_set_workspace(g_ctx, NULL, 64));
-    distil_free(g_ctx, ws);
+    distil_free(g_ctx, workspace);
     void *all[] = {dx, dy, dl, loss, grad};
     for (size_t i = 0; i < TU_LEN(all); i++) {
         distil_free(g_ctx, all[i]);

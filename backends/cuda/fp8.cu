@@ -232,7 +232,7 @@ static cublasStatus_t fp8_describe(const gpu_state *b, const distil_gemm_e4m3_ar
                        : a->bias_dtype == DISTIL_BF16 ? CUDA_R_16BF
                                                       : CUDA_R_16F;
     const cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    const uint64_t ws = b->lane.blas_work_bytes;
+    const uint64_t work_bytes = b->lane.blas_work_bytes;
     const int64_t kp = a->lda; /* the padded K */
     cublasStatus_t st = cublasLtMatmulDescCreate(&pl.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t, st);
@@ -252,9 +252,10 @@ static cublasStatus_t fp8_describe(const gpu_state *b, const distil_gemm_e4m3_ar
     st = st ? st : cublasLtMatrixLayoutCreate(&pl.lb, CUDA_R_8F_E4M3, kp, a->m, a->lda);
     st = st ? st : cublasLtMatrixLayoutCreate(&pl.lc, CUDA_R_32F, a->n, a->m, a->ldc);
     st = st ? st : cublasLtMatmulPreferenceCreate(&pl.pref);
-    st = st ? st
-            : cublasLtMatmulPreferenceSetAttribute(
-                  pl.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    st =
+        st ? st
+           : cublasLtMatmulPreferenceSetAttribute(pl.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &work_bytes, sizeof work_bytes);
     return st;
 }
 

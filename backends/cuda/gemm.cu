@@ -65,7 +65,7 @@ static cublasStatus_t lt_describe(const gpu_state *b, const distil_gemm_args *a,
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     const void *bias = distil_dptr_addr(a->bias);
     const int32_t bias_type = ab;
-    const uint64_t ws = b->lane.blas_work_bytes;
+    const uint64_t work_bytes = b->lane.blas_work_bytes;
     cublasStatus_t st = cublasLtMatmulDescCreate(&pl.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     st =
         st ? st
@@ -90,9 +90,10 @@ static cublasStatus_t lt_describe(const gpu_state *b, const distil_gemm_args *a,
                                          a->trans_a ? a->k : a->m, a->lda);
     st = st ? st : cublasLtMatrixLayoutCreate(&pl.lc, gemm_type(a->c_dtype), a->n, a->m, a->ldc);
     st = st ? st : cublasLtMatmulPreferenceCreate(&pl.pref);
-    st = st ? st
-            : cublasLtMatmulPreferenceSetAttribute(
-                  pl.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    st =
+        st ? st
+           : cublasLtMatmulPreferenceSetAttribute(pl.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &work_bytes, sizeof work_bytes);
     return st;
 }
 
