@@ -162,7 +162,8 @@ DISTIL_API const char *distil_ctx_device_name(const distil_ctx *ctx);
 /*
  * The message of the last failed call on ctx ("" when none failed yet). With ctx == NULL: the
  * message of the last failed call that had no context (distil_ctx_create,
- * distil_backend_device_count) on this thread. Valid until the next call on the same context.
+ * distil_backend_device_count, distil_divergence_from_name) on this thread. Valid until the next
+ * call on the same context.
  */
 DISTIL_API const char *distil_ctx_last_error(const distil_ctx *ctx);
 
@@ -241,6 +242,23 @@ typedef enum distil_divergence {
     DISTIL_DIVERGENCE_SKEW_REVERSE_KL = 4, /* KL(q || (1 - alpha) p + alpha q) */
     DISTIL_DIVERGENCE_TVD = 5,             /* total variation, 1/2 sum |p - q| */
 } distil_divergence;
+
+/*
+ * The name of a divergence: its enum name in lower case ("jsd", "forward_kl", "reverse_kl",
+ * "skew_kl", "skew_reverse_kl", "tvd"), the word the Python package and distil-bench take; a
+ * static string. NULL for a value that is no divergence of this library, so that the names of
+ * 0, 1, ... up to the first NULL are every divergence it has.
+ */
+DISTIL_API const char *distil_divergence_name(distil_divergence divergence);
+
+/*
+ * The divergence whose distil_divergence_name is `name` (exactly, case included) into
+ * *divergence. Returns DISTIL_OK, or DISTIL_ERR_INVALID_ARG for a NULL argument or a name that
+ * is none of them, leaving *divergence as it was; the message, in distil_ctx_last_error(NULL),
+ * names the argument (and lists the names).
+ */
+DISTIL_API DISTIL_NODISCARD distil_status
+distil_divergence_from_name(const char *name, distil_divergence *divergence);
 
 /* Descriptor of distil_jsd. Always fill it with distil_jsd_desc_init() first. */
 typedef struct distil_jsd_desc {

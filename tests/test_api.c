@@ -1,7 +1,7 @@
 /*
- * test_api.c - the non-numeric public API: version, status and dtype names, backend enumeration,
- * context creation by name / "auto" / DISTIL_BACKEND, last_error, NULL handling, memory,
- * streams, workspace lending and descriptor versioning (struct_size).
+ * test_api.c - the non-numeric public API: version, status, dtype and divergence names, backend
+ * enumeration, context creation by name / "auto" / DISTIL_BACKEND, last_error, NULL handling,
+ * memory, streams, workspace lending and descriptor versioning (struct_size).
  */
 #include "test_util.h"
 
@@ -57,6 +57,44 @@ static int priority_rank(const char *name) {
         }
     }
     return -1;
+}
+
+/* docs/SPEC.md §6: the divergences' names, their pinned values, and the lookup's refusals. */
+static void test_divergence_names(void **state) {
+    (void)state;
+    static const char *const pinned[] = {"jsd",     "forward_kl",      "reverse_kl",
+                                         "skew_kl", "skew_reverse_kl", "tvd"};
+    for (int d = 0; d < (int)TU_LEN(pinned); d++) {
+        assert_string_equal(distil_divergence_name((distil_divergence)d), pinned[d]);
+    }
+    int n = 0; /* every name round-trips, and the names end in NULL */
+    for (; distil_divergence_name((distil_divergence)n) != NULL; n++) {
+        distil_divergence got = (distil_divergence)-1;
+        assert_int_equal(
+            distil_divergence_from_name(distil_divergence_name((distil_divergence)n), &got),
+            DISTIL_OK);
+        assert_int_equal(got, n);
+    }
+    assert_true(n >= (int)TU_LEN(pinned));
+    assert_null(distil_divergence_name((distil_divergence)-1));
+    assert_null(distil_divergence_name((distil_divergence)(n + 1000)));
+
+    const struct {
+        const char *name;
+        const char *word; /* what the message names */
+    } bad[] = {{"JSD", "JSD"}, {"", "name"}, {"jsd ", "forward_kl"}, {"kl", "tvd"}};
+    for (size_t i = 0; i < TU_LEN(bad); i++) {
+        distil_divergence d = DISTIL_DIVERGENCE_TVD;
+        assert_int_equal(distil_divergence_from_name(bad[i].name, &d), DISTIL_ERR_INVALID_ARG);
+        assert_int_equal(d, DISTIL_DIVERGENCE_TVD); /* untouched */
+        assert_non_null(strstr(distil_ctx_last_error(NULL), bad[i].word));
+    }
+    distil_divergence d = DISTIL_DIVERGENCE_TVD;
+    assert_int_equal(distil_divergence_from_name(NULL, &d), DISTIL_ERR_INVALID_ARG);
+    assert_int_equal(d, DISTIL_DIVERGENCE_TVD);
+    assert_non_null(strstr(distil_ctx_last_error(NULL), "name is NULL"));
+    assert_int_equal(distil_divergence_from_name("jsd", NULL), DISTIL_ERR_INVALID_ARG);
+    assert_non_null(strstr(distil_ctx_last_error(NULL), "divergence is NULL"));
 }
 
 static void test_backend_enumeration(void **state) {
@@ -518,6 +556,7 @@ int main(void) {
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_status_strings),
         cmocka_unit_test(test_dtypes),
+        cmocka_unit_test(test_divergence_names),
         cmocka_unit_test(test_backend_enumeration),
         cmocka_unit_test(test_ctx_create_by_name),
         cmocka_unit_test(test_ctx_create_auto_and_env),

@@ -177,7 +177,7 @@ static inline __attribute__((always_inline)) double k_div_tile(int mode, bool wa
 static double k_div_tile_any(int mode, const float *x, const float *y, float *g, int64_t n,
                              const de_coef *k, float gscale) {
     /* One case per mode of DE_MODES and gradient on / off. */
-#define K_DIV_CASES(M)                                                                             \
+#define K_DIV_CASES(M, term)                                                                       \
     case DE_##M * 2:                                                                               \
         return k_div_tile(DE_##M, false, x, y, g, n, k, gscale);                                   \
     case DE_##M * 2 + 1:                                                                           \
@@ -384,7 +384,7 @@ static void k_fused_row(cpu_fused_row *r) {
     double sg = 0.0;
     double sh = 0.0;
     /* One case per mode of DE_MODES and entropy on / off. */
-#define K_FUSED_CASE(M)                                                                            \
+#define K_FUSED_CASE(M, term)                                                                      \
     case DE_##M * 2:                                                                               \
         r->soft = (float)k_fused_soft(DE_##M, false, r, &ls, &lt, &k, &sg, &sh);                   \
         break;                                                                                     \
@@ -405,13 +405,13 @@ static void k_fused_row(cpu_fused_row *r) {
 
 /* ------------------------------------------------------------------ tp_row (docs/SPEC.md §8) */
 
-/* The JSD pass of k_fused_row over the rank's columns with the group's log-softmax statistics:
+/* The soft pass of k_fused_row over the rank's columns with the group's log-softmax statistics:
  * returns sum e, *sg = sum de/dx; dq and q land in the scratch as for k_fused_grad. */
 static double k_tp_soft(const cpu_fused_row *r, const k_lsm *ls, const k_lsm *lt, double *sg) {
     de_coef k;
     k_div_init(&k, r->coef);
     double sh = 0.0; /* the entropy is refused on a vocabulary shard */
-#define K_TP_CASE(M)                                                                               \
+#define K_TP_CASE(M, term)                                                                         \
     case DE_##M:                                                                                   \
         return k_fused_soft(DE_##M, false, r, ls, lt, &k, sg, &sh);
     switch (k.mode) {

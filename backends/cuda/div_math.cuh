@@ -85,9 +85,9 @@ __device__ __forceinline__ void div_with_sv(const float (&x)[N], const float (&y
  * element loops hold no branch on it and the compiler can interleave several elements' terms: the
  * branch is taken once, outside the loop. (With the mode read per element every term sat in its
  * own basic block behind a chain of compares: measured 1.6x the copy floor on an H200,
- * docs/GPU-NOTES.md "JSD row kernel".) One case per mode of DE_MODES (distil_elem.h). */
+ * docs/GPU-NOTES.md "JSD row kernel".) One case per mode of DE_MODES (distil_div_list.h). */
 template <typename F> __device__ __forceinline__ void div_with_mode(const div_coef &c, F &&f) {
-#define DIV_MODE_CASE(M)                                                                           \
+#define DIV_MODE_CASE(M, term)                                                                     \
     if (c.mode == DE_##M) {                                                                        \
         f(std::integral_constant<int, DE_##M>{});                                                  \
         return;                                                                                    \

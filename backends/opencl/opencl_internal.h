@@ -80,7 +80,8 @@ typedef struct distil_ocl_kernel {
 
 /* Kernel source text of one file: embedded, or read from DISTIL_OPENCL_KERNEL_DIR.
  * DISTIL_OCL_SRC_<NAME> for each source of opencl_kernel_files.h (ELEM is
- * core/backend_api/math/distil_elem.h, the element terms every backend shares). */
+ * core/backend_api/math/distil_elem.h, the element terms every backend shares, and DIV_LIST
+ * distil_div_list.h, their modes). */
 #define DISTIL_OCL_SRC_ENUM(name, NAME, path) DISTIL_OCL_SRC_##NAME,
 typedef enum distil_ocl_src {
     DISTIL_OCL_KERNEL_FILES(DISTIL_OCL_SRC_ENUM) DISTIL_OCL_SRC_COUNT
