@@ -9,6 +9,7 @@
 
 #include "chunk.h"
 #include "ctx.h"
+#include "fused_args.h"
 
 /* Rows of the teacher's head (teacher_vocab, 0 = vocab), and the common prefix of both heads. */
 int64_t distil_fused_teacher_vocab(const distil_fused_linear_jsd_desc *d);
