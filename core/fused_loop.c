@@ -30,7 +30,7 @@
 
 /* Everything one chunk step needs, resolved once per call. */
 typedef struct distil_fused_loop {
-    distil_fused_run run; /* what the strategies see: ctx, a, p, stats */
+    distil_fused_view view; /* what the strategies see: ctx, a, p, stats */
     distil_ctx *ctx;
     const distil_backend *be;
     void *b;
@@ -82,7 +82,7 @@ static distil_status distil_fused_first(distil_status s, distil_status t) {
 static distil_status distil_fused_student_logits(const distil_fused_loop *L, int64_t r0,
                                                  int64_t c) {
     const distil_fused_linear l = distil_fused_student_linear(L->a);
-    const distil_gemm_args g = distil_fused_logits_gemm(L->a, L->p, &l, r0, c, L->run.stats);
+    const distil_gemm_args g = distil_fused_logits_gemm(L->a, L->p, &l, r0, c, L->view.stats);
     return L->be->gemm(L->b, &g);
 }
 
@@ -90,7 +90,7 @@ static distil_status distil_fused_student_logits(const distil_fused_loop *L, int
 static distil_status distil_fused_teacher_logits(const distil_fused_loop *L, int64_t r0,
                                                  int64_t c) {
     const distil_teacher_ops *t = L->t->ops;
-    return t->logits != NULL ? t->logits(&L->run, L->t->self, r0, c) : DISTIL_OK;
+    return t->logits != NULL ? t->logits(&L->view, L->t->self, r0, c) : DISTIL_OK;
 }
 
 static distil_status distil_fused_logits(const distil_fused_loop *L, int64_t r0, int64_t c) {
@@ -126,7 +126,7 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         .entropy = distil_dptr_present(a->student_entropy)
                        ? distil_dptr_add(a->student_entropy, (size_t)r0 * sizeof(float))
                        : a->student_entropy};
-    if (L->run.stats) {
+    if (L->view.stats) {
         r.zs_max = distil_fused_stats_plane(a, p, 0);
         r.zs_s1 = distil_fused_stats_plane(a, p, 1);
         r.zt_max = distil_fused_stats_plane(a, p, 2);
@@ -136,7 +136,7 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
     if (L->head) {
         DISTIL_TRY(distil_fused_head_pass(L->be, L->b, a, p, r.dz, r0, c));
     }
-    return L->pass->ops->rows(&L->run, L->pass->self, &r, r0);
+    return L->pass->ops->rows(&L->view, L->pass->self, &r, r0);
 }
 
 /* grad_xs_c = G Ws (c, Hs), in the output dtype. */
@@ -156,7 +156,7 @@ static distil_status distil_fused_grad_x(const distil_fused_loop *L, int64_t r0,
                           .c = distil_dptr_add(a->grad_xs, (size_t)(r0 * a->hs) * L->es),
                           .ldc = a->hs};
     const distil_fused_pass_ops *o = L->pass->ops;
-    return o->grad_x != NULL ? o->grad_x(&L->run, L->pass->self, &m) : L->be->gemm(L->b, &m);
+    return o->grad_x != NULL ? o->grad_x(&L->view, L->pass->self, &m) : L->be->gemm(L->b, &m);
 }
 
 /* The first row of the weight-gradient group that holds the chunk starting at r0 (its G is in
@@ -303,7 +303,7 @@ static distil_status distil_fused_step(const distil_fused_loop *L, int64_t r0) {
 static distil_status distil_fused_prologue(const distil_fused_loop *L) {
     const distil_fused_args *a = L->a;
     if (L->t->ops->prologue != NULL) {
-        DISTIL_TRY(L->t->ops->prologue(&L->run, L->t->self));
+        DISTIL_TRY(L->t->ops->prologue(&L->view, L->t->self));
     }
     const distil_fused_pass_ops *o = L->pass->ops;
     distil_count_args c = {.labels = a->labels,
@@ -385,7 +385,7 @@ distil_status distil_fused_loop_run(distil_ctx *ctx, const distil_fused_args *a,
      * the alignment allows for the first holds for all) */
     const bool stats = p->stats_tiles > 0 &&
                        distil_fused_stats_ask(ctx, a, t, p, distil_fused_chunk_len(&L, 0), L.grads);
-    L.run = (distil_fused_run){.ctx = ctx, .a = a, .p = p, .stats = stats};
+    L.view = (distil_fused_view){.ctx = ctx, .a = a, .p = p, .stats = stats};
     L.gw_direct = distil_fused_gw_direct(&L);
     DISTIL_TRY(distil_fused_prologue(&L));
     DISTIL_TRY(distil_fused_logits(&L, 0, distil_fused_chunk_len(&L, 0)));

@@ -9,11 +9,11 @@ static bool distil_fused_pass_local_ready(const distil_backend *be) {
     return be->fused_rows != NULL;
 }
 
-static distil_status distil_fused_pass_local_rows(const distil_fused_run *run, const void *self,
+static distil_status distil_fused_pass_local_rows(const distil_fused_view *view, const void *self,
                                                   const distil_fused_rows_args *r, int64_t r0) {
     (void)self;
     (void)r0;
-    return run->ctx->be->fused_rows(run->ctx->b, r);
+    return view->ctx->be->fused_rows(view->ctx->b, r);
 }
 
 static const distil_fused_pass_ops distil_fused_pass_local_ops = {

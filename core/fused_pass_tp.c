@@ -33,11 +33,11 @@ static bool distil_fused_pass_tp_ready(const distil_backend *be) {
 
 /* Chunk [r0, r0 + r->rows): the phases of tp (all, or the split phase's one) with the all-reduces
  * between them. r is the chunk's fused_rows arguments (its vocab the rank's width). */
-static distil_status distil_fused_pass_tp_rows(const distil_fused_run *run, const void *self,
+static distil_status distil_fused_pass_tp_rows(const distil_fused_view *view, const void *self,
                                                const distil_fused_rows_args *r, int64_t r0) {
     const distil_fused_tp *tp = self;
-    distil_ctx *ctx = run->ctx;
-    const int64_t rows = run->a->rows;
+    distil_ctx *ctx = view->ctx;
+    const int64_t rows = view->a->rows;
     distil_tp_rows_args t = {.zs = r->zs,
                              .zt = r->zt,
                              .rows = r->rows,
@@ -77,10 +77,10 @@ static distil_status distil_fused_pass_tp_rows(const distil_fused_run *run, cons
 
 /* grad_xs of a chunk: the rank's fp32 partial, summed over the ranks, then rounded once (without
  * a partial: the GEMM as it is). */
-static distil_status distil_fused_pass_tp_grad_x(const distil_fused_run *run, const void *self,
+static distil_status distil_fused_pass_tp_grad_x(const distil_fused_view *view, const void *self,
                                                  const distil_gemm_args *m) {
     const distil_fused_tp *tp = self;
-    distil_ctx *ctx = run->ctx;
+    distil_ctx *ctx = view->ctx;
     if (!distil_dptr_present(tp->gx)) {
         return ctx->be->gemm(ctx->b, m);
     }

@@ -20,12 +20,12 @@
 
 /* What a strategy sees of a running call: its context, arguments and plan (a->workspace
  * acquired), and whether the logits GEMMs write the row statistics (fused_stats.h). */
-typedef struct distil_fused_run {
+typedef struct distil_fused_view {
     distil_ctx *ctx;
     const distil_fused_args *a;
     const distil_fused_plan *p;
     bool stats;
-} distil_fused_run;
+} distil_fused_view;
 
 /* The plan's region at byte offset off of a's workspace. */
 static inline distil_dptr distil_fused_region(const distil_fused_args *a, size_t off) {
@@ -38,10 +38,10 @@ typedef struct distil_teacher_ops {
     void (*shape)(const void *self, const distil_ctx *ctx, distil_fused_shape *s);
     /* Once before the loop writes anything (the fp8 head: a device without fp8 refuses here).
      * NULL: nothing. */
-    distil_status (*prologue)(const distil_fused_run *run, const void *self);
+    distil_status (*prologue)(const distil_fused_view *view, const void *self);
     /* zt (c, vocab) of rows [r0, r0 + c) into the plan's region, with its row statistics where
-     * run->stats. NULL: the source has no logits (its row pass reads the teacher itself). */
-    distil_status (*logits)(const distil_fused_run *run, const void *self, int64_t r0, int64_t c);
+     * view->stats. NULL: the source has no logits (its row pass reads the teacher itself). */
+    distil_status (*logits)(const distil_fused_view *view, const void *self, int64_t r0, int64_t c);
     /* Whether the backend writes the row statistics of the teacher's logits GEMM of c rows for a
      * row pass with or without gradients (p NULL: asked by the plan, no pointer known yet).
      * NULL: never. */
@@ -70,10 +70,10 @@ typedef struct distil_fused_pass_ops {
     void (*bind)(void *self, distil_dptr workspace);
     /* Chunk r0's rows: r is the chunk's row arguments as fused_rows takes them (zs, zt, the
      * plan's ce / soft rows and G, the head options). */
-    distil_status (*rows)(const distil_fused_run *run, const void *self,
+    distil_status (*rows)(const distil_fused_view *view, const void *self,
                           const distil_fused_rows_args *r, int64_t r0);
     /* grad_xs of a chunk by its GEMM m (written at m->c in m->c_dtype). NULL: the GEMM. */
-    distil_status (*grad_x)(const distil_fused_run *run, const void *self,
+    distil_status (*grad_x)(const distil_fused_view *view, const void *self,
                             const distil_gemm_args *m);
     /* The vocabulary the labels are ids of (count_valid's check). NULL: a->vocab. */
     int64_t (*label_vocab)(const void *self, const distil_fused_args *a);

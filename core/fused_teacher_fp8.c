@@ -34,51 +34,51 @@ static void distil_teacher_fp8_shape(const void *self, const distil_ctx *ctx,
 }
 
 /* rows (rows, ht) of src, dtype, dense, into the regions iq (codes) and is (scales). */
-static distil_status distil_teacher_fp8_quant(const distil_fused_run *run,
+static distil_status distil_teacher_fp8_quant(const distil_fused_view *view,
                                               const distil_teacher_e4m3 *q, distil_dptr src,
                                               int64_t rows, int iq, int is) {
-    const distil_fused_args *a = run->a;
+    const distil_fused_args *a = view->a;
     distil_quant_rows_args r = {.src = src,
                                 .src_ld = q->head.ht,
                                 .src_dtype = a->dtype,
                                 .rows = rows,
                                 .cols = q->head.ht,
-                                .dst = distil_fused_region(a, run->p->off_teacher[iq]),
+                                .dst = distil_fused_region(a, view->p->off_teacher[iq]),
                                 .dst_ld = distil_e4m3_ld(q->head.ht),
-                                .scale = distil_fused_region(a, run->p->off_teacher[is])};
-    return run->ctx->be->quant_rows(run->ctx->b, &r);
+                                .scale = distil_fused_region(a, view->p->off_teacher[is])};
+    return view->ctx->be->quant_rows(view->ctx->b, &r);
 }
 
 /* Before the loop: Wt's rows [0, vocab) into wq and sw, or, with a head made once on a device
  * backend, its header compared with the call's on the device (e4m3_header; synchronize reports a
  * difference). A device without fp8 refuses here, before anything is written. */
-static distil_status distil_teacher_fp8_prologue(const distil_fused_run *run, const void *self) {
+static distil_status distil_teacher_fp8_prologue(const distil_fused_view *view, const void *self) {
     const distil_teacher_e4m3 *q = self;
-    const distil_backend *be = run->ctx->be;
+    const distil_backend *be = view->ctx->be;
     if (distil_dptr_present(q->wq)) { /* made once (distil_e4m3_head_make) */
         if (be->host_memory) {
             return DISTIL_OK; /* its header was read: distil_fused_fp8_check_given */
         }
         const distil_e4m3_header_args h = {
             .head = q->wq_head,
-            .want = distil_e4m3_head_header(be->e4m3_bytes, run->a->teacher_vocab, q->head.ht),
+            .want = distil_e4m3_head_header(be->e4m3_bytes, view->a->teacher_vocab, q->head.ht),
             .write = false};
-        return be->e4m3_header(run->ctx->b, &h);
+        return be->e4m3_header(view->ctx->b, &h);
     }
-    return distil_teacher_fp8_quant(run, q, q->head.wt, run->a->vocab, DISTIL_FP8_WQ,
+    return distil_teacher_fp8_quant(view, q, q->head.wt, view->a->vocab, DISTIL_FP8_WQ,
                                     DISTIL_FP8_SW);
 }
 
 /* zt of rows [r0, r0 + c): xt's rows into xq and sx, then zt = sx sw^T (xq wq^T) + bt. */
-static distil_status distil_teacher_fp8_logits(const distil_fused_run *run, const void *self,
+static distil_status distil_teacher_fp8_logits(const distil_fused_view *view, const void *self,
                                                int64_t r0, int64_t c) {
     const distil_teacher_e4m3 *q = self;
-    const distil_fused_args *a = run->a;
-    const distil_fused_plan *p = run->p;
+    const distil_fused_args *a = view->a;
+    const distil_fused_plan *p = view->p;
     const int64_t ht = q->head.ht, ldq = distil_e4m3_ld(ht);
     const size_t es = distil_dtype_size(a->dtype);
     const distil_dptr xt = distil_dptr_add(q->head.xt, (size_t)(r0 * ht) * es);
-    DISTIL_TRY(distil_teacher_fp8_quant(run, q, xt, c, DISTIL_FP8_XQ, DISTIL_FP8_SX));
+    DISTIL_TRY(distil_teacher_fp8_quant(view, q, xt, c, DISTIL_FP8_XQ, DISTIL_FP8_SX));
     const bool given = distil_dptr_present(q->wq); /* Wt's rows made once */
     distil_gemm_e4m3_args g = {
         .m = c,
@@ -94,7 +94,7 @@ static distil_status distil_teacher_fp8_logits(const distil_fused_run *run, cons
         .ldc = a->vocab,
         .bias = q->head.bt,
         .bias_dtype = a->dtype};
-    return run->ctx->be->gemm_e4m3(run->ctx->b, &g);
+    return view->ctx->be->gemm_e4m3(view->ctx->b, &g);
 }
 
 static void distil_teacher_fp8_whole(const void *self, distil_fused_args *a) {

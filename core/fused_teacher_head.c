@@ -25,11 +25,11 @@ static void distil_teacher_head_shape(const void *self, const distil_ctx *ctx,
     s->zt = true;
 }
 
-static distil_status distil_teacher_head_logits(const distil_fused_run *run, const void *self,
+static distil_status distil_teacher_head_logits(const distil_fused_view *view, const void *self,
                                                 int64_t r0, int64_t c) {
-    const distil_fused_linear l = distil_teacher_head_linear(run->a, self);
-    const distil_gemm_args g = distil_fused_logits_gemm(run->a, run->p, &l, r0, c, run->stats);
-    return run->ctx->be->gemm(run->ctx->b, &g);
+    const distil_fused_linear l = distil_teacher_head_linear(view->a, self);
+    const distil_gemm_args g = distil_fused_logits_gemm(view->a, view->p, &l, r0, c, view->stats);
+    return view->ctx->be->gemm(view->ctx->b, &g);
 }
 
 static bool distil_teacher_head_stats_ok(const distil_ctx *ctx, const distil_fused_args *a,

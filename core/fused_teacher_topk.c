@@ -33,7 +33,7 @@ static bool distil_fused_pass_topk_ready(const distil_backend *be) {
 }
 
 /* The chunk's rows against the teacher's rows [r0, r0 + r->rows). */
-static distil_status distil_fused_pass_topk_rows(const distil_fused_run *run, const void *self,
+static distil_status distil_fused_pass_topk_rows(const distil_fused_view *view, const void *self,
                                                  const distil_fused_rows_args *r, int64_t r0) {
     distil_topk_teacher t = *(const distil_topk_teacher *)self;
     const size_t slots = (size_t)(r0 * t.k);
@@ -61,7 +61,7 @@ static distil_status distil_fused_pass_topk_rows(const distil_fused_run *run, co
                                .n_valid = r->n_valid,
                                .divergence = r->divergence,
                                .alpha = r->alpha};
-    return run->ctx->be->topk_rows(run->ctx->b, &k);
+    return view->ctx->be->topk_rows(view->ctx->b, &k);
 }
 
 static const distil_fused_pass_ops distil_fused_pass_topk_ops = {
