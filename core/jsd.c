@@ -5,7 +5,7 @@
  */
 #include "ctx.h"
 #include "divergence.h"
-#include "tp.h"
+#include "jsd.h"
 #include "error.h"
 #include "overlap.h"
 #include "row_loss.h"

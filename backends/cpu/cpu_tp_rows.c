@@ -72,7 +72,7 @@ distil_status distil_cpu_tp_rows(void *b, const distil_tp_rows_args *a) {
                               .vocab = a->vocab,
                               .coef = &coef,
                               .inv_t = a->inv_temperature,
-                              .inv_tt = a->inv_temperature, /* head options refused (tp_fused.c) */
+                              .inv_tt = a->inv_temperature, /* no head options under tp */
                               .gh = n != 0.0f ? a->weight_hard / n : 0.0f,
                               .gs = n != 0.0f ? a->weight_soft / n : 0.0f}};
 #pragma omp parallel num_threads(threads) if (a->rows > 1)

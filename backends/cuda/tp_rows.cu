@@ -195,7 +195,7 @@ static tp_params tp_params_of(const distil_tp_rows_args *a) {
     p.f.unit_temp = a->inv_temperature == 1.0f;
     p.f.coef = div_coef_make(a->divergence, a->beta, a->alpha);
     p.f.cx = FUSED_LOG2E * a->inv_temperature;
-    /* one temperature and no head transform: tp_fused.c refuses the head options */
+    /* one temperature and no head transform: fused_linear_jsd_tp.c refuses the head options */
     p.f.inv_tt = a->inv_temperature;
     p.f.cy = p.f.cx;
     p.f.dz = nullptr;

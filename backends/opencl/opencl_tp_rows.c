@@ -44,7 +44,7 @@ distil_status distil_ocl_tp_rows(void *vb, const distil_tp_rows_args *a) {
     cl_ulong zs_off = distil_ocl_elems(a->zs, sizeof(float));
     cl_ulong zt_off = distil_ocl_elems(a->zt, sizeof(float));
     cl_ulong lab_off = distil_ocl_elems(a->labels, sizeof(int64_t));
-    /* The three statistics blocks are one workspace region (core/tp_fused.c): one cl_mem. */
+    /* The three statistics blocks are one workspace region (core/fused_pass_tp.c): one cl_mem. */
     cl_ulong smax_off = distil_ocl_elems(a->stat_max, sizeof(double));
     cl_ulong ssum_off = distil_ocl_elems(a->stat_sum, sizeof(double));
     cl_ulong sterm_off = distil_ocl_elems(a->stat_terms, sizeof(double));

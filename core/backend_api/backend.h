@@ -245,60 +245,9 @@ typedef struct distil_jsd_args {
     distil_dptr normaliser_device;
 } distil_jsd_args;
 
-/* The whole of distil_fused_linear_jsd in one backend call (optional op `fused_linear_jsd`: the
- * float64 reference computes the loss whole; every other backend runs the core's chunk loop).
- * rows >= 1; absent gradients have a NULL base; workspace is what the core planned for
- * chunk_rows (the backend may use less). */
-typedef struct distil_fused_args {
-    distil_dptr xs, ws, bs, xt, wt, bt, labels, loss;
-    distil_dptr grad_xs, grad_ws, grad_bs;
-    int64_t rows, vocab, hs, ht;
-    distil_dtype dtype;
-    bool gw_f32; /* grad_ws and grad_bs are fp32 (else dtype): distil_fused_gw_dtype */
-    float weight_hard, weight_soft, beta, inv_temperature;
-    int64_t ignore_index;
-    bool return_parts;
-    int64_t chunk_rows;
-    distil_dptr workspace;
-    size_t workspace_bytes;
-    /* docs/SPEC.md §6: the soft part's divergence and N given by the caller, as in
-     * distil_jsd_args (weight_soft already carries the tau^2 factor when it is asked for). */
-    distil_divergence divergence;
-    float alpha;
-    float normaliser;
-    distil_dptr normaliser_device;
-    /* Cached top-k teacher (docs/SPEC.md §7): the teacher side is topk instead of xt / Wt / bt
-     * (NULL: the dense teacher head). sum_reduction: N = 1. */
-    const struct distil_topk_teacher *topk;
-    bool sum_reduction;
-    /* docs/SPEC.md §6 head options: vocab above is the common prefix min(student_vocab,
-     * teacher_vocab) over which the loss runs; each head's own rows (for its weight, bias and
-     * gradient outputs); per head the logit scale and softcap (1, 0: unchanged); 1 / the
-     * teacher's temperature (= inv_temperature unless given); optional (rows) fp32 LSE outputs. */
-    int64_t student_vocab, teacher_vocab;
-    float student_scale, student_cap, teacher_scale, teacher_cap;
-    float inv_teacher_temperature;
-    distil_dptr student_lse, teacher_lse;
-    /* docs/SPEC.md §6 student entropy: (rows) fp32, optional; written by the row pass */
-    distil_dptr student_entropy;
-    /* docs/SPEC.md §6 fp8 teacher head: the teacher's logits from e4m3 rows of xt and Wt with
-     * per-row scales (quant_rows, gemm_e4m3) instead of the exact GEMM. */
-    bool teacher_fp8;
-    /* With teacher_fp8: Wt's rows made once by distil_e4m3_head_make: the head as given
-     * (wq_head, wq_bytes bytes, its header first: core/fused_fp8.h), its codes (teacher_vocab,
-     * wq_ld) in the backend's e4m3 form at wq and its scales (teacher_vocab) fp32 at wq_scale; or
-     * NULL wq_head and wq: made in this call from wt. */
-    distil_dptr wq_head;
-    size_t wq_bytes;
-    distil_dptr wq;
-    int64_t wq_ld;
-    distil_dptr wq_scale;
-} distil_fused_args;
-
-/* The dtype of grad_ws and grad_bs (distil_fused_linear_jsd_desc.grad_weight_fp32). */
-static inline distil_dtype distil_fused_gw_dtype(const distil_fused_args *a) {
-    return a->gw_f32 ? DISTIL_F32 : a->dtype;
-}
+/* The whole of distil_fused_linear_jsd in one backend call (optional op `fused_linear_jsd`), with
+ * the teacher's state as the call's teacher source holds it: core/backend_api/fused_args.h. */
+typedef struct distil_fused_args distil_fused_args;
 
 /* ---- cached top-k teacher (docs/SPEC.md §7) */
 

@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "error.h"
+#include "fused_args.h"
 #include "math/distil_elem_beta.h"
 
 typedef struct distil_ref_state {

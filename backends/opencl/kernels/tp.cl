@@ -37,7 +37,7 @@ distil_row_stats distil_tp_stats(__global const double *smax, __global const dou
     st.a = (float2)((float)smax[0], (float)log(ssum[0]));
     st.t = (float2)((float)smax[1], (float)log(ssum[1]));
     st.inv_t = inv_t;
-    st.inv_tt = inv_t; /* one temperature: the head options are refused under tp (tp_fused.c) */
+    st.inv_tt = inv_t; /* one temperature: tp refuses the head options */
     st.k = distil_coef_of(coef);
     return st;
 }
