@@ -14,7 +14,7 @@ distil_status distil_fused_plan_make(distil_ctx *ctx, const char *fn, const dist
         distil_chunk_plan_within(s, chunk_rows, avail, p);
         return DISTIL_OK; /* (a lent workspace still too small: the run says so) */
     }
-    int64_t chunk = distil_chunk_rows(&ctx->be->chunk, s->rows, policy_vocab);
+    int64_t chunk = distil_chunk_rows(&ctx->be->tuning.chunk, s->rows, policy_vocab);
     if (!distil_chunk_plan_fit(s, chunk, avail, p)) {
         return distil_error_set(ctx, DISTIL_ERR_WORKSPACE,
                                 "%s: lent workspace holds %zu bytes, one row needs %zu", fn, avail,
@@ -27,7 +27,7 @@ int distil_fused_gw_chunks(const distil_ctx *ctx, distil_dtype g_dtype) {
     if (ctx->gw_chunks_env > 0) {
         return ctx->gw_chunks_env;
     }
-    return g_dtype != DISTIL_F32 ? ctx->be->chunk.gw_chunks : 1;
+    return g_dtype != DISTIL_F32 ? ctx->be->tuning.chunk.gw_chunks : 1;
 }
 
 distil_status distil_fused_empty(distil_ctx *ctx, const distil_fused_args *a) {
@@ -65,9 +65,9 @@ distil_status distil_fused_run_planned(distil_ctx *ctx, const char *fn, distil_f
     if (own_labels) {
         DISTIL_TRY(distil_fused_stand_in_labels(ctx, a, p));
     }
-    distil_status st = tp != NULL                          ? distil_fused_loop_run_tp(ctx, a, p, tp)
-                       : ctx->be->fused_linear_jsd != NULL ? ctx->be->fused_linear_jsd(ctx->b, a)
-                                                           : distil_fused_loop_run(ctx, a, p);
+    distil_status st = tp != NULL               ? distil_fused_loop_run_tp(ctx, a, p, tp)
+                       : ctx->be->whole != NULL ? ctx->be->whole->fused_linear_jsd(ctx->b, a)
+                                                : distil_fused_loop_run(ctx, a, p);
     if (st == DISTIL_OK && own_labels && a->return_parts) {
         st = distil_fused_no_hard_part(ctx, a); /* the rows' CE against the stand-in is moot */
     }

@@ -44,14 +44,14 @@ distil_e4m3_header distil_e4m3_head_header(int eb, int64_t rows, int64_t cols) {
 
 distil_status distil_e4m3_head_write_header(distil_ctx *ctx, void *head, int64_t rows,
                                             int64_t cols) {
-    const distil_e4m3_header h = distil_e4m3_head_header(ctx->be->e4m3_bytes, rows, cols);
+    const distil_e4m3_header h = distil_e4m3_head_header(ctx->be->tuning.e4m3_bytes, rows, cols);
     if (ctx->be->host_memory) {
         memcpy(head, &h, sizeof h);
         return DISTIL_OK;
     }
     /* e4m3_head.c refused a device backend without the op */
     const distil_e4m3_header_args a = {.head = distil_dptr_make(head, 0), .want = h, .write = true};
-    return ctx->be->e4m3_header(ctx->b, &a);
+    return ctx->be->fp8->e4m3_header(ctx->b, &a);
 }
 
 distil_status distil_e4m3_head_check_align(distil_ctx *ctx, const char *fn, const char *arg,
@@ -78,7 +78,7 @@ static distil_status distil_fused_fp8_check_head(distil_ctx *ctx, const char *fn
                                 fn);
     }
     const distil_backend *be = ctx->be;
-    if (be->e4m3_bytes <= 0 || (!be->host_memory && be->e4m3_header == NULL)) {
+    if (be->fp8 == NULL) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
                                 "%s: teacher_weight_e4m3: backend '%s' makes no fp8 teacher head",
                                 fn, be->name);
@@ -87,7 +87,7 @@ static distil_status distil_fused_fp8_check_head(distil_ctx *ctx, const char *fn
         distil_e4m3_head_check_align(ctx, fn, "teacher_weight_e4m3", d->teacher_weight_e4m3));
     /* (Vt, Ht) passed distil_e4m3_head_check_size in distil_fused_fp8_check, before this */
     const int64_t vt = distil_fused_teacher_vocab(d);
-    const size_t want = distil_e4m3_head_layout(be->e4m3_bytes, vt, d->teacher_hidden).bytes;
+    const size_t want = distil_e4m3_head_layout(be->tuning.e4m3_bytes, vt, d->teacher_hidden).bytes;
     if (d->teacher_weight_e4m3_bytes != want) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
                                 "%s: teacher_weight_e4m3_bytes %zu != %zu, distil_e4m3_head_size "
@@ -104,7 +104,7 @@ void distil_fused_fp8_head_args(const distil_ctx *ctx, const distil_fused_linear
         return;
     }
     const distil_e4m3_layout l =
-        distil_e4m3_head_layout(ctx->be->e4m3_bytes, distil_fused_teacher_vocab(d), a->ht);
+        distil_e4m3_head_layout(ctx->be->tuning.e4m3_bytes, distil_fused_teacher_vocab(d), a->ht);
     a->wq_head = distil_dptr_make(d->teacher_weight_e4m3, 0);
     a->wq_bytes = d->teacher_weight_e4m3_bytes;
     a->wq = distil_dptr_add(a->wq_head, l.off_codes);
@@ -117,7 +117,7 @@ distil_status distil_fused_fp8_check_given(distil_ctx *ctx, const char *fn,
     if (!distil_dptr_present(a->wq_head) || !ctx->be->host_memory) {
         return DISTIL_OK; /* a device backend compares it on the device: distil_fused_fp8_weights */
     }
-    const int eb = ctx->be->e4m3_bytes;
+    const int eb = ctx->be->tuning.e4m3_bytes;
     const distil_e4m3_header want = distil_e4m3_head_header(eb, a->teacher_vocab, a->ht);
     distil_e4m3_header got;
     memcpy(&got, distil_dptr_addr(a->wq_head), sizeof got);
@@ -152,7 +152,7 @@ distil_status distil_fused_fp8_check(distil_ctx *ctx, const char *fn,
                                 fn, (int)h);
     }
     const distil_backend *be = ctx->be;
-    if (be->fused_linear_jsd == NULL && (be->quant_rows == NULL || be->gemm_e4m3 == NULL)) {
+    if (be->whole == NULL && be->fp8 == NULL) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
                                 "%s: teacher_head_precision FP8_E4M3: backend '%s' has no fp8 "
                                 "teacher head",
@@ -167,11 +167,10 @@ distil_status distil_fused_fp8_check(distil_ctx *ctx, const char *fn,
 }
 
 int distil_fused_fp8_bytes(const distil_ctx *ctx, const distil_fused_linear_jsd_desc *d) {
-    if (d->teacher_head_precision != DISTIL_HEAD_PRECISION_FP8_E4M3 ||
-        ctx->be->fused_linear_jsd != NULL) {
+    if (d->teacher_head_precision != DISTIL_HEAD_PRECISION_FP8_E4M3 || ctx->be->whole != NULL) {
         return 0;
     }
-    return ctx->be->e4m3_bytes;
+    return ctx->be->tuning.e4m3_bytes;
 }
 
 /* rows (rows, ht) of src, dtype, dense, into dst (ldq) and scale. */
@@ -187,7 +186,7 @@ static distil_status distil_fused_fp8_quant(const distil_backend *be, void *b,
                                 .dst = distil_dptr_add(a->workspace, off_q),
                                 .dst_ld = p->ldq,
                                 .scale = distil_dptr_add(a->workspace, off_s)};
-    return be->quant_rows(b, &q);
+    return be->fp8->quant_rows(b, &q);
 }
 
 distil_status distil_fused_fp8_weights(const distil_backend *be, void *b,
@@ -198,9 +197,9 @@ distil_status distil_fused_fp8_weights(const distil_backend *be, void *b,
         }
         const distil_e4m3_header_args h = {
             .head = a->wq_head,
-            .want = distil_e4m3_head_header(be->e4m3_bytes, a->teacher_vocab, a->ht),
+            .want = distil_e4m3_head_header(be->tuning.e4m3_bytes, a->teacher_vocab, a->ht),
             .write = false};
-        return be->e4m3_header(b, &h); /* checked on the device, reported by synchronize */
+        return be->fp8->e4m3_header(b, &h); /* checked on the device, reported by synchronize */
     }
     return distil_fused_fp8_quant(be, b, a, p, a->wt, a->vocab, p->off_wq, p->off_sw);
 }
@@ -224,5 +223,5 @@ distil_status distil_fused_fp8_logits(const distil_backend *be, void *b, const d
                                .ldc = a->vocab,
                                .bias = a->bt,
                                .bias_dtype = a->dtype};
-    return be->gemm_e4m3(b, &g);
+    return be->fp8->gemm_e4m3(b, &g);
 }

@@ -168,7 +168,7 @@ static int distil_fused_stats_cols(const distil_ctx *ctx, const distil_fused_lin
                                    bool grads, bool tp) {
     distil_fused_args a = {0};
     distil_fused_fill_args(d, &a);
-    return !tp && distil_fused_stats_wanted(ctx, &a, grads) ? ctx->be->stats_cols : 0;
+    return !tp && distil_fused_stats_wanted(ctx, &a, grads) ? ctx->be->tuning.stats_cols : 0;
 }
 
 static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
@@ -179,7 +179,7 @@ static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
                             .hs = d->student_hidden,
                             .ht = d->teacher_hidden,
                             .dtype = d->dtype,
-                            .g_dtype = ctx->be->fp32_gemm ? DISTIL_F32 : d->dtype,
+                            .g_dtype = ctx->be->tuning.fp32_gemm ? DISTIL_F32 : d->dtype,
                             .want_gx = gx,
                             .want_gw = gw,
                             .want_gb = gb,

@@ -148,7 +148,7 @@ static distil_fused_shape distil_flt_shape_of(const distil_ctx *ctx,
                             .hs = d->student_hidden,
                             .ht = 1,
                             .dtype = d->dtype,
-                            .g_dtype = ctx->be->fp32_gemm ? DISTIL_F32 : d->dtype,
+                            .g_dtype = ctx->be->tuning.fp32_gemm ? DISTIL_F32 : d->dtype,
                             .want_gx = gx,
                             .want_gw = gw,
                             .want_gb = gb,
@@ -207,10 +207,6 @@ static distil_status distil_flt_run(distil_ctx *ctx, const distil_fused_linear_t
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "%s: ctx is NULL", fn);
     }
     DISTIL_TRY(distil_flt_check_desc(ctx, desc));
-    if (ctx->be->topk_rows == NULL && ctx->be->fused_linear_jsd == NULL) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "%s: backend '%s' lacks the top-k kernels", fn, ctx->be->name);
-    }
     distil_topk_fields f = distil_flt_fields(desc);
     distil_topk_teacher t = distil_topk_teacher_of(&f, ids, logp);
     distil_fused_args a = {.xs = distil_dptr_make(xs, 0),

@@ -8,7 +8,7 @@
  *                 the last chunk of a group of K: gw (+)= G^T xs over the group's rows
  *                 zs, zt of chunk k + 1
  *   cast the fp32 accumulators (several chunks only) to the output dtype (grad_Ws's not, where the
- *   backend's last grad_Ws GEMM writes the output itself: gemm_d_ok); the student's rows
+ *   backend's fused-cast GEMM writes the output itself: epilogue->cast_ok); the student's rows
  *   beyond the common vocabulary prefix V of grad_Ws / grad_bs = 0; loss = reduce(ce, jsd)
  * K = the plan's gw_chunks (docs/DESIGN.md "Weight-gradient groups"): G of K chunks is kept so
  * that one grad_Ws GEMM of K C rows replaces K GEMMs of C, each a pass over the accumulator.
@@ -18,7 +18,7 @@
  * log-probs instead of zt: no teacher GEMM, and topk_rows instead of fused_rows. With the fp8
  * teacher head (docs/SPEC.md §6, args.teacher_fp8) Wt is quantised once before the loop and each
  * chunk's zt comes from quant_rows of its xt and gemm_e4m3 (fused_fp8.c). A backend with a second
- * lane (side_begin) computes chunk k + 1's logits there while the stream runs chunk k's gradient
+ * lane (side) computes chunk k + 1's logits there while the stream runs chunk k's gradient
  * GEMMs. The accumulation order over chunks and groups is fixed, so results are reproducible.
  */
 #include "fused_loop.h"
@@ -77,26 +77,20 @@ static distil_status distil_fused_first(distil_status s, distil_status t) {
     return s != DISTIL_OK ? s : t;
 }
 
-/* Plane i of the row statistics in plan p's workspace: 0, 1 the maxima and sums of zs, 2, 3 of zt
- * (p NULL: the workspace is not known yet, a NULL pointer). */
+/* Plane i of the row statistics in plan p's workspace: 0, 1 the maxima and sums of zs, 2, 3 of
+ * zt. */
 static distil_dptr distil_fused_stats_plane(const distil_fused_args *a, const distil_fused_plan *p,
                                             int i) {
-    if (p == NULL) {
-        return distil_dptr_make(NULL, 0);
-    }
     return distil_dptr_add(a->workspace, p->off_stats + (size_t)i * p->stats_plane * sizeof(float));
 }
 
 /* The GEMM zs = xs_c Ws^T + bs (student) or zt = xt_c Wt^T + bt (teacher) of rows [r0, r0 + c),
- * into plan p's workspace (p NULL: the workspace is not known yet); with stats, the row statistics
- * into p's planes (docs/DESIGN.md "Row statistics from the logits GEMM"). */
+ * into plan p's workspace. */
 static distil_gemm_args distil_fused_logits_gemm(const distil_fused_args *a,
                                                  const distil_fused_plan *p, int64_t r0, int64_t c,
-                                                 bool teacher, bool stats) {
+                                                 bool teacher) {
     const int64_t h = teacher ? a->ht : a->hs;
     const size_t es = distil_dtype_size(a->dtype);
-    const distil_dptr ws = p ? a->workspace : distil_dptr_make(NULL, 0);
-    const float log2e = 1.4426950408889634f;
     distil_gemm_args g = {.trans_b = true,
                           .m = c,
                           .n = a->vocab,
@@ -109,41 +103,63 @@ static distil_gemm_args distil_fused_logits_gemm(const distil_fused_args *a,
                           .lda = h,
                           .b = teacher ? a->wt : a->ws,
                           .ldb = h,
-                          .c = distil_dptr_add(ws, p ? (teacher ? p->off_zt : p->off_zs) : 0),
+                          .c = distil_dptr_add(a->workspace, teacher ? p->off_zt : p->off_zs),
                           .ldc = a->vocab,
-                          .bias = teacher ? a->bt : a->bs,
-                          .stats_c1 =
-                              log2e * (teacher ? a->inv_teacher_temperature : a->inv_temperature)};
-    if (stats) {
-        g.stats_max = distil_fused_stats_plane(a, p, teacher ? 2 : 0);
-        g.stats_s1 = distil_fused_stats_plane(a, p, teacher ? 3 : 1);
-    }
+                          .bias = teacher ? a->bt : a->bs};
     return g;
 }
 
-/* Whether be takes the row statistics of both logits GEMMs of c rows (plan p, or NULL: not known
- * yet) for a row pass with or without gradients. */
+/* The logits GEMM with its row statistics into p's planes (docs/DESIGN.md "Row statistics from
+ * the logits GEMM"). */
+static distil_gemm_stats_args distil_fused_logits_stats(const distil_fused_args *a,
+                                                        const distil_fused_plan *p, int64_t r0,
+                                                        int64_t c, bool teacher) {
+    const float log2e = 1.4426950408889634f;
+    const distil_gemm_stats_args g = {
+        .gemm = distil_fused_logits_gemm(a, p, r0, c, teacher),
+        .max = distil_fused_stats_plane(a, p, teacher ? 2 : 0),
+        .s1 = distil_fused_stats_plane(a, p, teacher ? 3 : 1),
+        .c1 = log2e * (teacher ? a->inv_teacher_temperature : a->inv_temperature)};
+    return g;
+}
+
+/* Whether be's statistics GEMM takes both logits GEMMs of the chunk at r0 (c rows). */
 static bool distil_fused_stats_ask(const distil_backend *be, void *b, const distil_fused_args *a,
-                                   const distil_fused_plan *p, int64_t c, bool grads) {
-    const distil_gemm_args s = distil_fused_logits_gemm(a, p, 0, c, false, true);
-    const distil_gemm_args t = distil_fused_logits_gemm(a, p, 0, c, true, true);
-    return be->stats_ok(b, &s, grads) && be->stats_ok(b, &t, grads);
+                                   const distil_fused_plan *p, int64_t c) {
+    const distil_gemm_stats_args s = distil_fused_logits_stats(a, p, 0, c, false);
+    const distil_gemm_stats_args t = distil_fused_logits_stats(a, p, 0, c, true);
+    return be->epilogue->stats_ok(b, &s) && be->epilogue->stats_ok(b, &t);
+}
+
+/* The statistics GEMM's question about one of the call's logits GEMMs, before the plan. */
+static bool distil_fused_stats_fit(const distil_backend *be, void *b, const distil_fused_args *a,
+                                   bool teacher, bool grads) {
+    const distil_gemm_stats_shape s = {.m = a->rows,
+                                       .n = a->vocab,
+                                       .k = teacher ? a->ht : a->hs,
+                                       .dtype = a->dtype,
+                                       .grads = grads};
+    return be->epilogue->stats_fit(b, &s);
 }
 
 bool distil_fused_stats_wanted(const distil_ctx *ctx, const distil_fused_args *a, bool grads) {
     const distil_backend *be = ctx->be;
     /* the student's entropy (docs/SPEC.md §6) is summed by the row kernels that read the rows */
-    if (be->stats_ok == NULL || be->stats_cols <= 0 || a->topk != NULL || a->teacher_fp8 ||
-        distil_fused_head_needed(a) || distil_dptr_present(a->student_entropy)) {
+    if (be->epilogue == NULL || be->epilogue->gemm_stats == NULL || a->topk != NULL ||
+        a->teacher_fp8 || distil_fused_head_needed(a) || distil_dptr_present(a->student_entropy)) {
         return false;
     }
-    /* the shape; the chunk's rows do not change what is asked */
-    return distil_fused_stats_ask(be, ctx->b, a, NULL, a->rows, grads);
+    return distil_fused_stats_fit(be, ctx->b, a, false, grads) &&
+           distil_fused_stats_fit(be, ctx->b, a, true, grads);
 }
 
 static distil_status distil_fused_logits_of(const distil_fused_loop *L, int64_t r0, int64_t c,
                                             bool teacher) {
-    const distil_gemm_args g = distil_fused_logits_gemm(L->a, L->p, r0, c, teacher, L->stats);
+    if (L->stats) {
+        const distil_gemm_stats_args g = distil_fused_logits_stats(L->a, L->p, r0, c, teacher);
+        return L->be->epilogue->gemm_stats(L->b, &g);
+    }
+    const distil_gemm_args g = distil_fused_logits_gemm(L->a, L->p, r0, c, teacher);
     return L->be->gemm(L->b, &g);
 }
 
@@ -282,10 +298,9 @@ static int64_t distil_fused_group_start(const distil_fused_loop *L, int64_t r0) 
     return r0 / span * span;
 }
 
-/* gw (V, Hs) (+)= G^T xs over the group's rows [g0, g0 + k); the first group overwrites. direct:
- * the last group's sum goes to grad_Ws in the output dtype (d) instead of back into gw. */
-static distil_gemm_args distil_fused_grad_w_args(const distil_fused_loop *L, int64_t g0, int64_t k,
-                                                 bool direct) {
+/* gw (V, Hs) (+)= G^T xs over the group's rows [g0, g0 + k); the first group overwrites. */
+static distil_gemm_args distil_fused_grad_w_args(const distil_fused_loop *L, int64_t g0,
+                                                 int64_t k) {
     const distil_fused_args *a = L->a;
     distil_gemm_args m = {.trans_a = true,
                           .m = a->vocab,
@@ -302,10 +317,15 @@ static distil_gemm_args distil_fused_grad_w_args(const distil_fused_loop *L, int
                           .ldb = a->hs,
                           .c = L->gw,
                           .ldc = a->hs};
-    if (direct) {
-        m.d = a->grad_ws;
-        m.d_dtype = a->dtype;
-    }
+    return m;
+}
+
+/* The last group's GEMM with its sum going to grad_Ws in the output dtype (the fused-cast GEMM)
+ * instead of back into gw. */
+static distil_gemm_cast_args distil_fused_grad_w_cast(const distil_fused_loop *L, int64_t g0,
+                                                      int64_t k) {
+    const distil_gemm_cast_args m = {
+        .gemm = distil_fused_grad_w_args(L, g0, k), .d = L->a->grad_ws, .d_dtype = L->a->dtype};
     return m;
 }
 
@@ -316,19 +336,24 @@ static distil_status distil_fused_grad_w(const distil_fused_loop *L, int64_t r0,
     if (!last && r0 + c < g0 + L->p->chunk_rows * L->p->gw_chunks) {
         return DISTIL_OK; /* G stays in its slot for the group's GEMM */
     }
-    const distil_gemm_args m = distil_fused_grad_w_args(L, g0, r0 + c - g0, L->gw_direct && last);
+    if (L->gw_direct && last) {
+        const distil_gemm_cast_args m = distil_fused_grad_w_cast(L, g0, r0 + c - g0);
+        return L->be->epilogue->gemm_cast(L->b, &m);
+    }
+    const distil_gemm_args m = distil_fused_grad_w_args(L, g0, r0 + c - g0);
     return L->be->gemm(L->b, &m);
 }
 
 /* Whether the last chunk's grad_Ws GEMM writes grad_Ws in the output dtype itself (the backend's
- * gemm_d_ok), so that the fp32 accumulator needs no cast pass after the loop. */
+ * fused-cast GEMM), so that the fp32 accumulator needs no cast pass after the loop. */
 static bool distil_fused_gw_direct(const distil_fused_loop *L) {
-    if (!L->p->gw_acc || L->be->gemm_d_ok == NULL || distil_fused_stats_only(L)) {
+    const distil_backend_epilogue *e = L->be->epilogue;
+    if (!L->p->gw_acc || e == NULL || e->cast_ok == NULL || distil_fused_stats_only(L)) {
         return false;
     }
     const int64_t g0 = distil_fused_group_start(L, L->a->rows - 1);
-    const distil_gemm_args m = distil_fused_grad_w_args(L, g0, L->a->rows - g0, true);
-    return L->be->gemm_d_ok(L->b, &m);
+    const distil_gemm_cast_args m = distil_fused_grad_w_cast(L, g0, L->a->rows - g0);
+    return e->cast_ok(L->b, &m);
 }
 
 /* gb (1, V) (+)= 1^T G; the first chunk overwrites. */
@@ -375,11 +400,11 @@ static distil_status distil_fused_backward(const distil_fused_loop *L, int64_t r
 static distil_status distil_fused_side_logits(const distil_fused_loop *L, int64_t r1, int64_t c1,
                                               bool *opened) {
     *opened = false;
-    if (L->be->side_begin == NULL || (L->a->topk != NULL && L->p->g_in_place)) {
+    if (L->be->side == NULL || (L->a->topk != NULL && L->p->g_in_place)) {
         /* (a top-k teacher with G in place: nothing would move to the side lane) */
         return DISTIL_OK;
     }
-    distil_status s = L->be->side_begin(L->b, opened);
+    distil_status s = L->be->side->begin(L->b, opened);
     if (!*opened) {
         return s;
     }
@@ -387,7 +412,7 @@ static distil_status distil_fused_side_logits(const distil_fused_loop *L, int64_
         s = L->p->g_in_place ? distil_fused_teacher_logits(L, r1, c1)
                              : distil_fused_logits(L, r1, c1);
     }
-    return distil_fused_first(s, L->be->side_end(L->b));
+    return distil_fused_first(s, L->be->side->end(L->b));
 }
 
 /* Chunk [r0, r0 + c): its row pass and gradient GEMMs, then the next chunk's logits (beside the
@@ -411,7 +436,7 @@ static distil_status distil_fused_step(const distil_fused_loop *L, int64_t r0) {
     if (s == DISTIL_OK && c1 > 0 && !side) {
         s = distil_fused_teacher_logits(L, r0 + c, c1);
     }
-    return side ? distil_fused_first(s, L->be->side_join(L->b)) : s;
+    return side ? distil_fused_first(s, L->be->side->join(L->b)) : s;
 }
 
 /* Before the loop: n on the device, and the ones vector of the bias gradient. */
@@ -481,20 +506,8 @@ distil_status distil_fused_loop_run(distil_ctx *ctx, const distil_fused_args *a,
 distil_status distil_fused_loop_run_tp(distil_ctx *ctx, const distil_fused_args *a,
                                        const distil_fused_plan *p, const distil_tp *tp) {
     const distil_backend *be = ctx->be;
-    const bool rows_op = a->topk != NULL ? be->topk_rows != NULL : be->fused_rows != NULL;
-    if (!be->gemm || !be->count_valid || !rows_op || !be->reduce || !be->cast || !be->fill) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "fused_linear_jsd: backend '%s' lacks the fused-loss kernels",
-                                be->name);
-    }
     distil_fused_loop L = {.ctx = ctx, .be = be, .b = ctx->b, .a = a, .p = p, .tp = tp};
     L.head = distil_fused_head_needed(a);
-    if (L.head && be->head_rows == NULL) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "fused_linear_jsd: backend '%s' lacks the head options' kernel "
-                                "(softcap, logit scale, lse)",
-                                be->name);
-    }
     L.es = distil_dtype_size(a->dtype);
     L.gw = p->gw_acc ? distil_fused_ws(&L, p->off_gw) : a->grad_ws;
     L.gb = p->gb_acc ? distil_fused_ws(&L, p->off_gb) : a->grad_bs;
@@ -506,7 +519,7 @@ distil_status distil_fused_loop_run_tp(distil_ctx *ctx, const distil_fused_args 
     /* (chunk 0's pointers: every chunk's rows start at a multiple of the hidden size, so what
      * the alignment allows for the first holds for all) */
     L.stats = tp == NULL && p->stats_tiles > 0 &&
-              distil_fused_stats_ask(be, L.b, a, p, distil_fused_chunk_len(&L, 0), L.grads);
+              distil_fused_stats_ask(be, L.b, a, p, distil_fused_chunk_len(&L, 0));
     L.gw_direct = distil_fused_gw_direct(&L);
     DISTIL_TRY(distil_fused_prologue(&L));
     DISTIL_TRY(distil_fused_logits(&L, 0, distil_fused_chunk_len(&L, 0)));

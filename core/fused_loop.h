@@ -10,8 +10,9 @@
 
 /* Whether the chunk loop takes the row statistics from the logits GEMMs (docs/DESIGN.md "Row
  * statistics from the logits GEMM") for a call like a: a dense teacher with the exact head, no head
- * pass, and the backend's stats_ok for both GEMMs and the row pass with or without gradients
- * (a's pointers may be absent: the workspace plan asks before it has them). Unsharded calls only.
+ * pass, and the backend's statistics GEMM fit for both GEMMs' shapes and the row pass with or
+ * without gradients (asked by the workspace plan, before the operands are known; the loop asks
+ * about them once more). Unsharded calls only.
  */
 bool distil_fused_stats_wanted(const distil_ctx *ctx, const distil_fused_args *a, bool grads);
 

@@ -55,7 +55,7 @@ distil_status distil_tp_fused_rows(distil_ctx *ctx, const distil_tp *tp,
             continue;
         }
         t.phase = (distil_tp_phase)ph;
-        DISTIL_TRY(ctx->be->tp_rows(ctx->b, &t));
+        DISTIL_TRY(ctx->be->tp->tp_rows(ctx->b, &t));
         if (ph != DISTIL_TP_FINISH && tp->comm != NULL) {
             DISTIL_TRY(distil_comm_allreduce(ctx, tp->comm, distil_tp_stat_at(tp, ph, rows, r0),
                                              distil_tp_stat[ph].width * r->rows, DISTIL_COMM_F64,
@@ -83,7 +83,7 @@ static void distil_tp_fused_grow(distil_tp *tp, const distil_fused_shape *s, dis
 
 distil_status distil_tp_fused_plan(distil_ctx *ctx, distil_tp *tp, const distil_fused_shape *s,
                                    bool auto_chunk, distil_fused_plan *p) {
-    if (ctx->be->tp_rows == NULL) {
+    if (ctx->be->tp == NULL) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
                                 "fused_linear_jsd_tp: backend '%s' has no vocabulary-parallel row "
                                 "pass (docs/SPEC.md §8)",
