@@ -18,9 +18,18 @@
 #define OCL_HAVE_PIPE 1
 #endif
 
+/* No device where DISTIL_OPENCL_PLATFORM is set: the variable's value is why (the registry says
+ * so when the backend is asked for). */
 static distil_status ocl_probe(int *n_devices) {
     distil_ocl_device devs[DISTIL_OCL_MAX_DEVICES];
     distil_ocl_devices(devs, DISTIL_OCL_MAX_DEVICES, n_devices);
+    const char *want = getenv("DISTIL_OPENCL_PLATFORM");
+    if (*n_devices == 0 && want != NULL && want[0] != '\0') {
+        return distil_error_set(NULL, DISTIL_ERR_NOT_AVAILABLE,
+                                "DISTIL_OPENCL_PLATFORM '%s' matches no OpenCL platform with a "
+                                "usable device",
+                                want);
+    }
     return DISTIL_OK;
 }
 

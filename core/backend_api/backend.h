@@ -679,12 +679,6 @@ typedef struct distil_backend {
     const distil_backend_epilogue *epilogue;
 } distil_backend;
 
-/* be's device table, or an empty one (each of its members may be NULL anyway). */
-static inline const distil_backend_device *distil_backend_device_of(const distil_backend *be) {
-    static const distil_backend_device none = {0};
-    return be->device != NULL ? be->device : &none;
-}
-
 #ifdef __cplusplus
 }
 #endif
