@@ -9,8 +9,8 @@ import torch
 from conftest import DEVICES, DTYPES, bounds, check, gen, labels_for, leaf, normal, ref_jsd_rows
 
 import distil.torch as dt
-from distil import _testing
 import distil.torch.functional as F
+from distil import _testing
 
 
 def e4m3_rows(x):
