@@ -581,7 +581,7 @@ static void fz_fused_print(const fz_fused *c, const char *backend) {
 void fz_case_fused(fz_in *in, distil_ctx *ctx) {
     fz_fused c;
     fz_fused_read(in, &c);
-    c.no_fp8 = strcmp(distil_ctx_backend_name(ctx), "opencl") == 0;
+    c.no_fp8 = !distil_testing_capabilities(ctx).fp8_head;
     if (fz_verbose()) {
         fz_fused_print(&c, distil_ctx_backend_name(ctx));
     }

@@ -45,6 +45,19 @@ DISTIL_API void distil_testing_fail_allocations(long after);
  */
 DISTIL_API DISTIL_NODISCARD distil_status distil_testing_hooks_set(const char *spec);
 
+/*
+ * The optional capabilities of ctx's backend (docs/DESIGN.md §2) that decide whether a call runs
+ * or is refused as UNSUPPORTED, so that a test expects one or the other by what the backend has,
+ * not by its name (a backend that fills only the required operations passes the suite).
+ */
+typedef struct distil_testing_caps {
+    int fp8_head; /* the fused loss's fp8 teacher head (teacher_head_precision FP8_E4M3) */
+    int tp;       /* distil_fused_linear_jsd_tp and its phases (docs/SPEC.md §8) */
+} distil_testing_caps;
+
+/* ctx's capabilities; all 0 for a NULL ctx. */
+DISTIL_API distil_testing_caps distil_testing_capabilities(const distil_ctx *ctx);
+
 #ifdef __cplusplus
 }
 #endif
