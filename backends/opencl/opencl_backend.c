@@ -152,6 +152,7 @@ static distil_status ocl_open(distil_ocl *b) {
     }
     b->queue = b->own_queue;
     DISTIL_TRY(ocl_describe_device(b));
+    DISTIL_TRY(distil_ocl_sources_load(b));
     DISTIL_TRY(distil_ocl_buffer_new(b, DISTIL_OCL_LABEL_LONGS * sizeof(cl_long), &b->label_state));
     DISTIL_TRY(ocl_label_state_reset(b));
     DISTIL_TRY(ocl_topk_bad_row_new(b));
