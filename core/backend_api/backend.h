@@ -71,7 +71,8 @@ typedef struct distil_gemm_args {
 
 /*
  * The statistics GEMM (docs/DESIGN.md "Row statistics from the logits GEMM"): a logits GEMM
- *   gemm: C (m, n) fp32 dense = A (m, k) B^T (B (n, k)), both of one dtype, row strides k
+ *   gemm: C (m, n) fp32 dense = A (m, k) B^T [+ bias] (B (n, k)), both of one dtype, row
+ *         strides k
  * that also writes each row's statistics: per row r of C and tile t of the backend's
  * tuning.stats_cols columns, element t m + r of each (ceil(n / stats_cols), m) fp32 plane,
  *   max: the tile's maximum of C,  s1: the sum over the tile of 2^((C - max) c1).
