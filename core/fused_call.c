@@ -15,7 +15,7 @@ static int distil_fused_gw_chunks(const distil_ctx *ctx, distil_dtype g_dtype) {
     if (ctx->gw_chunks_env > 0) {
         return ctx->gw_chunks_env;
     }
-    return g_dtype != DISTIL_F32 ? ctx->be->chunk.gw_chunks : 1;
+    return g_dtype != DISTIL_F32 ? ctx->be->tuning.chunk.gw_chunks : 1;
 }
 
 /* The shape of call c with the gradients gx, gw, gb on ctx's backend: G stays fp32 where the
@@ -29,7 +29,7 @@ static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx, const dis
         .vocab = a->vocab,
         .hs = a->hs,
         .dtype = a->dtype,
-        .g_dtype = ctx->be->fp32_gemm ? DISTIL_F32 : a->dtype,
+        .g_dtype = ctx->be->tuning.fp32_gemm ? DISTIL_F32 : a->dtype,
         .want_gx = gx,
         .want_gw = gw,
         .want_gb = gb,
@@ -53,7 +53,7 @@ static distil_status distil_fused_plan_make(distil_ctx *ctx, const char *fn,
         distil_chunk_plan_within(s, chunk_rows, avail, p);
         return DISTIL_OK; /* (a lent workspace still too small: the run says so) */
     }
-    int64_t chunk = distil_chunk_rows(&ctx->be->chunk, s->rows, policy_vocab);
+    int64_t chunk = distil_chunk_rows(&ctx->be->tuning.chunk, s->rows, policy_vocab);
     if (!distil_chunk_plan_fit(s, chunk, avail, p)) {
         return distil_error_set(ctx, DISTIL_ERR_WORKSPACE,
                                 "%s: lent workspace holds %zu bytes, one row needs %zu", fn, avail,
@@ -114,11 +114,11 @@ static distil_status distil_fused_no_hard_part(distil_ctx *ctx, const distil_fus
 static distil_status distil_fused_compute(distil_ctx *ctx, const distil_fused_call *c,
                                           const distil_fused_plan *p) {
     const distil_teacher_source *t = &c->teacher;
-    if (ctx->be->fused_linear_jsd == NULL || !c->pass.ops->whole || t->ops->whole == NULL) {
+    if (ctx->be->whole == NULL || !c->pass.ops->whole || t->ops->whole == NULL) {
         return distil_fused_loop_run(ctx, c->a, p, t, &c->pass);
     }
     t->ops->whole(t->self, c->a);
-    return ctx->be->fused_linear_jsd(ctx->b, c->a);
+    return ctx->be->whole->fused_linear_jsd(ctx->b, c->a);
 }
 
 distil_status distil_fused_call_run(distil_ctx *ctx, const distil_fused_call *c) {

@@ -42,14 +42,14 @@ distil_e4m3_header distil_e4m3_head_header(int eb, int64_t rows, int64_t cols) {
 
 distil_status distil_e4m3_head_write_header(distil_ctx *ctx, void *head, int64_t rows,
                                             int64_t cols) {
-    const distil_e4m3_header h = distil_e4m3_head_header(ctx->be->e4m3_bytes, rows, cols);
+    const distil_e4m3_header h = distil_e4m3_head_header(ctx->be->tuning.e4m3_bytes, rows, cols);
     if (ctx->be->host_memory) {
         memcpy(head, &h, sizeof h);
         return DISTIL_OK;
     }
     /* e4m3_head.c refused a device backend without the op */
     const distil_e4m3_header_args a = {.head = distil_dptr_make(head, 0), .want = h, .write = true};
-    return ctx->be->e4m3_header(ctx->b, &a);
+    return ctx->be->fp8->e4m3_header(ctx->b, &a);
 }
 
 distil_status distil_e4m3_head_check_align(distil_ctx *ctx, const char *fn, const char *arg,
@@ -76,7 +76,7 @@ static distil_status distil_fused_fp8_check_head(distil_ctx *ctx, const char *fn
                                 fn);
     }
     const distil_backend *be = ctx->be;
-    if (be->e4m3_bytes <= 0 || (!be->host_memory && be->e4m3_header == NULL)) {
+    if (be->fp8 == NULL) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
                                 "%s: teacher_weight_e4m3: backend '%s' makes no fp8 teacher head",
                                 fn, be->name);
@@ -85,7 +85,7 @@ static distil_status distil_fused_fp8_check_head(distil_ctx *ctx, const char *fn
         distil_e4m3_head_check_align(ctx, fn, "teacher_weight_e4m3", d->teacher_weight_e4m3));
     /* (Vt, Ht) passed distil_e4m3_head_check_size in distil_fused_fp8_check, before this */
     const int64_t vt = distil_fused_teacher_vocab(d);
-    const size_t want = distil_e4m3_head_layout(be->e4m3_bytes, vt, d->teacher_hidden).bytes;
+    const size_t want = distil_e4m3_head_layout(be->tuning.e4m3_bytes, vt, d->teacher_hidden).bytes;
     if (d->teacher_weight_e4m3_bytes != want) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
                                 "%s: teacher_weight_e4m3_bytes %zu != %zu, distil_e4m3_head_size "
@@ -101,8 +101,8 @@ void distil_fused_fp8_given(const distil_ctx *ctx, const distil_fused_linear_jsd
     if (d->teacher_weight_e4m3 == NULL) { /* checked: only with fp8 */
         return;
     }
-    const distil_e4m3_layout l =
-        distil_e4m3_head_layout(ctx->be->e4m3_bytes, distil_fused_teacher_vocab(d), q->head.ht);
+    const distil_e4m3_layout l = distil_e4m3_head_layout(ctx->be->tuning.e4m3_bytes,
+                                                         distil_fused_teacher_vocab(d), q->head.ht);
     q->wq_head = distil_dptr_make(d->teacher_weight_e4m3, 0);
     q->wq_bytes = d->teacher_weight_e4m3_bytes;
     q->wq = distil_dptr_add(q->wq_head, l.off_codes);
@@ -116,7 +116,7 @@ distil_status distil_fused_fp8_check_given(distil_ctx *ctx, const char *fn,
     if (!distil_dptr_present(q->wq_head) || !ctx->be->host_memory) {
         return DISTIL_OK; /* a device backend compares it on the device (fused_teacher_fp8.c) */
     }
-    const int eb = ctx->be->e4m3_bytes;
+    const int eb = ctx->be->tuning.e4m3_bytes;
     const distil_e4m3_header want = distil_e4m3_head_header(eb, a->teacher_vocab, q->head.ht);
     distil_e4m3_header got;
     memcpy(&got, distil_dptr_addr(q->wq_head), sizeof got);
@@ -151,7 +151,7 @@ distil_status distil_fused_fp8_check(distil_ctx *ctx, const char *fn,
                                 fn, (int)h);
     }
     const distil_backend *be = ctx->be;
-    if (be->fused_linear_jsd == NULL && (be->quant_rows == NULL || be->gemm_e4m3 == NULL)) {
+    if (be->whole == NULL && be->fp8 == NULL) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
                                 "%s: teacher_head_precision FP8_E4M3: backend '%s' has no fp8 "
                                 "teacher head",

@@ -182,10 +182,6 @@ static distil_status distil_flt_run(distil_ctx *ctx, const distil_fused_linear_t
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "%s: ctx is NULL", fn);
     }
     DISTIL_TRY(distil_flt_check_desc(ctx, desc));
-    if (ctx->be->topk_rows == NULL && ctx->be->fused_linear_jsd == NULL) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "%s: backend '%s' lacks the top-k kernels", fn, ctx->be->name);
-    }
     distil_topk_fields f = distil_flt_fields(desc);
     distil_topk_teacher t = distil_topk_teacher_of(&f, ids, logp);
     distil_fused_args a = {.xs = distil_dptr_make(xs, 0),

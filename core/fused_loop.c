@@ -8,7 +8,7 @@
  *                 the last chunk of a group of K: gw (+)= G^T xs over the group's rows
  *                 zs, zt of chunk k + 1
  *   cast the fp32 accumulators (several chunks only) to the output dtype (grad_Ws's not, where the
- *   backend's last grad_Ws GEMM writes the output itself: gemm_d_ok); the student's rows
+ *   backend's fused-cast GEMM writes the output itself: epilogue->cast_ok); the student's rows
  *   beyond the common vocabulary prefix V of grad_Ws / grad_bs = 0; loss = reduce(ce, soft)
  * K = the plan's gw_chunks (docs/DESIGN.md "Weight-gradient groups"): G of K chunks is kept so
  * that one grad_Ws GEMM of K C rows replaces K GEMMs of C, each a pass over the accumulator.
@@ -16,7 +16,7 @@
  * group (chunk for gb; written in the output dtype, rounded once, beta = 0) or the dtype is F32.
  * The teacher's logits (zt) come from the call's teacher source and the row pass is the call's
  * row pass (fused_strategy.h): the loop calls them and knows neither which teacher nor which
- * parallelism. A backend with a second lane (side_begin) computes chunk k + 1's logits there
+ * parallelism. A backend with a second lane (side) computes chunk k + 1's logits there
  * while the stream runs chunk k's gradient GEMMs. The accumulation order over chunks and groups is
  * fixed, so results are reproducible.
  */
@@ -82,8 +82,7 @@ static distil_status distil_fused_first(distil_status s, distil_status t) {
 static distil_status distil_fused_student_logits(const distil_fused_loop *L, int64_t r0,
                                                  int64_t c) {
     const distil_fused_linear l = distil_fused_student_linear(L->a);
-    const distil_gemm_args g = distil_fused_logits_gemm(L->a, L->p, &l, r0, c, L->view.stats);
-    return L->be->gemm(L->b, &g);
+    return distil_fused_logits_run(&L->view, &l, r0, c);
 }
 
 /* The teacher's logits of rows [r0, r0 + c), where its source has any. */
@@ -166,10 +165,9 @@ static int64_t distil_fused_group_start(const distil_fused_loop *L, int64_t r0) 
     return r0 / span * span;
 }
 
-/* gw (V, Hs) (+)= G^T xs over the group's rows [g0, g0 + k); the first group overwrites. direct:
- * the last group's sum goes to grad_Ws in the output dtype (d) instead of back into gw. */
-static distil_gemm_args distil_fused_grad_w_args(const distil_fused_loop *L, int64_t g0, int64_t k,
-                                                 bool direct) {
+/* gw (V, Hs) (+)= G^T xs over the group's rows [g0, g0 + k); the first group overwrites. */
+static distil_gemm_args distil_fused_grad_w_args(const distil_fused_loop *L, int64_t g0,
+                                                 int64_t k) {
     const distil_fused_args *a = L->a;
     distil_gemm_args m = {.trans_a = true,
                           .m = a->vocab,
@@ -186,10 +184,15 @@ static distil_gemm_args distil_fused_grad_w_args(const distil_fused_loop *L, int
                           .ldb = a->hs,
                           .c = L->gw,
                           .ldc = a->hs};
-    if (direct) {
-        m.d = a->grad_ws;
-        m.d_dtype = a->dtype;
-    }
+    return m;
+}
+
+/* The last group's GEMM with its sum going to grad_Ws in the output dtype (the fused-cast GEMM)
+ * instead of back into gw. */
+static distil_gemm_cast_args distil_fused_grad_w_cast(const distil_fused_loop *L, int64_t g0,
+                                                      int64_t k) {
+    const distil_gemm_cast_args m = {
+        .gemm = distil_fused_grad_w_args(L, g0, k), .d = L->a->grad_ws, .d_dtype = L->a->dtype};
     return m;
 }
 
@@ -200,19 +203,24 @@ static distil_status distil_fused_grad_w(const distil_fused_loop *L, int64_t r0,
     if (!last && r0 + c < g0 + L->p->chunk_rows * L->p->gw_chunks) {
         return DISTIL_OK; /* G stays in its slot for the group's GEMM */
     }
-    const distil_gemm_args m = distil_fused_grad_w_args(L, g0, r0 + c - g0, L->gw_direct && last);
+    if (L->gw_direct && last) {
+        const distil_gemm_cast_args m = distil_fused_grad_w_cast(L, g0, r0 + c - g0);
+        return L->be->epilogue->gemm_cast(L->b, &m);
+    }
+    const distil_gemm_args m = distil_fused_grad_w_args(L, g0, r0 + c - g0);
     return L->be->gemm(L->b, &m);
 }
 
 /* Whether the last chunk's grad_Ws GEMM writes grad_Ws in the output dtype itself (the backend's
- * gemm_d_ok), so that the fp32 accumulator needs no cast pass after the loop. */
+ * fused-cast GEMM), so that the fp32 accumulator needs no cast pass after the loop. */
 static bool distil_fused_gw_direct(const distil_fused_loop *L) {
-    if (!L->p->gw_acc || L->be->gemm_d_ok == NULL || distil_fused_stats_only(L)) {
+    const distil_backend_epilogue *e = L->be->epilogue;
+    if (!L->p->gw_acc || e == NULL || e->cast_ok == NULL || distil_fused_stats_only(L)) {
         return false;
     }
     const int64_t g0 = distil_fused_group_start(L, L->a->rows - 1);
-    const distil_gemm_args m = distil_fused_grad_w_args(L, g0, L->a->rows - g0, true);
-    return L->be->gemm_d_ok(L->b, &m);
+    const distil_gemm_cast_args m = distil_fused_grad_w_cast(L, g0, L->a->rows - g0);
+    return e->cast_ok(L->b, &m);
 }
 
 /* gb (1, V) (+)= 1^T G; the first chunk overwrites. */
@@ -259,11 +267,11 @@ static distil_status distil_fused_backward(const distil_fused_loop *L, int64_t r
 static distil_status distil_fused_side_logits(const distil_fused_loop *L, int64_t r1, int64_t c1,
                                               bool *opened) {
     *opened = false;
-    if (L->be->side_begin == NULL || (L->t->ops->logits == NULL && L->p->g_in_place)) {
+    if (L->be->side == NULL || (L->t->ops->logits == NULL && L->p->g_in_place)) {
         /* (a teacher source without logits and G in place: nothing would move to the side lane) */
         return DISTIL_OK;
     }
-    distil_status s = L->be->side_begin(L->b, opened);
+    distil_status s = L->be->side->begin(L->b, opened);
     if (!*opened) {
         return s;
     }
@@ -271,7 +279,7 @@ static distil_status distil_fused_side_logits(const distil_fused_loop *L, int64_
         s = L->p->g_in_place ? distil_fused_teacher_logits(L, r1, c1)
                              : distil_fused_logits(L, r1, c1);
     }
-    return distil_fused_first(s, L->be->side_end(L->b));
+    return distil_fused_first(s, L->be->side->end(L->b));
 }
 
 /* Chunk [r0, r0 + c): its row pass and gradient GEMMs, then the next chunk's logits (beside the
@@ -295,7 +303,7 @@ static distil_status distil_fused_step(const distil_fused_loop *L, int64_t r0) {
     if (s == DISTIL_OK && c1 > 0 && !side) {
         s = distil_fused_teacher_logits(L, r0 + c, c1);
     }
-    return side ? distil_fused_first(s, L->be->side_join(L->b)) : s;
+    return side ? distil_fused_first(s, L->be->side->join(L->b)) : s;
 }
 
 /* Before the loop: the teacher source's prologue (first: it may refuse before any write), n on
@@ -359,20 +367,13 @@ distil_status distil_fused_loop_run(distil_ctx *ctx, const distil_fused_args *a,
                                     const distil_fused_plan *p, const distil_teacher_source *t,
                                     const distil_fused_pass *pass) {
     const distil_backend *be = ctx->be;
-    if (!be->gemm || !be->count_valid || !pass->ops->ready(be) || !be->reduce || !be->cast ||
-        !be->fill) {
+    if (!pass->ops->ready(be)) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "fused_linear_jsd: backend '%s' lacks the fused-loss kernels",
+                                "fused_linear_jsd: backend '%s' lacks the row pass's kernel",
                                 be->name);
     }
     distil_fused_loop L = {.ctx = ctx, .be = be, .b = ctx->b, .a = a, .p = p, .t = t, .pass = pass};
     L.head = distil_fused_head_needed(a);
-    if (L.head && be->head_rows == NULL) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "fused_linear_jsd: backend '%s' lacks the head options' kernel "
-                                "(softcap, logit scale, lse)",
-                                be->name);
-    }
     L.es = distil_dtype_size(a->dtype);
     L.gw = p->gw_acc ? distil_fused_at(&L, p->off_gw) : a->grad_ws;
     L.gb = p->gb_acc ? distil_fused_at(&L, p->off_gb) : a->grad_bs;
@@ -383,8 +384,8 @@ distil_status distil_fused_loop_run(distil_ctx *ctx, const distil_fused_args *a,
     /* planned for (stats_tiles), and the backend takes this call's pointers too */
     /* (chunk 0's pointers: every chunk's rows start at a multiple of the hidden size, so what
      * the alignment allows for the first holds for all) */
-    const bool stats = p->stats_tiles > 0 &&
-                       distil_fused_stats_ask(ctx, a, t, p, distil_fused_chunk_len(&L, 0), L.grads);
+    const bool stats =
+        p->stats_tiles > 0 && distil_fused_stats_ask(ctx, a, t, p, distil_fused_chunk_len(&L, 0));
     L.view = (distil_fused_view){.ctx = ctx, .a = a, .p = p, .stats = stats};
     L.gw_direct = distil_fused_gw_direct(&L);
     DISTIL_TRY(distil_fused_prologue(&L));

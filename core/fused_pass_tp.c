@@ -28,7 +28,7 @@ static distil_dptr distil_tp_stat_at(const distil_fused_tp *tp, int k, int64_t r
 }
 
 static bool distil_fused_pass_tp_ready(const distil_backend *be) {
-    return be->tp_rows != NULL;
+    return be->tp != NULL;
 }
 
 /* Chunk [r0, r0 + r->rows): the phases of tp (all, or the split phase's one) with the all-reduces
@@ -65,7 +65,7 @@ static distil_status distil_fused_pass_tp_rows(const distil_fused_view *view, co
             continue;
         }
         t.phase = (distil_tp_phase)ph;
-        DISTIL_TRY(ctx->be->tp_rows(ctx->b, &t));
+        DISTIL_TRY(ctx->be->tp->tp_rows(ctx->b, &t));
         if (ph != DISTIL_TP_FINISH && tp->shard.comm != NULL) {
             DISTIL_TRY(distil_comm_allreduce(
                 ctx, tp->shard.comm, distil_tp_stat_at(tp, ph, rows, r0),
@@ -132,7 +132,7 @@ static distil_status distil_fused_pass_tp_plan(distil_ctx *ctx, void *self,
                                                const distil_fused_shape *s, bool auto_chunk,
                                                distil_fused_plan *p) {
     distil_fused_tp *tp = self;
-    if (ctx->be->tp_rows == NULL) {
+    if (ctx->be->tp == NULL) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
                                 "fused_linear_jsd_tp: backend '%s' has no vocabulary-parallel row "
                                 "pass (docs/SPEC.md §8)",

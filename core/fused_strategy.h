@@ -42,11 +42,15 @@ typedef struct distil_teacher_ops {
     /* zt (c, vocab) of rows [r0, r0 + c) into the plan's region, with its row statistics where
      * view->stats. NULL: the source has no logits (its row pass reads the teacher itself). */
     distil_status (*logits)(const distil_fused_view *view, const void *self, int64_t r0, int64_t c);
-    /* Whether the backend writes the row statistics of the teacher's logits GEMM of c rows for a
-     * row pass with or without gradients (p NULL: asked by the plan, no pointer known yet).
-     * NULL: never. */
+    /* Whether the backend's statistics GEMM (epilogue) fits the teacher's logits GEMMs of the
+     * call's shape for a row pass with or without gradients; asked by the plan, before any
+     * pointer is known. NULL: never (and stats_ok is not asked). */
+    bool (*stats_fit)(const distil_ctx *ctx, const distil_fused_args *a, const void *self,
+                      bool grads);
+    /* Whether it takes the operands of the teacher's logits GEMM of c rows into plan p; asked
+     * once per call by the loop. */
     bool (*stats_ok)(const distil_ctx *ctx, const distil_fused_args *a, const void *self,
-                     const distil_fused_plan *p, int64_t c, bool grads);
+                     const distil_fused_plan *p, int64_t c);
     /* The teacher as a backend's whole op reads it (fused_args.h), into a. NULL: no whole op
      * computes it (the chunk loop runs it on every backend). */
     void (*whole)(const void *self, distil_fused_args *a);

@@ -21,7 +21,7 @@ static void distil_teacher_fp8_shape(const void *self, const distil_ctx *ctx,
     const distil_teacher_e4m3 *q = self;
     s->zt = true;
     /* a backend that computes the loss whole (ref) needs none of the loop's regions */
-    const size_t eb = ctx->be->fused_linear_jsd != NULL ? 0 : (size_t)ctx->be->e4m3_bytes;
+    const size_t eb = ctx->be->whole != NULL ? 0 : (size_t)ctx->be->tuning.e4m3_bytes;
     if (eb == 0) {
         return;
     }
@@ -46,7 +46,7 @@ static distil_status distil_teacher_fp8_quant(const distil_fused_view *view,
                                 .dst = distil_fused_region(a, view->p->off_teacher[iq]),
                                 .dst_ld = distil_e4m3_ld(q->head.ht),
                                 .scale = distil_fused_region(a, view->p->off_teacher[is])};
-    return view->ctx->be->quant_rows(view->ctx->b, &r);
+    return view->ctx->be->fp8->quant_rows(view->ctx->b, &r);
 }
 
 /* Before the loop: Wt's rows [0, vocab) into wq and sw, or, with a head made once on a device
@@ -61,9 +61,10 @@ static distil_status distil_teacher_fp8_prologue(const distil_fused_view *view, 
         }
         const distil_e4m3_header_args h = {
             .head = q->wq_head,
-            .want = distil_e4m3_head_header(be->e4m3_bytes, view->a->teacher_vocab, q->head.ht),
+            .want =
+                distil_e4m3_head_header(be->tuning.e4m3_bytes, view->a->teacher_vocab, q->head.ht),
             .write = false};
-        return be->e4m3_header(view->ctx->b, &h);
+        return be->fp8->e4m3_header(view->ctx->b, &h);
     }
     return distil_teacher_fp8_quant(view, q, q->head.wt, view->a->vocab, DISTIL_FP8_WQ,
                                     DISTIL_FP8_SW);
@@ -94,7 +95,7 @@ static distil_status distil_teacher_fp8_logits(const distil_fused_view *view, co
         .ldc = a->vocab,
         .bias = q->head.bt,
         .bias_dtype = a->dtype};
-    return view->ctx->be->gemm_e4m3(view->ctx->b, &g);
+    return view->ctx->be->fp8->gemm_e4m3(view->ctx->b, &g);
 }
 
 static void distil_teacher_fp8_whole(const void *self, distil_fused_args *a) {

@@ -28,16 +28,21 @@ static void distil_teacher_head_shape(const void *self, const distil_ctx *ctx,
 static distil_status distil_teacher_head_logits(const distil_fused_view *view, const void *self,
                                                 int64_t r0, int64_t c) {
     const distil_fused_linear l = distil_teacher_head_linear(view->a, self);
-    const distil_gemm_args g = distil_fused_logits_gemm(view->a, view->p, &l, r0, c, view->stats);
-    return view->ctx->be->gemm(view->ctx->b, &g);
+    return distil_fused_logits_run(view, &l, r0, c);
+}
+
+static bool distil_teacher_head_stats_fit(const distil_ctx *ctx, const distil_fused_args *a,
+                                          const void *self, bool grads) {
+    const distil_fused_linear l = distil_teacher_head_linear(a, self);
+    const distil_gemm_stats_shape s = distil_fused_logits_shape(a, &l, grads);
+    return ctx->be->epilogue->stats_fit(ctx->b, &s);
 }
 
 static bool distil_teacher_head_stats_ok(const distil_ctx *ctx, const distil_fused_args *a,
-                                         const void *self, const distil_fused_plan *p, int64_t c,
-                                         bool grads) {
+                                         const void *self, const distil_fused_plan *p, int64_t c) {
     const distil_fused_linear l = distil_teacher_head_linear(a, self);
-    const distil_gemm_args g = distil_fused_logits_gemm(a, p, &l, 0, c, true);
-    return ctx->be->stats_ok(ctx->b, &g, grads);
+    const distil_gemm_stats_args g = distil_fused_logits_stats(a, p, &l, 0, c);
+    return ctx->be->epilogue->stats_ok(ctx->b, &g);
 }
 
 static void distil_teacher_head_whole(const void *self, distil_fused_args *a) {
@@ -47,6 +52,7 @@ static void distil_teacher_head_whole(const void *self, distil_fused_args *a) {
 static const distil_teacher_ops distil_teacher_head_ops = {
     .shape = distil_teacher_head_shape,
     .logits = distil_teacher_head_logits,
+    .stats_fit = distil_teacher_head_stats_fit,
     .stats_ok = distil_teacher_head_stats_ok,
     .whole = distil_teacher_head_whole,
 };

@@ -133,7 +133,7 @@ static distil_status distil_jsd_check_ptrs(distil_ctx *ctx, const distil_jsd_arg
 }
 
 static size_t distil_jsd_work_bytes(const distil_ctx *ctx, const distil_jsd_args *a) {
-    return distil_workspace_row_loss(ctx->be->jsd != NULL, a->rows, a->reduction);
+    return distil_workspace_row_loss(ctx->be->whole != NULL, a->rows, a->reduction);
 }
 
 static distil_status distil_jsd_workspace_size_run(distil_ctx *ctx, const distil_jsd_desc *desc,
@@ -176,11 +176,6 @@ static distil_status distil_jsd_pass(distil_ctx *ctx, const void *op, distil_dpt
 
 /* count_valid -> div_rows -> reduce on the backend's kernels. */
 static distil_status distil_jsd_compose(distil_ctx *ctx, const distil_jsd_args *a) {
-    const distil_backend *be = ctx->be;
-    if (be->div_rows == NULL || be->count_valid == NULL || be->reduce == NULL) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED, "%s: backend '%s' lacks JSD kernels",
-                                fn, be->name);
-    }
     distil_row_loss r = DISTIL_ROW_LOSS_OF(a);
     return distil_row_loss_compose(ctx, fn, &r, distil_jsd_pass, a);
 }
@@ -204,8 +199,8 @@ distil_status distil_jsd_run(distil_ctx *ctx, const distil_jsd_desc *desc, const
         distil_row_loss r = DISTIL_ROW_LOSS_OF(&a);
         return distil_row_loss_empty(ctx, &r);
     }
-    if (ctx->be->jsd != NULL) {
-        return ctx->be->jsd(ctx->b, &a);
+    if (ctx->be->whole != NULL) {
+        return ctx->be->whole->jsd(ctx->b, &a);
     }
     return distil_jsd_compose(ctx, &a);
 }

@@ -726,15 +726,6 @@ DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd_tp_phase(
 DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd_tp_workspace_size(
     distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc, int want_grads, size_t *bytes);
 
-/* ---------------------------------------------------------------- testing hooks */
-
-/*
- * Fault injection for tests: on the calling thread, let `after` more allocations of device or
- * scratch memory succeed, then fail every later one with DISTIL_ERR_OUT_OF_MEMORY until called
- * again with -1 (the default: no injection). Not for production use.
- */
-DISTIL_API void distil_debug_fail_allocations(long after);
-
 #ifdef __cplusplus
 }
 #endif

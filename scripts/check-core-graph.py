@@ -4,7 +4,8 @@
 Two graphs, each checked for cycles (strongly connected components of more than one file, or a
 file that reaches itself):
   include  every file under core/ -> the files under core/ it includes ("x.h", looked up beside
-           the includer, then in core/, core/backend_api/, core/ref/: the build's include path)
+           the includer, then in core/, core/backend_api/, core/ref/, core/testing/: the build's
+           include path)
   call     core/*.c -> the core/*.c files that define a function or object it names: each file
            is preprocessed (cc -E with the build's include path), so that the calls inside macros
            count, and only the file's own lines are read (not its headers'); static names are
@@ -19,7 +20,7 @@ import shlex
 import subprocess
 import sys
 
-INCLUDE_DIRS = ["core", "core/backend_api", "core/ref"]
+INCLUDE_DIRS = ["core", "core/backend_api", "core/ref", "core/testing"]
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 LINEMARK_RE = re.compile(r'^# (\d+) "([^"]*)"')
 TOKEN_RE = re.compile(r"[A-Za-z_]\w*|\S")

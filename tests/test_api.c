@@ -563,7 +563,7 @@ int main(void) {
         cmocka_unit_test(test_null_handling),
         cmocka_unit_test(test_desc_defaults),
     };
-    tu_apply_filter();
+    tu_apply_env();
     int failed = cmocka_run_group_tests_name("api", tests, NULL, NULL);
     int per_backend = tu_run_per_backend(run_backend_group, true);
     return failed + (per_backend == TU_EXIT_SKIPPED ? 0 : per_backend);

@@ -153,7 +153,7 @@ static void jsd_compare(const tp_jsd_spec *s, distil_dtype dt, uint64_t seed) {
     {t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, TP_LABELS_##labels, std, chunk, \
      .div = DISTIL_DIVERGENCE_JSD, .head = hd}
 
-/* FH named "#gradw": the cases test_parity_cuda_gradw runs under DISTIL_CUDA_GRADW=require */
+/* FH named "#gradw": the cases test_parity_cuda_gradw runs under the test hook gradw=require */
 #define GW(t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, labels, std, chunk, hd) \
     {t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, TP_LABELS_##labels, std, chunk, \
      .div = DISTIL_DIVERGENCE_JSD, .head = hd, .tag = "gradw"}

@@ -992,6 +992,6 @@ int main(void) {
         cmocka_unit_test(test_div_normaliser),
         cmocka_unit_test(test_div_normaliser_fused),
     };
-    tu_apply_filter();
+    tu_apply_env();
     return cmocka_run_group_tests_name("ref", tests, group_setup, group_teardown);
 }

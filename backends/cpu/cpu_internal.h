@@ -105,7 +105,9 @@ distil_status distil_cpu_grow(cpu_state *st, void **buf, size_t *cap, size_t byt
 
 /* The operations of the vtable, one file each. */
 distil_status distil_cpu_gemm(void *b, const distil_gemm_args *a);
-bool distil_cpu_gemm_d_ok(void *b, const distil_gemm_args *a);
+/* The fused-cast GEMM (the vtable's epilogue): gemm with its result rounded into d. */
+bool distil_cpu_gemm_cast_ok(void *b, const distil_gemm_cast_args *a);
+distil_status distil_cpu_gemm_cast(void *b, const distil_gemm_cast_args *a);
 distil_status distil_cpu_count_valid(void *b, const distil_count_args *a);
 distil_status distil_cpu_div_rows(void *b, const distil_div_rows_args *a);
 distil_status distil_cpu_fused_rows(void *b, const distil_fused_rows_args *a);

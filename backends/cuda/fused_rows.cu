@@ -3,7 +3,7 @@
  * (fused_rows_resident.cu: each row read from HBM once, held in the shared memory of a block
  * cluster) where it applies, else the streaming kernel here (fused_rows.cuh has its passes):
  * one block per row reading zs and zt from global memory in each of three passes. The streaming
- * kernel serves HIP and rows too long for shared memory; DISTIL_CUDA_DISTILL=stream forces it.
+ * kernel serves HIP and rows too long for shared memory; the test hook fused_rows=stream forces it.
  * Given the row statistics from the logits GEMMs (the loss alone), one pass: fused_loss_kernel,
  * the JSD kernel's loop (div_rows.cuh) on the rows' log-probabilities.
  *   zs, zt (rows, V) fp32 dense; labels (rows); ce, soft (rows) fp32; g (rows, V) optional.
@@ -192,8 +192,8 @@ extern "C" distil_status DISTIL_GPU_FN(fused_rows)(void *vb, const distil_fused_
     }
     if (p.g == nullptr && p.entropy == nullptr && b->stats_require && gpu_stats_device(b)) {
         return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
-                                "%s: fused_rows: DISTIL_CUDA_STATS=require, and this loss-only "
-                                "row pass does not take the row statistics",
+                                "%s: fused_rows: test hook stats=require, and this loss-only row "
+                                "pass does not take the row statistics",
                                 DISTIL_GPU_NAME);
     }
     bool done = false;
@@ -205,7 +205,7 @@ extern "C" distil_status DISTIL_GPU_FN(fused_rows)(void *vb, const distil_fused_
     if (!done && b->fused_resident) {
         (void)cudaGetLastError();
         return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
-                                "%s: fused_rows: DISTIL_CUDA_DISTILL=resident, and the resident "
+                                "%s: fused_rows: test hook fused_rows=resident, and the resident "
                                 "row kernel declined this row pass (V %lld)",
                                 DISTIL_GPU_NAME, (long long)p.vocab);
     }

@@ -180,6 +180,9 @@ void distil_ocl_programs_release(distil_ocl *b);
 /* Text of one source file; the embedded copy or DISTIL_OPENCL_KERNEL_DIR/<file>. */
 distil_status distil_ocl_source_get(distil_ocl *b, distil_ocl_src src, const char **text,
                                     size_t *len);
+/* Every source read now (a build that reads them at run time: a DISTIL_OPENCL_KERNEL_DIR without
+ * them fails the context's creation, naming the variable); nothing for embedded kernels. */
+distil_status distil_ocl_sources_load(distil_ocl *b);
 /* The file name of a source ("div_rows.cl"), for messages. */
 const char *distil_ocl_source_file(distil_ocl_src src);
 

@@ -9,7 +9,7 @@ aims at. The library is found, in order, at ``$DISTIL_LIBRARY`` (a path to anoth
 
 import ctypes
 import os
-from ctypes import POINTER, c_char_p, c_float, c_int, c_int64, c_long, c_size_t, c_uint, c_void_p
+from ctypes import POINTER, c_char_p, c_float, c_int, c_int64, c_size_t, c_uint, c_void_p
 
 from . import _loader
 
@@ -132,7 +132,6 @@ _prototypes = {
         c_int,
         [c_void_p, c_int, c_void_p, c_int64, c_int64, c_void_p, c_size_t],
     ),
-    "distil_debug_fail_allocations": (None, [c_long]),
     "distil_version_number": (c_uint, []),
 }
 
