@@ -184,7 +184,7 @@ extern "C" distil_status DISTIL_GPU_FN(fused_rows)(void *vb, const distil_fused_
     }
     const fused_params p = fused_params_of(a);
     gpu_device_guard guard(b);
-    /* statistics given (stats_ok, the loss alone, no entropy); div_span's 32-bit offsets */
+    /* statistics given (stats_fit, the loss alone, no entropy); div_span's 32-bit offsets */
     if (p.zs_max != nullptr && p.g == nullptr && p.entropy == nullptr &&
         p.vocab <= DIV_SPAN_MAX_VOCAB) {
         const cudaError_t e = fused_loss_launch(p, b->lane.stream);
