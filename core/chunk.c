@@ -30,17 +30,13 @@ static size_t distil_take(size_t *cursor, size_t bytes) {
     return off;
 }
 
-/* The fp8 teacher head's regions (docs/SPEC.md §6): none with the exact head. */
-static void distil_chunk_plan_fp8(const distil_fused_shape *s, size_t c, distil_fused_plan *p,
-                                  size_t *cur) {
-    const bool on = s->e4m3_bytes > 0;
-    const size_t v = (size_t)s->vocab, eb = (size_t)s->e4m3_bytes;
-    const bool wq = on && !s->e4m3_head; /* Wt's rows, unless made once by the caller */
-    p->ldq = on ? distil_e4m3_ld(s->ht) : 0;
-    p->off_wq = distil_take(cur, wq ? v * (size_t)p->ldq * eb : 0);
-    p->off_sw = distil_take(cur, wq ? v * sizeof(float) : 0);
-    p->off_xq = distil_take(cur, on ? c * (size_t)p->ldq * eb : 0);
-    p->off_sx = distil_take(cur, on ? c * sizeof(float) : 0);
+/* The teacher source's own regions, each of its call bytes and its row bytes for c rows. */
+static void distil_chunk_plan_teacher(const distil_fused_shape *s, size_t c, distil_fused_plan *p,
+                                      size_t *cur) {
+    for (int i = 0; i < DISTIL_TEACHER_REGIONS; i++) {
+        p->off_teacher[i] =
+            distil_take(cur, s->teacher[i].call_bytes + c * s->teacher[i].row_bytes);
+    }
 }
 
 /* Chunks per grad_Ws GEMM for chunks of c rows: the shape's, at most the call's chunks; 1
@@ -69,19 +65,19 @@ void distil_chunk_plan(const distil_fused_shape *s, int64_t chunk_rows, distil_f
     p->gb_acc = s->want_gb && !f32 && !s->gw_f32 && chunks;
     p->off_n = distil_take(&cur, sizeof(float));
     p->off_ce = distil_take(&cur, (size_t)s->rows * sizeof(float));
-    p->off_jsd = distil_take(&cur, (size_t)s->rows * sizeof(float));
+    p->off_soft = distil_take(&cur, (size_t)s->rows * sizeof(float));
     p->off_gw = distil_take(&cur, p->gw_acc ? v * (size_t)s->hs * sizeof(float) : 0);
     p->off_gb = distil_take(&cur, p->gb_acc ? v * sizeof(float) : 0);
     p->off_labels = distil_take(&cur, s->own_labels ? (size_t)s->rows * sizeof(int64_t) : 0);
     p->off_zs = distil_take(&cur, c * v * sizeof(float));
-    p->off_zt = distil_take(&cur, s->topk_teacher ? 0 : c * v * sizeof(float));
+    p->off_zt = distil_take(&cur, s->zt ? c * v * sizeof(float) : 0);
     /* G's slots: K chunks, or the call's rows where one group holds them all */
     const size_t g_rows =
         (size_t)p->gw_chunks * c < (size_t)s->rows ? (size_t)p->gw_chunks * c : (size_t)s->rows;
     p->off_g = p->g_in_place ? p->off_zs : distil_take(&cur, grads ? g_rows * v * ges : 0);
     p->off_ones = distil_take(&cur, s->want_gb ? c * es : 0);
     p->off_dz = distil_take(&cur, s->want_dz && grads ? c * v * sizeof(float) : 0);
-    distil_chunk_plan_fp8(s, c, p, &cur);
+    distil_chunk_plan_teacher(s, c, p, &cur);
     p->stats_tiles = s->stats_cols > 0 ? (s->vocab + s->stats_cols - 1) / s->stats_cols : 0;
     p->stats_plane = (size_t)p->stats_tiles * c;
     p->off_stats = distil_take(&cur, 4 * p->stats_plane * sizeof(float));

@@ -2,23 +2,24 @@
  * chunk.h - the chunk planner of the fused loss (pure: no context, no allocation).
  *
  * Workspace layout, every region aligned to DISTIL_WORKSPACE_ALIGN bytes:
- *   fixed    n (1 fp32) | ce (T) fp32 | jsd (T) fp32 | gw (V, Hs) fp32 | gb (V) fp32 |
+ *   fixed    n (1 fp32) | ce (T) fp32 | soft (T) fp32 | gw (V, Hs) fp32 | gb (V) fp32 |
  *            labels (T) int64
  *   chunk    zs (C, V) fp32 | zt (C, V) fp32 | g (K C, V) g_dtype | ones (C) dtype |
- *            dz (C, V) fp32 | stats 4 x (tiles, C) fp32
- * dz (docs/SPEC.md §6) exists only with gradients and a scaled or capped student head.
- * fp8 teacher head (docs/SPEC.md §6): fixed wq (V, ldq) e4m3 | sw (V) fp32, chunk xq (C, ldq)
- * e4m3 | sx (C) fp32, e4m3 elements of the backend's e4m3_bytes.
+ *            dz (C, V) fp32 | the teacher source's regions | stats 4 x (tiles, C) fp32
+ * soft holds each row's soft part (its divergence). zt exists only for a teacher source with
+ * logits (a cached top-k teacher, docs/SPEC.md §7, has none). dz (docs/SPEC.md §6) exists only
+ * with gradients and a scaled or capped student head. The teacher source's regions are its own
+ * (the fp8 teacher head, docs/SPEC.md §6: Wt's e4m3 rows and scales per call, the chunk's xt
+ * rows and scales per chunk; core/fused_teacher_fp8.c), each call_bytes + C row_bytes.
  * gw / gb exist only when that gradient is wanted, the dtype is not F32 (an F32 output is
  * accumulated in place) and there is more than one chunk (one chunk writes grad_Ws / grad_bs in
  * the output dtype directly, rounded once, beta = 0: no accumulator); g exists only when gradients
  * are wanted and is not in place (an F32 logit gradient of one-chunk groups overwrites zs). K =
  * gw_chunks: G of K chunks, one slot a chunk, for one grad_Ws GEMM over their K C rows (docs/
  * DESIGN.md "Weight-gradient groups"); gw is needed only when there are more chunks than one
- * group holds. ones only when grad_bs
- * is wanted; labels only without a hard part (weight_hard == 0), where the caller may give no
- * labels and the core stands in a row of zeros (every row counts); stats only with the shape's
- * stats_cols (tiles = ceil(V / stats_cols)).
+ * group holds. ones only when grad_bs is wanted; labels only without a hard part (weight_hard ==
+ * 0), where the caller may give no labels and the core stands in a row of zeros (every row
+ * counts); stats only with the shape's stats_cols (tiles = ceil(V / stats_cols)).
  */
 #ifndef DISTIL_CORE_CHUNK_H
 #define DISTIL_CORE_CHUNK_H
@@ -29,25 +30,26 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Row stride of e4m3 codes of `cols` columns (docs/SPEC.md §6 fp8 teacher head): cols rounded up
- * to 16 (cuBLASLt's fp8 takes K-major rows of a multiple of 16 bytes; the padding codes are 0). */
-static inline int64_t distil_e4m3_ld(int64_t cols) {
-    return (cols + 15) / 16 * 16;
-}
+/* Regions a teacher source may ask of the plan, in this order after dz. */
+enum { DISTIL_TEACHER_REGIONS = 4 };
+
+/* A region of call_bytes plus row_bytes per chunk row (0 and 0: none). */
+typedef struct distil_region_ask {
+    size_t call_bytes, row_bytes;
+} distil_region_ask;
 
 typedef struct distil_fused_shape {
-    int64_t rows, vocab, hs, ht;
+    int64_t rows, vocab, hs;
     distil_dtype dtype;   /* of the inputs and the gradient outputs */
     distil_dtype g_dtype; /* of the logit gradient G: F32, or dtype (see fp32_gemm in backend.h) */
     bool want_gx, want_gw, want_gb;
     bool gw_f32;     /* grad_Ws and grad_bs are fp32 outputs: their own accumulators */
     bool own_labels; /* weight_hard == 0: room for labels of the core's own */
-    /* A cached top-k teacher (docs/SPEC.md §7): no teacher logits, zt takes no room. */
-    bool topk_teacher;
-    bool want_dz; /* the student's head scaled or capped, with gradients: room for dz'/dz */
-    /* docs/SPEC.md §6 fp8 teacher head: bytes of one stored e4m3 element (0: the exact head) */
-    int e4m3_bytes;
-    bool e4m3_head; /* Wt's rows made once by the caller: no room for them */
+    bool want_dz;    /* the student's head scaled or capped, with gradients: room for dz'/dz */
+    /* The teacher source's part (its shape op): zt, a (C, V) fp32 region for the teacher's
+     * logits; its own regions. */
+    bool zt;
+    distil_region_ask teacher[DISTIL_TEACHER_REGIONS];
     /* Row statistics from the logits GEMMs (docs/DESIGN.md): columns per tile, 0: none */
     int stats_cols;
     /* Chunks per weight-gradient GEMM (distil_fused_gw_chunks); 0, 1: one */
@@ -61,13 +63,9 @@ typedef struct distil_fused_plan {
     int64_t gw_chunks;    /* chunks per grad_Ws GEMM: G slots, each C rows (1 without grad_Ws) */
     bool gw_acc, gb_acc;  /* fp32 accumulators in the workspace (several chunks or groups, half
                              dtype) */
-    size_t off_n, off_ce, off_jsd, off_gw, off_gb, off_labels, off_zs, off_zt, off_g, off_ones;
+    size_t off_n, off_ce, off_soft, off_gw, off_gb, off_labels, off_zs, off_zt, off_g, off_ones;
     size_t off_dz; /* (C, V) fp32 dz'/dz of the student's head (docs/SPEC.md §6), want_dz only */
-    /* fp8 teacher head (docs/SPEC.md §6), e4m3_bytes only: Wt's e4m3 rows (V, ldq) and scales
-     * (V), once per call (none with e4m3_head); the chunk's xt rows (C, ldq) and scales (C).
-     * ldq = distil_e4m3_ld(Ht). */
-    int64_t ldq;
-    size_t off_wq, off_sw, off_xq, off_sx;
+    size_t off_teacher[DISTIL_TEACHER_REGIONS]; /* the shape's teacher regions */
     /* Row statistics (stats_cols only): four (stats_tiles, C) fp32 planes, zs's maxima and sums,
      * zt's maxima and sums, stats_plane floats apart from off_stats. */
     int64_t stats_tiles;

@@ -96,7 +96,8 @@ distil_status distil_comm_check(distil_ctx *ctx, const char *fn, const distil_co
 /* The engine's all-reduce on addr (host or device memory). */
 static distil_status distil_comm_call(distil_ctx *ctx, const distil_comm *comm, void *addr,
                                       int64_t count, distil_comm_dtype dtype, distil_comm_op op) {
-    void *stream = ctx->be->native_stream ? ctx->be->native_stream(ctx->b) : NULL;
+    const distil_backend_tp *tp = ctx->be->tp;
+    void *stream = tp != NULL && tp->native_stream != NULL ? tp->native_stream(ctx->b) : NULL;
     int rc = comm->fn(comm->user, addr, count, dtype, op, stream);
     if (rc != 0) {
         static const char *const kinds[] = {"callback", "mpi", "nccl"};

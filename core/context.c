@@ -8,9 +8,12 @@
 #include "validate.h"
 #include "workspace.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+extern char **environ; /* POSIX: the application declares it */
 
 /* device == -1: DISTIL_DEVICE, else 0. The index must be one the backend has. */
 static distil_status distil_ctx_pick_device(const distil_backend *be, int device, int *out) {
@@ -59,6 +62,38 @@ static distil_status distil_ctx_pick_gw_chunks(int *out) {
     return DISTIL_OK;
 }
 
+/* Whether the variable name (len characters) is one of names (NULL-terminated, or NULL). */
+static bool distil_env_listed(const char *const *names, const char *name, size_t len) {
+    for (; names != NULL && *names != NULL; names++) {
+        if (strlen(*names) == len && strncmp(*names, name, len) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Every variable of be's prefix DISTIL_<NAME>_ is one it reads (be->env_names): a mistyped or
+ * removed one fails here instead of being ignored. */
+static distil_status distil_ctx_check_env(const distil_backend *be) {
+    char prefix[48] = "DISTIL_";
+    size_t n = strlen(prefix);
+    for (const char *c = be->name; *c != '\0' && n + 2 < sizeof prefix; c++) {
+        prefix[n++] = (char)toupper((unsigned char)*c);
+    }
+    prefix[n++] = '_';
+    prefix[n] = '\0';
+    for (char **e = environ; e != NULL && *e != NULL; e++) {
+        const size_t len = strcspn(*e, "=");
+        if (strncmp(*e, prefix, n) == 0 && !distil_env_listed(be->env_names, *e, len)) {
+            return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG,
+                                    "ctx_create: %.*s is not a variable of backend '%s' "
+                                    "(docs/USAGE.md lists them)",
+                                    (int)len, *e, be->name);
+        }
+    }
+    return DISTIL_OK;
+}
+
 distil_status distil_ctx_create(distil_ctx **out, const char *backend, int device) {
     if (out == NULL) {
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "ctx_create: out is NULL");
@@ -67,6 +102,7 @@ distil_status distil_ctx_create(distil_ctx **out, const char *backend, int devic
     const distil_backend *be = NULL;
     DISTIL_TRY(distil_registry_select(backend, &be));
     DISTIL_TRY(distil_ctx_pick_device(be, device, &device));
+    DISTIL_TRY(distil_ctx_check_env(be));
     int gw_chunks = 0;
     DISTIL_TRY(distil_ctx_pick_gw_chunks(&gw_chunks));
     distil_ctx *ctx = calloc(1, sizeof *ctx);
@@ -127,7 +163,8 @@ static distil_status distil_ctx_set_stream_run(distil_ctx *ctx, void *stream) {
     if (ctx == NULL) {
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "ctx_set_stream: ctx is NULL");
     }
-    if (ctx->be->set_stream == NULL) {
+    const distil_backend_device *dev = distil_backend_device_of(ctx->be);
+    if (dev->set_stream == NULL) {
         if (stream == NULL || stream == DISTIL_STREAM_OWN) {
             return DISTIL_OK;
         }
@@ -136,7 +173,7 @@ static distil_status distil_ctx_set_stream_run(distil_ctx *ctx, void *stream) {
                                 "or DISTIL_STREAM_OWN",
                                 ctx->be->name);
     }
-    return ctx->be->set_stream(ctx->b, stream);
+    return dev->set_stream(ctx->b, stream);
 }
 
 distil_status distil_ctx_set_stream(distil_ctx *ctx, void *stream) {

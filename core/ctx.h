@@ -33,6 +33,12 @@ struct distil_ctx {
     int gw_chunks_env;
 };
 
+/* be's device table, or an empty one (each of its members may be NULL anyway). */
+static inline const distil_backend_device *distil_backend_device_of(const distil_backend *be) {
+    static const distil_backend_device none = {0};
+    return be->device != NULL ? be->device : &none;
+}
+
 /* Enter ctx for the public call fn (a NULL ctx passes: the call reports it): DISTIL_ERR_BUSY, with
  * the message on the calling thread (distil_ctx_last_error(NULL): the context's buffer belongs to
  * the thread inside), when another call is running on it. Every DISTIL_OK is paired with one

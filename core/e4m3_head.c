@@ -22,11 +22,9 @@ static distil_status distil_e4m3_head_check(distil_ctx *ctx, const char *fn, int
     DISTIL_TRY(distil_check_min(ctx, fn, "cols", cols, 1));
     /* cols first: distil_e4m3_ld(cols) must not overflow (cols near INT64_MAX wrapped it) */
     DISTIL_TRY(distil_e4m3_head_check_size(ctx, fn, "weight", rows, cols));
-    const distil_backend *be = ctx->be;
-    if (be->quant_rows == NULL || be->e4m3_bytes <= 0 ||
-        (!be->host_memory && be->e4m3_header == NULL)) { /* the header: written by an op */
+    if (ctx->be->fp8 == NULL) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "%s: backend '%s' has no fp8 teacher head", fn, be->name);
+                                "%s: backend '%s' has no fp8 teacher head", fn, ctx->be->name);
     }
     return DISTIL_OK;
 }
@@ -35,7 +33,7 @@ static distil_status distil_e4m3_head_size_call(distil_ctx *ctx, int64_t rows, i
                                                 size_t *bytes) {
     DISTIL_TRY(distil_check_not_null(ctx, fn_size, "bytes", bytes));
     DISTIL_TRY(distil_e4m3_head_check(ctx, fn_size, rows, cols));
-    *bytes = distil_e4m3_head_layout(ctx->be->e4m3_bytes, rows, cols).bytes;
+    *bytes = distil_e4m3_head_layout(ctx->be->tuning.e4m3_bytes, rows, cols).bytes;
     return DISTIL_OK;
 }
 
@@ -51,7 +49,7 @@ static distil_status distil_e4m3_head_make_call(distil_ctx *ctx, distil_dtype dt
                                                 void *head, size_t bytes) {
     DISTIL_TRY(distil_check_dtype(ctx, fn_make, "dtype", dtype));
     DISTIL_TRY(distil_e4m3_head_check(ctx, fn_make, rows, cols));
-    const distil_e4m3_layout l = distil_e4m3_head_layout(ctx->be->e4m3_bytes, rows, cols);
+    const distil_e4m3_layout l = distil_e4m3_head_layout(ctx->be->tuning.e4m3_bytes, rows, cols);
     const size_t want = l.bytes;
     if (bytes != want) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
@@ -79,7 +77,7 @@ static distil_status distil_e4m3_head_make_call(distil_ctx *ctx, distil_dtype dt
                                       .dst = distil_dptr_add(ptrs[1].p, l.off_codes),
                                       .dst_ld = l.ld,
                                       .scale = distil_dptr_add(ptrs[1].p, l.off_scale)};
-    DISTIL_TRY(ctx->be->quant_rows(ctx->b, &q));
+    DISTIL_TRY(ctx->be->fp8->quant_rows(ctx->b, &q));
     return distil_e4m3_head_write_header(ctx, head, rows, cols);
 }
 

@@ -1,10 +1,10 @@
 /* fault.c - see fault.h. The countdown is per thread, so concurrent tests do not interfere. */
-#include "distil.h"
 #include "fault.h"
+#include "distil_testing.h"
 
 static _Thread_local long distil_fault_countdown = -1;
 
-void distil_debug_fail_allocations(long after) {
+void distil_testing_fail_allocations(long after) {
     distil_fault_countdown = after;
 }
 

@@ -1,9 +1,7 @@
 /*
- * fused_fp8.c - the fp8 teacher head (docs/SPEC.md §6), see fused_fp8.h. Per call: one pass over
- * Wt (quant_rows: amax and e4m3 per row), unless the caller made it once (distil_e4m3_head_make,
- * e4m3_head.c: the same quant_rows, so the same bits); per chunk: one pass over the chunk's xt,
- * then one e4m3 product whose epilogue applies both scales and the bias, so the (C, V) logits are
- * written once and never read back before the row pass.
+ * fused_fp8.c - the fp8 teacher head (docs/SPEC.md §6) as the entry point and distil_e4m3_head_make
+ * see it, see fused_fp8.h: the checks, a head's layout and header. Its teacher source, which the
+ * chunk loop runs, is fused_teacher_fp8.c.
  */
 #include "fused_fp8.h"
 
@@ -44,14 +42,14 @@ distil_e4m3_header distil_e4m3_head_header(int eb, int64_t rows, int64_t cols) {
 
 distil_status distil_e4m3_head_write_header(distil_ctx *ctx, void *head, int64_t rows,
                                             int64_t cols) {
-    const distil_e4m3_header h = distil_e4m3_head_header(ctx->be->e4m3_bytes, rows, cols);
+    const distil_e4m3_header h = distil_e4m3_head_header(ctx->be->tuning.e4m3_bytes, rows, cols);
     if (ctx->be->host_memory) {
         memcpy(head, &h, sizeof h);
         return DISTIL_OK;
     }
     /* e4m3_head.c refused a device backend without the op */
     const distil_e4m3_header_args a = {.head = distil_dptr_make(head, 0), .want = h, .write = true};
-    return ctx->be->e4m3_header(ctx->b, &a);
+    return ctx->be->fp8->e4m3_header(ctx->b, &a);
 }
 
 distil_status distil_e4m3_head_check_align(distil_ctx *ctx, const char *fn, const char *arg,
@@ -78,7 +76,7 @@ static distil_status distil_fused_fp8_check_head(distil_ctx *ctx, const char *fn
                                 fn);
     }
     const distil_backend *be = ctx->be;
-    if (be->e4m3_bytes <= 0 || (!be->host_memory && be->e4m3_header == NULL)) {
+    if (be->fp8 == NULL) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
                                 "%s: teacher_weight_e4m3: backend '%s' makes no fp8 teacher head",
                                 fn, be->name);
@@ -87,7 +85,7 @@ static distil_status distil_fused_fp8_check_head(distil_ctx *ctx, const char *fn
         distil_e4m3_head_check_align(ctx, fn, "teacher_weight_e4m3", d->teacher_weight_e4m3));
     /* (Vt, Ht) passed distil_e4m3_head_check_size in distil_fused_fp8_check, before this */
     const int64_t vt = distil_fused_teacher_vocab(d);
-    const size_t want = distil_e4m3_head_layout(be->e4m3_bytes, vt, d->teacher_hidden).bytes;
+    const size_t want = distil_e4m3_head_layout(be->tuning.e4m3_bytes, vt, d->teacher_hidden).bytes;
     if (d->teacher_weight_e4m3_bytes != want) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
                                 "%s: teacher_weight_e4m3_bytes %zu != %zu, distil_e4m3_head_size "
@@ -98,29 +96,30 @@ static distil_status distil_fused_fp8_check_head(distil_ctx *ctx, const char *fn
     return DISTIL_OK;
 }
 
-void distil_fused_fp8_head_args(const distil_ctx *ctx, const distil_fused_linear_jsd_desc *d,
-                                distil_fused_args *a) {
-    if (!a->teacher_fp8 || d->teacher_weight_e4m3 == NULL) { /* checked: only with fp8 */
+void distil_fused_fp8_given(const distil_ctx *ctx, const distil_fused_linear_jsd_desc *d,
+                            distil_teacher_e4m3 *q) {
+    if (d->teacher_weight_e4m3 == NULL) { /* checked: only with fp8 */
         return;
     }
-    const distil_e4m3_layout l =
-        distil_e4m3_head_layout(ctx->be->e4m3_bytes, distil_fused_teacher_vocab(d), a->ht);
-    a->wq_head = distil_dptr_make(d->teacher_weight_e4m3, 0);
-    a->wq_bytes = d->teacher_weight_e4m3_bytes;
-    a->wq = distil_dptr_add(a->wq_head, l.off_codes);
-    a->wq_ld = l.ld;
-    a->wq_scale = distil_dptr_add(a->wq_head, l.off_scale);
+    const distil_e4m3_layout l = distil_e4m3_head_layout(ctx->be->tuning.e4m3_bytes,
+                                                         distil_fused_teacher_vocab(d), q->head.ht);
+    q->wq_head = distil_dptr_make(d->teacher_weight_e4m3, 0);
+    q->wq_bytes = d->teacher_weight_e4m3_bytes;
+    q->wq = distil_dptr_add(q->wq_head, l.off_codes);
+    q->wq_ld = l.ld;
+    q->wq_scale = distil_dptr_add(q->wq_head, l.off_scale);
 }
 
 distil_status distil_fused_fp8_check_given(distil_ctx *ctx, const char *fn,
-                                           const distil_fused_args *a) {
-    if (!distil_dptr_present(a->wq_head) || !ctx->be->host_memory) {
-        return DISTIL_OK; /* a device backend compares it on the device: distil_fused_fp8_weights */
+                                           const distil_fused_args *a,
+                                           const distil_teacher_e4m3 *q) {
+    if (!distil_dptr_present(q->wq_head) || !ctx->be->host_memory) {
+        return DISTIL_OK; /* a device backend compares it on the device (fused_teacher_fp8.c) */
     }
-    const int eb = ctx->be->e4m3_bytes;
-    const distil_e4m3_header want = distil_e4m3_head_header(eb, a->teacher_vocab, a->ht);
+    const int eb = ctx->be->tuning.e4m3_bytes;
+    const distil_e4m3_header want = distil_e4m3_head_header(eb, a->teacher_vocab, q->head.ht);
     distil_e4m3_header got;
-    memcpy(&got, distil_dptr_addr(a->wq_head), sizeof got);
+    memcpy(&got, distil_dptr_addr(q->wq_head), sizeof got);
     if (got.magic != want.magic || got.layout != want.layout) {
         return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
                                 "%s: teacher_weight_e4m3 is not a head of distil_e4m3_head_make "
@@ -152,77 +151,16 @@ distil_status distil_fused_fp8_check(distil_ctx *ctx, const char *fn,
                                 fn, (int)h);
     }
     const distil_backend *be = ctx->be;
-    if (be->fused_linear_jsd == NULL && (be->quant_rows == NULL || be->gemm_e4m3 == NULL)) {
+    if (be->whole == NULL && be->fp8 == NULL) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
                                 "%s: teacher_head_precision FP8_E4M3: backend '%s' has no fp8 "
                                 "teacher head",
                                 fn, be->name);
     }
-    /* The plan's e4m3 regions (chunk.c) before anything rounds their rows to 16: Wt's rows and a
-     * chunk's rows of xt (up to all rows), each with its scales. */
+    /* The plan's e4m3 regions (fused_teacher_fp8.c) before anything rounds their rows to 16: Wt's
+     * rows and a chunk's rows of xt (up to all rows), each with its scales. */
     DISTIL_TRY(distil_e4m3_head_check_size(ctx, fn, "teacher_weight", distil_fused_teacher_vocab(d),
                                            d->teacher_hidden));
     DISTIL_TRY(distil_e4m3_head_check_size(ctx, fn, "teacher_hidden", d->rows, d->teacher_hidden));
     return distil_fused_fp8_check_head(ctx, fn, d);
-}
-
-int distil_fused_fp8_bytes(const distil_ctx *ctx, const distil_fused_linear_jsd_desc *d) {
-    if (d->teacher_head_precision != DISTIL_HEAD_PRECISION_FP8_E4M3 ||
-        ctx->be->fused_linear_jsd != NULL) {
-        return 0;
-    }
-    return ctx->be->e4m3_bytes;
-}
-
-/* rows (rows, ht) of src, dtype, dense, into dst (ldq) and scale. */
-static distil_status distil_fused_fp8_quant(const distil_backend *be, void *b,
-                                            const distil_fused_args *a, const distil_fused_plan *p,
-                                            distil_dptr src, int64_t rows, size_t off_q,
-                                            size_t off_s) {
-    distil_quant_rows_args q = {.src = src,
-                                .src_ld = a->ht,
-                                .src_dtype = a->dtype,
-                                .rows = rows,
-                                .cols = a->ht,
-                                .dst = distil_dptr_add(a->workspace, off_q),
-                                .dst_ld = p->ldq,
-                                .scale = distil_dptr_add(a->workspace, off_s)};
-    return be->quant_rows(b, &q);
-}
-
-distil_status distil_fused_fp8_weights(const distil_backend *be, void *b,
-                                       const distil_fused_args *a, const distil_fused_plan *p) {
-    if (distil_dptr_present(a->wq)) { /* made once (distil_e4m3_head_make) */
-        if (be->host_memory) {
-            return DISTIL_OK; /* its header was read: distil_fused_fp8_check_given */
-        }
-        const distil_e4m3_header_args h = {
-            .head = a->wq_head,
-            .want = distil_e4m3_head_header(be->e4m3_bytes, a->teacher_vocab, a->ht),
-            .write = false};
-        return be->e4m3_header(b, &h); /* checked on the device, reported by synchronize */
-    }
-    return distil_fused_fp8_quant(be, b, a, p, a->wt, a->vocab, p->off_wq, p->off_sw);
-}
-
-distil_status distil_fused_fp8_logits(const distil_backend *be, void *b, const distil_fused_args *a,
-                                      const distil_fused_plan *p, int64_t r0, int64_t c) {
-    const size_t es = distil_dtype_size(a->dtype);
-    const distil_dptr xt = distil_dptr_add(a->xt, (size_t)(r0 * a->ht) * es);
-    DISTIL_TRY(distil_fused_fp8_quant(be, b, a, p, xt, c, p->off_xq, p->off_sx));
-    const bool given = distil_dptr_present(a->wq); /* Wt's rows made once */
-    distil_gemm_e4m3_args g = {.m = c,
-                               .n = a->vocab,
-                               .k = a->ht,
-                               .a = distil_dptr_add(a->workspace, p->off_xq),
-                               .lda = p->ldq,
-                               .sa = distil_dptr_add(a->workspace, p->off_sx),
-                               .b = given ? a->wq : distil_dptr_add(a->workspace, p->off_wq),
-                               .ldb = given ? a->wq_ld : p->ldq,
-                               .sb = given ? a->wq_scale : distil_dptr_add(a->workspace, p->off_sw),
-                               .c = distil_dptr_add(a->workspace, p->off_zt),
-                               .ldc = a->vocab,
-                               .bias = a->bt,
-                               .bias_dtype = a->dtype};
-    return be->gemm_e4m3(b, &g);
 }

@@ -1,14 +1,21 @@
 /*
  * fused_fp8.h - the fp8 teacher head of the fused loss (docs/SPEC.md §6): the teacher's logits
  * from e4m3 rows of Wt (quantised once per call, or once for all calls by distil_e4m3_head_make)
- * and of each chunk's xt, with a scale per row, in the chunk loop's place of the teacher's exact
- * GEMM.
+ * and of each chunk's xt, with a scale per row, in place of the teacher's exact GEMM. Here: its
+ * checks, and the layout and header of a head made once; its teacher source is
+ * fused_teacher_fp8.c.
  */
 #ifndef DISTIL_CORE_FUSED_FP8_H
 #define DISTIL_CORE_FUSED_FP8_H
 
-#include "chunk.h"
 #include "ctx.h"
+#include "fused_args.h"
+
+/* Row stride of e4m3 codes of `cols` columns (docs/SPEC.md §6 fp8 teacher head): cols rounded up
+ * to 16 (cuBLASLt's fp8 takes K-major rows of a multiple of 16 bytes; the padding codes are 0). */
+static inline int64_t distil_e4m3_ld(int64_t cols) {
+    return (cols + 15) / 16 * 16;
+}
 
 /* A head made once (distil_e4m3_head_make, docs/SPEC.md §6; drawn in docs/DESIGN.md "The fp8
  * teacher head") is, from its first byte, which is 16-byte aligned:
@@ -59,29 +66,17 @@ distil_status distil_e4m3_head_check_align(distil_ctx *ctx, const char *fn, cons
 distil_status distil_fused_fp8_check(distil_ctx *ctx, const char *fn,
                                      const distil_fused_linear_jsd_desc *d);
 
-/* Bytes of a stored e4m3 element of this call's plan: 0 for the exact head, and for a backend
- * that computes the loss whole (ref). */
-int distil_fused_fp8_bytes(const distil_ctx *ctx, const distil_fused_linear_jsd_desc *d);
+/* q's head made once (wq_head, wq_bytes, wq, wq_ld, wq_scale) from the descriptor (checked by
+ * distil_fused_fp8_check; needs q->head.ht), or, none given, q's left as they are. */
+void distil_fused_fp8_given(const distil_ctx *ctx, const distil_fused_linear_jsd_desc *d,
+                            distil_teacher_e4m3 *q);
 
-/* a's head made once (wq_head, wq_bytes, wq, wq_ld, wq_scale) from the descriptor (checked by
- * distil_fused_fp8_check), or NULL wq_head and wq. */
-void distil_fused_fp8_head_args(const distil_ctx *ctx, const distil_fused_linear_jsd_desc *d,
-                                distil_fused_args *a);
-
-/* The fused call's head made once, after its pointer checks, on a host-memory backend: its
- * header is that of the call's teacher head (Vt, Ht) on this backend, else INVALID_ARG naming
+/* The fused call's head made once (q), after its pointer checks, on a host-memory backend: its
+ * header is that of the call's teacher head (a's Vt, Ht) on this backend, else INVALID_ARG naming
  * teacher_weight_e4m3 (made for another shape / backend). A device backend compares the header
- * on the device instead (distil_fused_fp8_weights; synchronize reports it). */
+ * on the device instead (the teacher source's prologue; synchronize reports it). */
 distil_status distil_fused_fp8_check_given(distil_ctx *ctx, const char *fn,
-                                           const distil_fused_args *a);
-
-/* Before the loop: Wt's rows [0, vocab) into the plan's wq and sw, or, with a head made once on a
- * device backend, its header compared with the call's on the device (e4m3_header). */
-distil_status distil_fused_fp8_weights(const distil_backend *be, void *b,
-                                       const distil_fused_args *a, const distil_fused_plan *p);
-
-/* zt of rows [r0, r0 + c): xt's rows into xq and sx, then zt = sx sw^T (xq wq^T) + bt. */
-distil_status distil_fused_fp8_logits(const distil_backend *be, void *b, const distil_fused_args *a,
-                                      const distil_fused_plan *p, int64_t r0, int64_t c);
+                                           const distil_fused_args *a,
+                                           const distil_teacher_e4m3 *q);
 
 #endif /* DISTIL_CORE_FUSED_FP8_H */

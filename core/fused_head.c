@@ -77,10 +77,6 @@ bool distil_fused_student_head(const distil_fused_args *a) {
     return a->student_scale != 1.0f || a->student_cap != 0.0f;
 }
 
-bool distil_fused_desc_student_head(const distil_fused_linear_jsd_desc *d) {
-    return d->student_logit_scale != 1.0f || d->student_softcap != 0.0f;
-}
-
 static bool distil_fused_teacher_head(const distil_fused_args *a) {
     return a->teacher_scale != 1.0f || a->teacher_cap != 0.0f;
 }

@@ -9,6 +9,7 @@
 
 #include "chunk.h"
 #include "ctx.h"
+#include "fused_args.h"
 
 /* Rows of the teacher's head (teacher_vocab, 0 = vocab), and the common prefix of both heads. */
 int64_t distil_fused_teacher_vocab(const distil_fused_linear_jsd_desc *d);
@@ -29,7 +30,6 @@ void distil_fused_head_defaults(distil_fused_args *a);
 
 /* Whether the student's logits are transformed (scale != 1 or cap != 0). */
 bool distil_fused_student_head(const distil_fused_args *a);
-bool distil_fused_desc_student_head(const distil_fused_linear_jsd_desc *d);
 
 /* Whether a call needs the backend's head_rows op. */
 bool distil_fused_head_needed(const distil_fused_args *a);

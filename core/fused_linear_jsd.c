@@ -1,20 +1,19 @@
 /*
  * fused_linear_jsd.c - the public entry points of the fused loss (docs/SPEC.md §2): validate,
- * plan chunks and workspace once, then the backend's whole op (the float64 reference) or the
- * core's chunk loop (fused_loop.c), which every other backend runs.
+ * choose the teacher source (the dense head, or its fp8 form), then one fused call (fused_call.c:
+ * the plan, then the backend's whole op or the core's chunk loop) with the local row pass. The
+ * vocabulary-parallel entry points run the same body with their own row pass.
  */
-#include "chunk.h"
-#include "ctx.h"
+#include "fused_linear_jsd.h"
+
 #include "divergence.h"
 #include "error.h"
-#include "fused_entry.h"
+#include "fused_call.h"
 #include "fused_fp8.h"
 #include "fused_head.h"
-#include "fused_loop.h"
+#include "fused_sources.h"
 #include "overlap.h"
-#include "tp.h"
 #include "validate.h"
-#include "workspace.h"
 
 #include <math.h>
 
@@ -94,21 +93,22 @@ static distil_status distil_fused_check_desc(distil_ctx *ctx,
 }
 
 /* Pointer checks: NULL where data is required, then backend ownership, then bias rules, then
- * sizes and overlaps (docs/SPEC.md §5). */
-static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused_args *a) {
+ * sizes and overlaps (docs/SPEC.md §5). q: the teacher's head (and its fp8 head made once). */
+static distil_status distil_fused_check_ptrs(distil_ctx *ctx, const distil_fused_args *a,
+                                             const distil_teacher_e4m3 *q) {
     const size_t es = distil_dtype_size(a->dtype);
     const size_t ges = distil_dtype_size(distil_fused_gw_dtype(a));
     /* Each head's buffers by its own rows (docs/SPEC.md §6). */
     const size_t t = (size_t)a->rows, v = (size_t)a->student_vocab, hs = (size_t)a->hs;
-    const size_t vt = (size_t)a->teacher_vocab;
+    const size_t vt = (size_t)a->teacher_vocab, ht = (size_t)q->head.ht;
     const distil_ptr_rule ptrs[] = {
         {"student_hidden", a->xs, a->rows > 0, t * hs * es, false},
         {"student_weight", a->ws, true, v * hs * es, false},
         {"student_bias", a->bs, false, v * es, false},
-        {"teacher_hidden", a->xt, a->rows > 0, t * (size_t)a->ht * es, false},
-        {"teacher_weight", a->wt, !distil_dptr_present(a->wq_head), vt * (size_t)a->ht * es, false},
-        {"teacher_weight_e4m3", a->wq_head, false, a->wq_bytes, false},
-        {"teacher_bias", a->bt, false, vt * es, false},
+        {"teacher_hidden", q->head.xt, a->rows > 0, t * ht * es, false},
+        {"teacher_weight", q->head.wt, !distil_dptr_present(q->wq_head), vt * ht * es, false},
+        {"teacher_weight_e4m3", q->wq_head, false, q->wq_bytes, false},
+        {"teacher_bias", q->head.bt, false, vt * es, false},
         {"labels", a->labels, a->rows > 0 && a->weight_hard != 0.0f, t * sizeof(int64_t), false},
         {"normaliser_device", a->normaliser_device, false, sizeof(float), false},
         {"loss", a->loss, true, (a->return_parts ? 3u : 1u) * sizeof(float), true},
@@ -132,7 +132,6 @@ static void distil_fused_fill_args(const distil_fused_linear_jsd_desc *d, distil
     a->rows = d->rows;
     a->vocab = d->vocab;
     a->hs = d->student_hidden;
-    a->ht = d->teacher_hidden;
     a->dtype = d->dtype;
     a->gw_f32 = d->grad_weight_fp32 != 0;
     a->weight_hard = d->weight_hard;
@@ -151,87 +150,66 @@ static void distil_fused_fill_args(const distil_fused_linear_jsd_desc *d, distil
     a->normaliser = d->normaliser;
     a->normaliser_device = distil_dptr_make(d->normaliser_device, 0);
     distil_fused_head_fill(d, a); /* vocab becomes the common prefix */
-    a->teacher_fp8 = d->teacher_head_precision == DISTIL_HEAD_PRECISION_FP8_E4M3;
 }
 
-/* The plan of this call: the asked chunk, or the chunk policy's fitted to a lent workspace. */
-static distil_status distil_fused_make_plan(distil_ctx *ctx, const distil_fused_linear_jsd_desc *d,
-                                            const distil_fused_shape *s, distil_fused_plan *p) {
-    return distil_fused_plan_make(ctx, fn, s, d->chunk_rows, s->vocab, p);
+/* The teacher's head as the caller gave it (the pointers of in, or none for a workspace query),
+ * with its fp8 head made once where the descriptor gives one. */
+static distil_teacher_e4m3 distil_fused_teacher_of(const distil_ctx *ctx,
+                                                   const distil_fused_linear_jsd_desc *d,
+                                                   const void *const in[6]) {
+    distil_teacher_e4m3 q = {.head = {.ht = d->teacher_hidden}};
+    if (in != NULL) {
+        q.head.xt = distil_dptr_make(in[3], 0);
+        q.head.wt = distil_dptr_make(in[4], 0);
+        q.head.bt = distil_dptr_make(in[5], 0);
+    }
+    distil_fused_fp8_given(ctx, d, &q);
+    return q;
 }
 
-/* The call's shape on ctx's backend: G stays fp32 where the backend's GEMMs compute in fp32
- * anyway (fp32_gemm), else it takes the input dtype its GEMMs run in. */
-/* Columns per tile of the row statistics that the loop will take from the logits GEMMs
- * (docs/DESIGN.md "Row statistics from the logits GEMM"), 0: none. Unsharded calls only. */
-static int distil_fused_stats_cols(const distil_ctx *ctx, const distil_fused_linear_jsd_desc *d,
-                                   bool grads, bool tp) {
-    distil_fused_args a = {0};
-    distil_fused_fill_args(d, &a);
-    return !tp && distil_fused_stats_wanted(ctx, &a, grads) ? ctx->be->stats_cols : 0;
+/* The call of the checked descriptor d with args a, teacher q and row pass `pass`: the teacher
+ * source is the fp8 head's where d asks for it (docs/SPEC.md §6), else the dense head's. */
+static distil_fused_call distil_fused_call_of(const distil_fused_linear_jsd_desc *d,
+                                              distil_fused_args *a, const distil_teacher_e4m3 *q,
+                                              distil_fused_pass pass) {
+    const bool fp8 = d->teacher_head_precision == DISTIL_HEAD_PRECISION_FP8_E4M3;
+    distil_fused_call c = {.fn = fn,
+                           .a = a,
+                           .teacher = fp8 ? distil_teacher_e4m3_source(q)
+                                          : distil_teacher_head_source(&q->head),
+                           .pass = pass,
+                           .chunk_rows = d->chunk_rows};
+    return c;
 }
 
-static distil_fused_shape distil_fused_shape_of(const distil_ctx *ctx,
-                                                const distil_fused_linear_jsd_desc *d, bool gx,
-                                                bool gw, bool gb, bool tp) {
-    distil_fused_shape s = {.rows = d->rows,
-                            .vocab = distil_fused_common_vocab(d),
-                            .hs = d->student_hidden,
-                            .ht = d->teacher_hidden,
-                            .dtype = d->dtype,
-                            .g_dtype = ctx->be->fp32_gemm ? DISTIL_F32 : d->dtype,
-                            .want_gx = gx,
-                            .want_gw = gw,
-                            .want_gb = gb,
-                            .gw_f32 = d->grad_weight_fp32 != 0,
-                            .own_labels = d->weight_hard == 0.0f,
-                            .want_dz = distil_fused_desc_student_head(d),
-                            .e4m3_bytes = distil_fused_fp8_bytes(ctx, d),
-                            .e4m3_head = d->teacher_weight_e4m3 != NULL,
-                            .stats_cols = distil_fused_stats_cols(ctx, d, gx || gw || gb, tp)};
-    s.gw_chunks = distil_fused_gw_chunks(ctx, s.g_dtype);
-    return s;
-}
-
-/* The workspace query, unsharded (tp NULL) or for a vocabulary shard (docs/SPEC.md §8). */
-distil_status distil_fused_workspace_call(distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc,
-                                          const distil_tp *tp_in, int want_grads, size_t *bytes) {
+distil_status distil_fused_linear_jsd_workspace_run(distil_ctx *ctx,
+                                                    const distil_fused_linear_jsd_desc *desc,
+                                                    distil_fused_pass pass, int want_grads,
+                                                    size_t *bytes) {
     DISTIL_TRY(distil_check_query(ctx, "fused_linear_jsd_workspace_size", bytes));
     DISTIL_TRY(distil_fused_check_desc(ctx, desc));
-    if (desc->rows == 0) {
-        *bytes = 0;
-        return DISTIL_OK;
-    }
-    bool g = want_grads != 0;
-    distil_fused_shape s = distil_fused_shape_of(ctx, desc, g, g, g, tp_in != NULL);
-    distil_fused_plan p;
-    DISTIL_TRY(distil_fused_make_plan(ctx, desc, &s, &p));
-    if (tp_in != NULL) {
-        distil_tp tp = *tp_in;
-        DISTIL_TRY(distil_tp_fused_plan(ctx, &tp, &s, desc->chunk_rows == 0, &p));
-    }
-    *bytes = p.bytes;
-    return DISTIL_OK;
+    distil_fused_args a = {0};
+    distil_fused_fill_args(desc, &a);
+    const distil_teacher_e4m3 q = distil_fused_teacher_of(ctx, desc, NULL);
+    const distil_fused_call c = distil_fused_call_of(desc, &a, &q, pass);
+    return distil_fused_call_workspace(ctx, &c, want_grads != 0, bytes);
 }
 
 distil_status distil_fused_linear_jsd_workspace_size(distil_ctx *ctx,
                                                      const distil_fused_linear_jsd_desc *desc,
                                                      int want_grads, size_t *bytes) {
     DISTIL_GUARDED(ctx, "fused_linear_jsd_workspace_size",
-                   distil_fused_workspace_call(ctx, desc, NULL, want_grads, bytes));
+                   distil_fused_linear_jsd_workspace_run(ctx, desc, distil_fused_pass_local(),
+                                                         want_grads, bytes));
 }
 
-/* The body of the fused loss, unsharded (tp NULL) or on a vocabulary shard (docs/SPEC.md §8).
- * in: student hidden, weight, bias, teacher hidden, weight, bias; grads: hidden, weight, bias. */
-distil_status distil_fused_call(distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc,
-                                const distil_tp *tp_in, const void *const in[6],
-                                const int64_t *labels, float *loss, void *const grads[3]) {
+distil_status distil_fused_linear_jsd_run(distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc,
+                                          distil_fused_pass pass, const void *const in[6],
+                                          const int64_t *labels, float *loss,
+                                          void *const grads[3]) {
     distil_fused_args a = {.xs = distil_dptr_make(in[0], 0),
                            .ws = distil_dptr_make(in[1], 0),
                            .bs = distil_dptr_make(in[2], 0),
-                           .xt = distil_dptr_make(in[3], 0),
-                           .wt = distil_dptr_make(in[4], 0),
-                           .bt = distil_dptr_make(in[5], 0),
                            .labels = distil_dptr_make(labels, 0),
                            .loss = distil_dptr_make(loss, 0),
                            .grad_xs = distil_dptr_make(grads[0], 0),
@@ -239,24 +217,11 @@ distil_status distil_fused_call(distil_ctx *ctx, const distil_fused_linear_jsd_d
                            .grad_bs = distil_dptr_make(grads[2], 0)};
     DISTIL_TRY(distil_fused_check_desc(ctx, desc));
     distil_fused_fill_args(desc, &a);
-    distil_fused_fp8_head_args(ctx, desc, &a);
-    DISTIL_TRY(distil_fused_check_ptrs(ctx, &a));
-    DISTIL_TRY(distil_fused_fp8_check_given(ctx, fn, &a)); /* docs/SPEC.md §6: its header */
-    if (a.rows == 0) {
-        return distil_fused_empty(ctx, &a);
-    }
-    distil_fused_shape s = distil_fused_shape_of(ctx, desc, distil_dptr_present(a.grad_xs),
-                                                 distil_dptr_present(a.grad_ws),
-                                                 distil_dptr_present(a.grad_bs), tp_in != NULL);
-    distil_fused_plan p;
-    DISTIL_TRY(distil_fused_make_plan(ctx, desc, &s, &p));
-    distil_tp tp_plan, *tp = NULL;
-    if (tp_in != NULL) {
-        tp_plan = *tp_in;
-        tp = &tp_plan;
-        DISTIL_TRY(distil_tp_fused_plan(ctx, tp, &s, desc->chunk_rows == 0, &p));
-    }
-    return distil_fused_run_planned(ctx, fn, &a, &p, tp);
+    const distil_teacher_e4m3 q = distil_fused_teacher_of(ctx, desc, in);
+    DISTIL_TRY(distil_fused_check_ptrs(ctx, &a, &q));
+    DISTIL_TRY(distil_fused_fp8_check_given(ctx, fn, &a, &q)); /* docs/SPEC.md §6: its header */
+    const distil_fused_call c = distil_fused_call_of(desc, &a, &q, pass);
+    return distil_fused_call_run(ctx, &c);
 }
 
 distil_status distil_fused_linear_jsd(distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc,
@@ -271,5 +236,6 @@ distil_status distil_fused_linear_jsd(distil_ctx *ctx, const distil_fused_linear
     DISTIL_GUARDED(ctx, fn,
                    ctx == NULL
                        ? distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "%s: ctx is NULL", fn)
-                       : distil_fused_call(ctx, desc, NULL, in, labels, loss, grads));
+                       : distil_fused_linear_jsd_run(ctx, desc, distil_fused_pass_local(), in,
+                                                     labels, loss, grads));
 }

@@ -1,19 +1,16 @@
 /*
  * fused_linear_topk.c - the public entry points of the fused loss against a cached top-k teacher
- * (docs/SPEC.md §2 with §7's soft part): validate, plan chunks and workspace, then the chunk loop
- * of fused_loop.c with args.topk set (or the reference's whole fused op, which sees it too), by
- * the steps it shares with distil_fused_linear_jsd (fused_entry.h).
+ * (docs/SPEC.md §2 with §7's soft part): validate, then one fused call (fused_call.c, shared with
+ * distil_fused_linear_jsd) with the top-k teacher source and its row pass
+ * (fused_teacher_topk.c), which the reference's whole fused op reads too.
  */
-#include "chunk.h"
-#include "ctx.h"
 #include "error.h"
-#include "fused_entry.h"
+#include "fused_call.h"
 #include "fused_head.h"
-#include "fused_loop.h"
+#include "fused_sources.h"
 #include "overlap.h"
 #include "topk_check.h"
 #include "validate.h"
-#include "workspace.h"
 
 static const char *const fn = "fused_linear_topk";
 
@@ -93,7 +90,8 @@ static distil_status distil_flt_check_desc(distil_ctx *ctx,
 
 /* Pointer checks: NULL where data is required, backend ownership, bias rule, sizes, overlaps. */
 static distil_status distil_flt_check_ptrs(distil_ctx *ctx, const distil_fused_linear_topk_desc *d,
-                                           const distil_fused_args *a) {
+                                           const distil_fused_args *a,
+                                           const distil_topk_teacher *teacher) {
     const distil_topk_fields f = distil_flt_fields(d);
     const size_t es = distil_dtype_size(a->dtype);
     const size_t t = (size_t)a->rows, v = (size_t)a->vocab, hs = (size_t)a->hs;
@@ -101,8 +99,8 @@ static distil_status distil_flt_check_ptrs(distil_ctx *ctx, const distil_fused_l
         {"student_hidden", a->xs, a->rows > 0, t * hs * es, false},
         {"student_weight", a->ws, true, v * hs * es, false},
         {"student_bias", a->bs, false, v * es, false},
-        {"teacher_ids", a->topk->ids, a->rows > 0, distil_topk_ids_bytes(&f), false},
-        {"teacher_logp", a->topk->logp, a->rows > 0, distil_topk_logp_bytes(&f), false},
+        {"teacher_ids", teacher->ids, a->rows > 0, distil_topk_ids_bytes(&f), false},
+        {"teacher_logp", teacher->logp, a->rows > 0, distil_topk_logp_bytes(&f), false},
         {"labels", a->labels, a->rows > 0 && a->weight_hard != 0.0f, t * sizeof(int64_t), false},
         {"normaliser_device", a->normaliser_device, false, sizeof(float), false},
         {"loss", a->loss, true, (a->return_parts ? 3u : 1u) * sizeof(float), true},
@@ -123,7 +121,6 @@ static void distil_flt_fill_args(const distil_fused_linear_topk_desc *d, distil_
     a->rows = d->rows;
     a->vocab = d->vocab;
     a->hs = d->student_hidden;
-    a->ht = 1;
     a->dtype = d->dtype;
     a->weight_hard = d->weight_hard;
     a->weight_soft = d->weight_soft;
@@ -135,34 +132,27 @@ static void distil_flt_fill_args(const distil_fused_linear_topk_desc *d, distil_
     a->return_parts = d->return_parts != 0;
     a->normaliser = d->normaliser;
     a->normaliser_device = distil_dptr_make(d->normaliser_device, 0);
-    a->sum_reduction = d->reduction == DISTIL_REDUCTION_SUM;
     distil_fused_head_defaults(a); /* docs/SPEC.md §6 head options: none here */
 }
 
-/* The call's shape on ctx's backend (as the dense fused loss's, with no teacher logits). */
-static distil_fused_shape distil_flt_shape_of(const distil_ctx *ctx,
-                                              const distil_fused_linear_topk_desc *d, bool gx,
-                                              bool gw, bool gb) {
-    distil_fused_shape s = {.rows = d->rows,
-                            .vocab = d->vocab,
-                            .hs = d->student_hidden,
-                            .ht = 1,
-                            .dtype = d->dtype,
-                            .g_dtype = ctx->be->fp32_gemm ? DISTIL_F32 : d->dtype,
-                            .want_gx = gx,
-                            .want_gw = gw,
-                            .want_gb = gb,
-                            .own_labels = d->weight_hard == 0.0f,
-                            .topk_teacher = true};
-    s.gw_chunks = distil_fused_gw_chunks(ctx, s.g_dtype);
-    return s;
+/* SUM: N = 1 (docs/SPEC.md §7), given like a caller's normaliser (whose pointer, if any, has
+ * passed its checks: the labels are still checked, not counted). */
+static void distil_flt_reduction(const distil_fused_linear_topk_desc *d, distil_fused_args *a) {
+    if (d->reduction == DISTIL_REDUCTION_SUM) {
+        a->normaliser = 1.0f;
+        a->normaliser_device = distil_dptr_make(NULL, 0);
+    }
 }
 
-/* The plan: the asked chunk, or the policy's fitted to a lent workspace. The policy's budget is
- * for zs and zt; with no zt the same budget holds twice the rows. */
-static distil_status distil_flt_make_plan(distil_ctx *ctx, const distil_fused_linear_topk_desc *d,
-                                          const distil_fused_shape *s, distil_fused_plan *p) {
-    return distil_fused_plan_make(ctx, fn, s, d->chunk_rows, (s->vocab + 1) / 2, p);
+/* The call of the checked descriptor d with args a and the cached teacher t. */
+static distil_fused_call distil_flt_call_of(const distil_fused_linear_topk_desc *d,
+                                            distil_fused_args *a, distil_topk_teacher *t) {
+    distil_fused_call c = {.fn = fn,
+                           .a = a,
+                           .teacher = distil_teacher_topk_source(t),
+                           .pass = distil_fused_pass_topk(t),
+                           .chunk_rows = d->chunk_rows};
+    return c;
 }
 
 static distil_status distil_flt_workspace_size_run(distil_ctx *ctx,
@@ -170,16 +160,11 @@ static distil_status distil_flt_workspace_size_run(distil_ctx *ctx,
                                                    int want_grads, size_t *bytes) {
     DISTIL_TRY(distil_check_query(ctx, "fused_linear_topk_workspace_size", bytes));
     DISTIL_TRY(distil_flt_check_desc(ctx, desc));
-    if (desc->rows == 0) {
-        *bytes = 0;
-        return DISTIL_OK;
-    }
-    bool g = want_grads != 0;
-    distil_fused_shape s = distil_flt_shape_of(ctx, desc, g, g, g);
-    distil_fused_plan p;
-    DISTIL_TRY(distil_flt_make_plan(ctx, desc, &s, &p));
-    *bytes = p.bytes;
-    return DISTIL_OK;
+    distil_fused_args a = {0};
+    distil_flt_fill_args(desc, &a);
+    distil_topk_teacher t = {0};
+    const distil_fused_call c = distil_flt_call_of(desc, &a, &t);
+    return distil_fused_call_workspace(ctx, &c, want_grads != 0, bytes);
 }
 
 distil_status distil_fused_linear_topk_workspace_size(distil_ctx *ctx,
@@ -187,16 +172,6 @@ distil_status distil_fused_linear_topk_workspace_size(distil_ctx *ctx,
                                                       int want_grads, size_t *bytes) {
     DISTIL_GUARDED(ctx, "fused_linear_topk_workspace_size",
                    distil_flt_workspace_size_run(ctx, desc, want_grads, bytes));
-}
-
-static distil_status distil_flt_execute(distil_ctx *ctx, const distil_fused_linear_topk_desc *desc,
-                                        distil_fused_args *a) {
-    distil_fused_shape s =
-        distil_flt_shape_of(ctx, desc, distil_dptr_present(a->grad_xs),
-                            distil_dptr_present(a->grad_ws), distil_dptr_present(a->grad_bs));
-    distil_fused_plan p;
-    DISTIL_TRY(distil_flt_make_plan(ctx, desc, &s, &p));
-    return distil_fused_run_planned(ctx, fn, a, &p, NULL);
 }
 
 static distil_status distil_flt_run(distil_ctx *ctx, const distil_fused_linear_topk_desc *desc,
@@ -207,10 +182,6 @@ static distil_status distil_flt_run(distil_ctx *ctx, const distil_fused_linear_t
         return distil_error_set(NULL, DISTIL_ERR_INVALID_ARG, "%s: ctx is NULL", fn);
     }
     DISTIL_TRY(distil_flt_check_desc(ctx, desc));
-    if (ctx->be->topk_rows == NULL && ctx->be->fused_linear_jsd == NULL) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "%s: backend '%s' lacks the top-k kernels", fn, ctx->be->name);
-    }
     distil_topk_fields f = distil_flt_fields(desc);
     distil_topk_teacher t = distil_topk_teacher_of(&f, ids, logp);
     distil_fused_args a = {.xs = distil_dptr_make(xs, 0),
@@ -220,14 +191,12 @@ static distil_status distil_flt_run(distil_ctx *ctx, const distil_fused_linear_t
                            .loss = distil_dptr_make(loss, 0),
                            .grad_xs = distil_dptr_make(gxs, 0),
                            .grad_ws = distil_dptr_make(gws, 0),
-                           .grad_bs = distil_dptr_make(gbs, 0),
-                           .topk = &t};
+                           .grad_bs = distil_dptr_make(gbs, 0)};
     distil_flt_fill_args(desc, &a);
-    DISTIL_TRY(distil_flt_check_ptrs(ctx, desc, &a));
-    if (a.rows == 0) {
-        return distil_fused_empty(ctx, &a);
-    }
-    return distil_flt_execute(ctx, desc, &a);
+    DISTIL_TRY(distil_flt_check_ptrs(ctx, desc, &a, &t));
+    distil_flt_reduction(desc, &a);
+    const distil_fused_call c = distil_flt_call_of(desc, &a, &t);
+    return distil_fused_call_run(ctx, &c);
 }
 
 distil_status distil_fused_linear_topk(distil_ctx *ctx, const distil_fused_linear_topk_desc *desc,

@@ -1,60 +1,61 @@
 /*
  * fused_loop.c - the chunk loop of the fused loss, see fused_loop.h. With C = the plan's chunk:
  *   n = max(1, valid rows), or the caller's N                count_valid (docs/SPEC.md §6)
- *   zs, zt of chunk 0                                        two GEMMs, (C, V) fp32
+ *   zs, zt of chunk 0                                        GEMM, the teacher's logits
  *   per chunk k:  [head_rows: scale / cap zs, zt in place, their LSEs (docs/SPEC.md §6)]
- *                 fused_rows -> ce, jsd (C) and G (C, V) into G's slot k mod K
+ *                 the row pass -> ce, soft (C) and G (C, V) into G's slot k mod K
  *                 grad_xs_k = G Ws;  gb (+)= 1^T G
  *                 the last chunk of a group of K: gw (+)= G^T xs over the group's rows
  *                 zs, zt of chunk k + 1
  *   cast the fp32 accumulators (several chunks only) to the output dtype (grad_Ws's not, where the
- *   backend's last grad_Ws GEMM writes the output itself: gemm_d_ok); the student's rows
- *   beyond the common vocabulary prefix V of grad_Ws / grad_bs = 0; loss = reduce(ce, jsd)
+ *   backend's fused-cast GEMM writes the output itself: epilogue->cast_ok); the student's rows
+ *   beyond the common vocabulary prefix V of grad_Ws / grad_bs = 0; loss = reduce(ce, soft)
  * K = the plan's gw_chunks (docs/DESIGN.md "Weight-gradient groups"): G of K chunks is kept so
  * that one grad_Ws GEMM of K C rows replaces K GEMMs of C, each a pass over the accumulator.
  * gw / gb are the workspace's fp32 accumulators, or the outputs themselves when there is one
  * group (chunk for gb; written in the output dtype, rounded once, beta = 0) or the dtype is F32.
- * With a cached top-k teacher (docs/SPEC.md §7, args.topk) the teacher side is its ids and
- * log-probs instead of zt: no teacher GEMM, and topk_rows instead of fused_rows. With the fp8
- * teacher head (docs/SPEC.md §6, args.teacher_fp8) Wt is quantised once before the loop and each
- * chunk's zt comes from quant_rows of its xt and gemm_e4m3 (fused_fp8.c). A backend with a second
- * lane (side_begin) computes chunk k + 1's logits there while the stream runs chunk k's gradient
- * GEMMs. The accumulation order over chunks and groups is fixed, so results are reproducible.
+ * The teacher's logits (zt) come from the call's teacher source and the row pass is the call's
+ * row pass (fused_strategy.h): the loop calls them and knows neither which teacher nor which
+ * parallelism. A backend with a second lane (side) computes chunk k + 1's logits there
+ * while the stream runs chunk k's gradient GEMMs. The accumulation order over chunks and groups is
+ * fixed, so results are reproducible.
  */
 #include "fused_loop.h"
 
 #include "divergence.h"
 #include "error.h"
-#include "fused_fp8.h"
 #include "fused_head.h"
-#include "tp.h"
+#include "fused_logits.h"
+#include "fused_stats.h"
 
 /* Everything one chunk step needs, resolved once per call. */
 typedef struct distil_fused_loop {
+    distil_fused_view view; /* what the strategies see: ctx, a, p, stats */
     distil_ctx *ctx;
     const distil_backend *be;
     void *b;
     const distil_fused_args *a;
     const distil_fused_plan *p;
+    const distil_teacher_source *t;
+    const distil_fused_pass *pass;
     distil_dptr gw, gb; /* where grad_Ws / grad_bs go (absent: not wanted) */
     /* of gw, gb: F32 (accumulators), or the output dtype; they differ where one group of
      * grad_Ws holds every chunk while grad_bs still accumulates over chunks */
     distil_dtype gw_dtype, gb_dtype;
-    size_t es;           /* bytes of an input element */
-    bool grads;          /* any gradient wanted */
-    bool head;           /* a head pass before each row pass (docs/SPEC.md §6, fused_head.c) */
-    bool stats;          /* row statistics from the logits GEMMs (distil_fused_stats_wanted) */
-    bool gw_direct;      /* the last grad_Ws GEMM writes grad_Ws (distil_fused_gw_direct) */
-    const distil_tp *tp; /* vocabulary shard (docs/SPEC.md §8), or NULL */
+    size_t es;      /* bytes of an input element */
+    bool grads;     /* any gradient wanted */
+    bool head;      /* a head pass before each row pass (docs/SPEC.md §6, fused_head.c) */
+    bool gw_direct; /* the last grad_Ws GEMM writes grad_Ws (distil_fused_gw_direct) */
 } distil_fused_loop;
 
-/* A split phase of a vocabulary-parallel call that stops before FINISH: statistics only. */
+/* The row pass stops after its statistics (a split phase before the last): no gradients, no
+ * loss. */
 static bool distil_fused_stats_only(const distil_fused_loop *L) {
-    return L->tp != NULL && L->tp->phase >= 0 && L->tp->phase != DISTIL_TP_FINISH;
+    return L->pass->ops->stats_only != NULL && L->pass->ops->stats_only(L->pass->self);
 }
 
-static distil_dptr distil_fused_ws(const distil_fused_loop *L, size_t off) {
-    return distil_dptr_add(L->a->workspace, off);
+static distil_dptr distil_fused_at(const distil_fused_loop *L, size_t off) {
+    return distil_fused_region(L->a, off);
 }
 
 /* Rows of the chunk that starts at r0 (0 past the end). */
@@ -69,7 +70,7 @@ static distil_dptr distil_fused_g(const distil_fused_loop *L, int64_t r0) {
     const size_t slot = (size_t)((r0 / p->chunk_rows) % p->gw_chunks);
     const size_t bytes =
         (size_t)p->chunk_rows * (size_t)L->a->vocab * distil_dtype_size(p->g_dtype);
-    return distil_fused_ws(L, p->off_g + slot * bytes);
+    return distil_fused_at(L, p->off_g + slot * bytes);
 }
 
 /* The first failure: s, else t. */
@@ -77,135 +78,33 @@ static distil_status distil_fused_first(distil_status s, distil_status t) {
     return s != DISTIL_OK ? s : t;
 }
 
-/* Plane i of the row statistics in plan p's workspace: 0, 1 the maxima and sums of zs, 2, 3 of zt
- * (p NULL: the workspace is not known yet, a NULL pointer). */
-static distil_dptr distil_fused_stats_plane(const distil_fused_args *a, const distil_fused_plan *p,
-                                            int i) {
-    if (p == NULL) {
-        return distil_dptr_make(NULL, 0);
-    }
-    return distil_dptr_add(a->workspace, p->off_stats + (size_t)i * p->stats_plane * sizeof(float));
+/* The student's logits GEMM of rows [r0, r0 + c). */
+static distil_status distil_fused_student_logits(const distil_fused_loop *L, int64_t r0,
+                                                 int64_t c) {
+    const distil_fused_linear l = distil_fused_student_linear(L->a);
+    return distil_fused_logits_run(&L->view, &l, r0, c);
 }
 
-/* The GEMM zs = xs_c Ws^T + bs (student) or zt = xt_c Wt^T + bt (teacher) of rows [r0, r0 + c),
- * into plan p's workspace (p NULL: the workspace is not known yet); with stats, the row statistics
- * into p's planes (docs/DESIGN.md "Row statistics from the logits GEMM"). */
-static distil_gemm_args distil_fused_logits_gemm(const distil_fused_args *a,
-                                                 const distil_fused_plan *p, int64_t r0, int64_t c,
-                                                 bool teacher, bool stats) {
-    const int64_t h = teacher ? a->ht : a->hs;
-    const size_t es = distil_dtype_size(a->dtype);
-    const distil_dptr ws = p ? a->workspace : distil_dptr_make(NULL, 0);
-    const float log2e = 1.4426950408889634f;
-    distil_gemm_args g = {.trans_b = true,
-                          .m = c,
-                          .n = a->vocab,
-                          .k = h,
-                          .alpha = 1.0f,
-                          .a_dtype = a->dtype,
-                          .b_dtype = a->dtype,
-                          .c_dtype = DISTIL_F32,
-                          .a = distil_dptr_add(teacher ? a->xt : a->xs, (size_t)(r0 * h) * es),
-                          .lda = h,
-                          .b = teacher ? a->wt : a->ws,
-                          .ldb = h,
-                          .c = distil_dptr_add(ws, p ? (teacher ? p->off_zt : p->off_zs) : 0),
-                          .ldc = a->vocab,
-                          .bias = teacher ? a->bt : a->bs,
-                          .stats_c1 =
-                              log2e * (teacher ? a->inv_teacher_temperature : a->inv_temperature)};
-    if (stats) {
-        g.stats_max = distil_fused_stats_plane(a, p, teacher ? 2 : 0);
-        g.stats_s1 = distil_fused_stats_plane(a, p, teacher ? 3 : 1);
-    }
-    return g;
-}
-
-/* Whether be takes the row statistics of both logits GEMMs of c rows (plan p, or NULL: not known
- * yet) for a row pass with or without gradients. */
-static bool distil_fused_stats_ask(const distil_backend *be, void *b, const distil_fused_args *a,
-                                   const distil_fused_plan *p, int64_t c, bool grads) {
-    const distil_gemm_args s = distil_fused_logits_gemm(a, p, 0, c, false, true);
-    const distil_gemm_args t = distil_fused_logits_gemm(a, p, 0, c, true, true);
-    return be->stats_ok(b, &s, grads) && be->stats_ok(b, &t, grads);
-}
-
-bool distil_fused_stats_wanted(const distil_ctx *ctx, const distil_fused_args *a, bool grads) {
-    const distil_backend *be = ctx->be;
-    /* the student's entropy (docs/SPEC.md §6) is summed by the row kernels that read the rows */
-    if (be->stats_ok == NULL || be->stats_cols <= 0 || a->topk != NULL || a->teacher_fp8 ||
-        distil_fused_head_needed(a) || distil_dptr_present(a->student_entropy)) {
-        return false;
-    }
-    /* the shape; the chunk's rows do not change what is asked */
-    return distil_fused_stats_ask(be, ctx->b, a, NULL, a->rows, grads);
-}
-
-static distil_status distil_fused_logits_of(const distil_fused_loop *L, int64_t r0, int64_t c,
-                                            bool teacher) {
-    const distil_gemm_args g = distil_fused_logits_gemm(L->a, L->p, r0, c, teacher, L->stats);
-    return L->be->gemm(L->b, &g);
-}
-
-/* The teacher's logits GEMM: only with a dense teacher head (a cached top-k teacher, docs/SPEC.md
- * §7, has none). */
+/* The teacher's logits of rows [r0, r0 + c), where its source has any. */
 static distil_status distil_fused_teacher_logits(const distil_fused_loop *L, int64_t r0,
                                                  int64_t c) {
-    if (L->a->teacher_fp8) { /* docs/SPEC.md §6 fp8 teacher head (fused_fp8.c) */
-        return distil_fused_fp8_logits(L->be, L->b, L->a, L->p, r0, c);
-    }
-    return L->a->topk != NULL ? DISTIL_OK : distil_fused_logits_of(L, r0, c, true);
+    const distil_teacher_ops *t = L->t->ops;
+    return t->logits != NULL ? t->logits(&L->view, L->t->self, r0, c) : DISTIL_OK;
 }
 
 static distil_status distil_fused_logits(const distil_fused_loop *L, int64_t r0, int64_t c) {
-    DISTIL_TRY(distil_fused_logits_of(L, r0, c, false));
+    DISTIL_TRY(distil_fused_student_logits(L, r0, c));
     return distil_fused_teacher_logits(L, r0, c);
 }
 
-/* The row pass of a cached top-k teacher (docs/SPEC.md §7): the teacher's rows of the chunk. */
-static distil_status distil_fused_topk_rows(const distil_fused_loop *L, int64_t r0, int64_t c) {
-    const distil_fused_args *a = L->a;
-    const distil_fused_plan *p = L->p;
-    distil_topk_teacher t = *a->topk;
-    const size_t slots = (size_t)(r0 * t.k);
-    t.ids = distil_dptr_add(t.ids, slots * (t.ids_i64 ? 8u : 4u));
-    t.logp = distil_dptr_add(t.logp, slots * distil_dtype_size(t.logp_dtype));
-    distil_topk_rows_args r = {
-        .x = distil_fused_ws(L, p->off_zs),
-        .x_stride = a->vocab,
-        .x_dtype = DISTIL_F32,
-        .logits = true,
-        .t = t,
-        .rows = c,
-        .vocab = a->vocab,
-        .row0 = r0,
-        .labels = distil_dptr_add(a->labels, (size_t)r0 * sizeof(int64_t)),
-        .ignore_index = a->ignore_index,
-        .beta = a->beta,
-        .inv_temperature = a->inv_temperature,
-        .weight_hard = a->weight_hard,
-        .weight_soft = a->weight_soft,
-        .ce_rows = distil_fused_ws(L, p->off_ce + (size_t)r0 * sizeof(float)),
-        .soft_rows = distil_fused_ws(L, p->off_jsd + (size_t)r0 * sizeof(float)),
-        .g = L->grads ? distil_fused_g(L, r0) : distil_dptr_make(NULL, 0),
-        .g_dtype = p->g_dtype,
-        .g_stride = a->vocab,
-        .n_valid = distil_fused_ws(L, p->off_n),
-        .divergence = a->divergence,
-        .alpha = a->alpha};
-    return L->be->topk_rows(L->b, &r);
-}
-
-/* Per-row CE / JSD of the chunk, and G when gradients are wanted. */
+/* Per-row CE and soft part of the chunk, and G when gradients are wanted: the head pass, then the
+ * call's row pass. */
 static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, int64_t c) {
     const distil_fused_args *a = L->a;
     const distil_fused_plan *p = L->p;
-    if (a->topk != NULL) {
-        return distil_fused_topk_rows(L, r0, c);
-    }
     distil_fused_rows_args r = {
-        .zs = distil_fused_ws(L, p->off_zs),
-        .zt = distil_fused_ws(L, p->off_zt),
+        .zs = distil_fused_at(L, p->off_zs),
+        .zt = distil_fused_at(L, p->off_zt),
         .rows = c,
         .vocab = a->vocab,
         .labels = distil_dptr_add(a->labels, (size_t)r0 * sizeof(int64_t)),
@@ -214,11 +113,11 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         .inv_temperature = a->inv_temperature,
         .weight_hard = a->weight_hard,
         .weight_soft = a->weight_soft,
-        .ce_rows = distil_fused_ws(L, p->off_ce + (size_t)r0 * sizeof(float)),
-        .jsd_rows = distil_fused_ws(L, p->off_jsd + (size_t)r0 * sizeof(float)),
+        .ce_rows = distil_fused_at(L, p->off_ce + (size_t)r0 * sizeof(float)),
+        .soft_rows = distil_fused_at(L, p->off_soft + (size_t)r0 * sizeof(float)),
         .g = L->grads ? distil_fused_g(L, r0) : distil_dptr_make(NULL, 0),
         .g_dtype = p->g_dtype,
-        .n_valid = distil_fused_ws(L, p->off_n),
+        .n_valid = distil_fused_at(L, p->off_n),
         .divergence = a->divergence,
         .alpha = a->alpha,
         .inv_teacher_temperature = a->inv_teacher_temperature,
@@ -226,7 +125,7 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
         .entropy = distil_dptr_present(a->student_entropy)
                        ? distil_dptr_add(a->student_entropy, (size_t)r0 * sizeof(float))
                        : a->student_entropy};
-    if (L->stats) {
+    if (L->view.stats) {
         r.zs_max = distil_fused_stats_plane(a, p, 0);
         r.zs_s1 = distil_fused_stats_plane(a, p, 1);
         r.zt_max = distil_fused_stats_plane(a, p, 2);
@@ -236,10 +135,7 @@ static distil_status distil_fused_rows(const distil_fused_loop *L, int64_t r0, i
     if (L->head) {
         DISTIL_TRY(distil_fused_head_pass(L->be, L->b, a, p, r.dz, r0, c));
     }
-    if (L->tp != NULL) {
-        return distil_tp_fused_rows(L->ctx, L->tp, &r, a->rows, r0);
-    }
-    return L->be->fused_rows(L->b, &r);
+    return L->pass->ops->rows(&L->view, L->pass->self, &r, r0);
 }
 
 /* grad_xs_c = G Ws (c, Hs), in the output dtype. */
@@ -258,21 +154,8 @@ static distil_status distil_fused_grad_x(const distil_fused_loop *L, int64_t r0,
                           .ldb = a->hs,
                           .c = distil_dptr_add(a->grad_xs, (size_t)(r0 * a->hs) * L->es),
                           .ldc = a->hs};
-    if (L->tp == NULL || !distil_dptr_present(L->tp->gx)) {
-        return L->be->gemm(L->b, &m);
-    }
-    /* Vocabulary parallel: the rank's fp32 partial, summed over the ranks, then rounded once. */
-    m.c_dtype = DISTIL_F32;
-    m.c = L->tp->gx;
-    DISTIL_TRY(L->be->gemm(L->b, &m));
-    DISTIL_TRY(distil_comm_allreduce(L->ctx, L->tp->comm, m.c, c * a->hs, DISTIL_COMM_F32,
-                                     DISTIL_COMM_SUM));
-    distil_cast_args k = {.src = L->tp->gx,
-                          .dst = distil_dptr_add(a->grad_xs, (size_t)(r0 * a->hs) * L->es),
-                          .src_dtype = DISTIL_F32,
-                          .dst_dtype = a->dtype,
-                          .count = c * a->hs};
-    return L->be->cast(L->b, &k);
+    const distil_fused_pass_ops *o = L->pass->ops;
+    return o->grad_x != NULL ? o->grad_x(&L->view, L->pass->self, &m) : L->be->gemm(L->b, &m);
 }
 
 /* The first row of the weight-gradient group that holds the chunk starting at r0 (its G is in
@@ -282,10 +165,9 @@ static int64_t distil_fused_group_start(const distil_fused_loop *L, int64_t r0) 
     return r0 / span * span;
 }
 
-/* gw (V, Hs) (+)= G^T xs over the group's rows [g0, g0 + k); the first group overwrites. direct:
- * the last group's sum goes to grad_Ws in the output dtype (d) instead of back into gw. */
-static distil_gemm_args distil_fused_grad_w_args(const distil_fused_loop *L, int64_t g0, int64_t k,
-                                                 bool direct) {
+/* gw (V, Hs) (+)= G^T xs over the group's rows [g0, g0 + k); the first group overwrites. */
+static distil_gemm_args distil_fused_grad_w_args(const distil_fused_loop *L, int64_t g0,
+                                                 int64_t k) {
     const distil_fused_args *a = L->a;
     distil_gemm_args m = {.trans_a = true,
                           .m = a->vocab,
@@ -302,10 +184,15 @@ static distil_gemm_args distil_fused_grad_w_args(const distil_fused_loop *L, int
                           .ldb = a->hs,
                           .c = L->gw,
                           .ldc = a->hs};
-    if (direct) {
-        m.d = a->grad_ws;
-        m.d_dtype = a->dtype;
-    }
+    return m;
+}
+
+/* The last group's GEMM with its sum going to grad_Ws in the output dtype (the fused-cast GEMM)
+ * instead of back into gw. */
+static distil_gemm_cast_args distil_fused_grad_w_cast(const distil_fused_loop *L, int64_t g0,
+                                                      int64_t k) {
+    const distil_gemm_cast_args m = {
+        .gemm = distil_fused_grad_w_args(L, g0, k), .d = L->a->grad_ws, .d_dtype = L->a->dtype};
     return m;
 }
 
@@ -316,19 +203,24 @@ static distil_status distil_fused_grad_w(const distil_fused_loop *L, int64_t r0,
     if (!last && r0 + c < g0 + L->p->chunk_rows * L->p->gw_chunks) {
         return DISTIL_OK; /* G stays in its slot for the group's GEMM */
     }
-    const distil_gemm_args m = distil_fused_grad_w_args(L, g0, r0 + c - g0, L->gw_direct && last);
+    if (L->gw_direct && last) {
+        const distil_gemm_cast_args m = distil_fused_grad_w_cast(L, g0, r0 + c - g0);
+        return L->be->epilogue->gemm_cast(L->b, &m);
+    }
+    const distil_gemm_args m = distil_fused_grad_w_args(L, g0, r0 + c - g0);
     return L->be->gemm(L->b, &m);
 }
 
 /* Whether the last chunk's grad_Ws GEMM writes grad_Ws in the output dtype itself (the backend's
- * gemm_d_ok), so that the fp32 accumulator needs no cast pass after the loop. */
+ * fused-cast GEMM), so that the fp32 accumulator needs no cast pass after the loop. */
 static bool distil_fused_gw_direct(const distil_fused_loop *L) {
-    if (!L->p->gw_acc || L->be->gemm_d_ok == NULL || distil_fused_stats_only(L)) {
+    const distil_backend_epilogue *e = L->be->epilogue;
+    if (!L->p->gw_acc || e == NULL || e->cast_ok == NULL || distil_fused_stats_only(L)) {
         return false;
     }
     const int64_t g0 = distil_fused_group_start(L, L->a->rows - 1);
-    const distil_gemm_args m = distil_fused_grad_w_args(L, g0, L->a->rows - g0, true);
-    return L->be->gemm_d_ok(L->b, &m);
+    const distil_gemm_cast_args m = distil_fused_grad_w_cast(L, g0, L->a->rows - g0);
+    return e->cast_ok(L->b, &m);
 }
 
 /* gb (1, V) (+)= 1^T G; the first chunk overwrites. */
@@ -342,7 +234,7 @@ static distil_status distil_fused_grad_b(const distil_fused_loop *L, int64_t r0,
                           .a_dtype = a->dtype,
                           .b_dtype = L->p->g_dtype,
                           .c_dtype = L->gb_dtype,
-                          .a = distil_fused_ws(L, L->p->off_ones),
+                          .a = distil_fused_at(L, L->p->off_ones),
                           .lda = c,
                           .b = distil_fused_g(L, r0),
                           .ldb = a->vocab,
@@ -375,11 +267,11 @@ static distil_status distil_fused_backward(const distil_fused_loop *L, int64_t r
 static distil_status distil_fused_side_logits(const distil_fused_loop *L, int64_t r1, int64_t c1,
                                               bool *opened) {
     *opened = false;
-    if (L->be->side_begin == NULL || (L->a->topk != NULL && L->p->g_in_place)) {
-        /* (a top-k teacher with G in place: nothing would move to the side lane) */
+    if (L->be->side == NULL || (L->t->ops->logits == NULL && L->p->g_in_place)) {
+        /* (a teacher source without logits and G in place: nothing would move to the side lane) */
         return DISTIL_OK;
     }
-    distil_status s = L->be->side_begin(L->b, opened);
+    distil_status s = L->be->side->begin(L->b, opened);
     if (!*opened) {
         return s;
     }
@@ -387,7 +279,7 @@ static distil_status distil_fused_side_logits(const distil_fused_loop *L, int64_
         s = L->p->g_in_place ? distil_fused_teacher_logits(L, r1, c1)
                              : distil_fused_logits(L, r1, c1);
     }
-    return distil_fused_first(s, L->be->side_end(L->b));
+    return distil_fused_first(s, L->be->side->end(L->b));
 }
 
 /* Chunk [r0, r0 + c): its row pass and gradient GEMMs, then the next chunk's logits (beside the
@@ -406,33 +298,31 @@ static distil_status distil_fused_step(const distil_fused_loop *L, int64_t r0) {
         s = distil_fused_backward(L, r0, c);
     }
     if (s == DISTIL_OK && c1 > 0 && !(side && !L->p->g_in_place)) {
-        s = distil_fused_logits_of(L, r0 + c, c1, false);
+        s = distil_fused_student_logits(L, r0 + c, c1);
     }
     if (s == DISTIL_OK && c1 > 0 && !side) {
         s = distil_fused_teacher_logits(L, r0 + c, c1);
     }
-    return side ? distil_fused_first(s, L->be->side_join(L->b)) : s;
+    return side ? distil_fused_first(s, L->be->side->join(L->b)) : s;
 }
 
-/* Before the loop: n on the device, and the ones vector of the bias gradient. */
+/* Before the loop: the teacher source's prologue (first: it may refuse before any write), n on
+ * the device, and the ones vector of the bias gradient. */
 static distil_status distil_fused_prologue(const distil_fused_loop *L) {
     const distil_fused_args *a = L->a;
-    if (a->teacher_fp8) { /* first: a device without fp8 refuses here, before any write */
-        DISTIL_TRY(distil_fused_fp8_weights(L->be, L->b, a, L->p));
+    if (L->t->ops->prologue != NULL) {
+        DISTIL_TRY(L->t->ops->prologue(&L->view, L->t->self));
     }
+    const distil_fused_pass_ops *o = L->pass->ops;
     distil_count_args c = {.labels = a->labels,
                            .rows = a->rows,
                            .ignore_index = a->ignore_index,
-                           .vocab = L->tp ? L->tp->total : a->vocab, /* labels are global */
+                           .vocab = o->label_vocab ? o->label_vocab(L->pass->self, a) : a->vocab,
                            .min_one = true,
-                           .n_out = distil_fused_ws(L, L->p->off_n)};
+                           .n_out = distil_fused_at(L, L->p->off_n)};
     DISTIL_TRY(distil_normaliser_put(L->ctx, &c, a->normaliser, a->normaliser_device));
-    if (a->sum_reduction) { /* N = 1 (docs/SPEC.md §7); the labels were checked above */
-        distil_fill_args one = {.dst = c.n_out, .dtype = DISTIL_F32, .count = 1, .value = 1.0f};
-        DISTIL_TRY(L->be->fill(L->b, &one));
-    }
     if (distil_dptr_present(L->gb)) {
-        distil_fill_args f = {.dst = distil_fused_ws(L, L->p->off_ones),
+        distil_fill_args f = {.dst = distil_fused_at(L, L->p->off_ones),
                               .dtype = a->dtype,
                               .count = L->p->chunk_rows,
                               .value = 1.0f};
@@ -461,12 +351,12 @@ static distil_status distil_fused_epilogue(const distil_fused_loop *L) {
         c.count = a->vocab;
         DISTIL_TRY(L->be->cast(L->b, &c));
     }
-    distil_reduce_args r = {.a = distil_fused_ws(L, p->off_ce),
-                            .b = distil_fused_ws(L, p->off_jsd),
+    distil_reduce_args r = {.a = distil_fused_at(L, p->off_ce),
+                            .b = distil_fused_at(L, p->off_soft),
                             .count = a->rows,
                             .wa = a->weight_hard,
                             .wb = a->weight_soft,
-                            .n_valid = distil_fused_ws(L, p->off_n),
+                            .n_valid = distil_fused_at(L, p->off_n),
                             .parts = a->return_parts,
                             .out = a->loss};
     DISTIL_TRY(distil_fused_head_zero_tail(L->be, L->b, a));
@@ -474,30 +364,19 @@ static distil_status distil_fused_epilogue(const distil_fused_loop *L) {
 }
 
 distil_status distil_fused_loop_run(distil_ctx *ctx, const distil_fused_args *a,
-                                    const distil_fused_plan *p) {
-    return distil_fused_loop_run_tp(ctx, a, p, NULL);
-}
-
-distil_status distil_fused_loop_run_tp(distil_ctx *ctx, const distil_fused_args *a,
-                                       const distil_fused_plan *p, const distil_tp *tp) {
+                                    const distil_fused_plan *p, const distil_teacher_source *t,
+                                    const distil_fused_pass *pass) {
     const distil_backend *be = ctx->be;
-    const bool rows_op = a->topk != NULL ? be->topk_rows != NULL : be->fused_rows != NULL;
-    if (!be->gemm || !be->count_valid || !rows_op || !be->reduce || !be->cast || !be->fill) {
+    if (!pass->ops->ready(be)) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "fused_linear_jsd: backend '%s' lacks the fused-loss kernels",
+                                "fused_linear_jsd: backend '%s' lacks the row pass's kernel",
                                 be->name);
     }
-    distil_fused_loop L = {.ctx = ctx, .be = be, .b = ctx->b, .a = a, .p = p, .tp = tp};
+    distil_fused_loop L = {.ctx = ctx, .be = be, .b = ctx->b, .a = a, .p = p, .t = t, .pass = pass};
     L.head = distil_fused_head_needed(a);
-    if (L.head && be->head_rows == NULL) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "fused_linear_jsd: backend '%s' lacks the head options' kernel "
-                                "(softcap, logit scale, lse)",
-                                be->name);
-    }
     L.es = distil_dtype_size(a->dtype);
-    L.gw = p->gw_acc ? distil_fused_ws(&L, p->off_gw) : a->grad_ws;
-    L.gb = p->gb_acc ? distil_fused_ws(&L, p->off_gb) : a->grad_bs;
+    L.gw = p->gw_acc ? distil_fused_at(&L, p->off_gw) : a->grad_ws;
+    L.gb = p->gb_acc ? distil_fused_at(&L, p->off_gb) : a->grad_bs;
     L.gw_dtype = p->gw_acc ? DISTIL_F32 : distil_fused_gw_dtype(a);
     L.gb_dtype = p->gb_acc ? DISTIL_F32 : distil_fused_gw_dtype(a);
     L.grads =
@@ -505,8 +384,9 @@ distil_status distil_fused_loop_run_tp(distil_ctx *ctx, const distil_fused_args 
     /* planned for (stats_tiles), and the backend takes this call's pointers too */
     /* (chunk 0's pointers: every chunk's rows start at a multiple of the hidden size, so what
      * the alignment allows for the first holds for all) */
-    L.stats = tp == NULL && p->stats_tiles > 0 &&
-              distil_fused_stats_ask(be, L.b, a, p, distil_fused_chunk_len(&L, 0), L.grads);
+    const bool stats =
+        p->stats_tiles > 0 && distil_fused_stats_ask(ctx, a, t, p, distil_fused_chunk_len(&L, 0));
+    L.view = (distil_fused_view){.ctx = ctx, .a = a, .p = p, .stats = stats};
     L.gw_direct = distil_fused_gw_direct(&L);
     DISTIL_TRY(distil_fused_prologue(&L));
     DISTIL_TRY(distil_fused_logits(&L, 0, distil_fused_chunk_len(&L, 0)));

@@ -1,11 +1,11 @@
 /*
  * jsd.c - the public entry point distil_jsd: validate, plan the workspace, then either the
- * backend's whole `jsd` op or count_valid -> jsd_rows -> reduce (docs/SPEC.md §1), on the row
+ * backend's whole `jsd` op or count_valid -> div_rows -> reduce (docs/SPEC.md §1), on the row
  * loss skeleton of row_loss.h (shared with distil_topk).
  */
 #include "ctx.h"
 #include "divergence.h"
-#include "tp.h"
+#include "jsd.h"
 #include "error.h"
 #include "overlap.h"
 #include "row_loss.h"
@@ -133,7 +133,7 @@ static distil_status distil_jsd_check_ptrs(distil_ctx *ctx, const distil_jsd_arg
 }
 
 static size_t distil_jsd_work_bytes(const distil_ctx *ctx, const distil_jsd_args *a) {
-    return distil_workspace_row_loss(ctx->be->jsd != NULL, a->rows, a->reduction);
+    return distil_workspace_row_loss(ctx->be->whole != NULL, a->rows, a->reduction);
 }
 
 static distil_status distil_jsd_workspace_size_run(distil_ctx *ctx, const distil_jsd_desc *desc,
@@ -150,11 +150,11 @@ distil_status distil_jsd_workspace_size(distil_ctx *ctx, const distil_jsd_desc *
     DISTIL_GUARDED(ctx, "jsd_workspace_size", distil_jsd_workspace_size_run(ctx, desc, bytes));
 }
 
-/* The row pass of the composed loss (distil_row_pass): jsd_rows. */
+/* The row pass of the composed loss (distil_row_pass): div_rows. */
 static distil_status distil_jsd_pass(distil_ctx *ctx, const void *op, distil_dptr row_loss,
                                      distil_dptr n) {
     const distil_jsd_args *a = op;
-    distil_jsd_rows_args r = {.x = a->x,
+    distil_div_rows_args r = {.x = a->x,
                               .y = a->y,
                               .x_stride = a->x_stride,
                               .y_stride = a->y_stride,
@@ -171,16 +171,11 @@ static distil_status distil_jsd_pass(distil_ctx *ctx, const void *op, distil_dpt
                               .n_valid = n,
                               .divergence = a->divergence,
                               .alpha = a->alpha};
-    return ctx->be->jsd_rows(ctx->b, &r);
+    return ctx->be->div_rows(ctx->b, &r);
 }
 
-/* count_valid -> jsd_rows -> reduce on the backend's kernels. */
+/* count_valid -> div_rows -> reduce on the backend's kernels. */
 static distil_status distil_jsd_compose(distil_ctx *ctx, const distil_jsd_args *a) {
-    const distil_backend *be = ctx->be;
-    if (be->jsd_rows == NULL || be->count_valid == NULL || be->reduce == NULL) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED, "%s: backend '%s' lacks JSD kernels",
-                                fn, be->name);
-    }
     distil_row_loss r = DISTIL_ROW_LOSS_OF(a);
     return distil_row_loss_compose(ctx, fn, &r, distil_jsd_pass, a);
 }
@@ -204,8 +199,8 @@ distil_status distil_jsd_run(distil_ctx *ctx, const distil_jsd_desc *desc, const
         distil_row_loss r = DISTIL_ROW_LOSS_OF(&a);
         return distil_row_loss_empty(ctx, &r);
     }
-    if (ctx->be->jsd != NULL) {
-        return ctx->be->jsd(ctx->b, &a);
+    if (ctx->be->whole != NULL) {
+        return ctx->be->whole->jsd(ctx->b, &a);
     }
     return distil_jsd_compose(ctx, &a);
 }

@@ -29,10 +29,11 @@ distil_status distil_malloc(distil_ctx *ctx, size_t bytes, void **ptr) {
 /* May ptr be freed? The backend's own record of its allocations where it keeps one, else
  * whether it is the backend's memory at all. */
 static distil_status distil_free_check(distil_ctx *ctx, void *ptr) {
-    if (ctx->be->check_free == NULL) {
+    const distil_backend_device *dev = distil_backend_device_of(ctx->be);
+    if (dev->check_free == NULL) {
         return distil_check_device_ptr(ctx, "free", "ptr", ptr);
     }
-    distil_status s = ctx->be->check_free(ctx->b, ptr);
+    distil_status s = dev->check_free(ctx->b, ptr);
     if (s != DISTIL_OK) {
         char why[DISTIL_MSG_BYTES];
         snprintf(why, sizeof why, "%s", ctx->msg);

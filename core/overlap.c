@@ -17,8 +17,9 @@ size_t distil_span_bytes(int64_t rows, int64_t cols, int64_t ld, size_t elem) {
 distil_status distil_span_extent(distil_ctx *ctx, const char *fn, const char *name, const void *p,
                                  distil_mem_extent *out) {
     distil_mem_extent e = {NULL, (uintptr_t)p, 0};
-    if (ctx->be->mem_extent != NULL) {
-        distil_status s = ctx->be->mem_extent(ctx->b, p, &e);
+    const distil_backend_device *dev = distil_backend_device_of(ctx->be);
+    if (dev->mem_extent != NULL) {
+        distil_status s = dev->mem_extent(ctx->b, p, &e);
         if (s != DISTIL_OK) {
             char why[DISTIL_MSG_BYTES];
             snprintf(why, sizeof why, "%s", ctx->msg);

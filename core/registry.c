@@ -1,11 +1,15 @@
 /*
  * registry.c - the static table of compiled-in backends (DISTIL_USE_<NAME> is set by
- * distil_add_backend() for this file only), probed once under pthread_once.
+ * distil_add_backend() for this file only), checked and probed once under pthread_once. A
+ * backend whose table is incomplete (backend_check.c) is refused: it has no device, and asking
+ * for it says why.
  */
 #include "registry.h"
+#include "backend_check.h"
 #include "error.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
 
@@ -43,19 +47,34 @@ static const distil_backend *const distil_backends[] = {
 
 static int distil_device_counts[DISTIL_N_BACKENDS];
 static int distil_auto_priority[DISTIL_N_BACKENDS];
+/* Why a backend has no device: its refusal, or its probe's message ("" when it said none). */
+static char distil_no_device_why[DISTIL_N_BACKENDS][192];
 static pthread_once_t distil_probe_once = PTHREAD_ONCE_INIT;
+
+/* Backend i's check and probe. */
+static void distil_registry_probe_one(int i) {
+    const distil_backend *be = distil_backends[i];
+    char *why = distil_no_device_why[i];
+    distil_auto_priority[i] = be->priority;
+    const char *lacks = distil_backend_lacks(be);
+    if (lacks != NULL) {
+        snprintf(why, sizeof distil_no_device_why[i], " (refused: its table lacks %s)", lacks);
+        return;
+    }
+    int n = 0;
+    if (be->probe(&n) != DISTIL_OK) {
+        snprintf(why, sizeof distil_no_device_why[i], " (%s)", distil_ctx_last_error(NULL));
+        return;
+    }
+    distil_device_counts[i] = n > 0 ? n : 0;
+    if (n > 0 && be->device != NULL && be->device->auto_priority != NULL) {
+        distil_auto_priority[i] = be->device->auto_priority();
+    }
+}
 
 static void distil_registry_probe(void) {
     for (int i = 0; i < DISTIL_N_BACKENDS; i++) {
-        const distil_backend *be = distil_backends[i];
-        int n = 0;
-        distil_auto_priority[i] = be->priority;
-        if (be->api_version == DISTIL_BACKEND_API_VERSION && be->probe(&n) == DISTIL_OK) {
-            distil_device_counts[i] = n > 0 ? n : 0;
-            if (n > 0 && be->auto_priority != NULL) {
-                distil_auto_priority[i] = be->auto_priority();
-            }
-        }
+        distil_registry_probe_one(i);
     }
 }
 
@@ -94,7 +113,8 @@ distil_status distil_backend_device_count(const char *name, int *n_devices) {
     *n_devices = distil_device_counts[i];
     if (*n_devices == 0) {
         return distil_error_set(NULL, DISTIL_ERR_NOT_AVAILABLE,
-                                "backend_device_count: backend '%s' has no device", name);
+                                "backend_device_count: backend '%s' has no device%s", name,
+                                distil_no_device_why[i]);
     }
     return DISTIL_OK;
 }
@@ -131,7 +151,8 @@ distil_status distil_registry_select(const char *name, const distil_backend **ou
     }
     if (distil_device_counts[i] == 0) {
         return distil_error_set(NULL, DISTIL_ERR_NOT_AVAILABLE,
-                                "ctx_create: %s '%s' has no device on this machine", source, name);
+                                "ctx_create: %s '%s' has no device on this machine%s", source, name,
+                                distil_no_device_why[i]);
     }
     *out = distil_backends[i];
     return DISTIL_OK;

@@ -23,10 +23,6 @@ distil_status distil_scale(distil_ctx *ctx, void *x, distil_dtype dtype, int64_t
     }
     DISTIL_TRY(distil_check_not_null(ctx, fn, "x", x));
     DISTIL_TRY(distil_check_device_ptr(ctx, fn, "x", x));
-    if (ctx->be->scale == NULL) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED, "%s: backend '%s' cannot scale", fn,
-                                ctx->be->name);
-    }
     distil_scale_args a = {.x = distil_dptr_make(x, 0),
                            .dtype = dtype,
                            .count = count,

@@ -124,7 +124,7 @@ static distil_status distil_topk_check_ptrs(distil_ctx *ctx, const distil_topk_d
 }
 
 static size_t distil_topk_work_bytes(const distil_ctx *ctx, const distil_topk_args *a) {
-    return distil_workspace_row_loss(ctx->be->topk != NULL, a->rows, a->reduction);
+    return distil_workspace_row_loss(ctx->be->whole != NULL, a->rows, a->reduction);
 }
 
 static distil_status distil_topk_workspace_size_run(distil_ctx *ctx, const distil_topk_desc *desc,
@@ -169,11 +169,6 @@ static distil_status distil_topk_pass(distil_ctx *ctx, const void *op, distil_dp
 
 /* count_valid -> topk_rows -> reduce on the backend's kernels. */
 static distil_status distil_topk_compose(distil_ctx *ctx, const distil_topk_args *a) {
-    const distil_backend *be = ctx->be;
-    if (be->topk_rows == NULL || be->count_valid == NULL || be->reduce == NULL) {
-        return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
-                                "%s: backend '%s' lacks the top-k kernels", fn, be->name);
-    }
     distil_row_loss r = DISTIL_ROW_LOSS_OF(a);
     return distil_row_loss_compose(ctx, fn, &r, distil_topk_pass, a);
 }
@@ -200,7 +195,7 @@ static distil_status distil_topk_run(distil_ctx *ctx, const distil_topk_desc *de
         return distil_row_loss_empty(ctx, &r);
     }
     distil_status st =
-        ctx->be->topk != NULL ? ctx->be->topk(ctx->b, &a) : distil_topk_compose(ctx, &a);
+        ctx->be->whole != NULL ? ctx->be->whole->topk(ctx->b, &a) : distil_topk_compose(ctx, &a);
     if (st == DISTIL_OK && ctx->be->host_memory) {
         st = ctx->be->synchronize(ctx->b); /* reports an invalid id from this call */
     }

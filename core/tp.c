@@ -31,7 +31,6 @@ distil_status distil_tp_check(distil_ctx *ctx, const char *fn, const distil_voca
     }
     *out = (distil_tp){.offset = shard->vocab_offset,
                        .total = shard->vocab_total,
-                       .comm = need_comm ? shard->comm : NULL,
-                       .phase = -1};
+                       .comm = need_comm ? shard->comm : NULL};
     return DISTIL_OK;
 }

@@ -7,6 +7,7 @@
 #include "tp.h"
 
 #include "error.h"
+#include "jsd.h"
 #include "validate.h"
 
 static const char *const fn = "jsd_tp";

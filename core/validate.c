@@ -17,10 +17,11 @@ distil_status distil_check_not_null(distil_ctx *ctx, const char *fn, const char 
 
 distil_status distil_check_device_ptr(distil_ctx *ctx, const char *fn, const char *name,
                                       const void *p) {
-    if (p == NULL || ctx->be->check_pointer == NULL) {
+    const distil_backend_device *dev = distil_backend_device_of(ctx->be);
+    if (p == NULL || dev->check_pointer == NULL) {
         return DISTIL_OK;
     }
-    distil_status s = ctx->be->check_pointer(ctx->b, p, name);
+    distil_status s = dev->check_pointer(ctx->b, p, name);
     if (s != DISTIL_OK) {
         char why[DISTIL_MSG_BYTES];
         snprintf(why, sizeof why, "%s", ctx->msg);

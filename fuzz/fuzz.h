@@ -9,6 +9,7 @@
 #define DISTIL_FUZZ_H
 
 #include "distil.h"
+#include "distil_testing.h" /* fault injection: core/testing, never installed */
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -298,7 +298,7 @@ static distil_status fz_fused_call(distil_ctx *ctx, fz_fused *c) {
         fz_check_status(ctx, "ctx_set_workspace", s, FZ_S(DISTIL_OK));
     }
     fz_mark_message(ctx);
-    distil_debug_fail_allocations(c->fault);
+    distil_testing_fail_allocations(c->fault);
     distil_fused_linear_jsd_desc d = c->d;
     d.student_lse = fz_fused_ptr(c, B_LSES);
     d.teacher_lse = fz_fused_ptr(c, B_LSET);
@@ -307,7 +307,7 @@ static distil_status fz_fused_call(distil_ctx *ctx, fz_fused *c) {
         fz_fused_ptr(c, B_BS), fz_fused_ptr(c, B_XT), fz_fused_ptr(c, B_WT), fz_fused_ptr(c, B_BT),
         fz_fused_ptr(c, B_LABELS), fz_fused_ptr(c, B_LOSS), fz_fused_ptr(c, B_GXS),
         fz_fused_ptr(c, B_GWS), fz_fused_ptr(c, B_GBS));
-    distil_debug_fail_allocations(-1);
+    distil_testing_fail_allocations(-1);
     if (c->lend > 0) {
         distil_status u = distil_ctx_set_workspace(ctx, NULL, 0);
         fz_check_status(ctx, "ctx_set_workspace(NULL)", u, FZ_S(DISTIL_OK));
@@ -581,7 +581,7 @@ static void fz_fused_print(const fz_fused *c, const char *backend) {
 void fz_case_fused(fz_in *in, distil_ctx *ctx) {
     fz_fused c;
     fz_fused_read(in, &c);
-    c.no_fp8 = strcmp(distil_ctx_backend_name(ctx), "opencl") == 0;
+    c.no_fp8 = !distil_testing_capabilities(ctx).fp8_head;
     if (fz_verbose()) {
         fz_fused_print(&c, distil_ctx_backend_name(ctx));
     }

@@ -119,15 +119,24 @@ float fz_float_field(fz_in *in, float dflt, float lo, float hi) {
     return f;
 }
 
+/* The last divergence the library has (distil_divergence_name up to the first NULL). */
+static int64_t fz_last_divergence(void) {
+    int64_t d = 0;
+    while (distil_divergence_name((distil_divergence)(d + 1)) != NULL) {
+        d++;
+    }
+    return d;
+}
+
 void fz_read_divergence(fz_in *in, distil_divergence *div, float *alpha, float *normaliser) {
     *div = (distil_divergence)fz_i64_field(in, DISTIL_DIVERGENCE_JSD, DISTIL_DIVERGENCE_JSD,
-                                           DISTIL_DIVERGENCE_TVD);
+                                           fz_last_divergence());
     *alpha = fz_float_field(in, 0.1f, 0.0f, 1.0f);
     *normaliser = fz_byte(in) >= 200 ? fz_float_field(in, 0.0f, 0.0f, 64.0f) : 0.0f;
 }
 
 bool fz_bad_divergence(distil_divergence div, float alpha, float normaliser) {
-    return (unsigned)div > (unsigned)DISTIL_DIVERGENCE_TVD || !(alpha >= 0.0f && alpha <= 1.0f) ||
+    return distil_divergence_name(div) == NULL || !(alpha >= 0.0f && alpha <= 1.0f) ||
            (normaliser != 0.0f &&
             !(normaliser > 0.0f && isfinite(normaliser) && isfinite(1.0f / normaliser)));
 }

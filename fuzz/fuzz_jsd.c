@@ -155,11 +155,11 @@ static distil_status fz_jsd_call(distil_ctx *ctx, fz_jsd *c) {
         fz_check_status(ctx, "ctx_set_workspace", s, FZ_S(DISTIL_OK));
     }
     fz_mark_message(ctx);
-    distil_debug_fail_allocations(c->fault);
+    distil_testing_fail_allocations(c->fault);
     distil_status s = distil_jsd(ctx, c->desc_null ? NULL : &c->d, c->x_null ? NULL : c->x.dev,
                                  c->y_null ? NULL : c->y.dev, c->labels.dev,
                                  c->loss_null ? NULL : c->loss.dev, grad);
-    distil_debug_fail_allocations(-1);
+    distil_testing_fail_allocations(-1);
     if (c->lend > 0) {
         distil_status u = distil_ctx_set_workspace(ctx, NULL, 0);
         fz_check_status(ctx, "ctx_set_workspace(NULL)", u, FZ_S(DISTIL_OK));

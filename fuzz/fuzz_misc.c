@@ -86,9 +86,9 @@ static void fz_misc_create(fz_in *in) {
     fz_statuses want = fz_misc_create_expect(name, device, fault);
     distil_ctx *ctx = (distil_ctx *)&buf; /* must be overwritten with NULL on failure */
     fz_mark_message(NULL);
-    distil_debug_fail_allocations(fault);
+    distil_testing_fail_allocations(fault);
     distil_status s = distil_ctx_create(&ctx, name, device);
-    distil_debug_fail_allocations(-1);
+    distil_testing_fail_allocations(-1);
     fz_check_status(NULL, "ctx_create", s, want);
     if ((s == DISTIL_OK) != (ctx != NULL)) {
         fz_fail("ctx_create returned %d with ctx %p", (int)s, (void *)ctx);
@@ -109,9 +109,9 @@ static void fz_misc_memory(fz_in *in, distil_ctx *ctx) {
     long fault = fz_fault_countdown(in);
     void *p = (void *)&bytes;
     fz_mark_message(ctx);
-    distil_debug_fail_allocations(fault);
+    distil_testing_fail_allocations(fault);
     distil_status s = distil_malloc(ctx, bytes, &p);
-    distil_debug_fail_allocations(-1);
+    distil_testing_fail_allocations(-1);
     fz_statuses want =
         FZ_S(DISTIL_OK) | (fault >= 0 && bytes > 0 ? FZ_S(DISTIL_ERR_OUT_OF_MEMORY) : 0);
     fz_check_status(ctx, "malloc", s, want);

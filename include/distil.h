@@ -162,7 +162,8 @@ DISTIL_API const char *distil_ctx_device_name(const distil_ctx *ctx);
 /*
  * The message of the last failed call on ctx ("" when none failed yet). With ctx == NULL: the
  * message of the last failed call that had no context (distil_ctx_create,
- * distil_backend_device_count) on this thread. Valid until the next call on the same context.
+ * distil_backend_device_count, distil_divergence_from_name) on this thread. Valid until the next
+ * call on the same context.
  */
 DISTIL_API const char *distil_ctx_last_error(const distil_ctx *ctx);
 
@@ -241,6 +242,23 @@ typedef enum distil_divergence {
     DISTIL_DIVERGENCE_SKEW_REVERSE_KL = 4, /* KL(q || (1 - alpha) p + alpha q) */
     DISTIL_DIVERGENCE_TVD = 5,             /* total variation, 1/2 sum |p - q| */
 } distil_divergence;
+
+/*
+ * The name of a divergence: its enum name in lower case ("jsd", "forward_kl", "reverse_kl",
+ * "skew_kl", "skew_reverse_kl", "tvd"), the word the Python package and distil-bench take; a
+ * static string. NULL for a value that is no divergence of this library, so that the names of
+ * 0, 1, ... up to the first NULL are every divergence it has.
+ */
+DISTIL_API const char *distil_divergence_name(distil_divergence divergence);
+
+/*
+ * The divergence whose distil_divergence_name is `name` (exactly, case included) into
+ * *divergence. Returns DISTIL_OK, or DISTIL_ERR_INVALID_ARG for a NULL argument or a name that
+ * is none of them, leaving *divergence as it was; the message, in distil_ctx_last_error(NULL),
+ * names the argument (and lists the names).
+ */
+DISTIL_API DISTIL_NODISCARD distil_status
+distil_divergence_from_name(const char *name, distil_divergence *divergence);
 
 /* Descriptor of distil_jsd. Always fill it with distil_jsd_desc_init() first. */
 typedef struct distil_jsd_desc {
@@ -383,10 +401,10 @@ DISTIL_API void distil_fused_linear_jsd_desc_init(distil_fused_linear_jsd_desc *
  *   teacher_bias    bt (Vt) or NULL
  *   labels          (rows) int64; ignore_index marks ignored rows. May be NULL when
  *                   weight_hard == 0: then every row counts (N = rows) and the hard part is 0
- *   loss            fp32: 1 value, loss = wh * sum CE / N + ws * sum JSD / N, N = max(1, valid
- *                   rows) or the given normaliser; with return_parts, 3 values: loss,
- *                   sum CE / N, sum JSD / N (JSD: the soft part's divergence; the loss has
- *                   tau^2 ws with temperature_squared, the part not)
+ *   loss            fp32: 1 value, loss = weight_hard * sum CE / N + weight_soft * sum JSD / N,
+ *                   N = max(1, valid rows) or the given normaliser; with return_parts, 3 values:
+ *                   loss, sum CE / N, sum JSD / N (JSD: the soft part's divergence; the loss has
+ *                   tau^2 weight_soft with temperature_squared, the part not)
  *   grad_student_hidden  (rows, Hs) dtype or NULL
  *   grad_student_weight  (V, Hs) dtype or NULL (accumulated in fp32, written once)
  *   grad_student_bias    (V) dtype or NULL; may be given only with student_bias
@@ -707,15 +725,6 @@ DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd_tp_phase(
 /* Scratch bytes of distil_fused_linear_jsd_tp (its chunk plan plus the statistics). */
 DISTIL_API DISTIL_NODISCARD distil_status distil_fused_linear_jsd_tp_workspace_size(
     distil_ctx *ctx, const distil_fused_linear_jsd_desc *desc, int want_grads, size_t *bytes);
-
-/* ---------------------------------------------------------------- testing hooks */
-
-/*
- * Fault injection for tests: on the calling thread, let `after` more allocations of device or
- * scratch memory succeed, then fail every later one with DISTIL_ERR_OUT_OF_MEMORY until called
- * again with -1 (the default: no injection). Not for production use.
- */
-DISTIL_API void distil_debug_fail_allocations(long after);
 
 #ifdef __cplusplus
 }

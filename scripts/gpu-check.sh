@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # gpu-check.sh - the correctness half of a GPU run (bench/run/gpu_run.sh is the speed half):
 # build with cuda + opencl + tests, run the demo, `ctest -L cuda`, the cuda suites again with the
-# fused loss's second lane delayed (DISTIL_CUDA_SIDE_DELAY_US: a missing join would fail them),
+# fused loss's second lane delayed (test hook side_delay_us: a missing join would fail them),
 # the parity suite with the portable GEMM and with the streaming row kernel (the paths HIP
-# takes), the student entropy's cases with the resident row kernel required, the fp8 head's suites, fresh test_precision seeds with both row kernels
+# takes), the student entropy's cases with the resident row kernel required, the fp8 head's
+# suites, fresh test_precision seeds with both row kernels
 # (PRECISION_SEEDS, default 8), `ctest -L opencl` on the GPU's own OpenCL driver, then
 # compute-sanitizer over the cuda parity suite.
 # Logs go to $OUT. ONLY_BUILD=1 stops after the build; SKIP_SANITIZE=1 before the sanitizer.
 # The device machine has no network: Debian packages it lacks (cmocka, CLBlast, the OpenCL ICD
 # loader and headers, clinfo) travel as .deb files in .devcarry/debs (scripts/fetch-gpu-debs.sh)
-# and are unpacked into /tmp/deps.
+# and are unpacked into /tmp/deps. The test hooks (core/testing/distil_testing.h) reach the test
+# programs as DISTIL_TEST_HOOKS.
 #   usage: OUT=/some/dir bash scripts/gpu-check.sh      (from the repository root; ~3 min)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -61,43 +63,43 @@ timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -j8 --timeout 180 --output-on-
 grep -E "tests passed|Test +#" "$OUT/ctest-cuda.log"
 
 log "ctest -L cuda with the second lane delayed after each fork (a missing join fails here)"
-DISTIL_CUDA_SIDE_DELAY_US=300 timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' \
+DISTIL_TEST_HOOKS=side_delay_us=300 timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' \
     -R 'parity|chunking|determinism|graph' -j8 --timeout 180 --output-on-failure \
     > "$OUT/ctest-cuda-side-delay.log" 2>&1
 grep -E "tests passed|Test +#" "$OUT/ctest-cuda-side-delay.log"
 
 log "ctest -L cuda -R parity with the portable GEMM (the one HIP uses without hipBLAS)"
-DISTIL_CUDA_GEMM=portable timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -R parity -j8 \
+DISTIL_TEST_HOOKS=gemm=portable timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -R parity -j8 \
     --timeout 180 --output-on-failure > "$OUT/ctest-cuda-portable.log" 2>&1
 grep -E "tests passed|Test +#" "$OUT/ctest-cuda-portable.log"
 
 log "ctest -L cuda -R parity with the streaming row kernel (the one HIP and very long rows use)"
-DISTIL_CUDA_DISTILL=stream timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -R parity -j8 \
+DISTIL_TEST_HOOKS=fused_rows=stream timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -R parity -j8 \
     --timeout 180 --output-on-failure > "$OUT/ctest-cuda-stream.log" 2>&1
 grep -E "tests passed|Test +#" "$OUT/ctest-cuda-stream.log"
 
-log "the student entropy's parity cases with the resident row kernel required (DISTIL_CUDA_DISTILL=resident: a row pass it declines fails)"
-DISTIL_CUDA_DISTILL=resident DISTIL_TEST_BACKEND=cuda DISTIL_TEST_FILTER='*entropy*' timeout 120 \
+log "the student entropy's parity cases with the resident row kernel required (fused_rows=resident: a row pass it declines fails)"
+DISTIL_TEST_HOOKS=fused_rows=resident DISTIL_TEST_BACKEND=cuda DISTIL_TEST_FILTER='*entropy*' timeout 120 \
     "$BUILD/tests/test_parity" > "$OUT/entropy-resident.log" 2>&1
 echo "entropy cases, resident kernel required: exit $?"
 grep -E "PASSED|FAILED|SKIPPED|error" "$OUT/entropy-resident.log" | head -12
 
 log "fp8 teacher head (docs/SPEC.md §6): its suites with the emulation kernel forced, and the aligned parity cases with cuBLASLt fp8 required"
-DISTIL_CUDA_FP8=emulate timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -R 'fp8|parity' -j8 \
+DISTIL_TEST_HOOKS=fp8=emulate timeout 200 ctest --test-dir "$BUILD" -L '^cuda$' -R 'fp8|parity' -j8 \
     --timeout 180 --output-on-failure > "$OUT/ctest-cuda-fp8-emulate.log" 2>&1
 grep -E "tests passed|Test +#" "$OUT/ctest-cuda-fp8-emulate.log"
-DISTIL_CUDA_FP8=lt DISTIL_TEST_BACKEND=cuda DISTIL_TEST_FILTER='*V=65536*fp8*' timeout 120 \
+DISTIL_TEST_HOOKS=fp8=lt DISTIL_TEST_BACKEND=cuda DISTIL_TEST_FILTER='*V=65536*fp8*' timeout 120 \
     "$BUILD/tests/test_parity" > "$OUT/fp8-lt.log" 2>&1
-DISTIL_CUDA_FP8=lt DISTIL_TEST_BACKEND=cuda DISTIL_TEST_FILTER='*V=2048 *fp8*' timeout 120 \
+DISTIL_TEST_HOOKS=fp8=lt DISTIL_TEST_BACKEND=cuda DISTIL_TEST_FILTER='*V=2048 *fp8*' timeout 120 \
     "$BUILD/tests/test_parity" >> "$OUT/fp8-lt.log" 2>&1
 grep -E "PASSED|FAILED|SKIPPED|error" "$OUT/fp8-lt.log" | head -12
 
-log "test_precision with fresh seeds on cuda, both row kernels (resident, then DISTIL_CUDA_DISTILL=stream); a failing seed's full output (DISTIL_TEST_VERBOSE=1: every quantity beside its bound) goes to precision-fail-SEED.log"
+log "test_precision with fresh seeds on cuda, both row kernels (resident, then fused_rows=stream); a failing seed's full output (DISTIL_TEST_VERBOSE=1: every quantity beside its bound) goes to precision-fail-SEED.log"
 # precision_run KERNEL [SEED]: test_precision on cuda with the resident (default) or the streaming row kernel.
 precision_run() {
-    local distill=""
-    [ "$1" = stream ] && distill=stream
-    env DISTIL_CUDA_DISTILL=$distill DISTIL_TEST_BACKEND=cuda ${2:+DISTIL_TEST_SEED=$2 DISTIL_TEST_VERBOSE=1} \
+    local hooks=""
+    [ "$1" = stream ] && hooks=fused_rows=stream
+    env DISTIL_TEST_HOOKS=$hooks DISTIL_TEST_BACKEND=cuda ${2:+DISTIL_TEST_SEED=$2 DISTIL_TEST_VERBOSE=1} \
         timeout 60 "$BUILD/tests/test_precision"
 }
 for i in $(seq "${PRECISION_SEEDS:-8}"); do

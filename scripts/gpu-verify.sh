@@ -53,7 +53,7 @@ bl b-jsd 90 0.5 distil,trl,distil-entropy 4096,8192,16384
 wait $BPID; tail -1 $OUT/build.log
 step ctest-cuda 75 ctest --test-dir $B -L '^cuda$' -j8 --timeout 80 --output-on-failure
 grep -E "tests passed|Failed|\(Failed\)" $OUT/ctest-cuda.log | head -8
-step ent-resident 30 env DISTIL_CUDA_DISTILL=resident DISTIL_TEST_BACKEND=cuda DISTIL_TEST_FILTER='*entropy*' $B/tests/test_parity
+step ent-resident 30 env DISTIL_TEST_HOOKS=fused_rows=resident DISTIL_TEST_BACKEND=cuda DISTIL_TEST_FILTER='*entropy*' $B/tests/test_parity
 bl b-fkl 50 0.0 distil,trl,distil-entropy 4096,16384
 F=(--workload fused --mode all --fused-T 1024,8192 --warmup 2 --reps 10 --max-reps 20 --min-time 0.5)
 for r in 1 2; do

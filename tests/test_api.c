@@ -1,7 +1,7 @@
 /*
- * test_api.c - the non-numeric public API: version, status and dtype names, backend enumeration,
- * context creation by name / "auto" / DISTIL_BACKEND, last_error, NULL handling, memory,
- * streams, workspace lending and descriptor versioning (struct_size).
+ * test_api.c - the non-numeric public API: version, status, dtype and divergence names, backend
+ * enumeration, context creation by name / "auto" / DISTIL_BACKEND, last_error, NULL handling,
+ * memory, streams, workspace lending and descriptor versioning (struct_size).
  */
 #include "test_util.h"
 
@@ -57,6 +57,44 @@ static int priority_rank(const char *name) {
         }
     }
     return -1;
+}
+
+/* docs/SPEC.md §6: the divergences' names, their pinned values, and the lookup's refusals. */
+static void test_divergence_names(void **state) {
+    (void)state;
+    static const char *const pinned[] = {"jsd",     "forward_kl",      "reverse_kl",
+                                         "skew_kl", "skew_reverse_kl", "tvd"};
+    for (int d = 0; d < (int)TU_LEN(pinned); d++) {
+        assert_string_equal(distil_divergence_name((distil_divergence)d), pinned[d]);
+    }
+    int n = 0; /* every name round-trips, and the names end in NULL */
+    for (; distil_divergence_name((distil_divergence)n) != NULL; n++) {
+        distil_divergence got = (distil_divergence)-1;
+        assert_int_equal(
+            distil_divergence_from_name(distil_divergence_name((distil_divergence)n), &got),
+            DISTIL_OK);
+        assert_int_equal(got, n);
+    }
+    assert_true(n >= (int)TU_LEN(pinned));
+    assert_null(distil_divergence_name((distil_divergence)-1));
+    assert_null(distil_divergence_name((distil_divergence)(n + 1000)));
+
+    const struct {
+        const char *name;
+        const char *word; /* what the message names */
+    } bad[] = {{"JSD", "JSD"}, {"", "name"}, {"jsd ", "forward_kl"}, {"kl", "tvd"}};
+    for (size_t i = 0; i < TU_LEN(bad); i++) {
+        distil_divergence d = DISTIL_DIVERGENCE_TVD;
+        assert_int_equal(distil_divergence_from_name(bad[i].name, &d), DISTIL_ERR_INVALID_ARG);
+        assert_int_equal(d, DISTIL_DIVERGENCE_TVD); /* untouched */
+        assert_non_null(strstr(distil_ctx_last_error(NULL), bad[i].word));
+    }
+    distil_divergence d = DISTIL_DIVERGENCE_TVD;
+    assert_int_equal(distil_divergence_from_name(NULL, &d), DISTIL_ERR_INVALID_ARG);
+    assert_int_equal(d, DISTIL_DIVERGENCE_TVD);
+    assert_non_null(strstr(distil_ctx_last_error(NULL), "name is NULL"));
+    assert_int_equal(distil_divergence_from_name("jsd", NULL), DISTIL_ERR_INVALID_ARG);
+    assert_non_null(strstr(distil_ctx_last_error(NULL), "divergence is NULL"));
 }
 
 static void test_backend_enumeration(void **state) {
@@ -377,15 +415,15 @@ static distil_status fused_run_lent(fused_problem *p, size_t bytes, fused_out *o
     fused_poison_outputs(p);
     TU_OK(g_ctx, fused_run(p));
     fused_download(p, own);
-    void *ws = NULL;
-    TU_OK(g_ctx, distil_malloc(g_ctx, bytes, &ws));
-    TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, ws, bytes));
+    void *workspace = NULL;
+    TU_OK(g_ctx, distil_malloc(g_ctx, bytes, &workspace));
+    TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, workspace, bytes));
     fused_poison_outputs(p);
     distil_status s = fused_run(p);
     snprintf(g_lent_msg, sizeof g_lent_msg, "%s", distil_ctx_last_error(g_ctx));
     fused_download(p, lent);
     TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, NULL, 0));
-    distil_free(g_ctx, ws);
+    distil_free(g_ctx, workspace);
     return s;
 }
 
@@ -450,21 +488,21 @@ static void test_workspace_jsd(void **state) {
     tu_download(g_ctx, &own.loss, loss, sizeof own.loss);
     tu_download(g_ctx, own.grad, grad, sizeof own.grad);
 
-    void *ws = NULL;
-    TU_OK(g_ctx, distil_malloc(g_ctx, need + 256, &ws));
+    void *workspace = NULL;
+    TU_OK(g_ctx, distil_malloc(g_ctx, need + 256, &workspace));
     if (need > 0) { /* one byte short is refused */
-        TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, ws, need - 1));
+        TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, workspace, need - 1));
         TU_EXPECT(g_ctx, DISTIL_ERR_WORKSPACE, distil_jsd(g_ctx, &d, dx, dy, dl, loss, grad));
         assert_true(strlen(distil_ctx_last_error(g_ctx)) > 0);
     }
-    TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, ws, need + 256));
+    TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, workspace, need + 256));
     TU_OK(g_ctx, distil_jsd(g_ctx, &d, dx, dy, dl, loss, grad));
     tu_download(g_ctx, &lent.loss, loss, sizeof lent.loss);
     tu_download(g_ctx, lent.grad, grad, sizeof lent.grad);
     TU_CHECK_BITWISE("jsd with a lent workspace vs own", &lent, &own, sizeof own);
     TU_OK(g_ctx, distil_ctx_set_workspace(g_ctx, NULL, 0));
     TU_EXPECT(g_ctx, DISTIL_ERR_INVALID_ARG, distil_ctx_set_workspace(g_ctx, NULL, 64));
-    distil_free(g_ctx, ws);
+    distil_free(g_ctx, workspace);
     void *all[] = {dx, dy, dl, loss, grad};
     for (size_t i = 0; i < TU_LEN(all); i++) {
         distil_free(g_ctx, all[i]);
@@ -518,13 +556,14 @@ int main(void) {
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_status_strings),
         cmocka_unit_test(test_dtypes),
+        cmocka_unit_test(test_divergence_names),
         cmocka_unit_test(test_backend_enumeration),
         cmocka_unit_test(test_ctx_create_by_name),
         cmocka_unit_test(test_ctx_create_auto_and_env),
         cmocka_unit_test(test_null_handling),
         cmocka_unit_test(test_desc_defaults),
     };
-    tu_apply_filter();
+    tu_apply_env();
     int failed = cmocka_run_group_tests_name("api", tests, NULL, NULL);
     int per_backend = tu_run_per_backend(run_backend_group, true);
     return failed + (per_backend == TU_EXIT_SKIPPED ? 0 : per_backend);

@@ -242,6 +242,7 @@ static void test_fused_graph_f32(void **state) {
 }
 
 int main(void) {
+    tu_apply_env();
     if (!tu_backend_has_device("cuda")) {
         printf("cuda: no device, skipped\n");
         return TU_EXIT_SKIPPED;

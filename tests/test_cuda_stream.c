@@ -117,6 +117,7 @@ static void test_own_stream_control(void **state) {
 }
 
 int main(void) {
+    tu_apply_env();
     if (!tu_backend_has_device("cuda")) {
         printf("cuda: no device, skipped\n");
         return TU_EXIT_SKIPPED;

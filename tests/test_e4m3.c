@@ -144,6 +144,6 @@ int main(void) {
         cmocka_unit_test(test_special),    cmocka_unit_test(test_sweep),
         cmocka_unit_test(test_row_scale),
     };
-    tu_apply_filter();
+    tu_apply_env();
     return cmocka_run_group_tests_name("e4m3", tests, NULL, NULL);
 }

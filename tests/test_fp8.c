@@ -56,14 +56,14 @@ static bool fp8_skip(tp_fused *p) {
     return false;
 }
 
-/* Whether the backend's fp8 product may be the tensor cores' (cuda, unless DISTIL_CUDA_FP8 forces
- * the emulation kernel): they add the e4m3 products with fewer bits than fp32 before promoting to
- * fp32 (docs/SPEC.md §6), which moved the soft part of this file's self-distillation (a
- * second-order quantity of the e4m3 rounding, so sensitive to every logit's last bits) by 3.7e-4
- * relative on an H200, and the teacher LSEs by less. Those two are then held to 1e-3. */
+/* Whether the backend's fp8 product may be the tensor cores' (cuda, unless the test hook
+ * fp8=emulate forces the emulation kernel): they add the e4m3 products with fewer bits than fp32
+ * before promoting to fp32 (docs/SPEC.md §6), which moved the soft part of this file's
+ * self-distillation (a second-order quantity of the e4m3 rounding, so sensitive to every logit's
+ * last bits) by 3.7e-4 relative on an H200, and the teacher LSEs by less. Those two are then held
+ * to 1e-3. */
 static bool fp8_tensor_cores(void) {
-    const char *f = getenv("DISTIL_CUDA_FP8");
-    return strcmp(g_backend, "cuda") == 0 && !(f != NULL && strcmp(f, "emulate") == 0);
+    return strcmp(g_backend, "cuda") == 0 && !tu_hook("fp8=emulate");
 }
 
 /* The largest relative difference of the teacher LSEs (rows t). */

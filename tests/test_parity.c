@@ -153,7 +153,7 @@ static void jsd_compare(const tp_jsd_spec *s, distil_dtype dt, uint64_t seed) {
     {t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, TP_LABELS_##labels, std, chunk, \
      .div = DISTIL_DIVERGENCE_JSD, .head = hd}
 
-/* FH named "#gradw": the cases test_parity_cuda_gradw runs under DISTIL_CUDA_GRADW=require */
+/* FH named "#gradw": the cases test_parity_cuda_gradw runs under the test hook gradw=require */
 #define GW(t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, labels, std, chunk, hd) \
     {t, v, hs, ht, wh, ws, beta, tau, bias, parts, grads, TP_LABELS_##labels, std, chunk, \
      .div = DISTIL_DIVERGENCE_JSD, .head = hd, .tag = "gradw"}
@@ -440,10 +440,50 @@ static void fused_compare(const tp_fused_spec *c, distil_dtype dt, uint64_t seed
     tp_fused_free(&h);
 }
 
+/* ---------------------------------------------------------------- every divergence */
+
+/* Every divergence the library has (distil_divergence_name up to the first NULL), the tables'
+ * or not: one distil_jsd and one fused case each, in every dtype. */
+static void run_every_divergence(void **state) {
+    (void)state;
+    for (int d = 0; distil_divergence_name((distil_divergence)d) != NULL; d++) {
+        const tp_jsd_spec j = {.t = 16,
+                               .v = 1271,
+                               .beta = 0.3f,
+                               .red = DISTIL_REDUCTION_BATCHMEAN,
+                               .labels = TP_LABELS_MIXED,
+                               .grad = TP_GRAD_OUT,
+                               .special = TP_NEG_INF,
+                               .grad_scale = 1.0f,
+                               .div = (distil_divergence)d,
+                               .alpha = 0.3f};
+        const tp_fused_spec f = {.t = 13,
+                                 .v = 1271,
+                                 .hs = 24,
+                                 .ht = 40,
+                                 .w_hard = 0.5f,
+                                 .w_soft = 0.5f,
+                                 .beta = 0.3f,
+                                 .tau = 2.0f,
+                                 .bias_s = true,
+                                 .bias_t = true,
+                                 .parts = true,
+                                 .grads = TP_WANT_ALL,
+                                 .labels = TP_LABELS_MIXED,
+                                 .chunk = 5,
+                                 .div = (distil_divergence)d,
+                                 .alpha = 0.3f};
+        for (size_t k = 0; k < TU_LEN(dtypes); k++) {
+            jsd_compare(&j, dtypes[k], 7001u * (uint64_t)(d + 1) + k);
+            fused_compare(&f, dtypes[k], 7013u * (uint64_t)(d + 1) + k);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- the cmocka tests */
 
 enum { N_JSD = TU_LEN(jsd_cases), N_FUSED = TU_LEN(fused_cases), N_DT = TU_LEN(dtypes) };
-enum { N_TESTS = (N_JSD + N_FUSED) * N_DT };
+enum { N_TESTS = (N_JSD + N_FUSED) * N_DT + 1 };
 
 /* One test: a case of one table in one dtype. */
 typedef struct param {
@@ -481,6 +521,8 @@ static void build_tests(void) {
                 .name = g_names[k], .test_func = run_case, .initial_state = &g_params[k]};
         }
     }
+    g_tests[k] = (struct CMUnitTest){.name = "every divergence of the library",
+                                     .test_func = run_every_divergence};
 }
 
 static const char *g_backend;

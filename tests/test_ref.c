@@ -9,6 +9,8 @@
  */
 #include "test_util.h"
 
+#include "math/distil_elem_beta.h" /* distil_elem_div_make: which divergences read alpha */
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -700,14 +702,18 @@ static void test_fd_fused(void **state) {
 
 /* ---------------------------------------------------------------- docs/SPEC.md §6 */
 
-/* Every divergence with the parameter it reads (alpha for the skew KLs), in double, straight
- * from docs/SPEC.md §6's row losses: m formed directly (valid for moderate log-probs). */
-static double div_direct(distil_divergence div, double alpha, const float *x, const float *y,
-                         int64_t n) {
+/* Every divergence with the parameter it reads (beta for the JSD, alpha for the skew KLs), in
+ * double, straight from docs/SPEC.md §1 and §6's row losses: m formed directly (valid for moderate
+ * log-probs). */
+static double div_direct(distil_divergence div, double beta, double alpha, const float *x,
+                         const float *y, int64_t n) {
     double s = 0.0;
     for (int64_t v = 0; v < n; v++) {
-        double q = exp((double)x[v]), p = exp((double)y[v]);
+        double q = exp((double)x[v]), p = exp((double)y[v]), m = beta * p + (1.0 - beta) * q;
         switch (div) {
+        case DISTIL_DIVERGENCE_JSD:
+            s += beta * p * (log(p) - log(m)) + (1.0 - beta) * q * (log(q) - log(m));
+            break;
         case DISTIL_DIVERGENCE_FORWARD_KL:
             s += p * (log(p) - log(q));
             break;
@@ -720,9 +726,11 @@ static double div_direct(distil_divergence div, double alpha, const float *x, co
         case DISTIL_DIVERGENCE_SKEW_REVERSE_KL:
             s += q * (log(q) - log((1.0 - alpha) * p + alpha * q));
             break;
-        default: /* TVD */
+        case DISTIL_DIVERGENCE_TVD:
             s += 0.5 * fabs(p - q);
             break;
+        default: /* a divergence of the library's list without its direct form here */
+            fail_msg("div_direct: no direct form of divergence %s", distil_divergence_name(div));
         }
     }
     return s;
@@ -733,17 +741,31 @@ typedef struct div_case {
     float alpha;
 } div_case;
 
-static const div_case div_cases[] = {
-    {DISTIL_DIVERGENCE_FORWARD_KL, 0.1f},
-    {DISTIL_DIVERGENCE_REVERSE_KL, 0.1f},
-    {DISTIL_DIVERGENCE_SKEW_KL, 0.1f},
-    {DISTIL_DIVERGENCE_SKEW_KL, 0.5f},
-    {DISTIL_DIVERGENCE_SKEW_KL, 0.9f},
-    {DISTIL_DIVERGENCE_SKEW_REVERSE_KL, 0.1f},
-    {DISTIL_DIVERGENCE_SKEW_REVERSE_KL, 0.5f},
-    {DISTIL_DIVERGENCE_SKEW_REVERSE_KL, 0.9f},
-    {DISTIL_DIVERGENCE_TVD, 0.1f},
-};
+/* Whether the divergence's mode and constants differ at alphas a and b (it reads alpha). */
+static bool div_reads_alpha(distil_divergence div, float a, float b) {
+    distil_elem_beta x = distil_elem_div_make(div, 0.5f, a), y = distil_elem_div_make(div, 0.5f, b);
+    return x.mode != y.mode || x.beta != y.beta || x.omb != y.omb || x.lb != y.lb ||
+           x.l1b != y.l1b || x.c != y.c || x.kd != y.kd;
+}
+
+/* Every divergence the library has (distil_divergence_name up to the first NULL): at alphas 0.1,
+ * 0.5 and 0.9 where it reads alpha (the skew KLs), else once; the JSD's beta is jsd_desc's 0.5.
+ * At most `max` cases. */
+static size_t div_cases_make(div_case *cases, size_t max) {
+    static const float alphas[] = {0.1f, 0.5f, 0.9f};
+    size_t n = 0;
+    for (int d = 0; distil_divergence_name((distil_divergence)d) != NULL; d++) {
+        distil_divergence div = (distil_divergence)d;
+        for (size_t a = 0; a < TU_LEN(alphas) && n < max; a++) {
+            if (a == 0 || div_reads_alpha(div, alphas[0], alphas[a])) {
+                cases[n++] = (div_case){div, alphas[a]};
+            }
+        }
+    }
+    return n;
+}
+
+enum { DIV_MAX_CASES = 96 };
 
 static distil_jsd_desc div_desc(const div_case *c, distil_reduction red) {
     distil_jsd_desc d = jsd_desc(T, V, 0.5f, red);
@@ -758,11 +780,13 @@ static void test_div_closed_forms(void **state) {
     float x[T * V], y[T * V], loss[T];
     tu_fill_logp(&r, x, DISTIL_F32, T, V, V, 2.0, NULL);
     tu_fill_logp(&r, y, DISTIL_F32, T, V, V, 2.0, NULL);
-    for (size_t c = 0; c < TU_LEN(div_cases); c++) {
-        distil_jsd_desc d = div_desc(&div_cases[c], DISTIL_REDUCTION_NONE);
+    div_case cases[DIV_MAX_CASES];
+    size_t n = div_cases_make(cases, TU_LEN(cases));
+    for (size_t c = 0; c < n; c++) {
+        distil_jsd_desc d = div_desc(&cases[c], DISTIL_REDUCTION_NONE);
         ref_jsd(&d, x, y, NULL, loss, NULL);
         for (int i = 0; i < T; i++) {
-            double want = div_direct(d.divergence, d.alpha, x + i * V, y + i * V, V);
+            double want = div_direct(d.divergence, d.beta, d.alpha, x + i * V, y + i * V, V);
             TU_CHECK_REL("row loss", loss[i], want, REF_RTOL);
         }
     }
@@ -810,7 +834,8 @@ static void test_div_tvd_special(void **state) {
     tu_rng r = tu_rng_make(42);
     float x[T * V], y[T * V], loss[T], grad[T * V];
     tu_fill_logp(&r, x, DISTIL_F32, T, V, V, 2.0, NULL);
-    distil_jsd_desc d = div_desc(&div_cases[TU_LEN(div_cases) - 1], DISTIL_REDUCTION_NONE);
+    const div_case tvd = {DISTIL_DIVERGENCE_TVD, 0.1f};
+    distil_jsd_desc d = div_desc(&tvd, DISTIL_REDUCTION_NONE);
     ref_jsd(&d, x, x, NULL, loss, grad);
     for (int k = 0; k < T * V; k++) {
         assert_true(grad[k] == 0.0f && (k >= T || loss[k] == 0.0f));
@@ -833,9 +858,11 @@ static void test_div_fd_jsd(void **state) {
     float x[N * W], y[N * W], loss, grad[N * W];
     tu_fill_logp(&r, x, DISTIL_F32, N, W, W, 2.0, NULL);
     tu_fill_logp(&r, y, DISTIL_F32, N, W, W, 2.0, NULL);
-    for (size_t c = 0; c < TU_LEN(div_cases); c++) {
+    div_case cases[DIV_MAX_CASES];
+    size_t n = div_cases_make(cases, TU_LEN(cases));
+    for (size_t c = 0; c < n; c++) {
         distil_jsd_desc d = jsd_desc(N, W, 0.5f, DISTIL_REDUCTION_SUM);
-        d.divergence = div_cases[c].div, d.alpha = div_cases[c].alpha;
+        d.divergence = cases[c].div, d.alpha = cases[c].alpha;
         ref_jsd(&d, x, y, NULL, &loss, grad);
         jsd_fd_arg arg = {&d, x, y};
         check_fd("d divergence / d student_logp", x, grad, N * W, loss, jsd_loss_of, &arg);
@@ -847,11 +874,13 @@ static void test_div_fd_jsd(void **state) {
 static void test_div_fd_fused(void **state) {
     (void)state;
     tu_rng r = tu_rng_make(44);
-    for (size_t c = 0; c < TU_LEN(div_cases); c++) {
+    div_case cases[DIV_MAX_CASES];
+    size_t n = div_cases_make(cases, TU_LEN(cases));
+    for (size_t c = 0; c < n; c++) {
         fused_in p = fused_in_make(&r, FT, FV, FHS, FHT, true, 3.0);
         p.labels[1] = -100;
         distil_fused_linear_jsd_desc d = fused_desc(&p, 0.3f, 0.7f, 0.5f, c % 2 ? 1.5f : 0.8f);
-        d.divergence = div_cases[c].div, d.alpha = div_cases[c].alpha;
+        d.divergence = cases[c].div, d.alpha = cases[c].alpha;
         d.temperature_squared = (int)(c % 3 == 0);
         float loss[3], gxs[FT * FHS], gws[FV * FHS], gbs[FV];
         ref_fused(&d, &p, loss, (fused_grads){gxs, gws, gbs});
@@ -963,6 +992,6 @@ int main(void) {
         cmocka_unit_test(test_div_normaliser),
         cmocka_unit_test(test_div_normaliser_fused),
     };
-    tu_apply_filter();
+    tu_apply_env();
     return cmocka_run_group_tests_name("ref", tests, group_setup, group_teardown);
 }

@@ -262,9 +262,9 @@ static void test_workspace_and_faults(void **state) {
     void *loss = tu_alloc_poisoned(fresh, sizeof(float));
     distil_topk_desc t;
     lp_desc(&t);
-    distil_debug_fail_allocations(0);
+    distil_testing_fail_allocations(0);
     distil_status st = distil_topk(fresh, &t, x, ids, logp, NULL, loss, NULL);
-    distil_debug_fail_allocations(-1);
+    distil_testing_fail_allocations(-1);
     if (strcmp(g_backend, "ref") != 0) { /* ref's whole op needs no workspace */
         TU_EXPECT(fresh, DISTIL_ERR_OUT_OF_MEMORY, st);
     }

@@ -1,6 +1,6 @@
 /*
  * cpu_backend.c - the "cpu" backend's vtable: life cycle, threads, host memory, deferred label
- * errors and the chunk-size preference. The kernels live in cpu_gemm.c, cpu_jsd.c,
+ * errors and the chunk-size preference. The kernels live in cpu_gemm.c, cpu_div_rows.c,
  * cpu_fused_rows.c and cpu_reduce.c; the row kernels in cpu_kern_*.c, one table per ISA.
  */
 #include "cpu_internal.h"
@@ -25,21 +25,26 @@ static distil_status cpu_probe(int *n_devices) {
     return DISTIL_OK;
 }
 
-/* DISTIL_NUM_THREADS when it is a positive integer, else what OpenMP would use. */
-static int cpu_thread_count(void) {
+/* DISTIL_NUM_THREADS, a count in [1, 4096], or what OpenMP would use when it is unset or empty. */
+static distil_status cpu_thread_count(distil_ctx *ctx, int *out) {
     const char *env = getenv("DISTIL_NUM_THREADS");
-    if (env != NULL && *env != '\0') {
-        char *end = NULL;
-        long n = strtol(env, &end, 10);
-        if (*end == '\0' && n > 0 && n <= 4096) {
-            return (int)n;
-        }
-    }
 #ifdef _OPENMP
-    return omp_get_max_threads();
+    *out = omp_get_max_threads();
 #else
-    return 1;
+    *out = 1;
 #endif
+    if (env == NULL || *env == '\0') {
+        return DISTIL_OK;
+    }
+    char *end = NULL;
+    long n = strtol(env, &end, 10);
+    if (*end != '\0' || n < 1 || n > 4096) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
+                                "cpu: DISTIL_NUM_THREADS '%s' is not a thread count in [1, 4096]",
+                                env);
+    }
+    *out = (int)n;
+    return DISTIL_OK;
 }
 
 #if defined(DISTIL_CPU_HAVE_AVX2) || defined(DISTIL_CPU_HAVE_AVX512)
@@ -55,10 +60,25 @@ static bool cpu_has_f16c(void) {
 }
 #endif
 
-/* The widest kernel table this CPU runs; DISTIL_CPU_ISA (generic, avx2, avx512) may narrow it,
- * which lets tests exercise every table on one machine. */
-static const cpu_kernels *cpu_pick_kernels(void) {
+/* DISTIL_CPU_ISA: unset or empty (NULL), or one of generic, avx2, avx512 (any case). */
+static distil_status cpu_isa_wanted(distil_ctx *ctx, const char **out) {
     const char *want = getenv("DISTIL_CPU_ISA");
+    *out = NULL;
+    if (want == NULL || *want == '\0') {
+        return DISTIL_OK;
+    }
+    if (strcasecmp(want, "generic") != 0 && strcasecmp(want, "avx2") != 0 &&
+        strcasecmp(want, "avx512") != 0) {
+        return distil_error_set(ctx, DISTIL_ERR_INVALID_ARG,
+                                "cpu: DISTIL_CPU_ISA '%s' is not generic, avx2 or avx512", want);
+    }
+    *out = want;
+    return DISTIL_OK;
+}
+
+/* The widest kernel table this CPU runs; DISTIL_CPU_ISA (want: generic, avx2, avx512, or NULL)
+ * may narrow it, which lets tests exercise every table on one machine. */
+static const cpu_kernels *cpu_pick_kernels(const char *want) {
     const cpu_kernels *best = &distil_cpu_kernels_generic;
     (void)want;
 #if defined(DISTIL_CPU_HAVE_AVX2) || defined(DISTIL_CPU_HAVE_AVX512)
@@ -94,13 +114,17 @@ static void cpu_blas_name(char *buf, size_t n) {
 }
 
 static distil_status cpu_create(distil_ctx *ctx, int device, void **b) {
+    int threads = 0;
+    const char *isa = NULL;
+    DISTIL_TRY(cpu_thread_count(ctx, &threads));
+    DISTIL_TRY(cpu_isa_wanted(ctx, &isa));
     cpu_state *st = distil_fault_alloc() ? NULL : calloc(1, sizeof *st);
     if (st == NULL) {
         return distil_error_set(ctx, DISTIL_ERR_OUT_OF_MEMORY, "cpu: out of host memory");
     }
     st->ctx = ctx;
-    st->threads = cpu_thread_count();
-    st->k = cpu_pick_kernels();
+    st->threads = threads;
+    st->k = cpu_pick_kernels(isa);
     char blas[48];
     cpu_blas_name(blas, sizeof blas);
     snprintf(st->name, sizeof st->name, "CPU (%d thread%s, %s, %s)", st->threads,
@@ -168,17 +192,39 @@ distil_status distil_cpu_grow(cpu_state *st, void **buf, size_t *cap, size_t byt
     return DISTIL_OK;
 }
 
+static const distil_backend_tp cpu_tp = {.tp_rows = distil_cpu_tp_rows};
+
+/* docs/SPEC.md §6 fp8 teacher head: codes kept as their fp16 values (cpu_fp8.c) */
+static const distil_backend_fp8 cpu_fp8 = {
+    .quant_rows = distil_cpu_quant_rows,
+    .gemm_e4m3 = distil_cpu_gemm_e4m3,
+};
+
+/* the last grad_Ws GEMM rounds into grad_Ws itself (cpu_gemm.c) */
+static const distil_backend_epilogue cpu_epilogue = {
+    .cast_ok = distil_cpu_gemm_cast_ok,
+    .gemm_cast = distil_cpu_gemm_cast,
+};
+
+static const char *const cpu_env_names[] = {"DISTIL_CPU_ISA", NULL};
+
 const distil_backend distil_backend_cpu = {
     .api_version = DISTIL_BACKEND_API_VERSION,
     .name = "cpu",
     .priority = 100,
     .host_memory = true,
-    .fp32_gemm = true,
-    /* Chunks of the fused loss: the two fp32 logit blocks near 128 MiB, a power of two in
-     * [32, 512]. Larger chunks keep OpenBLAS efficient (the G^T xs product has k = C, and each
-     * chunk rereads the V x Hs accumulator): at V = 32000, Hs = 512, Ht = 1024 the four GEMMs
-     * took about 30% longer per row with C = 64 than with C = 256 (2 threads, measured). */
-    .chunk = {.logit_bytes = 128.0 * 1024 * 1024, .min_rows = 32, .max_rows = 512},
+    .env_names = cpu_env_names,
+    .tuning =
+        {
+            .fp32_gemm = true,
+            /* Chunks of the fused loss: the two fp32 logit blocks near 128 MiB, a power of two in
+             * [32, 512]. Larger chunks keep OpenBLAS efficient (the G^T xs product has k = C, and
+             * each chunk rereads the V x Hs accumulator): at V = 32000, Hs = 512, Ht = 1024 the
+             * four GEMMs took about 30% longer per row with C = 64 than with C = 256 (2 threads,
+             * measured). */
+            .chunk = {.logit_bytes = 128.0 * 1024 * 1024, .min_rows = 32, .max_rows = 512},
+            .e4m3_bytes = 2,
+        },
     .probe = cpu_probe,
     .create = cpu_create,
     .destroy = cpu_destroy,
@@ -188,20 +234,17 @@ const distil_backend distil_backend_cpu = {
     .mem_free = distil_host_free,
     .mem_upload = distil_host_upload,
     .mem_download = distil_host_download,
-    .gemm = distil_cpu_gemm,
-    .gemm_d_ok = distil_cpu_gemm_d_ok, /* the last grad_Ws GEMM rounds into grad_Ws itself */
-    .count_valid = distil_cpu_count_valid,
-    .jsd_rows = distil_cpu_jsd_rows,
-    .fused_rows = distil_cpu_fused_rows,
-    .tp_rows = distil_cpu_tp_rows,
-    .reduce = distil_cpu_reduce,
     .cast = distil_cpu_cast,
     .fill = distil_cpu_fill,
     .scale = distil_cpu_scale,
-    .topk_rows = distil_cpu_topk_rows,
+    .gemm = distil_cpu_gemm,
+    .count_valid = distil_cpu_count_valid,
+    .div_rows = distil_cpu_div_rows,
+    .fused_rows = distil_cpu_fused_rows,
+    .reduce = distil_cpu_reduce,
     .head_rows = distil_cpu_head_rows,
-    /* docs/SPEC.md §6 fp8 teacher head: codes kept as their fp16 values (cpu_fp8.c) */
-    .quant_rows = distil_cpu_quant_rows,
-    .gemm_e4m3 = distil_cpu_gemm_e4m3,
-    .e4m3_bytes = 2,
+    .topk_rows = distil_cpu_topk_rows,
+    .tp = &cpu_tp,
+    .fp8 = &cpu_fp8,
+    .epilogue = &cpu_epilogue,
 };

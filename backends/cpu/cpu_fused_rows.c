@@ -22,14 +22,14 @@ static void cpu_fused_one(const cpu_state *st, const distil_fused_rows_args *a, 
     size_t es = distil_dtype_size(a->g_dtype);
     int64_t label = ((const int64_t *)distil_dptr_addr(a->labels))[i];
     float *ce = distil_dptr_addr(a->ce_rows);
-    float *jsd = distil_dptr_addr(a->jsd_rows);
+    float *soft = distil_dptr_addr(a->soft_rows);
     float *ent = distil_dptr_addr(a->entropy); /* docs/SPEC.md §6, optional */
     char *g = distil_dptr_addr(a->g);
     cpu_fused_row r = *proto;
     r.g = g ? g + (size_t)(i * a->vocab) * es : NULL;
     if (label == a->ignore_index || label < 0 || label >= a->vocab) { /* invalid: ignored too */
         ce[i] = 0.0f;
-        jsd[i] = 0.0f;
+        soft[i] = 0.0f;
         if (ent != NULL) {
             ent[i] = 0.0f;
         }
@@ -45,7 +45,7 @@ static void cpu_fused_one(const cpu_state *st, const distil_fused_rows_args *a, 
     r.dz = dz != NULL ? dz + i * a->vocab : NULL;
     st->k->fused_row(&r);
     ce[i] = r.ce;
-    jsd[i] = r.jsd;
+    soft[i] = r.soft;
     if (ent != NULL) {
         ent[i] = r.h;
     }
@@ -58,7 +58,7 @@ distil_status distil_cpu_fused_rows(void *b, const distil_fused_rows_args *a) {
     int64_t per = distil_cpu_fused_scratch_floats(a->vocab);
     int threads = st->threads;
     DISTIL_TRY(distil_cpu_grow(st, &st->rows, &st->rows_bytes,
-                               (size_t)threads * (size_t)per * sizeof(float), "distill row"));
+                               (size_t)threads * (size_t)per * sizeof(float), "fused row"));
     /* n <= 0 or NaN (a normaliser given on the device, docs/SPEC.md §6) acts as n == 0 */
     const bool some = n > 0.0f;
     const distil_elem_beta coef = distil_elem_div_make(a->divergence, a->beta, a->alpha);

@@ -126,7 +126,7 @@ typedef struct cpu_gemm_ctx {
     const cpu_state *st;
     const distil_gemm_args *a;
     cpu_mat A, B, C;
-    cpu_mat D;         /* the result's own output (distil_gemm_args.d), or D.p NULL: C */
+    cpu_mat D;         /* the result's own output (distil_gemm_cast_args.d), or D.p NULL: C */
     const float *bias; /* fp32, or NULL */
     float *stage;      /* fp32 C block when C is not fp32 */
     float *abuf, *bbuf;
@@ -271,8 +271,8 @@ static distil_status cpu_gemm_check(const cpu_state *st, const distil_gemm_args 
     return DISTIL_OK;
 }
 
-distil_status distil_cpu_gemm(void *b, const distil_gemm_args *a) {
-    cpu_state *st = b;
+/* The product of a into C, or rounded into D (D.p not NULL). */
+static distil_status cpu_gemm_run(cpu_state *st, const distil_gemm_args *a, cpu_mat D) {
     if (a->m <= 0 || a->n <= 0) {
         return DISTIL_OK;
     }
@@ -296,7 +296,7 @@ distil_status distil_cpu_gemm(void *b, const distil_gemm_args *a) {
                       .A = {distil_dptr_addr(a->a), a->a_dtype, a->lda},
                       .B = {distil_dptr_addr(a->b), a->b_dtype, a->ldb},
                       .C = {distil_dptr_addr(a->c), a->c_dtype, a->ldc},
-                      .D = {distil_dptr_addr(a->d), a->d_dtype, a->ldc},
+                      .D = D,
                       .bias = bias && !bias_cvt ? distil_dptr_addr(a->bias) : NULL,
                       .abuf = s,
                       .bbuf = bbuf,
@@ -315,8 +315,18 @@ distil_status distil_cpu_gemm(void *b, const distil_gemm_args *a) {
     return DISTIL_OK;
 }
 
+distil_status distil_cpu_gemm(void *b, const distil_gemm_args *a) {
+    const cpu_mat none = {NULL, DISTIL_F32, 0};
+    return cpu_gemm_run(b, a, none);
+}
+
+distil_status distil_cpu_gemm_cast(void *b, const distil_gemm_cast_args *a) {
+    const cpu_mat d = {distil_dptr_addr(a->d), a->d_dtype, a->gemm.ldc};
+    return cpu_gemm_run(b, &a->gemm, d);
+}
+
 /* Every GEMM can write its result to an output of its own (cpu_panel_end). */
-bool distil_cpu_gemm_d_ok(void *b, const distil_gemm_args *a) {
+bool distil_cpu_gemm_cast_ok(void *b, const distil_gemm_cast_args *a) {
     (void)b;
     return a->d_dtype == DISTIL_F32 || a->d_dtype == DISTIL_BF16 || a->d_dtype == DISTIL_F16;
 }

@@ -17,14 +17,14 @@
 
 /* One row of docs/SPEC.md §1: x, y (vocab) of dtype; grad (vocab) of dtype or NULL (loss only).
  * grad = gscale * de/dx; grad may equal x. */
-typedef struct cpu_jsd_row {
+typedef struct cpu_div_row {
     const void *x, *y;
     void *grad;
     int64_t vocab;
     distil_dtype dtype;
     const distil_elem_beta *coef; /* the divergence's constants (distil_elem_div_make) */
     float gscale;
-} cpu_jsd_row;
+} cpu_div_row;
 
 /* One valid row of docs/SPEC.md §2 steps 2-5 on fp32 logits zs, zt (vocab); label in [0, vocab).
  * g (vocab) of g_dtype or NULL; it may equal zs when g_dtype is F32.
@@ -42,16 +42,16 @@ typedef struct cpu_fused_row {
     float inv_tt;
     const float *dz;
     float *scratch;
-    bool want_h;   /* docs/SPEC.md §6: the student's entropy -sum q x into h */
-    float ce, jsd; /* out */
-    float h;       /* out, with want_h */
+    bool want_h;    /* docs/SPEC.md §6: the student's entropy -sum q x into h */
+    float ce, soft; /* out */
+    float h;        /* out, with want_h */
 } cpu_fused_row;
 
 /* docs/SPEC.md §8: one phase (distil_tp_phase) of the vocabulary-parallel row pass on one valid
  * row of the rank's columns: f holds the row as for fused_row (its label the local column, or -1
  * where another rank owns it); the statistics are this row's, reduced over the ranks where the
  * phase reads them: smax (2) maxima of zs, zt; ssum (3) sum exp of zs / tau, zt / tau, zs;
- * sterm (3) zs[label] - max (owner), sum e, sum de/dx. FINISH writes f.ce, f.jsd and f.g. */
+ * sterm (3) zs[label] - max (owner), sum e, sum de/dx. FINISH writes f.ce, f.soft and f.g. */
 typedef struct cpu_tp_row {
     int phase;
     cpu_fused_row f;
@@ -65,8 +65,8 @@ typedef struct cpu_kernels {
     void (*to_f32)(distil_dtype dtype, const void *src, float *dst, int64_t n);
     void (*from_f32)(distil_dtype dtype, const float *src, void *dst, int64_t n);
     /* Returns the row loss; writes the whole grad row when grad is not NULL. */
-    double (*jsd_row)(const cpu_jsd_row *r);
-    /* Writes ce, jsd and, when g is not NULL, the whole G row. */
+    double (*div_row)(const cpu_div_row *r);
+    /* Writes ce, soft and, when g is not NULL, the whole G row. */
     void (*fused_row)(cpu_fused_row *r);
     /* One phase of the vocabulary-parallel row pass (docs/SPEC.md §8). */
     void (*tp_row)(cpu_tp_row *r);
@@ -88,7 +88,7 @@ typedef struct cpu_state {
     const cpu_kernels *k;
     void *scratch; /* gemm operand conversion and C staging, grown on demand */
     size_t scratch_bytes;
-    void *rows; /* per-thread distill rows */
+    void *rows; /* per-thread fused rows (scratch) */
     size_t rows_bytes;
     bool bad_label; /* first invalid label since the last synchronize (count_valid) */
     int64_t bad_row, bad_value, bad_vocab;
@@ -105,9 +105,11 @@ distil_status distil_cpu_grow(cpu_state *st, void **buf, size_t *cap, size_t byt
 
 /* The operations of the vtable, one file each. */
 distil_status distil_cpu_gemm(void *b, const distil_gemm_args *a);
-bool distil_cpu_gemm_d_ok(void *b, const distil_gemm_args *a);
+/* The fused-cast GEMM (the vtable's epilogue): gemm with its result rounded into d. */
+bool distil_cpu_gemm_cast_ok(void *b, const distil_gemm_cast_args *a);
+distil_status distil_cpu_gemm_cast(void *b, const distil_gemm_cast_args *a);
 distil_status distil_cpu_count_valid(void *b, const distil_count_args *a);
-distil_status distil_cpu_jsd_rows(void *b, const distil_jsd_rows_args *a);
+distil_status distil_cpu_div_rows(void *b, const distil_div_rows_args *a);
 distil_status distil_cpu_fused_rows(void *b, const distil_fused_rows_args *a);
 distil_status distil_cpu_reduce(void *b, const distil_reduce_args *a);
 distil_status distil_cpu_cast(void *b, const distil_cast_args *a);

@@ -138,7 +138,7 @@ static inline const float *k_tile_in(distil_dtype dt, const void *row, int64_t o
 #include "math/distil_elem.h"
 #include "math/distil_elem_beta.h"
 
-static void k_jsd_init(de_coef *k, const distil_elem_beta *b) {
+static void k_div_init(de_coef *k, const distil_elem_beta *b) {
     DE_COEF_SET(*k, *b);
 }
 
@@ -153,12 +153,12 @@ static inline __attribute__((always_inline)) vf k_elem(int mode, const de_coef *
     return de_elem(mode, k, x, y, dq, q);
 }
 
-/* ------------------------------------------------------------------ jsd_row */
+/* ------------------------------------------------------------------ div_row */
 
 /* n (a multiple of CPU_VW) elements: returns the lane sums of e (in double: the row sum of a KL
  * cancels, and fp32 lanes would add their rounding to it) and writes g = gscale de/dx when g is
  * not NULL (g may equal x). A NaN input gives a NaN e (distil_elem.h), so a NaN sum. */
-static inline __attribute__((always_inline)) double k_jsd_tile(int mode, bool want_g,
+static inline __attribute__((always_inline)) double k_div_tile(int mode, bool want_g,
                                                                const float *x, const float *y,
                                                                float *g, int64_t n,
                                                                const de_coef *k, float gscale) {
@@ -174,31 +174,31 @@ static inline __attribute__((always_inline)) double k_jsd_tile(int mode, bool wa
     return vd_hsum(&acc);
 }
 
-static double k_jsd_tile_any(int mode, const float *x, const float *y, float *g, int64_t n,
+static double k_div_tile_any(int mode, const float *x, const float *y, float *g, int64_t n,
                              const de_coef *k, float gscale) {
     /* One case per mode of DE_MODES and gradient on / off. */
-#define K_JSD_CASES(M)                                                                             \
+#define K_DIV_CASES(M, term)                                                                       \
     case DE_##M * 2:                                                                               \
-        return k_jsd_tile(DE_##M, false, x, y, g, n, k, gscale);                                   \
+        return k_div_tile(DE_##M, false, x, y, g, n, k, gscale);                                   \
     case DE_##M * 2 + 1:                                                                           \
-        return k_jsd_tile(DE_##M, true, x, y, g, n, k, gscale);
+        return k_div_tile(DE_##M, true, x, y, g, n, k, gscale);
     switch (mode * 2 + (g != NULL)) {
-        DE_MODES(K_JSD_CASES)
+        DE_MODES(K_DIV_CASES)
     default:
         return 0.0; /* no such mode: the core never passes one */
     }
-#undef K_JSD_CASES
+#undef K_DIV_CASES
 }
 
 /* docs/SPEC.md §1 on one row in a single streaming pass: each x, y element is read once and each
  * gradient element written once (after its x was read, so grad may alias x). Ragged tails are
  * padded with -inf, whose terms are 0. */
-static double k_jsd_row(const cpu_jsd_row *r) {
+static double k_div_row(const cpu_div_row *r) {
     alignas(64) float xb[CPU_TILE];
     alignas(64) float yb[CPU_TILE];
     alignas(64) float gb[CPU_TILE];
     de_coef k;
-    k_jsd_init(&k, r->coef);
+    k_div_init(&k, r->coef);
     size_t es = distil_dtype_size(r->dtype);
     double sum = 0.0;
     for (int64_t off = 0; off < r->vocab; off += CPU_TILE) {
@@ -207,7 +207,7 @@ static double k_jsd_row(const cpu_jsd_row *r) {
         const float *yp = k_tile_in(r->dtype, r->y, off, n, yb);
         bool direct = xp != xb; /* fp32 and a whole number of vectors */
         float *gp = r->grad ? (direct ? (float *)r->grad + off : gb) : NULL;
-        sum += k_jsd_tile_any(k.mode, xp, yp, gp, k_round_up(n), &k, r->gscale);
+        sum += k_div_tile_any(k.mode, xp, yp, gp, k_round_up(n), &k, r->gscale);
         if (r->grad && !direct) {
             k_from_f32(r->dtype, gb, (char *)r->grad + (size_t)off * es, n);
         }
@@ -261,8 +261,8 @@ typedef struct k_lsm {
  * want_h, *hs = -sum q x (docs/SPEC.md §6 student entropy; q == 0 adds 0, also in the -inf
  * padding of a ragged tile). */
 static inline __attribute__((always_inline)) double
-k_fused_jsd(int mode, bool want_h, const cpu_fused_row *r, const k_lsm *ls, const k_lsm *lt,
-            const de_coef *k, double *sg, double *hs) {
+k_fused_soft(int mode, bool want_h, const cpu_fused_row *r, const k_lsm *ls, const k_lsm *lt,
+             const de_coef *k, double *sg, double *hs) {
     alignas(64) float sb[CPU_TILE];
     alignas(64) float tb[CPU_TILE];
     float *dqs = r->scratch;
@@ -380,16 +380,16 @@ static void k_fused_row(cpu_fused_row *r) {
     /* CE = logsumexp(zs) - zs[label] = l1 - (zs[label] - max) */
     r->ce = (float)((double)l1.l - ((double)r->zs[r->label] - (double)ms));
     de_coef k;
-    k_jsd_init(&k, r->coef);
+    k_div_init(&k, r->coef);
     double sg = 0.0;
     double sh = 0.0;
     /* One case per mode of DE_MODES and entropy on / off. */
-#define K_FUSED_CASE(M)                                                                            \
+#define K_FUSED_CASE(M, term)                                                                      \
     case DE_##M * 2:                                                                               \
-        r->jsd = (float)k_fused_jsd(DE_##M, false, r, &ls, &lt, &k, &sg, &sh);                     \
+        r->soft = (float)k_fused_soft(DE_##M, false, r, &ls, &lt, &k, &sg, &sh);                   \
         break;                                                                                     \
     case DE_##M * 2 + 1:                                                                           \
-        r->jsd = (float)k_fused_jsd(DE_##M, true, r, &ls, &lt, &k, &sg, &sh);                      \
+        r->soft = (float)k_fused_soft(DE_##M, true, r, &ls, &lt, &k, &sg, &sh);                    \
         break;
     switch (k.mode * 2 + r->want_h) {
         DE_MODES(K_FUSED_CASE)
@@ -405,15 +405,15 @@ static void k_fused_row(cpu_fused_row *r) {
 
 /* ------------------------------------------------------------------ tp_row (docs/SPEC.md §8) */
 
-/* The JSD pass of k_fused_row over the rank's columns with the group's log-softmax statistics:
+/* The soft pass of k_fused_row over the rank's columns with the group's log-softmax statistics:
  * returns sum e, *sg = sum de/dx; dq and q land in the scratch as for k_fused_grad. */
-static double k_tp_jsd(const cpu_fused_row *r, const k_lsm *ls, const k_lsm *lt, double *sg) {
+static double k_tp_soft(const cpu_fused_row *r, const k_lsm *ls, const k_lsm *lt, double *sg) {
     de_coef k;
-    k_jsd_init(&k, r->coef);
+    k_div_init(&k, r->coef);
     double sh = 0.0; /* the entropy is refused on a vocabulary shard */
-#define K_TP_CASE(M)                                                                               \
+#define K_TP_CASE(M, term)                                                                         \
     case DE_##M:                                                                                   \
-        return k_fused_jsd(DE_##M, false, r, ls, lt, &k, sg, &sh);
+        return k_fused_soft(DE_##M, false, r, ls, lt, &k, sg, &sh);
     switch (k.mode) {
         DE_MODES(K_TP_CASE)
     default:
@@ -449,16 +449,16 @@ static void k_tp_row(cpu_tp_row *t) {
     if (t->phase == DISTIL_TP_TERMS) {
         double sg = 0.0;
         t->sterm[0] = r->label >= 0 ? (double)r->zs[r->label] - (double)ms : 0.0;
-        t->sterm[1] = k_tp_jsd(r, &ls, &lt, &sg);
+        t->sterm[1] = k_tp_soft(r, &ls, &lt, &sg);
         t->sterm[2] = sg;
         return;
     }
     /* FINISH: CE = logsumexp(zs) - zs[label] = l1 - (zs[label] - max), as k_fused_row. */
     r->ce = (float)((double)l1.l - t->sterm[0]);
-    r->jsd = (float)t->sterm[1];
+    r->soft = (float)t->sterm[1];
     if (r->g) {
         double sg_local = 0.0;
-        (void)k_tp_jsd(r, &ls, &lt, &sg_local); /* dq and q again, into the scratch */
+        (void)k_tp_soft(r, &ls, &lt, &sg_local); /* dq and q again, into the scratch */
         k_fused_grad(r, &ls, &l1, t->sterm[2]);
     }
 }
@@ -467,7 +467,7 @@ const cpu_kernels CPU_KTABLE = {
     .isa = CPU_ISA_NAME,
     .to_f32 = k_to_f32,
     .from_f32 = k_from_f32,
-    .jsd_row = k_jsd_row,
+    .div_row = k_div_row,
     .fused_row = k_fused_row,
     .tp_row = k_tp_row,
 };

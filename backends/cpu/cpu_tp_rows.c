@@ -14,7 +14,7 @@
 #include <omp.h>
 #endif
 
-/* Row i of an ignored row: -inf maxima, 0 sums and terms; FINISH: ce = jsd = 0, G = 0. */
+/* Row i of an ignored row: -inf maxima, 0 sums and terms; FINISH: ce = soft = 0, G = 0. */
 static void cpu_tp_ignored(const distil_tp_rows_args *a, int64_t i) {
     double *st = a->phase == DISTIL_TP_MAX    ? (double *)distil_dptr_addr(a->stat_max) + 2 * i
                  : a->phase == DISTIL_TP_SUMS ? (double *)distil_dptr_addr(a->stat_sum) + 3 * i
@@ -25,7 +25,7 @@ static void cpu_tp_ignored(const distil_tp_rows_args *a, int64_t i) {
         st[0] = st[1] = st[2] = 0.0;
     } else {
         ((float *)distil_dptr_addr(a->ce_rows))[i] = 0.0f;
-        ((float *)distil_dptr_addr(a->jsd_rows))[i] = 0.0f;
+        ((float *)distil_dptr_addr(a->soft_rows))[i] = 0.0f;
         char *g = distil_dptr_addr(a->g);
         size_t es = distil_dtype_size(a->g_dtype);
         if (g) {
@@ -54,7 +54,7 @@ static void cpu_tp_one(const cpu_state *st, const distil_tp_rows_args *a, int64_
     st->k->tp_row(&t);
     if (a->phase == DISTIL_TP_FINISH) {
         ((float *)distil_dptr_addr(a->ce_rows))[i] = t.f.ce;
-        ((float *)distil_dptr_addr(a->jsd_rows))[i] = t.f.jsd;
+        ((float *)distil_dptr_addr(a->soft_rows))[i] = t.f.soft;
     }
 }
 
@@ -65,14 +65,14 @@ distil_status distil_cpu_tp_rows(void *b, const distil_tp_rows_args *a) {
     int64_t per = distil_cpu_fused_scratch_floats(a->vocab);
     int threads = st->threads;
     DISTIL_TRY(distil_cpu_grow(st, &st->rows, &st->rows_bytes,
-                               (size_t)threads * (size_t)per * sizeof(float), "distill row"));
+                               (size_t)threads * (size_t)per * sizeof(float), "fused row"));
     const distil_elem_beta coef = distil_elem_div_make(a->divergence, a->beta, a->alpha);
     cpu_tp_row proto = {.phase = (int)a->phase,
                         .f = {.g_dtype = a->g_dtype,
                               .vocab = a->vocab,
                               .coef = &coef,
                               .inv_t = a->inv_temperature,
-                              .inv_tt = a->inv_temperature, /* head options refused (tp_fused.c) */
+                              .inv_tt = a->inv_temperature, /* no head options under tp */
                               .gh = n != 0.0f ? a->weight_hard / n : 0.0f,
                               .gs = n != 0.0f ? a->weight_soft / n : 0.0f}};
 #pragma omp parallel num_threads(threads) if (a->rows > 1)

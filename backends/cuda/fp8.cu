@@ -15,8 +15,9 @@
  *      scales and bias in its epilogue): GPUs before sm_89, hip, and shapes for which cuBLASLt
  *      has no fp8 kernel (e.g. a vocabulary that is not a multiple of 4: D's leading dimension is
  *      then not 16-byte aligned). Correct everywhere, not fast.
- * DISTIL_CUDA_FP8=lt refuses step 4 (DISTIL_ERR_UNSUPPORTED naming the reason) so that a benchmark
- * cannot measure the emulation unknowingly; DISTIL_CUDA_FP8=emulate forces it (tests). Verified
+ * The test hook fp8=lt (core/testing/distil_testing.h) refuses step 4 (DISTIL_ERR_UNSUPPORTED
+ * naming the reason) so that a benchmark cannot measure the emulation unknowingly; fp8=emulate
+ * forces it (tests). Verified
  * on an H200 (docs/GPU-NOTES.md, "fp8 teacher head"): test_cuda_e4m3 over every fp32, the fp8
  * suites with each product, bench/python/fp8_teacher.py.
  * The codes: __nv_cvt_float_to_fp8(x / s, __NV_SATFINITE, __NV_E4M3) on cuda (the hardware
@@ -232,7 +233,7 @@ static cublasStatus_t fp8_describe(const gpu_state *b, const distil_gemm_e4m3_ar
                        : a->bias_dtype == DISTIL_BF16 ? CUDA_R_16BF
                                                       : CUDA_R_16F;
     const cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    const uint64_t ws = b->lane.blas_work_bytes;
+    const uint64_t work_bytes = b->lane.blas_work_bytes;
     const int64_t kp = a->lda; /* the padded K */
     cublasStatus_t st = cublasLtMatmulDescCreate(&pl.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t, st);
@@ -252,9 +253,10 @@ static cublasStatus_t fp8_describe(const gpu_state *b, const distil_gemm_e4m3_ar
     st = st ? st : cublasLtMatrixLayoutCreate(&pl.lb, CUDA_R_8F_E4M3, kp, a->m, a->lda);
     st = st ? st : cublasLtMatrixLayoutCreate(&pl.lc, CUDA_R_32F, a->n, a->m, a->ldc);
     st = st ? st : cublasLtMatmulPreferenceCreate(&pl.pref);
-    st = st ? st
-            : cublasLtMatmulPreferenceSetAttribute(
-                  pl.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    st =
+        st ? st
+           : cublasLtMatmulPreferenceSetAttribute(pl.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &work_bytes, sizeof work_bytes);
     return st;
 }
 
@@ -377,16 +379,16 @@ extern "C" distil_status DISTIL_GPU_FN(gemm_e4m3)(void *vb, const distil_gemm_e4
     }
     gpu_device_guard guard(b);
 #if DISTIL_GPU_HAVE_FP8
-    if (b->fp8_mode != GPU_FP8_EMULATE && fp8_device(b) && !b->portable_gemm) {
+    if (b->fp8_mode != DISTIL_HOOK_FP8_EMULATE && fp8_device(b) && !b->portable_gemm) {
         distil_status s;
         if (fp8_vendor(b, a, &s)) {
             return s;
         }
     }
 #endif
-    if (b->fp8_mode == GPU_FP8_LT) {
+    if (b->fp8_mode == DISTIL_HOOK_FP8_LT) {
         return distil_error_set(b->ctx, DISTIL_ERR_UNSUPPORTED,
-                                "%s: gemm_e4m3: DISTIL_CUDA_FP8=lt, and cuBLASLt fp8 does not run "
+                                "%s: gemm_e4m3: test hook fp8=lt, and cuBLASLt fp8 does not run "
                                 "this product (m %lld, n %lld, k %lld, ldc %lld; device sm_%d%d: "
                                 "fp8 needs sm_89+)",
                                 DISTIL_GPU_NAME, (long long)a->m, (long long)a->n, (long long)a->k,

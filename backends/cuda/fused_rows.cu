@@ -3,13 +3,13 @@
  * (fused_rows_resident.cu: each row read from HBM once, held in the shared memory of a block
  * cluster) where it applies, else the streaming kernel here (fused_rows.cuh has its passes):
  * one block per row reading zs and zt from global memory in each of three passes. The streaming
- * kernel serves HIP and rows too long for shared memory; DISTIL_CUDA_DISTILL=stream forces it.
+ * kernel serves HIP and rows too long for shared memory; the test hook fused_rows=stream forces it.
  * Given the row statistics from the logits GEMMs (the loss alone), one pass: fused_loss_kernel,
- * the JSD kernel's loop (jsd_rows.cuh) on the rows' log-probabilities.
- *   zs, zt (rows, V) fp32 dense; labels (rows); ce, jsd (rows) fp32; g (rows, V) optional.
+ * the JSD kernel's loop (div_rows.cuh) on the rows' log-probabilities.
+ *   zs, zt (rows, V) fp32 dense; labels (rows); ce, soft (rows) fp32; g (rows, V) optional.
  */
 #include "fused_rows.cuh"
-#include "jsd_rows.cuh"
+#include "div_rows.cuh"
 
 #include <stdlib.h>
 
@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(FUSED_THREADS) distil_fused_rows_kernel(fused_
     fused_stream_row<GDT, HAS_G, VW>(p, sm, zs, zt, n, g, row, label, z_label);
 }
 
-/* jsd_span's input map for the loss alone: the logits of a vector to their log-probabilities
+/* div_span's input map for the loss alone: the logits of a vector to their log-probabilities
  * (fused_logp) and, unless UNIT (tau == 1, where the JSD's sum is the CE's), the CE's sum of
  * 2^((zs - ms) log2 e) (each vector's terms, <= 1, added in fp32 first, then in double). */
 template <bool UNIT> struct fused_in_logits {
@@ -65,7 +65,7 @@ template <bool UNIT> struct fused_in_logits {
 };
 
 /* The loss alone with the row statistics from the GEMMs: one block per row, one pass over zs and
- * zt, the JSD kernel's own loop (jsd_span) on the log-probabilities. VW = 4 needs V % 4 == 0
+ * zt, the JSD kernel's own loop (div_span) on the log-probabilities. VW = 4 needs V % 4 == 0
  * and 16-byte aligned bases (the rows are then aligned too); VW = 1 otherwise. Two blocks per SM,
  * as the JSD kernel's fp32 loop. */
 template <int VW>
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(FUSED_THREADS, 2) distil_fused_loss_kernel(fus
     const float z_label = p.zs[row * p.vocab + label];
     fused_row_stats st;
     fused_row_stats_tiles(p, sm, row, st);
-    jsd_rows_params jp = {};
+    div_rows_params jp = {};
     jp.x = p.zs;
     jp.y = p.zt;
     jp.x_stride = jp.y_stride = p.vocab;
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(FUSED_THREADS, 2) distil_fused_loss_kernel(fus
     double acc[2] = {0.0, 0.0};
     fused_with_mode_unit(p, [&](auto mode, auto unit) {
         fused_in_logits<decltype(unit)::value> in{p, st, 0.0};
-        acc[0] = jsd_span<DISTIL_F32, false, VW, decltype(mode)::value>(jp, row, 0, p.vocab / VW,
+        acc[0] = div_span<DISTIL_F32, false, VW, decltype(mode)::value>(jp, row, 0, p.vocab / VW,
                                                                         true, 0.0f, in);
         acc[1] = in.ce;
     });
@@ -125,7 +125,7 @@ static fused_params fused_params_of(const distil_fused_rows_args *a) {
     p.zt = gpu_ptr<const float>(a->zt);
     p.labels = gpu_ptr<const int64_t>(a->labels);
     p.ce = gpu_ptr<float>(a->ce_rows);
-    p.jsd = gpu_ptr<float>(a->jsd_rows);
+    p.soft = gpu_ptr<float>(a->soft_rows);
     p.g = distil_dptr_addr(a->g);
     p.n_valid = gpu_ptr<const float>(a->n_valid);
     p.rows = a->rows;
@@ -135,7 +135,7 @@ static fused_params fused_params_of(const distil_fused_rows_args *a) {
     p.weight_hard = a->weight_hard;
     p.weight_soft = a->weight_soft;
     p.unit_temp = a->inv_temperature == 1.0f;
-    p.coef = jsd_coef_make(a->divergence, a->beta, a->alpha);
+    p.coef = div_coef_make(a->divergence, a->beta, a->alpha);
     p.cx = FUSED_LOG2E * a->inv_temperature;
     p.inv_tt = a->inv_teacher_temperature; /* docs/SPEC.md §6 head options */
     p.cy = FUSED_LOG2E * a->inv_teacher_temperature;
@@ -184,16 +184,16 @@ extern "C" distil_status DISTIL_GPU_FN(fused_rows)(void *vb, const distil_fused_
     }
     const fused_params p = fused_params_of(a);
     gpu_device_guard guard(b);
-    /* statistics given (stats_ok, the loss alone, no entropy); jsd_span's 32-bit offsets */
+    /* statistics given (stats_fit, the loss alone, no entropy); div_span's 32-bit offsets */
     if (p.zs_max != nullptr && p.g == nullptr && p.entropy == nullptr &&
-        p.vocab <= JSD_SPAN_MAX_VOCAB) {
+        p.vocab <= DIV_SPAN_MAX_VOCAB) {
         const cudaError_t e = fused_loss_launch(p, b->lane.stream);
         return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "fused_rows");
     }
     if (p.g == nullptr && p.entropy == nullptr && b->stats_require && gpu_stats_device(b)) {
         return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
-                                "%s: fused_rows: DISTIL_CUDA_STATS=require, and this loss-only "
-                                "row pass does not take the row statistics",
+                                "%s: fused_rows: test hook stats=require, and this loss-only row "
+                                "pass does not take the row statistics",
                                 DISTIL_GPU_NAME);
     }
     bool done = false;
@@ -205,7 +205,7 @@ extern "C" distil_status DISTIL_GPU_FN(fused_rows)(void *vb, const distil_fused_
     if (!done && b->fused_resident) {
         (void)cudaGetLastError();
         return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
-                                "%s: fused_rows: DISTIL_CUDA_DISTILL=resident, and the resident "
+                                "%s: fused_rows: test hook fused_rows=resident, and the resident "
                                 "row kernel declined this row pass (V %lld)",
                                 DISTIL_GPU_NAME, (long long)p.vocab);
     }

@@ -6,7 +6,7 @@
  *      thread, sums in double, exp2 of (z - m) cx, cx = log2(e) / tau; cy = log2(e) / tau_t for
  *      zt), giving the LSEs of zs / tau and zt / tau_t (natural log) and the base-2 LSE of zs
  *      (CE);
- *   2. sums (double) of the JSD element terms e and of their x-derivatives g (jsd_math.cuh, the
+ *   2. sums (double) of the JSD element terms e and of their x-derivatives g (div_math.cuh, the
  *      shared core/backend_api/math/distil_elem.h);
  *   3. G = w_hard/n (s - onehot) + w_soft/(n tau) (g - q sum g).
  * As the resident kernel: x = log q = (zs - ms) / tau - lx, the difference taken before the
@@ -19,7 +19,7 @@
 
 #include "gpu_state.cuh"
 #include "dtype.cuh"
-#include "jsd_math.cuh"
+#include "div_math.cuh"
 #include "reduce.cuh"
 #include "row_sums.cuh"
 
@@ -32,13 +32,13 @@ struct fused_params {
     const float *zt;
     const int64_t *labels; /* (rows) */
     float *ce;             /* (rows) */
-    float *jsd;            /* (rows) */
+    float *soft;           /* (rows) */
     void *g;               /* (rows, V) of the G dtype, optional, may be zs */
     const float *n_valid;
     int64_t rows, vocab, ignore_index;
     float inv_t, weight_hard, weight_soft;
     bool unit_temp; /* inv_t == 1: zs / tau is zs, one LSE serves CE and JSD */
-    jsd_coef coef;
+    div_coef coef;
     float cx; /* log2(e) * inv_t */
     /* docs/SPEC.md §6: the teacher's 1 / temperature and cy = log2(e) * inv_tt (inv_t, cx by
      * default); dz (rows, V) fp32 or nullptr: zs holds the student's scaled / capped logits z',
@@ -57,10 +57,10 @@ struct fused_params {
 constexpr float FUSED_LOG2E = 1.4426950408889634f;
 constexpr float FUSED_LN2 = 0.6931471805599453f;
 
-/* Calls f(MODE) with the row's jsd mode as a compile-time constant (jsd_with_mode). */
+/* Calls f(MODE) with the row's divergence mode as a compile-time constant (div_with_mode). */
 template <typename F>
 __device__ __forceinline__ void fused_with_mode(const fused_params &p, F &&f) {
-    jsd_with_mode(p.coef, static_cast<F &&>(f));
+    div_with_mode(p.coef, static_cast<F &&>(f));
 }
 
 /* The same with (tau == 1) as a second constant: f(MODE, UNIT). */
@@ -352,20 +352,20 @@ __device__ __forceinline__ void fused_logp(const fused_params &p, const S &st, c
 }
 
 /* Pass 2: the thread's sums of e (acc[0]) and, for the gradient (SUM_G), g (acc[1]), in double;
- * the finite form of the terms where a vector's log-probabilities are finite (jsd_with_sv). With
+ * the finite form of the terms where a vector's log-probabilities are finite (div_with_sv). With
  * ENT, *h gets the student's entropy terms -q x (docs/SPEC.md §6; q == 0 adds 0). */
 template <int VW, int MODE, bool SUM_G = true, bool ENT = false>
-__device__ inline void fused_pass_jsd(const fused_params &p, const fused_row_stats &st,
-                                      const float *zs, const float *zt, int64_t n, double (&acc)[2],
-                                      double *h = nullptr) {
+__device__ inline void fused_pass_soft(const fused_params &p, const fused_row_stats &st,
+                                       const float *zs, const float *zt, int64_t n,
+                                       double (&acc)[2], double *h = nullptr) {
     fused_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t) {
         float x[VW], y[VW];
         fused_logp(p, st, a, b, x, y);
-        jsd_with_sv(x, y, [&](auto sv) {
+        div_with_sv(x, y, [&](auto sv) {
 #pragma unroll
             for (int k = 0; k < VW; k++) {
                 float g, q;
-                acc[0] += jsd_elem_q<MODE, decltype(sv)::value>(p.coef, x[k], y[k], &g, &q);
+                acc[0] += div_elem_q<MODE, decltype(sv)::value>(p.coef, x[k], y[k], &g, &q);
                 if (SUM_G) {
                     acc[1] += g;
                 }
@@ -378,12 +378,12 @@ __device__ inline void fused_pass_jsd(const fused_params &p, const fused_row_sta
 }
 
 /* One element of G: hw (s - onehot) + sw (g - q sum g), s = softmax(zs) (q when tau == 1); at the
- * label s - 1 is the row's st.sm1. x, y: its log-probabilities (fused_logp); SV as jsd_elem_q. */
+ * label s - 1 is the row's st.sm1. x, y: its log-probabilities (fused_logp); SV as div_elem_q. */
 template <int MODE, bool UNIT, bool SV>
 __device__ __forceinline__ float fused_grad_elem(const fused_params &p, const fused_row_stats &st,
                                                  float x, float y, float zs, bool is_label) {
     float g, q;
-    (void)jsd_elem_q<MODE, SV>(p.coef, x, y, &g, &q);
+    (void)div_elem_q<MODE, SV>(p.coef, x, y, &g, &q);
     const float s = UNIT ? q : exp2f((zs - st.ms) * FUSED_LOG2E - st.lce);
     return st.hw * (is_label ? st.sm1 : s) + st.sw * de_soft_grad(g, q, st.sum_g);
 }
@@ -398,7 +398,7 @@ __device__ inline void fused_pass_grad(const fused_params &p, const fused_row_st
     fused_for_vectors<VW>(zs, zt, n, [&](const float(&a)[VW], const float(&b)[VW], int64_t j) {
         float x[VW], y[VW], o[VW];
         fused_logp(p, st, a, b, x, y);
-        jsd_with_sv(x, y, [&](auto sv) {
+        div_with_sv(x, y, [&](auto sv) {
 #pragma unroll
             for (int k = 0; k < VW; k++) {
                 o[k] = fused_grad_elem<MODE, UNIT, decltype(sv)::value>(p, st, x[k], y[k], a[k],
@@ -435,10 +435,10 @@ template <int GDT, int VW> __device__ inline void fused_zero(void *g, int64_t c0
 __device__ inline void fused_row_results(const fused_params &p, int64_t row, float ms, float lce,
                                          float z_label, double sum_e) {
     p.ce[row] = (ms - z_label) + lce * FUSED_LN2;
-    p.jsd[row] = static_cast<float>(sum_e);
+    p.soft[row] = static_cast<float>(sum_e);
 }
 
-/* An ignored row: `lead` writes its ce and jsd (0), and every thread zeroes its columns of
+/* An ignored row: `lead` writes its ce and soft (0), and every thread zeroes its columns of
  * [c0, c0 + n) of the row g of G. Both row kernels use it. */
 template <int GDT, bool HAS_G, int VW>
 __device__ inline void fused_ignored_row(const fused_params &p, int64_t row, void *g, int64_t c0,
@@ -448,7 +448,7 @@ __device__ inline void fused_ignored_row(const fused_params &p, int64_t row, voi
     }
     if (lead) {
         p.ce[row] = 0.0f;
-        p.jsd[row] = 0.0f;
+        p.soft[row] = 0.0f;
         if (p.entropy != nullptr) {
             p.entropy[row] = 0.0f;
         }
@@ -467,7 +467,7 @@ __device__ inline void fused_stream_row(const fused_params &p, fused_smem &sm, c
     if (p.entropy != nullptr) { /* uniform; docs/SPEC.md §6 student entropy */
         double h = 0.0;
         fused_with_mode(p, [&](auto mode) {
-            fused_pass_jsd<VW, decltype(mode)::value, HAS_G, true>(p, st, zs, zt, n, acc, &h);
+            fused_pass_soft<VW, decltype(mode)::value, HAS_G, true>(p, st, zs, zt, n, acc, &h);
         });
         double v[3] = {acc[0], acc[1], h};
         fused_block_sums<3>(sm, v); /* its barriers order pass 3's writes after every read */
@@ -478,7 +478,7 @@ __device__ inline void fused_stream_row(const fused_params &p, fused_smem &sm, c
         }
     } else {
         fused_with_mode(p, [&](auto mode) {
-            fused_pass_jsd<VW, decltype(mode)::value, HAS_G>(p, st, zs, zt, n, acc);
+            fused_pass_soft<VW, decltype(mode)::value, HAS_G>(p, st, zs, zt, n, acc);
         });
         fused_block_sums<2>(sm, acc); /* its barriers order pass 3's writes after every read */
     }

@@ -9,11 +9,11 @@
  * exchange is enough). The element work is done once: the JSD pass
  * leaves P = hw s + sw g and q in shared memory in place of zs and zt, and the last pass writes
  * G = dz'/dz (P - kappa q), kappa = sw (sum g) (res_pass_grad says how each is rounded). Element
- * terms from jsd_math.cuh (x = log q), row sums in double. The student's entropy -sum q x
+ * terms from div_math.cuh (x = log q), row sums in double. The student's entropy -sum q x
  * (docs/SPEC.md §6), when asked, is one more sum of the JSD pass and of its exchange.
  * Each thread owns the same vectors of the slice in every pass (t, t + T, t + 2T, ...), so the
  * slice itself needs no barrier; only the statistics do.
- *   zs, zt (rows, V) fp32 dense; labels (rows); ce, jsd (rows) fp32; g (rows, V) optional.
+ *   zs, zt (rows, V) fp32 dense; labels (rows); ce, soft (rows) fp32; g (rows, V) optional.
  */
 #include "fused_rows.cuh"
 
@@ -36,33 +36,33 @@ struct res_params : fused_params {
     int cl;       /* blocks per row (the cluster) */
 };
 
-/* Block statistics: per-warp partials; this block's value of each exchange (xexp, xjsd: written
+/* Block statistics: per-warp partials; this block's value of each exchange (xexp, xsoft: written
  * by thread 0, read by its own warp 0, which pushes it to the cluster); the row's values,
  * broadcast to the block. */
 struct alignas(16) res_exp_slot {
     float ms, mt;  /* the block's maxima of zs and zt */
     double sum[3]; /* its sums of exponentials relative to them (res_pass_exp) */
 };
-struct alignas(16) res_jsd_slot {
-    /* the block's sums of e, g and (entropy asked) -q x (res_pass_jsd); the first 16 bytes alone
-     * are pushed when the entropy is not asked (res_jsd_words) */
+struct alignas(16) res_soft_slot {
+    /* the block's sums of e, g and (entropy asked) -q x (res_pass_soft); the first 16 bytes alone
+     * are pushed when the entropy is not asked (res_soft_words) */
     double sum[3];
 };
-static_assert(sizeof(res_jsd_slot) == 32, "two 16-byte words");
+static_assert(sizeof(res_soft_slot) == 32, "two 16-byte words");
 
-/* 16-byte words of res_jsd_slot pushed per block and row: the entropy's sum is the second. */
-__device__ inline int res_jsd_words(const fused_params &p) {
+/* 16-byte words of res_soft_slot pushed per block and row: the entropy's sum is the second. */
+__device__ inline int res_soft_words(const fused_params &p) {
     return p.entropy != nullptr ? 2 : 1;
 }
-/* in_exp, in_jsd: every block's value of each exchange, by rank (pushed, cl > 1); bar: one
+/* in_exp, in_soft: every block's value of each exchange, by rank (pushed, cl > 1); bar: one
  * barrier per exchange, a phase per row. */
 struct res_smem {
     float wmax[2][RES_WARPS];
     double wsum[3][RES_WARPS];
     res_exp_slot xexp;
-    res_jsd_slot xjsd;
+    res_soft_slot xsoft;
     res_exp_slot in_exp[RES_MAX_CL];
-    res_jsd_slot in_jsd[RES_MAX_CL];
+    res_soft_slot in_soft[RES_MAX_CL];
     unsigned long long bar[2];
     float row[5];
 };
@@ -94,7 +94,7 @@ __device__ inline void res_exchange_init(const res_params &p, res_smem &sm) {
 __device__ inline void res_exchange_arm(const res_params &p, res_smem &sm) {
     if (p.cl > 1 && threadIdx.x == 0) {
         distil_cluster_bar_arm(&sm.bar[0], static_cast<unsigned>(p.cl * sizeof(res_exp_slot)));
-        distil_cluster_bar_arm(&sm.bar[1], static_cast<unsigned>(p.cl * 16 * res_jsd_words(p)));
+        distil_cluster_bar_arm(&sm.bar[1], static_cast<unsigned>(p.cl * 16 * res_soft_words(p)));
     }
 }
 
@@ -152,9 +152,9 @@ __device__ inline void res_row_sums_n(const res_params &p, res_smem &sm, unsigne
                                       double (&v)[N], double (&out)[N]) {
     const int lane = threadIdx.x % DISTIL_GPU_WARP;
     const int warp = threadIdx.x / DISTIL_GPU_WARP;
-    res_block_sums<N>(sm, v, sm.xjsd.sum);
+    res_block_sums<N>(sm, v, sm.xsoft.sum);
     if (warp == 0) {
-        const res_jsd_slot *in = res_push_wait(p, sm, sm.xjsd, sm.in_jsd, 1, ph, N > 2 ? 2 : 1);
+        const res_soft_slot *in = res_push_wait(p, sm, sm.xsoft, sm.in_soft, 1, ph, N > 2 ? 2 : 1);
 #pragma unroll
         for (int k = 0; k < N; k++) {
             out[k] = warp_sum(lane < p.cl ? in[lane].sum[k] : 0.0);
@@ -162,7 +162,7 @@ __device__ inline void res_row_sums_n(const res_params &p, res_smem &sm, unsigne
     }
 }
 
-/* The same for v[0..2), and v[2] too where the entropy is asked (res_jsd_words: its push). */
+/* The same for v[0..2), and v[2] too where the entropy is asked (res_soft_words: its push). */
 __device__ inline void res_row_sums(const res_params &p, res_smem &sm, unsigned ph, double (&v)[3],
                                     double (&out)[3]) {
     if (p.entropy != nullptr) { /* uniform */
@@ -233,7 +233,7 @@ struct res_row_stats {
 };
 
 /* Pass 3: the JSD terms once (the finite form where a vector's log-probabilities are finite,
- * jsd_with_sv); with G wanted, P = hw s + sw g into sa (one rounding: a fused
+ * div_with_sv); with G wanted, P = hw s + sw g into sa (one rounding: a fused
  * multiply-add onto hw s) and q into sb (in place). Sums of e and, with G wanted, g (in double)
  * go to acc[0], acc[1]. lc: the label's column in the slice (-1: not in it), where P is hw (s - 1)
  * + sw g with s - 1 the row's st.sm1 (fused_label_sm1), taken before the soft part is added, so
@@ -245,17 +245,17 @@ struct res_row_stats {
  * few ulp of itself. A term with q == 0 adds 0, as in the streaming kernel (x may then be -inf or
  * NaN: only where the vector is not all finite, so the finite form needs no select). */
 template <bool HAS_G, int VW, int MODE, bool UNIT, bool ENT>
-__device__ inline void res_pass_jsd(const res_params &p, const res_row_stats &st, float *sa,
-                                    float *sb, int n, int lc, double (&acc)[3]) {
+__device__ inline void res_pass_soft(const res_params &p, const res_row_stats &st, float *sa,
+                                     float *sb, int n, int lc, double (&acc)[3]) {
     res_for_vectors<VW>(sa, sb, n, [&](const float(&a)[VW], const float(&b)[VW], int j) {
         float x[VW], y[VW], pv[VW], qv[VW];
         float qx = 0.0f; /* ENT: the vector's sum of q x */
         fused_logp(p, st, a, b, x, y);
-        jsd_with_sv(x, y, [&](auto sv) {
+        div_with_sv(x, y, [&](auto sv) {
 #pragma unroll
             for (int k = 0; k < VW; k++) {
                 float g, q;
-                acc[0] += jsd_elem_q<MODE, decltype(sv)::value>(p.coef, x[k], y[k], &g, &q);
+                acc[0] += div_elem_q<MODE, decltype(sv)::value>(p.coef, x[k], y[k], &g, &q);
                 if (ENT) {
                     qx = !decltype(sv)::value || q > 0.0f ? fmaf(q, x[k], qx) : qx;
                 }
@@ -450,8 +450,8 @@ __device__ __forceinline__ bool res_row(const res_params &p, res_smem &sm, float
     const int lcol = lc >= 0 && lc < n ? static_cast<int>(lc) : -1;
     fused_with_mode_unit(p, [&](auto mode, auto unit) {
         const auto pass = [&](auto ent) {
-            res_pass_jsd<HAS_G, VW, decltype(mode)::value, decltype(unit)::value,
-                         decltype(ent)::value>(p, st, sa, sb, n, lcol, acc);
+            res_pass_soft<HAS_G, VW, decltype(mode)::value, decltype(unit)::value,
+                          decltype(ent)::value>(p, st, sa, sb, n, lcol, acc);
         };
         if (p.entropy != nullptr) { /* uniform; docs/SPEC.md §6 student entropy */
             pass(std::true_type{});

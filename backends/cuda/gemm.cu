@@ -3,13 +3,13 @@
  * is the column-major C^T (n, m) = op(B)^T op(A)^T, so B goes first and the shapes swap.
  * fp32 accumulation always (CUBLAS_COMPUTE_32F, no TF32). A bias is fused with cuBLASLt's bias
  * epilogue when the library accepts it, else added by a small kernel after the product.
- * The portable kernel (gemm_portable.cu) serves when there is no vendor BLAS or when
- * DISTIL_CUDA_GEMM=portable. A GEMM that asks for row statistics runs gemm_stats.cu's kernel (only
- * where stats_ok said yes); one with an output d of its own, gemm_gradw.cu's (only where gemm_d_ok
- * said yes: the fused loss's last grad_Ws GEMM).
+ * The portable kernel (gemm_portable.cu) serves when there is no vendor BLAS or when the test hook
+ * gemm=portable asks for it (core/testing/distil_testing.h). The epilogue table's GEMMs: the
+ * statistics GEMM runs gemm_stats.cu's kernel (only where stats_ok said yes); the fused-cast GEMM,
+ * gemm_gradw.cu's (only where cast_ok said yes: the fused loss's last grad_Ws GEMM).
  */
 #include "gemm_portable.cuh"
-#include "jsd_rows.cuh" /* JSD_SPAN_MAX_VOCAB: the loss-only row pass */
+#include "div_rows.cuh" /* DIV_SPAN_MAX_VOCAB: the loss-only row pass */
 #include "lt_plan.cuh"
 
 #if DISTIL_GPU_HAVE_CUTLASS
@@ -65,7 +65,7 @@ static cublasStatus_t lt_describe(const gpu_state *b, const distil_gemm_args *a,
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     const void *bias = distil_dptr_addr(a->bias);
     const int32_t bias_type = ab;
-    const uint64_t ws = b->lane.blas_work_bytes;
+    const uint64_t work_bytes = b->lane.blas_work_bytes;
     cublasStatus_t st = cublasLtMatmulDescCreate(&pl.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     st =
         st ? st
@@ -90,9 +90,10 @@ static cublasStatus_t lt_describe(const gpu_state *b, const distil_gemm_args *a,
                                          a->trans_a ? a->k : a->m, a->lda);
     st = st ? st : cublasLtMatrixLayoutCreate(&pl.lc, gemm_type(a->c_dtype), a->n, a->m, a->ldc);
     st = st ? st : cublasLtMatmulPreferenceCreate(&pl.pref);
-    st = st ? st
-            : cublasLtMatmulPreferenceSetAttribute(
-                  pl.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    st =
+        st ? st
+           : cublasLtMatmulPreferenceSetAttribute(pl.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &work_bytes, sizeof work_bytes);
     return st;
 }
 
@@ -119,68 +120,62 @@ static bool gemm_lt_bias(gpu_state *b, const distil_gemm_args *a) {
 #endif
 
 #if DISTIL_GPU_HAVE_CUTLASS
-/* The logits GEMM of distil_gemm_args with its row statistics (gemm_stats.cuh); absent pointers
- * stay NULL (stats_ok's question before the workspace is known). */
-static gemm_stats_args gemm_stats_of(const gpu_state *b, const distil_gemm_args *a) {
+/* The kernel's arguments for the statistics GEMM a (gemm_stats.cuh). */
+static gemm_stats_args gemm_stats_of(const gpu_state *b, const distil_gemm_stats_args *a) {
     gemm_stats_args g;
-    g.x = distil_dptr_addr(a->a);
-    g.w = distil_dptr_addr(a->b);
-    g.z = static_cast<float *>(distil_dptr_addr(a->c));
-    g.m = static_cast<int>(a->m);
-    g.n = static_cast<int>(a->n);
-    g.k = static_cast<int>(a->k);
-    g.pmax = static_cast<float *>(distil_dptr_addr(a->stats_max));
-    g.ps1 = static_cast<float *>(distil_dptr_addr(a->stats_s1));
-    g.c1 = a->stats_c1;
+    g.x = distil_dptr_addr(a->gemm.a);
+    g.w = distil_dptr_addr(a->gemm.b);
+    g.z = static_cast<float *>(distil_dptr_addr(a->gemm.c));
+    g.m = static_cast<int>(a->gemm.m);
+    g.n = static_cast<int>(a->gemm.n);
+    g.k = static_cast<int>(a->gemm.k);
+    g.pmax = static_cast<float *>(distil_dptr_addr(a->max));
+    g.ps1 = static_cast<float *>(distil_dptr_addr(a->s1));
+    g.c1 = a->c1;
     g.device = b->device;
     g.sm_count = b->sm_count;
     return g;
 }
 
-/* What the kernel computes: z (m, n) fp32 dense = x W^T, no bias, bf16 operands with row strides
- * k, on an sm_90 device (the kernel is sm_90a code). */
-static bool gemm_stats_shape(const gpu_state *b, const distil_gemm_args *a) {
-    return gpu_stats_device(b) && !a->trans_a && a->trans_b && a->a_dtype == DISTIL_BF16 &&
-           a->b_dtype == DISTIL_BF16 && a->c_dtype == DISTIL_F32 && a->alpha == 1.0f &&
-           a->beta == 0.0f && !distil_dptr_present(a->bias) && a->lda == a->k && a->ldb == a->k &&
-           a->ldc == a->n && gemm_fits_int(a) &&
-           a->m * ((a->n + GEMM_STATS_COLS - 1) / GEMM_STATS_COLS) <= 0x7fffffff;
+/* Whether this context's kernel computes shapes of m x n x k (int arguments, the planes' int
+ * offsets) in dtype: bf16, on an sm_90 device (the kernel is sm_90a code). */
+static bool gemm_stats_size(const gpu_state *b, int64_t m, int64_t n, int64_t k,
+                            distil_dtype dtype) {
+    const int64_t lim = 0x7fffffff;
+    return gpu_stats_device(b) && dtype == DISTIL_BF16 && m <= lim && n <= lim && k <= lim &&
+           m * ((n + GEMM_STATS_COLS - 1) / GEMM_STATS_COLS) <= lim;
 }
 
-static distil_status gemm_with_stats(gpu_state *b, const distil_gemm_args *a) {
-    /* the core asked stats_ok first: a refusal here is the core's error */
-    bool fits = false;
-    cudaError_t e = cudaSuccess;
-    if (gemm_stats_shape(b, a)) {
-        e = gemm_stats_launch(gemm_stats_of(b, a), b->lane.stream, &fits);
-    }
-    if (!fits) {
-        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
-                                "%s: gemm: row statistics asked for a GEMM that stats_ok refuses",
-                                DISTIL_GPU_NAME);
-    }
-    return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm (row statistics)");
+/* What the kernel computes: z (m, n) fp32 dense = x W^T, no bias, bf16 operands with row strides
+ * k. */
+static bool gemm_stats_form(const gpu_state *b, const distil_gemm_args *a) {
+    return gemm_stats_size(b, a->m, a->n, a->k, a->a_dtype) && !a->trans_a && a->trans_b &&
+           a->b_dtype == a->a_dtype && a->c_dtype == DISTIL_F32 && a->alpha == 1.0f &&
+           a->beta == 0.0f && !distil_dptr_present(a->bias) && a->lda == a->k && a->ldb == a->k &&
+           a->ldc == a->n && gemm_fits_int(a);
 }
 #endif
 
 #if DISTIL_GPU_HAVE_CUTLASS
 /* Whether a has gemm_gradw.cu's form (gemm_gradw.cuh): d (m, n) bf16 = A^T B + beta C, A (k, m)
- * and B (k, n) bf16 and dense, C (m, n) fp32 given, k >= 1, alpha 1, no bias, no statistics. */
-static bool gemm_gradw_form(const distil_gemm_args *a) {
-    return distil_dptr_present(a->d) && a->d_dtype == DISTIL_BF16 && a->trans_a && !a->trans_b &&
+ * and B (k, n) bf16 and dense, C (m, n) fp32 given, k >= 1, alpha 1, no bias. */
+static bool gemm_gradw_form(const distil_gemm_cast_args *c) {
+    const distil_gemm_args *a = &c->gemm;
+    return distil_dptr_present(c->d) && c->d_dtype == DISTIL_BF16 && a->trans_a && !a->trans_b &&
            a->a_dtype == DISTIL_BF16 && a->b_dtype == DISTIL_BF16 && a->c_dtype == DISTIL_F32 &&
            distil_dptr_present(a->c) && a->k >= 1 && a->alpha == 1.0f &&
-           !distil_dptr_present(a->bias) && !distil_dptr_present(a->stats_max) && a->lda == a->m &&
-           a->ldb == a->n && a->ldc == a->n && gemm_fits_int(a);
+           !distil_dptr_present(a->bias) && a->lda == a->m && a->ldb == a->n && a->ldc == a->n &&
+           gemm_fits_int(a);
 }
 
 /* The kernel's arguments for a GEMM of gemm_gradw_form. */
-static gemm_gradw_args gemm_gradw_of(const gpu_state *b, const distil_gemm_args *a) {
+static gemm_gradw_args gemm_gradw_of(const gpu_state *b, const distil_gemm_cast_args *c) {
+    const distil_gemm_args *a = &c->gemm;
     gemm_gradw_args g;
     g.g = distil_dptr_addr(a->a);
     g.x = distil_dptr_addr(a->b);
     g.c = static_cast<const float *>(distil_dptr_addr(a->c));
-    g.d = distil_dptr_addr(a->d);
+    g.d = distil_dptr_addr(c->d);
     g.beta = a->beta;
     g.m = static_cast<int>(a->m);
     g.n = static_cast<int>(a->n);
@@ -191,9 +186,9 @@ static gemm_gradw_args gemm_gradw_of(const gpu_state *b, const distil_gemm_args 
 }
 
 /* Why the kernel refused a (asked after the refusal, for the message). */
-static const char *gemm_gradw_refusal(const gpu_state *b, const distil_gemm_args *a) {
+static const char *gemm_gradw_refusal(const gpu_state *b, const distil_gemm_cast_args *a) {
     if (!gpu_gradw_device(b)) {
-        return "the kernel is off on this device (DISTIL_CUDA_GRADW=off or its setup failed)";
+        return "the kernel is off on this device (its setup failed)";
     }
     if (!gemm_gradw_form(a)) {
         return "not bf16 operands into an fp32 accumulator and a bf16 output, dense, k >= 1";
@@ -202,27 +197,6 @@ static const char *gemm_gradw_refusal(const gpu_state *b, const distil_gemm_args
     return why != nullptr ? why : "the kernel refused its operands";
 }
 
-/* A GEMM with an output d on gemm_gradw.cu. The core asked gemm_d_ok first: a refusal here is
- * the core's error, or under DISTIL_CUDA_GRADW=require (gemm_d_ok then answers by the form) a GEMM
- * the kernel does not fit, and the message says which check failed (asked only then: the launch
- * itself checks the fit once). */
-static distil_status gemm_to_d(gpu_state *b, const distil_gemm_args *a) {
-    bool fits = false;
-    cudaError_t e = cudaSuccess;
-    if (gpu_gradw_device(b) && gemm_gradw_form(a)) {
-        e = gemm_gradw_launch(gemm_gradw_of(b, a), b->lane.stream, &fits);
-    }
-    if (!fits) {
-        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
-                                "%s: gemm: %sthe last grad_Ws GEMM (m %lld, n %lld, k %lld) with "
-                                "its own output: %s",
-                                DISTIL_GPU_NAME,
-                                b->gradw_require ? "DISTIL_CUDA_GRADW=require: " : "",
-                                static_cast<long long>(a->m), static_cast<long long>(a->n),
-                                static_cast<long long>(a->k), gemm_gradw_refusal(b, a));
-    }
-    return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm (last grad_Ws GEMM)");
-}
 #endif
 
 static distil_status gemm_portable(gpu_state *b, const distil_gemm_args *a) {
@@ -244,19 +218,6 @@ extern "C" distil_status DISTIL_GPU_FN(gemm)(void *vb, const distil_gemm_args *a
                                 "%s: gemm of operands of two dtypes", DISTIL_GPU_NAME);
     }
     gpu_device_guard guard(b);
-#if DISTIL_GPU_HAVE_CUTLASS
-    if (distil_dptr_present(a->stats_max)) {
-        return gemm_with_stats(b, a);
-    }
-    if (distil_dptr_present(a->d)) {
-        return gemm_to_d(b, a);
-    }
-#else
-    if (distil_dptr_present(a->d)) { /* gemm_d_ok is not set: the core never asks */
-        return distil_error_set(b->ctx, DISTIL_ERR_UNSUPPORTED, "%s: gemm with an output d",
-                                DISTIL_GPU_NAME);
-    }
-#endif
 #if DISTIL_GPU_HAVE_BLAS
     if (!b->portable_gemm && gemm_fits_int(a)) {
         const bool bias = distil_dptr_present(a->bias);
@@ -278,20 +239,71 @@ extern "C" distil_status DISTIL_GPU_FN(gemm)(void *vb, const distil_gemm_args *a
 
 #if DISTIL_GPU_HAVE_CUTLASS
 /* The statistics are taken by the loss-only row pass (fused_rows.cu); the resident kernel of the
- * gradient pass finds its own. */
-extern "C" bool DISTIL_GPU_FN(stats_ok)(void *vb, const distil_gemm_args *a, bool grads) {
+ * gradient pass finds its own. The operands' alignment is stats_ok's question. */
+extern "C" bool DISTIL_GPU_FN(stats_fit)(void *vb, const distil_gemm_stats_shape *s) {
     const gpu_state *b = gpu_of(vb);
-    return !grads && a->n <= JSD_SPAN_MAX_VOCAB && gemm_stats_shape(b, a) &&
-           gemm_stats_fits(gemm_stats_of(b, a));
+    if (s->grads || s->n > DIV_SPAN_MAX_VOCAB || !gemm_stats_size(b, s->m, s->n, s->k, s->dtype)) {
+        return false;
+    }
+    gemm_stats_args g = {}; /* no operands yet: the kernel's sizes alone */
+    g.m = static_cast<int>(s->m);
+    g.n = static_cast<int>(s->n);
+    g.k = static_cast<int>(s->k);
+    g.c1 = 1.0f;
+    g.device = b->device;
+    g.sm_count = b->sm_count;
+    return gemm_stats_fits(g);
 }
-#endif
 
-#if DISTIL_GPU_HAVE_CUTLASS
-/* Under DISTIL_CUDA_GRADW=require the form alone answers, so that a GEMM the kernel does not fit
- * fails in gemm instead of passing on the core's cast (the tests that prove the path ran). */
-extern "C" bool DISTIL_GPU_FN(gemm_d_ok)(void *vb, const distil_gemm_args *a) {
+extern "C" bool DISTIL_GPU_FN(stats_ok)(void *vb, const distil_gemm_stats_args *a) {
+    const gpu_state *b = gpu_of(vb);
+    return gemm_stats_form(b, &a->gemm) && gemm_stats_fits(gemm_stats_of(b, a));
+}
+
+/* The core asked stats_ok first: a refusal here is the core's error. */
+extern "C" distil_status DISTIL_GPU_FN(gemm_stats)(void *vb, const distil_gemm_stats_args *a) {
+    gpu_state *b = gpu_of(vb);
+    gpu_device_guard guard(b);
+    bool fits = false;
+    cudaError_t e = cudaSuccess;
+    if (gemm_stats_form(b, &a->gemm)) {
+        e = gemm_stats_launch(gemm_stats_of(b, a), b->lane.stream, &fits);
+    }
+    if (!fits) {
+        return distil_error_set(b->ctx, DISTIL_ERR_BACKEND,
+                                "%s: gemm_stats: a GEMM that stats_ok refuses", DISTIL_GPU_NAME);
+    }
+    return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm (row statistics)");
+}
+
+/* Under the test hook gradw=require the form alone answers, so that a GEMM the kernel does not fit
+ * fails in gemm_cast instead of passing on the core's cast (the tests that prove the path ran). */
+extern "C" bool DISTIL_GPU_FN(cast_ok)(void *vb, const distil_gemm_cast_args *a) {
     const gpu_state *b = gpu_of(vb);
     return gpu_gradw_device(b) && gemm_gradw_form(a) &&
            (b->gradw_require || gemm_gradw_why(gemm_gradw_of(b, a)) == nullptr);
+}
+
+/* The fused-cast GEMM on gemm_gradw.cu. The core asked cast_ok first: a refusal here is the
+ * core's error, or under gradw=require a GEMM the kernel does not fit, and the message says which
+ * check failed (asked only then: the launch itself checks the fit once). */
+extern "C" distil_status DISTIL_GPU_FN(gemm_cast)(void *vb, const distil_gemm_cast_args *a) {
+    gpu_state *b = gpu_of(vb);
+    gpu_device_guard guard(b);
+    bool fits = false;
+    cudaError_t e = cudaSuccess;
+    if (gpu_gradw_device(b) && gemm_gradw_form(a)) {
+        e = gemm_gradw_launch(gemm_gradw_of(b, a), b->lane.stream, &fits);
+    }
+    if (!fits) {
+        return distil_error_set(
+            b->ctx, DISTIL_ERR_BACKEND,
+            "%s: gemm_cast: %sthe last grad_Ws GEMM (m %lld, n %lld, k %lld) "
+            "with its own output: %s",
+            DISTIL_GPU_NAME, b->gradw_require ? "test hook gradw=require: " : "",
+            static_cast<long long>(a->gemm.m), static_cast<long long>(a->gemm.n),
+            static_cast<long long>(a->gemm.k), gemm_gradw_refusal(b, a));
+    }
+    return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, "gemm (last grad_Ws GEMM)");
 }
 #endif

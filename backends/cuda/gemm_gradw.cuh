@@ -5,9 +5,10 @@
  *                                     c (m, n) fp32, read when beta != 0
  * all row-major and dense: the last chunk's grad_Ws, its sum with the fp32 accumulator c rounded to
  * the output in the GEMM's epilogue, so that the fp32 result is never written and no cast pass
- * runs. The cuda backend's gemm takes it for distil_gemm_args with an output d of that form;
- * without CUTLASS's headers (or on HIP) DISTIL_GPU_HAVE_CUTLASS is 0 and gemm_d_ok says no. The
- * file is compiled for sm_90a alone; the caller checks the device before it launches.
+ * runs. The cuda backend's fused-cast GEMM (gemm_cast) takes it for distil_gemm_cast_args of that
+ * form; without CUTLASS's headers (or on HIP) DISTIL_GPU_HAVE_CUTLASS is 0 and the backend has no
+ * epilogue table. The file is compiled for sm_90a alone; the caller checks the device before it
+ * launches.
  */
 #ifndef DISTIL_GPU_GEMM_GRADW_CUH
 #define DISTIL_GPU_GEMM_GRADW_CUH

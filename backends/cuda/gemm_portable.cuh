@@ -1,6 +1,6 @@
 /*
  * gemm_portable.cuh - the vendor-free GEMM of the backend (gemm_portable.cu): used on HIP when
- * hipBLAS is absent, and on CUDA with DISTIL_CUDA_GEMM=portable (so the parity suite tests it on
+ * hipBLAS is absent, and on CUDA with the test hook gemm=portable (so the parity suite tests it on
  * NVIDIA). Also the bias epilogue used when the BLAS library cannot fuse the bias.
  */
 #ifndef DISTIL_GPU_GEMM_PORTABLE_CUH

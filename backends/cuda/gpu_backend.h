@@ -33,7 +33,7 @@ distil_status DISTIL_GPU_FN(check_pointer)(void *b, const void *p, const char *w
 
 distil_status DISTIL_GPU_FN(gemm)(void *b, const distil_gemm_args *a);
 distil_status DISTIL_GPU_FN(count_valid)(void *b, const distil_count_args *a);
-distil_status DISTIL_GPU_FN(jsd_rows)(void *b, const distil_jsd_rows_args *a);
+distil_status DISTIL_GPU_FN(div_rows)(void *b, const distil_div_rows_args *a);
 distil_status DISTIL_GPU_FN(fused_rows)(void *b, const distil_fused_rows_args *a);
 distil_status DISTIL_GPU_FN(reduce)(void *b, const distil_reduce_args *a);
 distil_status DISTIL_GPU_FN(cast)(void *b, const distil_cast_args *a);
@@ -52,10 +52,13 @@ void *DISTIL_GPU_FN(native_stream)(void *b);
 distil_status DISTIL_GPU_FN(quant_rows)(void *b, const distil_quant_rows_args *a);
 distil_status DISTIL_GPU_FN(gemm_e4m3)(void *b, const distil_gemm_e4m3_args *a);
 distil_status DISTIL_GPU_FN(e4m3_header)(void *b, const distil_e4m3_header_args *a);
-/* row statistics from the logits GEMM (gemm.cu, gemm_stats.cu), a GEMM's output of its own
- * (gemm_gradw.cu); cuda with CUTLASS only */
-bool DISTIL_GPU_FN(stats_ok)(void *b, const distil_gemm_args *a, bool grads);
-bool DISTIL_GPU_FN(gemm_d_ok)(void *b, const distil_gemm_args *a);
+/* the epilogue table, cuda with CUTLASS only: the statistics GEMM (gemm.cu, gemm_stats.cu) and
+ * the fused-cast GEMM (gemm.cu, gemm_gradw.cu) */
+bool DISTIL_GPU_FN(stats_fit)(void *b, const distil_gemm_stats_shape *s);
+bool DISTIL_GPU_FN(stats_ok)(void *b, const distil_gemm_stats_args *a);
+distil_status DISTIL_GPU_FN(gemm_stats)(void *b, const distil_gemm_stats_args *a);
+bool DISTIL_GPU_FN(cast_ok)(void *b, const distil_gemm_cast_args *a);
+distil_status DISTIL_GPU_FN(gemm_cast)(void *b, const distil_gemm_cast_args *a);
 
 #ifdef __cplusplus
 }

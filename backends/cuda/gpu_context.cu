@@ -36,41 +36,24 @@ distil_status gpu_check_launch(gpu_state *b, const char *what) {
     return e == cudaSuccess ? DISTIL_OK : gpu_fail(b, e, what);
 }
 
-/* Environment knobs read once per context, so that the test suite can cover the paths other
- * devices take: DISTIL_CUDA_GEMM=portable (the GEMM of HIP without hipBLAS) and
- * DISTIL_CUDA_DISTILL=stream (the row kernel of HIP and of rows too long for shared memory), or
- * =resident (tests: a row pass that the resident kernel declines is an error, so that tests prove
- * it ran; fused_rows.cu);
- * DISTIL_CUDA_OVERLAP=off runs the fused loss on one stream and creates no second lane (A/B);
- * DISTIL_CUDA_SIDE_DELAY_US delays the second lane after each fork (tests of the join);
- * DISTIL_CUDA_FP8=lt|emulate picks the fp8 teacher head's product (fp8.cu);
- * DISTIL_CUDA_STATS=off: the logits GEMMs write no row statistics (gemm_stats.cu; A/B);
- * DISTIL_CUDA_STATS=require: where the statistics kernel can run (sm_90, built with it), a
- * loss-only row pass given none is an error, so that tests prove the path ran (fused_rows.cu);
- * DISTIL_CUDA_GRADW=off|require: the last grad_Ws GEMM on cuBLAS and the core's cast (A/B), or,
- * where gemm_gradw.cu can run, such a GEMM that the kernel does not take is an error (gemm.cu). */
-static void gpu_read_env(gpu_state *b) {
-    const char *g = getenv("DISTIL_CUDA_GEMM");
-    b->portable_gemm = !DISTIL_GPU_HAVE_BLAS || (g != nullptr && strcmp(g, "portable") == 0);
-    const char *r = getenv("DISTIL_CUDA_DISTILL");
-    b->fused_stream = r != nullptr && strcmp(r, "stream") == 0;
-    b->fused_resident = r != nullptr && strcmp(r, "resident") == 0;
-    const char *o = getenv("DISTIL_CUDA_OVERLAP");
-    b->overlap = o == nullptr || strcmp(o, "off") != 0;
-    const char *d = getenv("DISTIL_CUDA_SIDE_DELAY_US"); /* tests: see gpu_side_delay */
-    const long long us = d != nullptr ? atoll(d) : 0;
-    b->side_delay = us > 0 && us < 1000000 ? us * 2000 : 0; /* ~2 GHz: a test knob, not a clock */
-    const char *f = getenv("DISTIL_CUDA_FP8"); /* the fp8 teacher head's product, fp8.cu */
-    b->fp8_mode = f == nullptr                ? GPU_FP8_AUTO
-                  : strcmp(f, "lt") == 0      ? GPU_FP8_LT
-                  : strcmp(f, "emulate") == 0 ? GPU_FP8_EMULATE
-                                              : GPU_FP8_AUTO;
-    const char *st = getenv("DISTIL_CUDA_STATS");
-    b->gemm_stats = st == nullptr || strcmp(st, "off") != 0;
-    b->stats_require = st != nullptr && strcmp(st, "require") == 0;
-    const char *gw = getenv("DISTIL_CUDA_GRADW");
-    b->gemm_gradw = gw == nullptr || strcmp(gw, "off") != 0;
-    b->gradw_require = gw != nullptr && strcmp(gw, "require") == 0;
+/* The test hooks in force at create (core/testing/distil_testing.h), so that the test suite can
+ * cover the paths other devices take: gemm=portable (the GEMM of HIP without hipBLAS) and
+ * fused_rows=stream (the row kernel of HIP and of rows too long for shared memory), and prove that
+ * a path ran: fused_rows=resident, stats=require (fused_rows.cu), gradw=require (gemm.cu);
+ * fp8=lt|emulate picks the fp8 teacher head's product (fp8.cu); side_delay_us delays the second
+ * lane after each fork (tests of the join). The CUTLASS kernels start on; a failed setup turns
+ * one off (gpu_init_cutlass). */
+static void gpu_read_hooks(gpu_state *b) {
+    const distil_test_hooks h = distil_test_hooks_now();
+    b->portable_gemm = !DISTIL_GPU_HAVE_BLAS || h.gemm_portable;
+    b->fused_stream = h.rows == DISTIL_HOOK_ROWS_STREAM;
+    b->fused_resident = h.rows == DISTIL_HOOK_ROWS_RESIDENT;
+    b->side_delay = h.side_delay_us * 2000; /* ~2 GHz: a test hook, not a clock */
+    b->fp8_mode = h.fp8;
+    b->gemm_stats = true;
+    b->stats_require = h.stats_require;
+    b->gemm_gradw = true;
+    b->gradw_require = h.gradw_require;
 }
 
 static distil_status gpu_query_device(gpu_state *b) {
@@ -145,7 +128,7 @@ static distil_status gpu_init_side(gpu_state *b) {
 
 #if DISTIL_GPU_HAVE_CUTLASS
 /* One CUTLASS kernel's setup result: a failure turns the kernel off (its work goes to cuBLAS), or
- * fails the context when its knob says require (the knob must not pass on the other path). */
+ * fails the context when its test hook says require (the test must not pass on the other path). */
 static distil_status gpu_cutlass_setup_result(gpu_state *b, cudaError_t e, bool require,
                                               bool *enabled, const char *what) {
     if (e != cudaSuccess && require) {
@@ -164,10 +147,10 @@ static distil_status gpu_init_cutlass(gpu_state *b) {
 #if DISTIL_GPU_HAVE_CUTLASS
     const cudaError_t se = gpu_stats_device(b) ? gemm_stats_setup() : cudaSuccess;
     DISTIL_TRY(gpu_cutlass_setup_result(b, se, b->stats_require, &b->gemm_stats,
-                                        "DISTIL_CUDA_STATS=require: the statistics GEMM's setup"));
+                                        "test hook stats=require: the statistics GEMM's setup"));
     const cudaError_t ge = gpu_gradw_device(b) ? gemm_gradw_setup() : cudaSuccess;
     return gpu_cutlass_setup_result(b, ge, b->gradw_require, &b->gemm_gradw,
-                                    "DISTIL_CUDA_GRADW=require: the weight-gradient GEMM's setup");
+                                    "test hook gradw=require: the weight-gradient GEMM's setup");
 #else
     (void)b;
     return DISTIL_OK;
@@ -181,9 +164,7 @@ static distil_status gpu_init(gpu_state *b) {
     GPU_TRY(b, cudaStreamCreateWithFlags(&b->own_stream, cudaStreamNonBlocking), "stream create");
     b->lane.stream = b->own_stream;
     DISTIL_TRY(gpu_init_blas(b));
-    if (b->overlap) { /* created here, never inside a call: a call may be being captured */
-        DISTIL_TRY(gpu_init_side(b));
-    }
+    DISTIL_TRY(gpu_init_side(b)); /* here, never inside a call: a call may be being captured */
     if (distil_fault_alloc()) {
         return distil_error_set(b->ctx, DISTIL_ERR_OUT_OF_MEMORY,
                                 "%s: allocating the label error word failed (injected)",
@@ -304,7 +285,7 @@ extern "C" distil_status DISTIL_GPU_FN(create)(distil_ctx *ctx, int device, void
     }
     b->ctx = ctx;
     b->device = device;
-    gpu_read_env(b);
+    gpu_read_hooks(b);
     distil_status s;
     {
         gpu_device_guard guard(b);

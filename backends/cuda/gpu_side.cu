@@ -10,13 +10,10 @@
 using namespace DISTIL_GPU_NS;
 
 /* The side waits for everything queued on the stream so far (fork), then the lanes trade places.
- * The test knob's spin (gpu_side_delay) runs on the side after the fork. */
+ * The test hook's spin (gpu_side_delay) runs on the side after the fork. */
 extern "C" distil_status DISTIL_GPU_FN(side_begin)(void *vb, bool *opened) {
     gpu_state *b = gpu_of(vb);
     *opened = false;
-    if (!b->overlap) {
-        return DISTIL_OK;
-    }
     gpu_device_guard guard(b); /* events resolve streams on this device */
     GPU_TRY(b, cudaEventRecord(b->fork, b->lane.stream), "fused loss: fork");
     GPU_TRY(b, cudaStreamWaitEvent(b->side.stream, b->fork, 0), "fused loss: fork");

@@ -12,6 +12,7 @@
 #include "error.h"
 #include "fault.h"
 #include "gpu_backend.h"
+#include "test_hooks.h"
 
 #include <stdint.h>
 
@@ -55,7 +56,7 @@ static inline gpu_label_error gpu_label_none() {
     return e;
 }
 
-/* The last plan of the resident distill kernel (fused_rows_resident.cu), per (kernel, V). */
+/* The last plan of the resident fused row kernel (fused_rows_resident.cu), per (kernel, V). */
 struct resident_plan {
     const void *kernel;
     int64_t vocab;
@@ -91,36 +92,33 @@ struct gpu_state {
     cublasLtHandle_t lt;
 #endif
     gpu_label_error *label_err; /* device */
-    bool portable_gemm;         /* DISTIL_CUDA_GEMM=portable, or no vendor BLAS */
-    bool fused_stream;          /* DISTIL_CUDA_DISTILL=stream: the streaming row kernel only */
-    bool fused_resident;    /* DISTIL_CUDA_DISTILL=resident: a row pass it declines is an error */
-    bool overlap;           /* the fused loss runs a second lane (DISTIL_CUDA_OVERLAP=off: not) */
+    bool portable_gemm;         /* test hook gemm=portable, or no vendor BLAS */
+    bool fused_stream;          /* test hook fused_rows=stream: the streaming row kernel only */
+    bool fused_resident;    /* test hook fused_rows=resident: a row pass it declines is an error */
     gpu_lane side;          /* the second lane: an internal stream, handle and workspace */
     cudaEvent_t fork, join; /* side waits on fork (recorded on stream), stream on join */
     bool side_joinable;     /* join was recorded by side_end and not yet waited for */
-    long long side_delay;   /* test knob: clock cycles the side lane spins after each fork */
+    long long side_delay;   /* test hook: clock cycles the side lane spins after each fork */
     resident_plan resident;
-    int fp8_mode;       /* DISTIL_CUDA_FP8: GPU_FP8_AUTO, _LT (cuBLASLt only), _EMULATE (fp8.cu) */
-    bool gemm_stats;    /* row statistics from the logits GEMMs (DISTIL_CUDA_STATS=off: not) */
-    bool stats_require; /* DISTIL_CUDA_STATS=require: a loss-only row pass without them fails */
-    bool gemm_gradw;    /* the last grad_Ws GEMM on gemm_gradw.cu (DISTIL_CUDA_GRADW=off: not) */
-    bool gradw_require; /* DISTIL_CUDA_GRADW=require: one that it does not take fails */
+    distil_hook_fp8 fp8_mode; /* test hook fp8=: AUTO, LT (cuBLASLt only), EMULATE (fp8.cu) */
+    bool gemm_stats;          /* row statistics from the logits GEMMs (off when its setup failed) */
+    bool stats_require;       /* test hook stats=require: a loss-only row pass without them fails */
+    bool gemm_gradw;    /* the last grad_Ws GEMM on gemm_gradw.cu (off when its setup failed) */
+    bool gradw_require; /* test hook gradw=require: one that it does not take fails */
 };
-
-enum { GPU_FP8_AUTO = 0, GPU_FP8_LT = 1, GPU_FP8_EMULATE = 2 };
 
 static inline gpu_state *gpu_of(void *b) {
     return static_cast<gpu_state *>(b);
 }
 
 /* Whether this context can run the CUTLASS kernels at all: they are built (sm_90a code), the
- * device is sm_90, and DISTIL_CUDA_GEMM=portable did not turn the vendor GEMMs off. */
+ * device is sm_90, and the test hook gemm=portable did not turn the vendor GEMMs off. */
 static inline bool gpu_cutlass_device(const gpu_state *b) {
     return DISTIL_GPU_HAVE_CUTLASS && !b->portable_gemm && b->cc_major == 9 && b->cc_minor == 0;
 }
 
 /* Whether the logits GEMMs of this context can write row statistics at all (gemm.cu asks the
- * shape); whether its GEMMs can write an output d (gemm_gradw.cu, gemm_d_ok). */
+ * shape); whether its fused-cast GEMM can run (gemm_gradw.cu, cast_ok). */
 static inline bool gpu_stats_device(const gpu_state *b) {
     return gpu_cutlass_device(b) && b->gemm_stats;
 }
@@ -128,7 +126,7 @@ static inline bool gpu_gradw_device(const gpu_state *b) {
     return gpu_cutlass_device(b) && b->gemm_gradw;
 }
 
-/* The test knob's spin on the side lane (DISTIL_CUDA_SIDE_DELAY_US; nothing when 0), so that a
+/* The test hook's spin on the side lane (side_delay_us; nothing when 0), so that a
  * missing join would let the next row pass read logits not yet written: tests then fail every
  * time instead of passing by the luck of timing. small_ops.cu. */
 distil_status gpu_side_delay(gpu_state *b);

@@ -1,14 +1,14 @@
 /*
  * head_rows.cu - the head options of docs/SPEC.md §6 on one chunk of one head's fp32 logits:
  * each logit scaled and capped in place (dh_cap of core/backend_api/math/distil_head.h, through
- * jsd_math.cuh), the student's dz'/dz at each logit (dh_dcap, when asked), and each row's
+ * div_math.cuh), the student's dz'/dz at each logit (dh_dcap, when asked), and each row's
  * logsumexp at temperature 1. One block per row; the maximum and the
  * double sum of exponentials are combined in a fixed order (reduce.cuh), so reruns give the same
  * bits. The core runs it only when an option is on: the default fused loss never launches it.
  * Cost when on: one read of the chunk's logits of that head (and one write with scale / cap).
  */
 #include "gpu_state.cuh"
-#include "jsd_math.cuh"
+#include "div_math.cuh"
 #include "reduce.cuh"
 
 namespace DISTIL_GPU_NS {

@@ -1,7 +1,7 @@
 /*
  * small_ops.cu - the small kernels of the backend: count_valid (N on the device and the label
  * check), reduce (the
- * deterministic scalar loss), cast and fill; and the test knob's spin on the second lane.
+ * deterministic scalar loss), cast and fill; and the test hook's spin on the second lane.
  * count_valid and reduce run as one block with a fixed summation order (integer counts, double
  * sums), so their results are bitwise reproducible.
  */

@@ -18,7 +18,7 @@
  */
 #include "gpu_state.cuh"
 #include "dtype.cuh"
-#include "jsd_math.cuh"
+#include "div_math.cuh"
 #include "reduce.cuh"
 #include "row_sums.cuh"
 
@@ -50,7 +50,7 @@ struct topk_params {
     int64_t rows, vocab, row0;
     const int64_t *labels; /* optional */
     int64_t ignore_index;
-    jsd_coef coef;
+    div_coef coef;
     float inv_t, weight_hard, weight_soft;
     float *ce, *soft; /* ce optional */
     void *g;          /* optional, GDT, row stride g_stride */
@@ -496,7 +496,7 @@ static topk_params topk_params_of(gpu_state *b, const distil_topk_rows_args *a) 
     p.row0 = a->row0;
     p.labels = gpu_ptr<const int64_t>(a->labels);
     p.ignore_index = a->ignore_index;
-    p.coef = jsd_coef_make(a->divergence, a->beta, a->alpha);
+    p.coef = div_coef_make(a->divergence, a->beta, a->alpha);
     p.inv_t = a->inv_temperature;
     p.weight_hard = a->weight_hard;
     p.weight_soft = a->weight_soft;

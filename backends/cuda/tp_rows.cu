@@ -6,7 +6,7 @@
  *   MAX     block maxima of zs, zt                              -> smax
  *   SUMS    sum exp((z - m) / tau) of zs, zt, sum exp(zs - m)   -> ssum (m the group's maxima)
  *   TERMS   zs[label] - m_s (owner), sum e, sum de/dx           -> sterm
- *   FINISH  ce, jsd and G from the group's statistics
+ *   FINISH  ce, soft and G from the group's statistics
  * Partials combine in the fixed order of fused_rows.cuh: reruns are bitwise identical.
  */
 #include "fused_rows.cuh"
@@ -104,7 +104,7 @@ __device__ inline void tp_terms(const tp_params &p, fused_smem &sm, const float 
     const fused_row_stats st = tp_stats(p, row, local);
     double acc[2] = {0.0, 0.0};
     fused_with_mode(p.f, [&](auto mode) {
-        fused_pass_jsd<VW, decltype(mode)::value>(p.f, st, zs, zt, p.f.vocab, acc);
+        fused_pass_soft<VW, decltype(mode)::value>(p.f, st, zs, zt, p.f.vocab, acc);
     });
     fused_block_sums<2>(sm, acc);
     if (threadIdx.x == 0) {
@@ -114,13 +114,13 @@ __device__ inline void tp_terms(const tp_params &p, fused_smem &sm, const float 
     }
 }
 
-/* FINISH: ce = LSE(zs) - zs[label] = log(sum exp(zs - m)) - (zs[label] - m), jsd, and G. */
+/* FINISH: ce = LSE(zs) - zs[label] = log(sum exp(zs - m)) - (zs[label] - m), soft, and G. */
 template <int GDT, bool HAS_G, int VW>
 __device__ inline void tp_finish(const tp_params &p, const float *zs, const float *zt, int64_t row,
                                  int64_t local, void *g) {
     if (threadIdx.x == 0) {
         p.f.ce[row] = static_cast<float>(log(p.ssum[3 * row + 2]) - p.sterm[3 * row]);
-        p.f.jsd[row] = static_cast<float>(p.sterm[3 * row + 1]);
+        p.f.soft[row] = static_cast<float>(p.sterm[3 * row + 1]);
     }
     if (HAS_G) {
         fused_row_stats st = tp_stats(p, row, local);
@@ -183,7 +183,7 @@ static tp_params tp_params_of(const distil_tp_rows_args *a) {
     p.f.zt = gpu_ptr<const float>(a->zt);
     p.f.labels = gpu_ptr<const int64_t>(a->labels);
     p.f.ce = gpu_ptr<float>(a->ce_rows);
-    p.f.jsd = gpu_ptr<float>(a->jsd_rows);
+    p.f.soft = gpu_ptr<float>(a->soft_rows);
     p.f.g = distil_dptr_addr(a->g);
     p.f.n_valid = gpu_ptr<const float>(a->n_valid);
     p.f.rows = a->rows;
@@ -193,9 +193,9 @@ static tp_params tp_params_of(const distil_tp_rows_args *a) {
     p.f.weight_hard = a->weight_hard;
     p.f.weight_soft = a->weight_soft;
     p.f.unit_temp = a->inv_temperature == 1.0f;
-    p.f.coef = jsd_coef_make(a->divergence, a->beta, a->alpha);
+    p.f.coef = div_coef_make(a->divergence, a->beta, a->alpha);
     p.f.cx = FUSED_LOG2E * a->inv_temperature;
-    /* one temperature and no head transform: tp_fused.c refuses the head options */
+    /* one temperature and no head transform: fused_linear_jsd_tp.c refuses the head options */
     p.f.inv_tt = a->inv_temperature;
     p.f.cy = p.f.cx;
     p.f.dz = nullptr;

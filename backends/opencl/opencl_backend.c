@@ -18,9 +18,18 @@
 #define OCL_HAVE_PIPE 1
 #endif
 
+/* No device where DISTIL_OPENCL_PLATFORM is set: the variable's value is why (the registry says
+ * so when the backend is asked for). */
 static distil_status ocl_probe(int *n_devices) {
     distil_ocl_device devs[DISTIL_OCL_MAX_DEVICES];
     distil_ocl_devices(devs, DISTIL_OCL_MAX_DEVICES, n_devices);
+    const char *want = getenv("DISTIL_OPENCL_PLATFORM");
+    if (*n_devices == 0 && want != NULL && want[0] != '\0') {
+        return distil_error_set(NULL, DISTIL_ERR_NOT_AVAILABLE,
+                                "DISTIL_OPENCL_PLATFORM '%s' matches no OpenCL platform with a "
+                                "usable device",
+                                want);
+    }
     return DISTIL_OK;
 }
 
@@ -143,6 +152,7 @@ static distil_status ocl_open(distil_ocl *b) {
     }
     b->queue = b->own_queue;
     DISTIL_TRY(ocl_describe_device(b));
+    DISTIL_TRY(distil_ocl_sources_load(b));
     DISTIL_TRY(distil_ocl_buffer_new(b, DISTIL_OCL_LABEL_LONGS * sizeof(cl_long), &b->label_state));
     DISTIL_TRY(ocl_label_state_reset(b));
     DISTIL_TRY(ocl_topk_bad_row_new(b));
@@ -282,35 +292,46 @@ static distil_status ocl_synchronize(void *vb) {
     return b->label_pending ? ocl_label_report(b) : DISTIL_OK;
 }
 
+/* cl_mem handles: queues, and the checks that a pointer is one of this context's buffers. */
+static const distil_backend_device ocl_device = {
+    .auto_priority = ocl_auto_priority,
+    .set_stream = ocl_set_stream,
+    .check_pointer = distil_ocl_check_pointer,
+    .mem_extent = distil_ocl_mem_extent,
+    .check_free = distil_ocl_check_free,
+};
+
+static const distil_backend_tp ocl_tp = {.tp_rows = distil_ocl_tp_rows};
+
+static const char *const ocl_env_names[] = {"DISTIL_OPENCL_PLATFORM", "DISTIL_OPENCL_BUILD_OPTIONS",
+                                            "DISTIL_OPENCL_KERNEL_DIR", NULL};
+
 const distil_backend distil_backend_opencl = {
     .api_version = DISTIL_BACKEND_API_VERSION,
     .name = "opencl",
     .priority = 200,
     .host_memory = false,
-    .fp32_gemm = true,
+    .env_names = ocl_env_names,
+    .tuning = {.fp32_gemm = true},
     .probe = ocl_probe,
-    .auto_priority = ocl_auto_priority,
     .create = ocl_create,
     .destroy = ocl_destroy,
     .describe = ocl_describe,
-    .set_stream = ocl_set_stream,
     .synchronize = ocl_synchronize,
     .mem_alloc = distil_ocl_mem_alloc,
     .mem_free = distil_ocl_mem_free,
     .mem_upload = distil_ocl_mem_upload,
     .mem_download = distil_ocl_mem_download,
-    .check_pointer = distil_ocl_check_pointer,
-    .mem_extent = distil_ocl_mem_extent,
-    .check_free = distil_ocl_check_free,
-    .gemm = distil_ocl_gemm,
-    .count_valid = distil_ocl_count_valid,
-    .jsd_rows = distil_ocl_jsd_rows,
-    .fused_rows = distil_ocl_fused_rows,
-    .topk_rows = distil_ocl_topk_rows,
-    .head_rows = distil_ocl_head_rows,
-    .tp_rows = distil_ocl_tp_rows,
-    .reduce = distil_ocl_reduce,
     .cast = distil_ocl_cast,
     .fill = distil_ocl_fill,
     .scale = distil_ocl_scale,
+    .gemm = distil_ocl_gemm,
+    .count_valid = distil_ocl_count_valid,
+    .div_rows = distil_ocl_div_rows,
+    .fused_rows = distil_ocl_fused_rows,
+    .reduce = distil_ocl_reduce,
+    .head_rows = distil_ocl_head_rows,
+    .topk_rows = distil_ocl_topk_rows,
+    .device = &ocl_device,
+    .tp = &ocl_tp,
 };

@@ -51,12 +51,12 @@ void distil_ocl_tuning_options(const distil_ocl_tuning *t, const char *user, cha
 
 /* The programs: each is common.cl followed by the listed kernel files. */
 typedef enum distil_ocl_prog {
-    DISTIL_OCL_PROG_ROWS,        /* jsd.cl + distill.cl, -DDTYPE */
+    DISTIL_OCL_PROG_ROWS,        /* div_rows.cl + fused_rows.cl, -DDTYPE */
     DISTIL_OCL_PROG_REDUCE,      /* reduce.cl */
     DISTIL_OCL_PROG_ELEMENTWISE, /* elementwise.cl, -DSRC_DTYPE -DDST_DTYPE */
     DISTIL_OCL_PROG_GEMM,        /* gemm.cl */
-    DISTIL_OCL_PROG_TOPK,        /* jsd.cl + distil_topk.h + topk.cl (docs/SPEC.md §7) */
-    DISTIL_OCL_PROG_TP,          /* jsd.cl + distill.cl + tp.cl, -DDTYPE (docs/SPEC.md §8) */
+    DISTIL_OCL_PROG_TOPK,        /* div_rows.cl + distil_topk.h + topk.cl (docs/SPEC.md §7) */
+    DISTIL_OCL_PROG_TP, /* div_rows.cl + fused_rows.cl + tp.cl, -DDTYPE (docs/SPEC.md §8) */
     DISTIL_OCL_PROG_COUNT
 } distil_ocl_prog;
 
@@ -80,7 +80,8 @@ typedef struct distil_ocl_kernel {
 
 /* Kernel source text of one file: embedded, or read from DISTIL_OPENCL_KERNEL_DIR.
  * DISTIL_OCL_SRC_<NAME> for each source of opencl_kernel_files.h (ELEM is
- * core/backend_api/math/distil_elem.h, the element terms every backend shares). */
+ * core/backend_api/math/distil_elem.h, the element terms every backend shares, and DIV_LIST
+ * distil_div_list.h, their modes). */
 #define DISTIL_OCL_SRC_ENUM(name, NAME, path) DISTIL_OCL_SRC_##NAME,
 typedef enum distil_ocl_src {
     DISTIL_OCL_KERNEL_FILES(DISTIL_OCL_SRC_ENUM) DISTIL_OCL_SRC_COUNT
@@ -179,7 +180,10 @@ void distil_ocl_programs_release(distil_ocl *b);
 /* Text of one source file; the embedded copy or DISTIL_OPENCL_KERNEL_DIR/<file>. */
 distil_status distil_ocl_source_get(distil_ocl *b, distil_ocl_src src, const char **text,
                                     size_t *len);
-/* The file name of a source ("jsd.cl"), for messages. */
+/* Every source read now (a build that reads them at run time: a DISTIL_OPENCL_KERNEL_DIR without
+ * them fails the context's creation, naming the variable); nothing for embedded kernels. */
+distil_status distil_ocl_sources_load(distil_ocl *b);
+/* The file name of a source ("div_rows.cl"), for messages. */
 const char *distil_ocl_source_file(distil_ocl_src src);
 
 /* ---------------------------------------------------------------- memory (opencl_memory.c) */
@@ -216,12 +220,12 @@ distil_status distil_ocl_gemm(void *vb, const distil_gemm_args *a);
 /* Count the contexts that may use the GEMM library (create / destroy). */
 void distil_ocl_gemm_detach(void);
 distil_status distil_ocl_count_valid(void *vb, const distil_count_args *a);
-distil_status distil_ocl_jsd_rows(void *vb, const distil_jsd_rows_args *a);
+distil_status distil_ocl_div_rows(void *vb, const distil_div_rows_args *a);
 distil_status distil_ocl_tp_rows(void *b, const distil_tp_rows_args *a); /* opencl_tp_rows.c */
 distil_status distil_ocl_fused_rows(void *vb, const distil_fused_rows_args *a);
 distil_status distil_ocl_topk_rows(void *vb, const distil_topk_rows_args *a); /* opencl_topk.c */
 /* Shared by the row launchers (opencl_rows.c): the constants of a divergence for the kernels'
- * distil_coef_of (jsd.cl), and an optional operand as its buffer and element offset, or the
+ * distil_coef_of (div_rows.cl), and an optional operand as its buffer and element offset, or the
  * label-state buffer and 0 (returns whether it is present). */
 cl_float8 distil_ocl_coef(distil_divergence divergence, float beta, float alpha);
 cl_int distil_ocl_optional(distil_ocl *b, distil_dptr p, size_t elem, cl_mem *mem, cl_ulong *off);

@@ -1,7 +1,7 @@
 /*
- * opencl_rows.c - launchers of the row kernels jsd_rows (jsd.cl) and fused_rows (distill.cl)
- * of the opencl backend: one work-group per row. Absent optional buffers are passed as the
- * backend's label-state buffer with a has_* flag of 0, so kernels never see a NULL cl_mem.
+ * opencl_rows.c - launchers of the row kernels div_rows (div_rows.cl) and fused_rows
+ * (fused_rows.cl) of the opencl backend: one work-group per row. Absent optional buffers are passed
+ * as the backend's label-state buffer with a has_* flag of 0, so kernels never see a NULL cl_mem.
  */
 #include "opencl_internal.h"
 
@@ -10,8 +10,8 @@
 
 #include <stdio.h>
 
-/* The constants of the divergence (beta, alpha) for the kernels' distil_coef_of (jsd.cl), rounded
- * once from float64. */
+/* The constants of the divergence (beta, alpha) for the kernels' distil_coef_of (div_rows.cl),
+ * rounded once from float64. */
 cl_float8 distil_ocl_coef(distil_divergence divergence, float beta, float alpha) {
     distil_elem_beta k = distil_elem_div_make(divergence, beta, alpha);
     cl_float8 c = {{(cl_float)k.beta, (cl_float)k.omb, (cl_float)k.lb, (cl_float)k.l1b,
@@ -27,12 +27,12 @@ cl_int distil_ocl_optional(distil_ocl *b, distil_dptr p, size_t elem, cl_mem *me
     return present ? 1 : 0;
 }
 
-distil_status distil_ocl_jsd_rows(void *vb, const distil_jsd_rows_args *a) {
+distil_status distil_ocl_div_rows(void *vb, const distil_div_rows_args *a) {
     distil_ocl *b = vb;
     char defs[64];
     snprintf(defs, sizeof defs, "-DDTYPE=%s", distil_ocl_dtype_token(a->dtype));
     distil_ocl_kernel k;
-    DISTIL_TRY(distil_ocl_kernel_get(b, DISTIL_OCL_PROG_ROWS, defs, "distil_jsd_rows", &k));
+    DISTIL_TRY(distil_ocl_kernel_get(b, DISTIL_OCL_PROG_ROWS, defs, "distil_div_rows", &k));
     const size_t es = distil_dtype_size(a->dtype);
     cl_mem x = distil_ocl_mem(a->x), y = distil_ocl_mem(a->y);
     cl_mem loss = distil_ocl_mem(a->row_loss);
@@ -69,12 +69,12 @@ distil_status distil_ocl_fused_rows(void *vb, const distil_fused_rows_args *a) {
     DISTIL_TRY(distil_ocl_kernel_get(b, DISTIL_OCL_PROG_ROWS, defs, "distil_fused_rows", &k));
     cl_mem zs = distil_ocl_mem(a->zs), zt = distil_ocl_mem(a->zt);
     cl_mem labels = distil_ocl_mem(a->labels);
-    cl_mem ce = distil_ocl_mem(a->ce_rows), jsd = distil_ocl_mem(a->jsd_rows);
+    cl_mem ce = distil_ocl_mem(a->ce_rows), soft = distil_ocl_mem(a->soft_rows);
     cl_ulong zs_off = distil_ocl_elems(a->zs, sizeof(float));
     cl_ulong zt_off = distil_ocl_elems(a->zt, sizeof(float));
     cl_ulong lab_off = distil_ocl_elems(a->labels, sizeof(int64_t));
     cl_ulong ce_off = distil_ocl_elems(a->ce_rows, sizeof(float));
-    cl_ulong jsd_off = distil_ocl_elems(a->jsd_rows, sizeof(float));
+    cl_ulong soft_off = distil_ocl_elems(a->soft_rows, sizeof(float));
     cl_long vocab = a->vocab, ignore = a->ignore_index;
     cl_float8 coef = distil_ocl_coef(a->divergence, a->beta, a->alpha);
     cl_float inv_t = a->inv_temperature;
@@ -92,16 +92,16 @@ distil_status distil_ocl_fused_rows(void *vb, const distil_fused_rows_args *a) {
     cl_ulong ent_off;
     cl_int has_h = distil_ocl_optional(b, a->entropy, sizeof(float), &ent, &ent_off);
     const distil_ocl_arg args[] = {
-        DISTIL_OCL_ARG(zs),      DISTIL_OCL_ARG(zs_off),  DISTIL_OCL_ARG(zt),
-        DISTIL_OCL_ARG(zt_off),  DISTIL_OCL_ARG(vocab),   DISTIL_OCL_ARG(labels),
-        DISTIL_OCL_ARG(lab_off), DISTIL_OCL_ARG(ignore),  DISTIL_OCL_ARG(coef),
-        DISTIL_OCL_ARG(inv_t),   DISTIL_OCL_ARG(w_hard),  DISTIL_OCL_ARG(w_soft),
-        DISTIL_OCL_ARG(ce),      DISTIL_OCL_ARG(ce_off),  DISTIL_OCL_ARG(jsd),
-        DISTIL_OCL_ARG(jsd_off), DISTIL_OCL_ARG(g),       DISTIL_OCL_ARG(g_off),
-        DISTIL_OCL_ARG(has_g),   DISTIL_OCL_ARG(n_valid), DISTIL_OCL_ARG(n_off),
-        DISTIL_OCL_ARG(has_n),   DISTIL_OCL_ARG(inv_tt),  DISTIL_OCL_ARG(dz),
-        DISTIL_OCL_ARG(dz_off),  DISTIL_OCL_ARG(has_dz),  DISTIL_OCL_ARG(ent),
-        DISTIL_OCL_ARG(ent_off), DISTIL_OCL_ARG(has_h),
+        DISTIL_OCL_ARG(zs),       DISTIL_OCL_ARG(zs_off),  DISTIL_OCL_ARG(zt),
+        DISTIL_OCL_ARG(zt_off),   DISTIL_OCL_ARG(vocab),   DISTIL_OCL_ARG(labels),
+        DISTIL_OCL_ARG(lab_off),  DISTIL_OCL_ARG(ignore),  DISTIL_OCL_ARG(coef),
+        DISTIL_OCL_ARG(inv_t),    DISTIL_OCL_ARG(w_hard),  DISTIL_OCL_ARG(w_soft),
+        DISTIL_OCL_ARG(ce),       DISTIL_OCL_ARG(ce_off),  DISTIL_OCL_ARG(soft),
+        DISTIL_OCL_ARG(soft_off), DISTIL_OCL_ARG(g),       DISTIL_OCL_ARG(g_off),
+        DISTIL_OCL_ARG(has_g),    DISTIL_OCL_ARG(n_valid), DISTIL_OCL_ARG(n_off),
+        DISTIL_OCL_ARG(has_n),    DISTIL_OCL_ARG(inv_tt),  DISTIL_OCL_ARG(dz),
+        DISTIL_OCL_ARG(dz_off),   DISTIL_OCL_ARG(has_dz),  DISTIL_OCL_ARG(ent),
+        DISTIL_OCL_ARG(ent_off),  DISTIL_OCL_ARG(has_h),
     };
     return distil_ocl_launch(b, &k, args, (int)(sizeof args / sizeof args[0]), (size_t)a->rows, 0);
 }

@@ -99,6 +99,19 @@ distil_status distil_ocl_source_get(distil_ocl *b, distil_ocl_src src, const cha
 
 #endif
 
+distil_status distil_ocl_sources_load(distil_ocl *b) {
+#ifdef DISTIL_OPENCL_EMBED_KERNELS
+    (void)b;
+#else
+    for (int src = 0; src < DISTIL_OCL_SRC_COUNT; src++) {
+        const char *text = NULL;
+        size_t len = 0;
+        DISTIL_TRY(distil_ocl_source_get(b, (distil_ocl_src)src, &text, &len));
+    }
+#endif
+    return DISTIL_OK;
+}
+
 const char *distil_ocl_source_file(distil_ocl_src src) {
     return ocl_source_files[src];
 }

@@ -40,16 +40,16 @@ distil_status distil_ocl_tp_rows(void *vb, const distil_tp_rows_args *a) {
     cl_int phase = (cl_int)a->phase;
     cl_mem zs = distil_ocl_mem(a->zs), zt = distil_ocl_mem(a->zt);
     cl_mem labels = distil_ocl_mem(a->labels), stats = distil_ocl_mem(a->stat_max);
-    cl_mem ce = distil_ocl_mem(a->ce_rows), jsd = distil_ocl_mem(a->jsd_rows);
+    cl_mem ce = distil_ocl_mem(a->ce_rows), soft = distil_ocl_mem(a->soft_rows);
     cl_ulong zs_off = distil_ocl_elems(a->zs, sizeof(float));
     cl_ulong zt_off = distil_ocl_elems(a->zt, sizeof(float));
     cl_ulong lab_off = distil_ocl_elems(a->labels, sizeof(int64_t));
-    /* The three statistics blocks are one workspace region (core/tp_fused.c): one cl_mem. */
+    /* The three statistics blocks are one workspace region (core/fused_pass_tp.c): one cl_mem. */
     cl_ulong smax_off = distil_ocl_elems(a->stat_max, sizeof(double));
     cl_ulong ssum_off = distil_ocl_elems(a->stat_sum, sizeof(double));
     cl_ulong sterm_off = distil_ocl_elems(a->stat_terms, sizeof(double));
     cl_ulong ce_off = distil_ocl_elems(a->ce_rows, sizeof(float));
-    cl_ulong jsd_off = distil_ocl_elems(a->jsd_rows, sizeof(float));
+    cl_ulong soft_off = distil_ocl_elems(a->soft_rows, sizeof(float));
     cl_long vocab = a->vocab, v0 = a->vocab_offset, total = a->vocab_total;
     cl_long ignore = a->ignore_index;
     cl_float8 coef = distil_ocl_coef(a->divergence, a->beta, a->alpha);
@@ -62,9 +62,9 @@ distil_status distil_ocl_tp_rows(void *vb, const distil_tp_rows_args *a) {
     cl_mem n_valid = has_n_now ? distil_ocl_mem(a->n_valid) : b->label_state;
     cl_ulong n_off = has_n_now ? distil_ocl_elems(a->n_valid, sizeof(float)) : 0;
     cl_int has_n = has_n_now ? 1 : 0;
-    if (a->phase != DISTIL_TP_FINISH) { /* ce and jsd are not written: any buffer will do */
-        ce = jsd = stats;
-        ce_off = jsd_off = 0;
+    if (a->phase != DISTIL_TP_FINISH) { /* ce and soft are not written: any buffer will do */
+        ce = soft = stats;
+        ce_off = soft_off = 0;
     }
     const distil_ocl_arg args[] = {
         DISTIL_OCL_ARG(phase),     DISTIL_OCL_ARG(zs),       DISTIL_OCL_ARG(zs_off),
@@ -74,7 +74,7 @@ distil_status distil_ocl_tp_rows(void *vb, const distil_tp_rows_args *a) {
         DISTIL_OCL_ARG(inv_t),     DISTIL_OCL_ARG(w_hard),   DISTIL_OCL_ARG(w_soft),
         DISTIL_OCL_ARG(stats),     DISTIL_OCL_ARG(smax_off), DISTIL_OCL_ARG(ssum_off),
         DISTIL_OCL_ARG(sterm_off), DISTIL_OCL_ARG(ce),       DISTIL_OCL_ARG(ce_off),
-        DISTIL_OCL_ARG(jsd),       DISTIL_OCL_ARG(jsd_off),  DISTIL_OCL_ARG(g),
+        DISTIL_OCL_ARG(soft),      DISTIL_OCL_ARG(soft_off), DISTIL_OCL_ARG(g),
         DISTIL_OCL_ARG(g_off),     DISTIL_OCL_ARG(has_g),    DISTIL_OCL_ARG(n_valid),
         DISTIL_OCL_ARG(n_off),     DISTIL_OCL_ARG(has_n),
     };

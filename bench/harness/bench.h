@@ -158,8 +158,11 @@ void bench_floor_apply(bench_result *r);
 
 /* bench_output.c */
 const char *bench_workload_name(bench_workload w);
-/* "jsd", "forward_kl", "reverse_kl", "skew_kl", "skew_reverse_kl", "tvd" (--divergence). */
+/* The library's name of a divergence (distil_divergence_name; "?" for none), as --divergence
+ * takes it. */
 const char *bench_divergence_name(distil_divergence d);
+/* Every divergence's name, sep between two, into buf (n bytes, truncated to fit); returns buf. */
+const char *bench_divergence_list(char *buf, size_t n, const char *sep);
 /* "tail", "renormalise", "zero" (--topk-tail). */
 const char *bench_topk_tail_name(distil_topk_tail t);
 const char *bench_mode_name(bench_mode m);

@@ -24,7 +24,7 @@ typedef enum bench_kind {
     K_WORKLOAD, /* jsd | fused | all */
     K_MODE,     /* forward | full | all */
     K_TIMING,   /* auto | sync | batch */
-    K_DIV,      /* a divergence of docs/SPEC.md §6, by bench_divergence_name */
+    K_DIV,      /* a divergence of docs/SPEC.md §6, by the library's name for it */
     K_TAIL,     /* a tail policy of docs/SPEC.md §7, by bench_topk_tail_name */
     K_SWITCH,   /* no value: sets an int to 1 */
 } bench_kind;
@@ -68,8 +68,8 @@ static const bench_flag bench_flags[] = {
      "D     dtype of the fused workload (gpu default bf16, cpu f32)"},
     {"beta", K_FLT, OFF(jsd.beta), OFF(fused.beta), 0, 1, "F     JSD beta in [0, 1] (default 0.5)"},
     {"divergence", K_DIV, OFF(jsd.divergence), OFF(fused.divergence), 0, 0,
-     "NAME  jsd | forward_kl | reverse_kl | skew_kl | skew_reverse_kl | tvd (default jsd; "
-     "--topk: forward_kl, distil_fused_linear_topk's default)"},
+     "NAME  a divergence, listed below (default jsd; --topk: forward_kl, "
+     "distil_fused_linear_topk's default)"},
     {"alpha", K_FLT, OFF(jsd.alpha), OFF(fused.alpha), 0, 1,
      "F     skew of skew_kl / skew_reverse_kl in [0, 1] (default 0.1)"},
     {"tau", K_FLT, OFF(fused.tau), NONE, 1e-30, 1e30, "F     temperature > 0 (default 1)"},
@@ -126,6 +126,8 @@ void bench_args_usage(FILE *f, const char *argv0) {
     for (int i = 0; i < BENCH_N_FLAGS; i++) {
         fprintf(f, "  --%-12s %s\n", bench_flags[i].name, bench_flags[i].help);
     }
+    char names[512];
+    fprintf(f, "\n  divergences: %s\n", bench_divergence_list(names, sizeof names, " | "));
 }
 
 _Static_assert(offsetof(bench_options, n_jsd_rows) ==
@@ -274,9 +276,7 @@ static int bench_set_one(const bench_flag *fl, char *v, void *field) {
         *(bench_timing *)field = (bench_timing)w;
         return w >= 0 ? 0 : -1;
     case K_DIV:
-        w = bench_word(v, "jsd|forward_kl|reverse_kl|skew_kl|skew_reverse_kl|tvd");
-        *(distil_divergence *)field = (distil_divergence)(w >= 0 ? w : 0);
-        return w >= 0 ? 0 : -1;
+        return distil_divergence_from_name(v, (distil_divergence *)field) == DISTIL_OK ? 0 : -1;
     case K_TAIL:
         w = bench_word(v, "tail|renormalise|zero");
         *(distil_topk_tail *)field = (distil_topk_tail)(w >= 0 ? w : 0);
@@ -390,6 +390,8 @@ static int bench_pass_preset(const bench_flag *fl, char *v, bench_options *opt) 
 }
 
 static const char *bench_expected(const bench_flag *fl) {
+    static char divs[600];
+    char names[512];
     switch (fl->kind) {
     case K_ROWS:
         return "expected a list like 1024,2048 or 256:8192 (at most 32 values)";
@@ -404,7 +406,9 @@ static const char *bench_expected(const bench_flag *fl) {
     case K_TIMING:
         return "expected auto, sync or batch";
     case K_DIV:
-        return "expected jsd, forward_kl, reverse_kl, skew_kl, skew_reverse_kl or tvd";
+        snprintf(divs, sizeof divs, "expected one of %s",
+                 bench_divergence_list(names, sizeof names, ", "));
+        return divs;
     case K_TAIL:
         return "expected tail, renormalise or zero";
     case K_STR:

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "distil_testing.h"
 
 static void bench_list(FILE *f) {
     fprintf(f, "distil %s, backends in priority order:\n", distil_version_string());
@@ -169,6 +170,11 @@ int main(int argc, char **argv) {
         return rc == BENCH_ARGS_BAD ? 2 : 0;
     }
     opt.command = command;
+    /* A/B runs of the paths tests reach (e.g. fp8=lt: never time the fp8 emulation unknowingly) */
+    if (distil_testing_hooks_set(getenv("DISTIL_TEST_HOOKS")) != DISTIL_OK) {
+        fprintf(stderr, "distil-bench: DISTIL_TEST_HOOKS: %s\n", distil_ctx_last_error(NULL));
+        return 2;
+    }
     if ((rc = bench_resolve_backends(&opt)) != 0) {
         return rc;
     }

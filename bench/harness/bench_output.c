@@ -13,9 +13,19 @@
 #include "bench.h"
 
 const char *bench_divergence_name(distil_divergence d) {
-    static const char *const names[] = {"jsd",     "forward_kl",      "reverse_kl",
-                                        "skew_kl", "skew_reverse_kl", "tvd"};
-    return (unsigned)d < sizeof names / sizeof names[0] ? names[d] : "?";
+    const char *name = distil_divergence_name(d);
+    return name != NULL ? name : "?";
+}
+
+const char *bench_divergence_list(char *buf, size_t n, const char *sep) {
+    size_t w = 0;
+    buf[0] = '\0';
+    for (int d = 0; distil_divergence_name((distil_divergence)d) != NULL && w < n; d++) {
+        int k = snprintf(buf + w, n - w, "%s%s", d > 0 ? sep : "",
+                         distil_divergence_name((distil_divergence)d));
+        w += k > 0 ? (size_t)k : 0;
+    }
+    return buf;
 }
 
 const char *bench_topk_tail_name(distil_topk_tail t) {

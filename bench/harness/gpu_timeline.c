@@ -3,8 +3,8 @@
  * records the start and end of every kernel of `reps` back-to-back calls (no serialisation, unlike
  * Nsight Compute), so the gaps between kernels and the kernels' in-flight durations (clocks as the
  * running load leaves them) are seen. Nsight Systems is not needed.
- *   usage: [TL_SYNC=1] [TL_LIST=1] [TL_TOPK=k] [TL_FP8=1] [TL_LOSS=1] distil-gpu-timeline [T]
- *          [reps] [chunk_rows]
+ *   usage: [TL_SYNC=1] [TL_LIST=1] [TL_TOPK=k] [TL_FP8=1] [TL_LOSS=1] [DISTIL_TEST_HOOKS=spec]
+ *          distil-gpu-timeline [T] [reps] [chunk_rows]
  *   (bf16, Hs 2048, Ht 4096, V 128256, loss + gradients; calls back to back unless TL_SYNC;
  *   TL_TOPK: distil_fused_linear_topk against a cached teacher of k fp32 entries per row
  *   instead, docs/SPEC.md §7; TL_FP8: the fp8 teacher head, docs/SPEC.md §6; TL_LOSS: the loss
@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "distil.h"
+#include "distil_testing.h"
 
 enum { TL_MAX = 1 << 16 };
 
@@ -185,6 +186,10 @@ int main(int argc, char **argv) {
     const int64_t t = argc > 1 ? atoll(argv[1]) : 1024, v = 128256, hs = 2048, ht = 4096;
     const int reps = argc > 2 ? atoi(argv[2]) : 5;
     distil_ctx *ctx = NULL;
+    if (distil_testing_hooks_set(getenv("DISTIL_TEST_HOOKS")) != DISTIL_OK) {
+        fprintf(stderr, "DISTIL_TEST_HOOKS: %s\n", distil_ctx_last_error(NULL));
+        return 2;
+    }
     if (distil_ctx_create(&ctx, "cuda", 0) != DISTIL_OK) {
         fprintf(stderr, "no cuda context: %s\n", distil_ctx_last_error(NULL));
         return 77;

@@ -243,9 +243,9 @@ static void *tpb_rank_main(void *arg) {
     s.vocab_offset = v0, s.vocab_total = a->vocab, s.comm = comm;
     tpb_bufs B = {0};
     tpb_make(ctx, a, v0, v1, &B, &sh->failed);
-    size_t ws = 0;
-    if (distil_fused_linear_jsd_tp_workspace_size(ctx, &d, 1, &ws) != DISTIL_OK) {
-        ws = 0;
+    size_t workspace = 0;
+    if (distil_fused_linear_jsd_tp_workspace_size(ctx, &d, 1, &workspace) != DISTIL_OK) {
+        workspace = 0;
     }
     double t_real = sh->failed ? 0.0 : tpb_time(me, ctx, &d, &s, &B);
     float loss[3] = {0};
@@ -261,7 +261,7 @@ static void *tpb_rank_main(void *arg) {
                a->backend, a->ranks, (long long)a->rows, (long long)a->vocab, (long long)a->hs,
                (long long)a->ht, distil_dtype_name(a->dtype), 1e3 * t_real, 1e3 * t_null,
                100.0 * (t_real - t_null) / t_real, (double)loss[0], (double)loss[1],
-               (double)loss[2], (double)ws / 1048576.0);
+               (double)loss[2], (double)workspace / 1048576.0);
     }
     tpb_free(ctx, &B);
     distil_comm_destroy(comm);

@@ -31,6 +31,8 @@ Reported, for each T:
   ms_fp8_once, speedup_once   the same with the teacher's head rounded once
                     (cache_teacher_head=True: distil.torch.e4m3_head), as for a frozen teacher
 Runs on CPU tensors too (a smoke test: --device cpu, small shapes by default there).
+On a GPU run it with DISTIL_TEST_HOOKS=fp8=lt (the library's test hook, passed on by the script): a
+shape cuBLASLt's fp8 cannot take then fails instead of timing the emulation kernel.
   usage: python bench/python/fp8_teacher.py [--device cuda] [--T 1024,8192] [--V 128256] [--Ht 4096]
          [--dtype bf16] [--reps 10] [--queue 4] [--json FILE]
 """
@@ -211,6 +213,9 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", default=None)
     a = p.parse_args()
+    from distil import _testing
+
+    _testing.hooks_from_env()  # DISTIL_TEST_HOOKS=fp8=lt: never time the fp8 emulation unknowingly
     gpu = a.device == "cuda"
     a.T = a.T or ("1024,8192" if gpu else "64")
     a.V = a.V or (128256 if gpu else 2048)

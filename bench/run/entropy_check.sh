@@ -1,8 +1,8 @@
 #!/bin/bash
 # entropy_check.sh - the student entropy (docs/SPEC.md §6) on cuda's fused row kernels, in one run:
 #   1. its parity cases (tests/test_parity.c, names ending "entropy") with the resident kernel
-#      (the default), with it required (DISTIL_CUDA_DISTILL=resident: a row pass it declines
-#      fails) and with the streaming kernel (DISTIL_CUDA_DISTILL=stream);
+#      (the default), with it required (test hook fused_rows=resident: a row pass it declines
+#      fails) and with the streaming kernel (fused_rows=stream);
 #   2. the whole cuda parity suite with the resident kernel required;
 #   3. the fused loss at the seed shape (bf16, V 128256, T 8192, forward and full) timed without
 #      the entropy, with it (resident kernel), and with it on the streaming kernel, alternated
@@ -30,29 +30,32 @@ timeout 400 cmake --build "$BUILD" -j"$(nproc)" --target test_parity distil-benc
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 git log -1 --format='commit %H %s' 2>/dev/null
 
-# parity KERNEL FILTER LOG: test_parity on cuda with DISTIL_CUDA_DISTILL=KERNEL ("" = default).
+# hooks KERNEL: the test hooks (DISTIL_TEST_HOOKS) for the row kernel KERNEL ("" = the default).
+hooks() { echo "${1:+fused_rows=$1}"; }
+
+# parity KERNEL FILTER LOG: test_parity on cuda with the row kernel KERNEL ("" = default).
 parity() {
-    env DISTIL_CUDA_DISTILL="$1" DISTIL_TEST_BACKEND=cuda DISTIL_TEST_FILTER="$2" timeout 240 \
+    env DISTIL_TEST_HOOKS="$(hooks "$1")" DISTIL_TEST_BACKEND=cuda DISTIL_TEST_FILTER="$2" timeout 240 \
         "$BUILD/tests/test_parity" > "$OUT/$3" 2>&1
     echo "exit $?"
     grep -E "PASSED|FAILED|SKIPPED|error|declined" "$OUT/$3" | head -12
 }
 for k in "" resident stream; do
-    log "entropy parity cases, DISTIL_CUDA_DISTILL=${k:-(unset)}"
+    log "entropy parity cases, fused_rows=${k:-(default)}"
     parity "$k" '*entropy*' "parity-entropy-${k:-default}.log"
 done
-log "the whole cuda parity suite, DISTIL_CUDA_DISTILL=resident"
+log "the whole cuda parity suite, fused_rows=resident"
 parity resident '*' parity-all-resident.log
 
 TIMING=(--backend cuda --preset gpu --workload fused --fused-T 8192 --mode all --warmup 2
     --reps 5 --min-time 0.5 --quiet)
-# bench NAME KERNEL [FLAGS...]: one distil-bench point set with DISTIL_CUDA_DISTILL=KERNEL ("" =
+# bench NAME KERNEL [FLAGS...]: one distil-bench point set with the row kernel KERNEL ("" =
 # default) into $OUT/NAME.{json,csv}
 bench() {
     local name=$1 kernel=$2
     shift 2
-    log "bench $name: DISTIL_CUDA_DISTILL=${kernel:-(unset)} $*"
-    DISTIL_CUDA_DISTILL="$kernel" timeout 120 "$BUILD/bench/distil-bench" "${TIMING[@]}" "$@" \
+    log "bench $name: fused_rows=${kernel:-(default)} $*"
+    DISTIL_TEST_HOOKS="$(hooks "$kernel")" timeout 120 "$BUILD/bench/distil-bench" "${TIMING[@]}" "$@" \
         --json "$OUT/$name.json" --csv "$OUT/$name.csv" 2>&1 | grep -vE "^#"
 }
 for r in 1 2; do

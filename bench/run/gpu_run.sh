@@ -113,13 +113,13 @@ run_distil() {
     step 150 distil-cuda "$bench" --backend cuda --jsd-T 1024:8192 --fused-T 1024:32768 \
         "${TIMING[@]}" --json "$OUT/distil-cuda.json" --csv "$OUT/distil-cuda.csv"
     if grep -q '^  opencl .*device(s)' "$OUT/backends.txt"; then
-        DISTIL_OPENCL_RUN=1
+        have_opencl=1
     fi
 }
 
 run_opencl() {
     [ -n "${SKIP_OPENCL:-}" ] && { log "SKIP distil-opencl: SKIP_OPENCL set"; return 0; }
-    [ "${DISTIL_OPENCL_RUN:-0}" = 1 ] || { log "SKIP distil-opencl: no OpenCL device"; return 0; }
+    [ "${have_opencl:-0}" = 1 ] || { log "SKIP distil-opencl: no OpenCL device"; return 0; }
     DISTIL_OPENCL_PLATFORM=NVIDIA step 100 distil-opencl "$BUILD/bench/distil-bench" \
         --backend opencl --T 1024:8192 \
         --warmup 1 --reps 5 --max-reps 20 --min-time 0.2 \

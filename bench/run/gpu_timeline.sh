@@ -1,8 +1,9 @@
 #!/bin/bash
 # gpu_timeline.sh - the fused loss's kernels in the pipeline (CUPTI, bench/harness/gpu_timeline.c) and its
-# distil-bench time, for each T and each variant (environment assignments, "default" for none):
-# the A/B tool of row-kernel and chunk-loop changes. Run after a build with the bench on.
-#   usage: BUILD=build-gpu OUT=/dir T="1024 8192" VARIANTS="default DISTIL_CUDA_DISTILL=stream" \
+# distil-bench time, for each T and each variant (environment assignments, "default" for none; the
+# test hooks as DISTIL_TEST_HOOKS, core/testing/distil_testing.h): the A/B tool of row-kernel and
+# chunk-loop changes. Run after a build with the bench on.
+#   usage: BUILD=build-gpu OUT=/dir T="1024 8192" VARIANTS="default DISTIL_TEST_HOOKS=fused_rows=stream" \
 #          bash bench/run/gpu_timeline.sh
 set -u
 cd "$(dirname "$0")/../.." || exit 1

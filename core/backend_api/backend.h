@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define DISTIL_BACKEND_API_VERSION 1
+#define DISTIL_BACKEND_API_VERSION 2
 
 /* A place in the backend's memory: a device pointer / cl_mem / host pointer plus a byte offset.
  * A NULL base means "absent" for optional operands. */
@@ -50,14 +50,10 @@ static inline void *distil_dptr_addr(distil_dptr p) {
  * C (m, n) = alpha * op(A) * op(B) + beta * C [+ bias broadcast over rows], row-major.
  *   op(A) is (m, k): A is (m, k) with row stride lda, or (k, m) when trans_a.
  *   op(B) is (k, n): B is (k, n) with row stride ldb, or (n, k) when trans_b.
- *   A has dtype a_dtype and B b_dtype (equal unless the backend's fp32_gemm is set); C has
+ *   A has dtype a_dtype and B b_dtype (equal unless the backend's tuning.fp32_gemm is set); C has
  *   c_dtype (F32, or equal to b_dtype; any dtype when fp32_gemm is set); accumulation is fp32.
  *   bias (n) has b_dtype, optional; it is added once to each row of C after the product.
  * beta == 0 means C is not read (it may hold NaN).
- * d, optional: the result goes to d (m, n; row stride ldc, dtype d_dtype), rounded once, and C is
- * read (beta != 0) and may be left holding anything; asked only where the backend's gemm_d_ok said
- * yes (the fused loss's last grad_Ws GEMM, whose fp32 accumulator C is rounded into the output
- * without a cast pass of its own).
  */
 typedef struct distil_gemm_args {
     bool trans_a, trans_b;
@@ -71,16 +67,42 @@ typedef struct distil_gemm_args {
     distil_dptr c;
     int64_t ldc;
     distil_dptr bias;
-    /* Optional row statistics of C (docs/DESIGN.md "Row statistics from the logits GEMM"), asked
-     * only where the backend's stats_ok said yes. Per row r of C and tile t of the backend's
-     * stats_cols columns, element t m + r of each (ceil(n / stats_cols), m) fp32 vector:
-     * stats_max the tile's maximum of C, stats_s1 the sum over the tile of 2^((C - max) stats_c1).
-     * Absent stats_max: none. */
-    distil_dptr stats_max, stats_s1;
-    float stats_c1;
+} distil_gemm_args;
+
+/*
+ * The statistics GEMM (docs/DESIGN.md "Row statistics from the logits GEMM"): a logits GEMM
+ *   gemm: C (m, n) fp32 dense = A (m, k) B^T [+ bias] (B (n, k)), both of one dtype, row
+ *         strides k
+ * that also writes each row's statistics: per row r of C and tile t of the backend's
+ * tuning.stats_cols columns, element t m + r of each (ceil(n / stats_cols), m) fp32 plane,
+ *   max: the tile's maximum of C,  s1: the sum over the tile of 2^((C - max) c1).
+ */
+typedef struct distil_gemm_stats_args {
+    distil_gemm_args gemm;
+    distil_dptr max, s1;
+    float c1;
+} distil_gemm_stats_args;
+
+/* What the statistics GEMM would be asked for, before the workspace is planned and the operands
+ * are known: logits GEMMs C (m, n) fp32 = A (m, k) B^T of dtype operands, whose row pass runs
+ * with or without gradients (grads). m is the call's rows (a chunk has at most as many). */
+typedef struct distil_gemm_stats_shape {
+    int64_t m, n, k;
+    distil_dtype dtype;
+    bool grads;
+} distil_gemm_stats_shape;
+
+/*
+ * The fused-cast GEMM: gemm's result, rounded once, goes to its own output d (m, n; row stride
+ * gemm.ldc, dtype d_dtype); gemm.c (fp32) is read (gemm.beta != 0) and may be left holding
+ * anything. The fused loss's last grad_Ws GEMM, whose fp32 accumulator is rounded into the
+ * output without a cast pass of its own.
+ */
+typedef struct distil_gemm_cast_args {
+    distil_gemm_args gemm;
     distil_dptr d;
     distil_dtype d_dtype;
-} distil_gemm_args;
+} distil_gemm_cast_args;
 
 /*
  * Count the rows that take part in a mean: label != ignore_index and, when vocab > 0, label in
@@ -102,7 +124,8 @@ typedef struct distil_count_args {
 } distil_count_args;
 
 /*
- * docs/SPEC.md §1 on a block of rows: per-row JSD loss and, optionally, the gradient.
+ * docs/SPEC.md §1 and §6 on a block of rows: per-row divergence (the soft part's: JSD or any
+ * other of distil_divergence) and, optionally, its gradient.
  *   x (rows, vocab) row stride x_stride, dtype: student log-probs; y likewise: teacher
  *   labels (rows) int64, optional: rows whose label == ignore_index get loss 0 and gradient 0
  *   row_loss (rows) fp32: written for every row
@@ -110,7 +133,7 @@ typedef struct distil_count_args {
  *   grad = grad_scale / n * dl/dx, where n is the fp32 at n_valid (1 when absent). When n is 0
  *   the gradient is 0.
  */
-typedef struct distil_jsd_rows_args {
+typedef struct distil_div_rows_args {
     distil_dptr x, y;
     int64_t x_stride, y_stride;
     int64_t rows, vocab;
@@ -126,14 +149,14 @@ typedef struct distil_jsd_rows_args {
     /* docs/SPEC.md §6: the divergence (distil_elem_div_make maps it, beta and alpha to a mode). */
     distil_divergence divergence;
     float alpha;
-} distil_jsd_rows_args;
+} distil_div_rows_args;
 
 /*
  * docs/SPEC.md §2 steps 2-5 on one chunk of fp32 logits.
  *   zs, zt (rows, vocab) fp32 dense (row stride vocab): student / teacher logits of the chunk
  *   labels (rows) int64: the chunk's labels. A row whose label is ignore_index or outside
  *     [0, vocab) is ignored (count_valid has recorded the invalid ones).
- *   ce_rows, jsd_rows (rows) fp32: per-row CE and JSD (0 for ignored rows), always written
+ *   ce_rows, soft_rows (rows) fp32: per-row CE and soft part (0 for ignored rows), always written
  *   g (rows, vocab) dtype g_dtype, row stride vocab, optional: the logit gradient
  *     G = (weight_hard / n) (s - onehot) + (weight_soft / n) (1/tau) (g - q sum g)
  *     with n the fp32 at n_valid. Ignored rows get 0. When g_dtype is F32 the core may pass
@@ -145,11 +168,11 @@ typedef struct distil_fused_rows_args {
     distil_dptr labels;
     int64_t ignore_index;
     float beta, inv_temperature, weight_hard, weight_soft;
-    distil_dptr ce_rows, jsd_rows;
+    distil_dptr ce_rows, soft_rows;
     distil_dptr g;
     distil_dtype g_dtype;
     distil_dptr n_valid;
-    /* docs/SPEC.md §6: the soft part's divergence, as in distil_jsd_rows_args. */
+    /* docs/SPEC.md §6: the soft part's divergence, as in distil_div_rows_args. */
     distil_divergence divergence;
     float alpha;
     /* docs/SPEC.md §6 head options. The teacher's logits are divided by its own temperature
@@ -158,10 +181,10 @@ typedef struct distil_fused_rows_args {
      * (zs then holds z', head_rows wrote dz = dz'/dz), each element of G is multiplied by it. */
     float inv_teacher_temperature;
     distil_dptr dz;
-    /* Optional: the row statistics of zs and zt from their GEMMs (distil_gemm_args's layout with
-     * m = rows, stats_tiles tiles per row): zs_max, zs_s1 (c1 = log2(e) / tau), zt_max, zt_s1
+    /* Optional: the row statistics of zs and zt from their GEMMs (distil_gemm_stats_args's layout
+     * with m = rows, stats_tiles tiles per row): zs_max, zs_s1 (c1 = log2(e) / tau), zt_max, zt_s1
      * (c1 = log2(e) / tau_t); the CE's sum at tau != 1 is the row pass's own. Given only where the
-     * backend's stats_ok said yes for this row pass; absent zs_max: none. */
+     * backend's stats_fit said yes for this row pass; absent zs_max: none. */
     distil_dptr zs_max, zs_s1, zt_max, zt_s1;
     int64_t stats_tiles;
     /* docs/SPEC.md §6 student entropy, optional: (rows) fp32, the chunk's rows. Each valid row's
@@ -225,7 +248,7 @@ typedef struct distil_scale_args {
     distil_dptr scale; /* 1 fp32 */
 } distil_scale_args;
 
-/* The whole of distil_jsd in one backend call (optional op `jsd`); the core fills it after
+/* The whole of distil_jsd in one backend call (whole->jsd); the core fills it after
  * validation. Strides are already resolved (never 0). rows >= 1. */
 typedef struct distil_jsd_args {
     distil_dptr x, y, labels, loss, grad;
@@ -244,60 +267,9 @@ typedef struct distil_jsd_args {
     distil_dptr normaliser_device;
 } distil_jsd_args;
 
-/* The whole of distil_fused_linear_jsd in one backend call (optional op `fused_linear_jsd`: the
- * float64 reference computes the loss whole; every other backend runs the core's chunk loop).
- * rows >= 1; absent gradients have a NULL base; workspace is what the core planned for
- * chunk_rows (the backend may use less). */
-typedef struct distil_fused_args {
-    distil_dptr xs, ws, bs, xt, wt, bt, labels, loss;
-    distil_dptr grad_xs, grad_ws, grad_bs;
-    int64_t rows, vocab, hs, ht;
-    distil_dtype dtype;
-    bool gw_f32; /* grad_ws and grad_bs are fp32 (else dtype): distil_fused_gw_dtype */
-    float weight_hard, weight_soft, beta, inv_temperature;
-    int64_t ignore_index;
-    bool return_parts;
-    int64_t chunk_rows;
-    distil_dptr workspace;
-    size_t workspace_bytes;
-    /* docs/SPEC.md §6: the soft part's divergence and N given by the caller, as in
-     * distil_jsd_args (weight_soft already carries the tau^2 factor when it is asked for). */
-    distil_divergence divergence;
-    float alpha;
-    float normaliser;
-    distil_dptr normaliser_device;
-    /* Cached top-k teacher (docs/SPEC.md §7): the teacher side is topk instead of xt / Wt / bt
-     * (NULL: the dense teacher head). sum_reduction: N = 1. */
-    const struct distil_topk_teacher *topk;
-    bool sum_reduction;
-    /* docs/SPEC.md §6 head options: vocab above is the common prefix min(student_vocab,
-     * teacher_vocab) over which the loss runs; each head's own rows (for its weight, bias and
-     * gradient outputs); per head the logit scale and softcap (1, 0: unchanged); 1 / the
-     * teacher's temperature (= inv_temperature unless given); optional (rows) fp32 LSE outputs. */
-    int64_t student_vocab, teacher_vocab;
-    float student_scale, student_cap, teacher_scale, teacher_cap;
-    float inv_teacher_temperature;
-    distil_dptr student_lse, teacher_lse;
-    /* docs/SPEC.md §6 student entropy: (rows) fp32, optional; written by the row pass */
-    distil_dptr student_entropy;
-    /* docs/SPEC.md §6 fp8 teacher head: the teacher's logits from e4m3 rows of xt and Wt with
-     * per-row scales (quant_rows, gemm_e4m3) instead of the exact GEMM. */
-    bool teacher_fp8;
-    /* With teacher_fp8: Wt's rows made once by distil_e4m3_head_make: the head as given
-     * (wq_head, wq_bytes bytes, its header first: core/fused_fp8.h), its codes (teacher_vocab,
-     * wq_ld) in the backend's e4m3 form at wq and its scales (teacher_vocab) fp32 at wq_scale; or
-     * NULL wq_head and wq: made in this call from wt. */
-    distil_dptr wq_head;
-    size_t wq_bytes;
-    distil_dptr wq;
-    int64_t wq_ld;
-    distil_dptr wq_scale;
-} distil_fused_args;
-
-/* The dtype of grad_ws and grad_bs (distil_fused_linear_jsd_desc.grad_weight_fp32). */
-static inline distil_dtype distil_fused_gw_dtype(const distil_fused_args *a) {
-    return a->gw_f32 ? DISTIL_F32 : a->dtype;
-}
+/* The whole of distil_fused_linear_jsd in one backend call (optional op `fused_linear_jsd`), with
+ * the teacher's state as the call's teacher source holds it: core/backend_api/fused_args.h. */
+typedef struct distil_fused_args distil_fused_args;
 
 /* ---- cached top-k teacher (docs/SPEC.md §7) */
 
@@ -349,7 +321,7 @@ typedef struct distil_topk_rows_args {
     float alpha;
 } distil_topk_rows_args;
 
-/* The whole of distil_topk in one backend call (optional op `topk`, the float64 reference).
+/* The whole of distil_topk in one backend call (whole->topk, the float64 reference).
  * rows >= 1, strides resolved. */
 typedef struct distil_topk_args {
     distil_dptr x, labels, loss, grad;
@@ -468,14 +440,14 @@ typedef enum distil_tp_phase {
                              at inv_t, zs at 1, m the reduced maxima                    -> sum */
     DISTIL_TP_TERMS = 2,  /* stat_terms (rows, 3) = local zs[label] - m_s (owner only), sum e,
                              sum de/dx, with the reduced statistics                      -> sum */
-    DISTIL_TP_FINISH = 3, /* ce_rows, jsd_rows from the reduced statistics; G when g present */
+    DISTIL_TP_FINISH = 3, /* ce_rows, soft_rows from the reduced statistics; G when g present */
 } distil_tp_phase;
 
 /*
  * One phase of docs/SPEC.md §2 steps 2-5 on a chunk of fp32 logits of the rank's columns
  * [vocab_offset, vocab_offset + vocab) of vocab_total. Labels are global ids; a row whose label
  * is ignore_index or outside [0, vocab_total) is ignored (neutral statistics: -inf maxima, 0 sums;
- * ce = jsd = 0, G = 0). The statistics are f64, row-major per row (stride 2 or 3). FINISH writes
+ * ce = soft = 0, G = 0). The statistics are f64, row-major per row (stride 2 or 3). FINISH writes
  * G as fused_rows does (g may be zs when g_dtype is F32), with -weight_hard / n at the label on
  * the rank that owns it.
  */
@@ -489,7 +461,7 @@ typedef struct distil_tp_rows_args {
     distil_divergence divergence; /* the soft part's, as in distil_fused_rows_args */
     float alpha;
     distil_dptr stat_max, stat_sum, stat_terms; /* (rows, 2), (rows, 3), (rows, 3) f64 */
-    distil_dptr ce_rows, jsd_rows;              /* (rows) fp32, FINISH */
+    distil_dptr ce_rows, soft_rows;             /* (rows) fp32, FINISH */
     distil_dptr g;                              /* (rows, vocab) g_dtype, optional, FINISH */
     distil_dtype g_dtype;
     distil_dptr n_valid;
@@ -498,111 +470,164 @@ typedef struct distil_tp_rows_args {
 /* Core-side sink for backend error messages; see error.h beside this file. */
 typedef struct distil_ctx distil_ctx;
 
-/*
- * A backend: a const static struct written with designated initialisers. Every operation takes
- * the backend's own context `b` first, except probe and create. Optional members may be NULL;
- * the note says what the core does then.
- */
-typedef struct distil_backend {
-    int api_version;  /* must be DISTIL_BACKEND_API_VERSION */
-    const char *name; /* "cuda", "hip", "opencl", "cpu", "ref" */
-    int priority;     /* auto selection prefers higher: cuda 400, hip 300, opencl 200, cpu 100 */
-    bool host_memory; /* device pointers are host pointers (cpu, ref) */
+/* What a backend likes, all zero meaning the core's default. */
+typedef struct distil_backend_tuning {
     /* gemm computes from fp32 copies of its operands whatever their dtypes, and takes A and B of
      * different dtypes (cpu, opencl): the core's fused loss then keeps the logit gradient G in
      * fp32 (in place of zs), since rounding it to a half dtype would only lose digits. Else G is
      * stored in the input dtype, the one its GEMMs run in. */
     bool fp32_gemm;
     distil_chunk_policy chunk; /* all zero: the core's default */
+    /* With the fp8 ops: the bytes of one stored e4m3 element (1: the code; 2: its value as fp16,
+     * exact). */
+    int e4m3_bytes;
+    /* With the statistics GEMM: the columns of its tiles (distil_gemm_stats_args). */
+    int stats_cols;
+} distil_backend_tuning;
 
-    /* Count devices; cheap, no allocation, safe with missing drivers. 0 = unavailable. */
-    distil_status (*probe)(int *n_devices);
-    /* Optional, called once after a successful probe: the priority for automatic selection
-     * when it depends on the device found (an OpenCL CPU device ranks below the cpu backend).
-     * NULL: `priority`. */
+/* Optional: what a backend on a device beside the host adds (opencl, cuda, hip). Each member may
+ * be NULL; the note says what the core does then. */
+typedef struct distil_backend_device {
+    /* Called once after a successful probe: the priority for automatic selection when it depends
+     * on the device found (an OpenCL CPU device ranks below the cpu backend). NULL: `priority`. */
     int (*auto_priority)(void);
+    /* Bind a native stream/queue, or the backend's own for DISTIL_STREAM_OWN; NULL is the
+     * runtime's default stream where it has one (distil.h). NULL op: the core accepts only NULL
+     * and DISTIL_STREAM_OWN. */
+    distil_status (*set_stream)(void *b, void *stream);
+    /* Can the backend tell that p is not its memory? NULL: the core cannot check. */
+    distil_status (*check_pointer)(void *b, const void *p, const char *what);
+    /* For handle backends: resolve p, which check_pointer accepted, to its extent (a sub-buffer
+     * to its parent, origin and size). NULL: p is an address in one address space, size unknown.
+     * The core's size and overlap checks (core/overlap.c) use it. */
+    distil_status (*mem_extent)(void *b, const void *p, distil_mem_extent *out);
+    /* Is p a live allocation of mem_alloc (distil_free)? It must not touch p beyond a lookup: p
+     * may have been freed already. NULL: the core asks check_pointer. */
+    distil_status (*check_free)(void *b, const void *p);
+} distil_backend_device;
+
+/* Optional: each loss computed whole, instead of the core composing it from the kernels of the
+ * main table (the float64 reference). A backend with it needs none of those kernels; all three
+ * ops are required. */
+typedef struct distil_backend_whole {
+    distil_status (*jsd)(void *b, const distil_jsd_args *a);
+    distil_status (*fused_linear_jsd)(void *b, const struct distil_fused_args *a);
+    distil_status (*topk)(void *b, const distil_topk_args *a);
+} distil_backend_whole;
+
+/*
+ * Optional: a second lane, so that the fused loss's next-chunk logits GEMMs overlap this chunk's
+ * gradient GEMMs (cuda, hip). begin: what follows runs on the side lane, after everything queued
+ * so far; *opened false: the backend runs no side lane (nothing changed, everything stays on the
+ * stream). Once *opened (even with a failure status) the core calls end, which returns to the
+ * stream, and later join, after which the stream's work follows all of the side's. All three
+ * ops are required.
+ */
+typedef struct distil_backend_side {
+    distil_status (*begin)(void *b, bool *opened);
+    distil_status (*end)(void *b);
+    distil_status (*join)(void *b);
+} distil_backend_side;
+
+/* Optional: vocabulary parallel (docs/SPEC.md §8). NULL: distil_fused_linear_jsd_tp is
+ * UNSUPPORTED on the backend. */
+typedef struct distil_backend_tp {
+    /* One phase of the vocabulary-parallel row pass; required. */
+    distil_status (*tp_rows)(void *b, const distil_tp_rows_args *a);
+    /* The native stream bound now (cudaStream_t, hipStream_t), handed to a communicator's
+     * all-reduce. NULL op: NULL (host backends). */
+    void *(*native_stream)(void *b);
+} distil_backend_tp;
+
+/* Optional: the fp8 teacher head (docs/SPEC.md §6), with tuning.e4m3_bytes. NULL: the fp8 head
+ * is UNSUPPORTED (unless the backend computes the fused loss whole). Either product op may
+ * return UNSUPPORTED (a device without fp8), before it writes anything. */
+typedef struct distil_backend_fp8 {
+    /* Rows to e4m3 with their scales; required (distil_e4m3_head_make and the fused call). */
+    distil_status (*quant_rows)(void *b, const distil_quant_rows_args *a);
+    /* The e4m3 product; required unless the backend computes the fused loss whole. */
+    distil_status (*gemm_e4m3)(void *b, const distil_gemm_e4m3_args *a);
+    /* The header of a head made once (distil_e4m3_header_args): required on a backend that is
+     * not host_memory; NULL on host-memory backends, whose headers the core reads and writes
+     * itself. */
+    distil_status (*e4m3_header)(void *b, const distil_e4m3_header_args *a);
+} distil_backend_fp8;
+
+/*
+ * Optional: GEMMs with more in their epilogue than gemm's, each a pair of ops or neither.
+ * NULL table or pair: the core runs gemm (and finds the row statistics in the row pass, or casts
+ * the accumulator after the loop).
+ */
+typedef struct distil_backend_epilogue {
+    /* The statistics GEMM (distil_gemm_stats_args), with tuning.stats_cols. stats_fit, asked when
+     * the workspace is planned: whether it and fused_rows take logits GEMMs of this shape (both
+     * the student's and the teacher's are asked). stats_ok, asked once per call with its first
+     * chunk's GEMMs: whether gemm_stats takes these operands (their alignment). */
+    bool (*stats_fit)(void *b, const distil_gemm_stats_shape *s);
+    bool (*stats_ok)(void *b, const distil_gemm_stats_args *a);
+    distil_status (*gemm_stats)(void *b, const distil_gemm_stats_args *a);
+    /* The fused-cast GEMM (distil_gemm_cast_args). cast_ok, asked once per call: whether
+     * gemm_cast takes a (the fused loss's last grad_Ws GEMM). */
+    bool (*cast_ok)(void *b, const distil_gemm_cast_args *a);
+    distil_status (*gemm_cast)(void *b, const distil_gemm_cast_args *a);
+} distil_backend_epilogue;
+
+/*
+ * A backend: a const static struct written with designated initialisers. Every operation takes
+ * the backend's own context `b` first, except probe and create. The operations of this struct
+ * are required (the registry refuses a backend that lacks one: core/backend_check.c), the
+ * kernels only without `whole`; the optional capabilities are the sub-tables, NULL when absent.
+ * A backend that fills the required operations passes the test suite.
+ */
+typedef struct distil_backend {
+    int api_version;  /* must be DISTIL_BACKEND_API_VERSION */
+    const char *name; /* "cuda", "hip", "opencl", "cpu", "ref" */
+    int priority;     /* auto selection prefers higher: cuda 400, hip 300, opencl 200, cpu 100 */
+    bool host_memory; /* device pointers are host pointers (cpu, ref) */
+    /* The environment variables of the backend's own prefix DISTIL_<NAME>_ that are known (read by
+     * it, or by the build's scripts), NULL terminated (NULL: none). ctx_create refuses any other
+     * variable of that prefix, so that a mistyped or removed one fails instead of being ignored. */
+    const char *const *env_names;
+    distil_backend_tuning tuning;
+
+    /* ---- life cycle and memory */
+    /* Count devices; cheap, no allocation, safe with missing drivers. 0 = unavailable. A failure
+     * status with a message (distil_error_set(NULL, ...)) says why there is none. */
+    distil_status (*probe)(int *n_devices);
     /* Per-context state on one device; report failures through distil_error_set(ctx, ...). */
     distil_status (*create)(distil_ctx *ctx, int device, void **b);
     void (*destroy)(void *b);
     /* Write the device name into buf (NUL-terminated, at most n bytes). */
     void (*describe)(void *b, char *buf, size_t n);
-    /* Bind a native stream/queue, or the backend's own for DISTIL_STREAM_OWN; NULL is the
-     * runtime's default stream where it has one (distil.h). NULL op: the core accepts only NULL
-     * and DISTIL_STREAM_OWN. */
-    distil_status (*set_stream)(void *b, void *stream);
     /* Wait for queued work; return deferred errors (invalid label, device fault) once. */
     distil_status (*synchronize)(void *b);
-
     distil_status (*mem_alloc)(void *b, size_t bytes, void **ptr);
     void (*mem_free)(void *b, void *ptr);
     /* Host <-> device copies, blocking for the host. */
     distil_status (*mem_upload)(void *b, distil_dptr dst, const void *src, size_t bytes);
     distil_status (*mem_download)(void *b, void *dst, distil_dptr src, size_t bytes);
-    /* Optional: can the backend tell that p is not its memory? NULL: the core cannot check. */
-    distil_status (*check_pointer)(void *b, const void *p, const char *what);
-    /* Optional, for handle backends: resolve p, which check_pointer accepted, to its extent
-     * (a sub-buffer to its parent, origin and size). NULL: p is an address in one address
-     * space, size unknown. The core's size and overlap checks (core/overlap.c) use it. */
-    distil_status (*mem_extent)(void *b, const void *p, distil_mem_extent *out);
-    /* Optional: is p a live allocation of mem_alloc (distil_free)? It must not touch p beyond
-     * a lookup: p may have been freed already. NULL: the core asks check_pointer. */
-    distil_status (*check_free)(void *b, const void *p);
-
-    distil_status (*gemm)(void *b, const distil_gemm_args *a);
-    distil_status (*count_valid)(void *b, const distil_count_args *a);
-    distil_status (*jsd_rows)(void *b, const distil_jsd_rows_args *a);
-    distil_status (*fused_rows)(void *b, const distil_fused_rows_args *a);
-    distil_status (*reduce)(void *b, const distil_reduce_args *a);
     distil_status (*cast)(void *b, const distil_cast_args *a);
     distil_status (*fill)(void *b, const distil_fill_args *a);
     distil_status (*scale)(void *b, const distil_scale_args *a);
-    /* docs/SPEC.md §6 head options on a chunk's logits. NULL: the core refuses those options. */
+
+    /* ---- the kernels the core composes every loss from (required unless `whole`) */
+    distil_status (*gemm)(void *b, const distil_gemm_args *a);
+    distil_status (*count_valid)(void *b, const distil_count_args *a);
+    distil_status (*div_rows)(void *b, const distil_div_rows_args *a);
+    distil_status (*fused_rows)(void *b, const distil_fused_rows_args *a);
+    distil_status (*reduce)(void *b, const distil_reduce_args *a);
+    /* docs/SPEC.md §6 head options on a chunk's logits */
     distil_status (*head_rows)(void *b, const distil_head_rows_args *a);
-    /* Optional whole operations. When present the core calls them instead of composing the
-     * kernels above (the ref backend computes each loss whole, in float64). */
-    distil_status (*jsd)(void *b, const distil_jsd_args *a);
-    distil_status (*fused_linear_jsd)(void *b, const distil_fused_args *a);
-    /* Optional second lane, so that the fused loss's next-chunk logits GEMMs overlap this
-     * chunk's gradient GEMMs (cuda, hip). side_begin: what follows runs on the side lane, after
-     * everything queued so far; *opened false: the backend runs no side lane (nothing changed,
-     * everything stays on the stream). Once *opened (even with a failure status) the core calls
-     * side_end, which returns to the stream, and later side_join, after which the stream's work
-     * follows all of the side's. NULL: no side lane. */
-    distil_status (*side_begin)(void *b, bool *opened);
-    distil_status (*side_end)(void *b);
-    distil_status (*side_join)(void *b);
-    /* Cached top-k teacher (docs/SPEC.md §7): the row pass of both top-k losses, and the optional
-     * whole distil_topk (ref). NULL topk_rows: the top-k losses are UNSUPPORTED. The fused top-k
-     * loss runs the chunk loop, or the whole fused_linear_jsd op with args.topk set. */
+    /* docs/SPEC.md §7 cached top-k teacher: the row pass of both top-k losses */
     distil_status (*topk_rows)(void *b, const distil_topk_rows_args *a);
-    distil_status (*topk)(void *b, const distil_topk_args *a);
-    /* ---- vocabulary parallel (docs/SPEC.md §8), optional */
-    /* One phase of the vocabulary-parallel row pass. NULL: distil_fused_linear_jsd_tp is
-     * UNSUPPORTED on the backend. */
-    distil_status (*tp_rows)(void *b, const distil_tp_rows_args *a);
-    /* The native stream bound now (cudaStream_t, hipStream_t), handed to a communicator's
-     * all-reduce. NULL op: NULL (host backends). */
-    void *(*native_stream)(void *b);
-    /* ---- fp8 teacher head (docs/SPEC.md §6), optional: both ops, and the bytes of one stored
-     * e4m3 element (1: the code; 2: its value as fp16, exact). NULL: the fp8 head is UNSUPPORTED
-     * (unless the backend has the whole fused_linear_jsd op). Either op may return UNSUPPORTED
-     * (a device without fp8), before it writes anything. */
-    distil_status (*quant_rows)(void *b, const distil_quant_rows_args *a);
-    distil_status (*gemm_e4m3)(void *b, const distil_gemm_e4m3_args *a);
-    int e4m3_bytes;
-    /* The header of a head made once (distil_e4m3_header_args): required for heads made once on
-     * a backend with the fp8 ops that is not host_memory (else they are UNSUPPORTED); NULL on
-     * host-memory backends, whose headers the core reads and writes itself. */
-    distil_status (*e4m3_header)(void *b, const distil_e4m3_header_args *a);
-    /* ---- row statistics from the logits GEMM (docs/DESIGN.md), optional: whether gemm writes the
-     * statistics of distil_gemm_args for a, and fused_rows takes them for a row pass with or
-     * without gradients (grads). Pointers of a that are absent are not known yet (the workspace
-     * plan): judge the rest. stats_cols: the tile's columns. NULL: never. */
-    bool (*stats_ok)(void *b, const distil_gemm_args *a, bool grads);
-    int stats_cols;
-    /* ---- a GEMM's result in its own output d (distil_gemm_args), optional: whether gemm writes
-     * a's result to a->d. NULL: never (the core casts C after the GEMM). */
-    bool (*gemm_d_ok)(void *b, const distil_gemm_args *a);
+
+    /* ---- optional capabilities */
+    const distil_backend_device *device;
+    const distil_backend_whole *whole;
+    const distil_backend_side *side;
+    const distil_backend_tp *tp;
+    const distil_backend_fp8 *fp8;
+    const distil_backend_epilogue *epilogue;
 } distil_backend;
 
 #ifdef __cplusplus

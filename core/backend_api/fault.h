@@ -1,5 +1,6 @@
 /*
- * fault.h - allocation-failure injection for tests (distil_debug_fail_allocations in distil.h).
+ * fault.h - allocation-failure injection for tests (distil_testing_fail_allocations in the private
+ * test interface core/testing/distil_testing.h).
  * Every allocation of device or scratch memory, in the core and in backends, first asks
  * distil_fault_alloc(); when it answers true the allocation must fail as if memory ran out.
  */

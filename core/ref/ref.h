@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "error.h"
+#include "fused_args.h"
 #include "math/distil_elem_beta.h"
 
 typedef struct distil_ref_state {
@@ -32,7 +33,7 @@ double distil_ref_logsumexp(const double *z, int64_t n, double scale);
  * (distil_elem_div_make) for student x = log q and teacher y = log p (n values each) and, when
  * grad != NULL, writes de/dx for each v.
  */
-double distil_ref_jsd_row(const double *x, const double *y, int64_t n, const distil_elem_beta *k,
+double distil_ref_div_row(const double *x, const double *y, int64_t n, const distil_elem_beta *k,
                           double *grad);
 
 /* The batchmean normaliser of a call (docs/SPEC.md §6): the caller's host value or device scalar

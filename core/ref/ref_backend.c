@@ -88,13 +88,23 @@ static distil_status distil_ref_cast(void *b, const distil_cast_args *a) {
     return DISTIL_OK;
 }
 
+/* Every loss computed whole, in float64 (ref_jsd.c, ref_fused.c, ref_topk.c). */
+static const distil_backend_whole distil_ref_whole = {
+    .jsd = distil_ref_jsd,
+    .fused_linear_jsd = distil_ref_fused,
+    .topk = distil_ref_topk,
+};
+
+/* distil_e4m3_head_make's rows (ref_fp8.c); the whole fused loss makes its own. */
+static const distil_backend_fp8 distil_ref_fp8 = {.quant_rows = distil_ref_quant_rows};
+
 const distil_backend distil_backend_ref = {
     .api_version = DISTIL_BACKEND_API_VERSION,
     .name = "ref",
     .priority = 0,
     .host_memory = true,
     /* The whole ops ignore the core's chunk workspace: keep it one row small. */
-    .chunk = {.min_rows = 1, .max_rows = 1},
+    .tuning = {.chunk = {.min_rows = 1, .max_rows = 1}, .e4m3_bytes = 1},
     .probe = distil_ref_probe,
     .create = distil_ref_create,
     .destroy = distil_ref_destroy,
@@ -107,9 +117,6 @@ const distil_backend distil_backend_ref = {
     .cast = distil_ref_cast,
     .fill = distil_ref_fill,
     .scale = distil_ref_scale,
-    .jsd = distil_ref_jsd,
-    .fused_linear_jsd = distil_ref_fused,
-    .quant_rows = distil_ref_quant_rows, /* distil_e4m3_head_make only (ref_fp8.c) */
-    .e4m3_bytes = 1,
-    .topk = distil_ref_topk,
+    .whole = &distil_ref_whole,
+    .fp8 = &distil_ref_fp8,
 };

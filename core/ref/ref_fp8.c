@@ -53,24 +53,27 @@ distil_status distil_ref_quant_rows(void *b, const distil_quant_rows_args *a) {
     return DISTIL_OK;
 }
 
-/* Wt's rows of a head made once (a->wq: codes, then scales) as values into B. */
-static void distil_ref_fp8_decode(const distil_fused_args *a, distil_ref_fused_buf *B) {
-    const unsigned char *codes = distil_dptr_addr(a->wq);
-    const float *scale = distil_dptr_addr(a->wq_scale);
+/* Wt's rows of a head made once (q->wq: codes, then scales) as values into B. */
+static void distil_ref_fp8_decode(const distil_fused_args *a, const distil_teacher_e4m3 *q,
+                                  distil_ref_fused_buf *B) {
+    const unsigned char *codes = distil_dptr_addr(q->wq);
+    const float *scale = distil_dptr_addr(q->wq_scale);
+    const int64_t H = q->head.ht;
     for (int64_t v = 0; v < a->vocab; v++) {
         B->sw[v] = scale[v];
-        for (int64_t h = 0; h < a->ht; h++) {
-            B->wq[v * a->ht + h] = distil_e4m3_value(codes[v * a->wq_ld + h]);
+        for (int64_t h = 0; h < H; h++) {
+            B->wq[v * H + h] = distil_e4m3_value(codes[v * q->wq_ld + h]);
         }
     }
 }
 
 distil_status distil_ref_fp8_alloc(distil_ref_state *st, const distil_fused_args *a,
                                    distil_ref_fused_buf *B) {
-    if (!a->teacher_fp8) {
+    const distil_teacher_e4m3 *q = a->teacher_e4m3;
+    if (q == NULL) {
         return DISTIL_OK;
     }
-    const size_t V = (size_t)a->vocab, H = (size_t)a->ht;
+    const size_t V = (size_t)a->vocab, H = (size_t)q->head.ht;
     B->wq = malloc((V * H + V + H) * sizeof(float));
     if (B->wq == NULL) {
         return distil_error_set(st->ctx, DISTIL_ERR_OUT_OF_MEMORY,
@@ -78,23 +81,24 @@ distil_status distil_ref_fp8_alloc(distil_ref_state *st, const distil_fused_args
     }
     B->sw = B->wq + V * H;
     B->xq = B->sw + V;
-    if (distil_dptr_present(a->wq)) { /* made once (distil_e4m3_head_make) */
-        distil_ref_fp8_decode(a, B);
+    if (distil_dptr_present(q->wq)) { /* made once (distil_e4m3_head_make) */
+        distil_ref_fp8_decode(a, q, B);
         return DISTIL_OK;
     }
     for (int64_t v = 0; v < a->vocab; v++) {
-        B->sw[v] = distil_ref_fp8_row(distil_dptr_addr(a->wt), a->dtype, (size_t)v * H, a->ht,
-                                      B->wq + (size_t)v * H, NULL);
+        B->sw[v] = distil_ref_fp8_row(distil_dptr_addr(q->head.wt), a->dtype, (size_t)v * H,
+                                      q->head.ht, B->wq + (size_t)v * H, NULL);
     }
     return DISTIL_OK;
 }
 
 void distil_ref_fp8_logits(const distil_fused_args *a, distil_ref_fused_buf *B, int64_t i,
                            double *z) {
-    const void *bias = distil_dptr_addr(a->bt);
-    const int64_t H = a->ht;
+    const distil_teacher_head *t = &a->teacher_e4m3->head;
+    const void *bias = distil_dptr_addr(t->bt);
+    const int64_t H = t->ht;
     const double sx =
-        distil_ref_fp8_row(distil_dptr_addr(a->xt), a->dtype, (size_t)(i * H), H, B->xq, NULL);
+        distil_ref_fp8_row(distil_dptr_addr(t->xt), a->dtype, (size_t)(i * H), H, B->xq, NULL);
     for (int64_t v = 0; v < a->vocab; v++) {
         const float *w = B->wq + v * H;
         double acc = 0.0;

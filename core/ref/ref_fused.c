@@ -31,10 +31,11 @@ static bool distil_ref_lse_wanted(const distil_fused_args *a) {
  * temperature 1 where asked for (docs/SPEC.md §6: every row, ignored ones included). */
 static void distil_ref_head_logits(const distil_fused_args *a, distil_ref_fused_buf *B, int64_t i) {
     distil_ref_logits(a, a->xs, a->ws, a->bs, a->hs, i, B->zs);
-    if (a->teacher_fp8) { /* docs/SPEC.md §6 fp8 teacher head */
+    const distil_teacher_head *t = a->teacher_head;
+    if (a->teacher_e4m3 != NULL) { /* docs/SPEC.md §6 fp8 teacher head */
         distil_ref_fp8_logits(a, B, i, B->zt);
     } else {
-        distil_ref_logits(a, a->xt, a->wt, a->bt, a->ht, i, B->zt);
+        distil_ref_logits(a, t->xt, t->wt, t->bt, t->ht, i, B->zt);
     }
     distil_ref_head_apply(B->zs, B->dz, a->vocab, a->student_scale, a->student_cap);
     distil_ref_head_apply(B->zt, NULL, a->vocab, a->teacher_scale, a->teacher_cap);
@@ -62,7 +63,7 @@ static void distil_ref_row(const distil_fused_args *a, distil_ref_fused_buf *B, 
         B->y[v] = B->zt[v] * tau_t_inv - lse_t;
     }
     *ce = lse - B->zs[label];
-    *jsd = distil_ref_jsd_row(B->x, B->y, V, &k, B->g);
+    *jsd = distil_ref_div_row(B->x, B->y, V, &k, B->g);
     double gsum = 0.0;
     for (int64_t v = 0; v < V; v++) {
         gsum += B->g[v];

@@ -41,7 +41,7 @@ distil_status distil_ref_jsd(void *b, const distil_jsd_args *a) {
         if (valid) {
             distil_ref_load_row(distil_dptr_addr(a->x), a->dtype, a->x_stride, i, V, x);
             distil_ref_load_row(distil_dptr_addr(a->y), a->dtype, a->y_stride, i, V, y);
-            row = distil_ref_jsd_row(x, y, V, &k, g);
+            row = distil_ref_div_row(x, y, V, &k, g);
         }
         total += row;
         if (a->reduction == DISTIL_REDUCTION_NONE) {

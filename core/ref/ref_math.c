@@ -64,13 +64,7 @@ double distil_ref_logsumexp(const double *z, int64_t n, double scale) {
  * float64. */
 #include "math/distil_elem_f64.h"
 
-_Static_assert(DE_MIX == DISTIL_ELEM_MIX && DE_FWD == DISTIL_ELEM_FWD &&
-                   DE_REV == DISTIL_ELEM_REV && DE_SKL == DISTIL_ELEM_SKL &&
-                   DE_SRKL == DISTIL_ELEM_SRKL && DE_TVD == DISTIL_ELEM_TVD &&
-                   DE_ZERO == DISTIL_ELEM_ZERO && DE_MIXH == DISTIL_ELEM_MIXH,
-               "distil_elem.h's modes and distil_elem_beta.h's must agree");
-
-double distil_ref_jsd_row(const double *x, const double *y, int64_t n, const distil_elem_beta *kb,
+double distil_ref_div_row(const double *x, const double *y, int64_t n, const distil_elem_beta *kb,
                           double *grad) {
     de_coef k;
     DE_COEF_SET(k, *kb);

@@ -285,9 +285,9 @@ distil_status distil_ref_fused_topk(distil_ref_state *st, const distil_fused_arg
     }
     const int64_t *labels = distil_dptr_addr(a->labels);
     int64_t count = distil_ref_count_valid(st, a);
-    double n = a->sum_reduction ? 1.0
-                                : distil_ref_normaliser(a->normaliser, a->normaliser_device,
-                                                        count > 0 ? (double)count : 1.0);
+    /* (a sum reduction comes as a given N of 1) */
+    double n =
+        distil_ref_normaliser(a->normaliser, a->normaliser_device, count > 0 ? (double)count : 1.0);
     double inv_n = n != 0.0 ? 1.0 / n : 0.0;
     double ce_sum = 0.0, soft_sum = 0.0;
     for (int64_t i = 0; i < a->rows; i++) {

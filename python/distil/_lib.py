@@ -9,7 +9,7 @@ aims at. The library is found, in order, at ``$DISTIL_LIBRARY`` (a path to anoth
 
 import ctypes
 import os
-from ctypes import POINTER, c_char_p, c_float, c_int, c_int64, c_long, c_size_t, c_uint, c_void_p
+from ctypes import POINTER, c_char_p, c_float, c_int, c_int64, c_size_t, c_uint, c_void_p
 
 from . import _loader
 
@@ -28,15 +28,6 @@ ERR_BUSY = 9
 # distil_dtype and distil_reduction.
 F32, BF16, F16 = 0, 1, 2
 
-# distil_divergence (docs/SPEC.md §6) by the names the Python layers take.
-DIVERGENCES = {
-    "jsd": 0,
-    "forward_kl": 1,
-    "reverse_kl": 2,
-    "skew_kl": 3,
-    "skew_reverse_kl": 4,
-    "tvd": 5,
-}
 REDUCTIONS = {"batchmean": 0, "sum": 1, "none": 2}
 
 # DISTIL_STREAM_OWN: the context's own stream, (void *)(intptr_t)-1.
@@ -109,6 +100,7 @@ class FusedDesc(ctypes.Structure):
 _prototypes = {
     "distil_version_string": (c_char_p, []),
     "distil_status_string": (c_char_p, [c_int]),
+    "distil_divergence_name": (c_char_p, [c_int]),
     "distil_backend_count": (c_int, []),
     "distil_backend_name": (c_char_p, [c_int]),
     "distil_backend_device_count": (c_int, [c_char_p, POINTER(c_int)]),
@@ -140,7 +132,6 @@ _prototypes = {
         c_int,
         [c_void_p, c_int, c_void_p, c_int64, c_int64, c_void_p, c_size_t],
     ),
-    "distil_debug_fail_allocations": (None, [c_long]),
     "distil_version_number": (c_uint, []),
 }
 
@@ -214,3 +205,18 @@ def _check_structs():
 
 
 _check_structs()
+
+
+def _divergences():
+    """{name: distil_divergence} of every divergence the library has (distil_divergence_name of
+    0, 1, ... up to the first NULL), in the order of their values."""
+    names = {}
+    while True:
+        name = lib.distil_divergence_name(len(names))
+        if name is None:
+            return names
+        names[name.decode()] = len(names)
+
+
+# distil_divergence (docs/SPEC.md §6) by the names the Python layers take: the library's own.
+DIVERGENCES = _divergences()

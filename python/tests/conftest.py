@@ -12,7 +12,10 @@ import pytest
 import torch
 
 import distil
+from distil import _testing
 from distil.torch import _ops
+
+_testing.hooks_from_env()  # DISTIL_TEST_HOOKS, for every context the tests create
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 # docs/SPEC.md §3: (loss, gradient) bounds by input dtype; the fused loss's fp32 gradients 1e-4.

@@ -23,6 +23,7 @@ from conftest import (  # noqa: F401
 )
 
 import distil.torch as dt
+from distil import _lib
 
 DIVS = [
     ("forward_kl", 0.1),
@@ -378,3 +379,30 @@ def test_compiled_equals_eager_bit_for_bit(device, reduction):
             out1.backward()
             out2.backward()
             assert torch.equal(x1.grad, x2.grad), f"{name}: compiled gradient differs"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_library_divergence(device):
+    """The Python layers take the library's names (distil_divergence_name), in value order, and
+    every divergence it names runs through both losses with finite gradients."""
+    names = {}
+    while (name := _lib.lib.distil_divergence_name(len(names))) is not None:
+        names[name.decode()] = len(names)
+    assert _lib.DIVERGENCES == names
+    pinned = ["jsd", "forward_kl", "reverse_kl", "skew_kl", "skew_reverse_kl", "tvd"]
+    assert list(names)[: len(pinned)] == pinned
+    g = gen(77)
+    T, V, H = 9, 130, 16
+    y, lab = log_probs(g, (T, V), torch.float32).to(device), labels_for(g, T, V).to(device)
+    xs0, w0 = normal(g, (T, H), torch.float32), normal(g, (V, H), torch.float32, 0.5)
+    for name in names:
+        x = leaf(log_probs(g, (T, V), torch.float32), device)
+        loss = dt.JSD(divergence=name, alpha=0.3)(x, y, lab)
+        loss.backward()
+        xs, w = leaf(xs0, device), leaf(w0, device)
+        fused = dt.FusedLinearJSDLoss(divergence=name, alpha=0.3)(
+            xs, w, xs0.to(device), w0.to(device), lab
+        )
+        fused.backward()
+        for t in (loss, x.grad, fused, xs.grad, w.grad):
+            assert torch.isfinite(t).all(), name

@@ -7,7 +7,7 @@ from conftest import DEVICES, gen, labels_for, log_probs
 
 import distil
 import distil.torch as dt
-from distil import _lib
+from distil import _lib, _testing
 
 
 def test_exception_classes():
@@ -47,7 +47,7 @@ def test_out_of_memory_is_torch_error():
     dt.jsd(x, x)  # the context exists
     # The cpu context allocates its own scratch for a lent-workspace-free call only when the
     # plan needs it: force a failing allocation through the library's fault hook.
-    _lib.lib.distil_debug_fail_allocations(0)
+    _testing.fail_allocations(0)
     try:
         ctx = distil._context.get("cpu", 0)
         ptr = _lib.ctypes.c_void_p()
@@ -60,4 +60,4 @@ def test_out_of_memory_is_torch_error():
         with pytest.raises(_ops._OutOfMemoryError):
             _ops._torch_errors(ctx.check, status)
     finally:
-        _lib.lib.distil_debug_fail_allocations(-1)
+        _testing.fail_allocations(-1)

@@ -4,14 +4,13 @@ of the SPEC's formula (rows rounded to e4m3 with scale amax / 448 in fp32, the p
 codes times both scales in float64), in every dtype; the result must also be far from the exact
 head's (self-distillation: the exact soft part is 0). Bad names are refused."""
 
-import os
-
 import pytest
 import torch
 from conftest import DEVICES, DTYPES, bounds, check, gen, labels_for, leaf, normal, ref_jsd_rows
 
 import distil.torch as dt
 import distil.torch.functional as F
+from distil import _testing
 
 
 def e4m3_rows(x):
@@ -64,10 +63,10 @@ def ref_fp8(
 
 def teacher_bound(device, lb):
     """The soft part's and teacher LSEs' bound: lb, or 1e-3 where the product may be the fp8
-    tensor cores' (cuda unless DISTIL_CUDA_FP8=emulate), which add the e4m3 products with fewer
+    tensor cores' (cuda unless the test hook fp8=emulate), which add the e4m3 products with fewer
     bits than fp32 (docs/SPEC.md §6; this self-distillation's soft part, a second-order quantity
     of the e4m3 rounding, moved by 2e-4 relative on an H200)."""
-    if device.startswith("cuda") and os.environ.get("DISTIL_CUDA_FP8") != "emulate":
+    if device.startswith("cuda") and not _testing.hook("fp8=emulate"):
         return max(lb, 1e-3)
     return lb
 

@@ -46,8 +46,8 @@ static void *tp_download_free(distil_ctx *ctx, void *dev, size_t bytes) {
 /* ---------------------------------------------------------------- distil_jsd */
 
 const char *tp_div_name(distil_divergence div) {
-    static const char *const names[] = {"jsd", "fkl", "rkl", "skl", "srkl", "tvd"};
-    return (unsigned)div < TU_LEN(names) ? names[div] : "?";
+    const char *name = distil_divergence_name(div);
+    return name != NULL ? name : "?";
 }
 
 /* Where the spec's divergence stays finite with a probability of 0 on one side only: the

@@ -70,7 +70,7 @@ void tp_jsd_check_same(const tp_jsd *p, const tp_jsd_out *a, const tp_jsd_out *b
 /* A readable one-line description for test names. */
 void tp_jsd_name(char *buf, size_t n, const tp_jsd_spec *s, distil_dtype dtype);
 
-/* The name of a divergence ("jsd", "fkl", "rkl", "skl", "srkl", "tvd"). */
+/* The name of a divergence (distil_divergence_name: "jsd", "forward_kl", ...; "?" for none). */
 const char *tp_div_name(distil_divergence div);
 
 /* ---------------------------------------------------------------- fused */

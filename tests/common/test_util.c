@@ -402,11 +402,28 @@ static bool tu_backend_compiled(const char *name) {
     return false;
 }
 
-void tu_apply_filter(void) {
+void tu_apply_env(void) {
     const char *filter = getenv("DISTIL_TEST_FILTER");
     if (filter && *filter) {
         cmocka_set_test_filter(filter);
     }
+    if (distil_testing_hooks_set(getenv("DISTIL_TEST_HOOKS")) != DISTIL_OK) {
+        fprintf(stderr, "DISTIL_TEST_HOOKS: %s\n", distil_ctx_last_error(NULL));
+        exit(1);
+    }
+}
+
+bool tu_hook(const char *item) {
+    const char *p = getenv("DISTIL_TEST_HOOKS");
+    const size_t n = strlen(item);
+    while (p != NULL && *p != '\0') {
+        if (strncmp(p, item, n) == 0 && (p[n] == ',' || p[n] == '\0')) {
+            return true;
+        }
+        p = strchr(p, ',');
+        p = p != NULL ? p + 1 : NULL;
+    }
+    return false;
 }
 
 bool tu_filter_selects(const struct CMUnitTest *tests, size_t n) {
@@ -424,7 +441,7 @@ bool tu_filter_selects(const struct CMUnitTest *tests, size_t n) {
 }
 
 int tu_run_per_backend(int (*run_group)(const char *backend), bool with_ref) {
-    tu_apply_filter();
+    tu_apply_env();
     const char *only = getenv("DISTIL_TEST_BACKEND");
     if (only && *only && !tu_backend_compiled(only)) {
         fprintf(stderr, "DISTIL_TEST_BACKEND=%s is not a compiled backend\n", only);

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "distil.h"
+#include "distil_testing.h"
 
 #define TU_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -147,13 +148,20 @@ void tu_check_message(const distil_ctx *ctx, const char *names, const char *file
  * Runs run_group(name) for every compiled backend (except "ref", the oracle, unless with_ref),
  * or only for the one named by the environment variable DISTIL_TEST_BACKEND. A backend without a
  * device gets a one-test group that prints "<name>: no device, skipped" and calls skip(), so it is
- * never counted as passed. Sets a cmocka test filter from DISTIL_TEST_FILTER when given. Returns
+ * never counted as passed. Applies the test variables first (tu_apply_env). Returns
  * the number of failed tests, or TU_EXIT_SKIPPED when every backend was skipped.
  */
 int tu_run_per_backend(int (*run_group)(const char *backend), bool with_ref);
 
-/* Set cmocka's test filter from DISTIL_TEST_FILTER (a pattern such as "jsd f32*"), if given. */
-void tu_apply_filter(void);
+/* The test variables: cmocka's test filter from DISTIL_TEST_FILTER (a pattern such as "jsd f32*"),
+ * if given, and the library's test hooks from DISTIL_TEST_HOOKS (a spec of
+ * distil_testing_hooks_set, core/testing/distil_testing.h, such as
+ * "gemm=portable,fused_rows=stream"), for every context created after; a bad spec ends the program
+ * with the library's message. */
+void tu_apply_env(void);
+
+/* Whether DISTIL_TEST_HOOKS names the item (e.g. "fp8=emulate"). */
+bool tu_hook(const char *item);
 
 /* Whether DISTIL_TEST_FILTER, when given, selects at least one of the n tests (else says so on
  * stderr): a filter that matches nothing would make a ctest entry that cannot fail. */

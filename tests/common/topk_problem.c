@@ -1,5 +1,6 @@
 /* topk_problem.c - see topk_problem.h. */
 #include "topk_problem.h"
+#include "test_problems.h" /* tp_div_name */
 
 #include <math.h>
 #include <stdio.h>
@@ -313,11 +314,10 @@ void tk_check(const tk_problem *p, const tk_out *o, const tk_out *r) {
 
 void tk_name(char *buf, size_t n, const tk_spec *s, distil_dtype dtype) {
     static const char *const tails[] = {"tail", "renormalise", "zero"};
-    static const char *const divs[] = {"jsd", "fkl", "rkl", "skew", "skewr", "tvd"};
     static const char *const teachers[] = {"normal", "peaky", "zipf"};
     snprintf(buf, n, "%s %s T%lld V%lld k%lld %s %s b%.2f a%.2f %s tau%.1f teacher-%s%s%s%s",
              s->fused ? "fused" : "logp", distil_dtype_name(dtype), (long long)s->t,
-             (long long)s->v, (long long)s->k, tails[s->tail], divs[s->div], (double)s->beta,
+             (long long)s->v, (long long)s->k, tails[s->tail], tp_div_name(s->div), (double)s->beta,
              (double)s->alpha, distil_dtype_name(s->tdtype), (double)s->tau, teachers[s->teacher],
              s->pad ? " pad" : "", s->chunk ? " chunked" : "",
              s->student_std > 0.0f ? " peaky-student" : "");

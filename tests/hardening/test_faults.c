@@ -218,9 +218,9 @@ static bool hf_attempt(const hf_case *c, const hf_problem *p, long k, bool warm,
     }
     hf_dev d;
     hf_upload(ctx, c, p, &d);
-    distil_debug_fail_allocations(k);
+    distil_testing_fail_allocations(k);
     distil_status s = hf_call(ctx, c, p, &d);
-    distil_debug_fail_allocations(-1);
+    distil_testing_fail_allocations(-1);
     if (s == DISTIL_OK) {
         TU_OK(ctx, distil_ctx_synchronize(ctx));
     } else {
@@ -270,9 +270,9 @@ static void test_create(void **state) {
     long k = 0;
     for (; k < HF_MAX_K; k++) {
         distil_ctx *ctx = (distil_ctx *)&k;
-        distil_debug_fail_allocations(k);
+        distil_testing_fail_allocations(k);
         distil_status s = distil_ctx_create(&ctx, g_backend, 0);
-        distil_debug_fail_allocations(-1);
+        distil_testing_fail_allocations(-1);
         if (s == DISTIL_OK) {
             distil_ctx_destroy(ctx);
             break;
@@ -290,9 +290,9 @@ static void test_malloc_failure(void **state) {
     (void)state;
     distil_ctx *ctx = tu_ctx(g_backend);
     void *p = &p;
-    distil_debug_fail_allocations(0);
+    distil_testing_fail_allocations(0);
     distil_status s = distil_malloc(ctx, 4096, &p);
-    distil_debug_fail_allocations(-1);
+    distil_testing_fail_allocations(-1);
     TU_EXPECT(ctx, DISTIL_ERR_OUT_OF_MEMORY, s);
     TU_CHECK_MESSAGE(ctx, "alloc|memory");
     assert_null(p);

@@ -162,7 +162,8 @@ float2 distil_group_lse(float m, distil_acc s, __local float *lm, __local distil
 }
 
 /* The element terms of docs/SPEC.md §1 come next, from core/backend_api/math/distil_elem.h (the
- * host puts it after this file), in float with these definitions. exp is the accurate one:
+ * host puts it, after distil_div_list.h with their modes, after this file), in float with these
+ * definitions. exp is the accurate one:
  * native_exp may flush subnormal probabilities (docs/SPEC.md §1) and its error is the
  * implementation's. */
 #define DE_T float

@@ -1,9 +1,10 @@
 /*
  * topk.cl - the row pass of the cached top-k teacher (docs/SPEC.md §7) for the opencl backend
- * (after common.cl, distil_elem.h, jsd.cl for distil_coef_of, and distil_topk.h). One work-group
- * per row, fixed-order reductions, no float atomics. Build options: DTYPE (of G), SRC_DTYPE (of x:
- * f32 logits, or the student's log-probs), TDTYPE (of the teacher's log-probs), IDS_I64 (ids are
- * long, else int), TK_MAX (slots held in local memory per row: k <= TK_MAX, checked on the host).
+ * (after common.cl, distil_elem.h, div_rows.cl for distil_coef_of, and distil_topk.h). One
+ * work-group per row, fixed-order reductions, no float atomics. Build options: DTYPE (of G),
+ * SRC_DTYPE (of x: f32 logits, or the student's log-probs), TDTYPE (of the teacher's log-probs),
+ * IDS_I64 (ids are long, else int), TK_MAX (slots held in local memory per row: k <= TK_MAX,
+ * checked on the host).
  */
 
 #ifndef TDTYPE

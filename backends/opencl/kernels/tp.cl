@@ -1,12 +1,12 @@
 /*
  * tp.cl - tp_rows of the opencl backend (docs/SPEC.md §8): one phase of the vocabulary-parallel
- * row pass on a chunk of the rank's fp32 logits, one work-group per row, from distill.cl's passes
- * (which come before this file) with the row statistics of the whole group, reduced over the
+ * row pass on a chunk of the rank's fp32 logits, one work-group per row, from fused_rows.cl's
+ * passes (which come before this file) with the row statistics of the whole group, reduced over the
  * ranks by the core between the phases, in double (rows, 2 | 3) buffers:
  *   phase 0  work-group maxima of zs, zt                                        -> smax
  *   phase 1  sum exp((zs - m) / tau), sum exp((zt - m) / tau), sum exp(zs - m)  -> ssum
  *   phase 2  zs[label] - m_s (the owner), sum e, sum de/dx                      -> sterm
- *   phase 3  ce, jsd and G from the group's statistics
+ *   phase 3  ce, soft and G from the group's statistics
  * Needs cl_khr_fp64 (the launcher checks); fixed-order reductions, no float atomics.
  */
 #ifdef cl_khr_fp64
@@ -29,7 +29,7 @@ float2 distil_tp_group_max2(float a, float b, __local float *lm) {
     return r;
 }
 
-/* The row's statistics from the group's (distill.cl's layout: (max, log sum) pairs). */
+/* The row's statistics from the group's (fused_rows.cl's layout: (max, log sum) pairs). */
 distil_row_stats distil_tp_stats(__global const double *smax, __global const double *ssum,
                                  float inv_t, float8 coef) {
     distil_row_stats st;
@@ -37,7 +37,7 @@ distil_row_stats distil_tp_stats(__global const double *smax, __global const dou
     st.a = (float2)((float)smax[0], (float)log(ssum[0]));
     st.t = (float2)((float)smax[1], (float)log(ssum[1]));
     st.inv_t = inv_t;
-    st.inv_tt = inv_t; /* one temperature: the head options are refused under tp (tp_fused.c) */
+    st.inv_tt = inv_t; /* one temperature: tp refuses the head options */
     st.k = distil_coef_of(coef);
     return st;
 }
@@ -45,15 +45,16 @@ distil_row_stats distil_tp_stats(__global const double *smax, __global const dou
 /*
  * zs, zt (rows, vocab) float dense at zs_off / zt_off: the rank's columns [v0, v0 + vocab) of
  * vocab_total. labels (rows) long, global ids. stats: double, smax (rows, 2) at smax_off, ssum
- * (rows, 3) at ssum_off, sterm (rows, 3) at sterm_off. ce, jsd, g, n_valid as distil_fused_rows.
+ * (rows, 3) at ssum_off, sterm (rows, 3) at sterm_off. ce, soft, g, n_valid as distil_fused_rows.
  */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 distil_tp_rows(int phase, __global float *zs, ulong zs_off, __global const float *zt, ulong zt_off,
                long vocab, long v0, long vocab_total, __global const long *labels, ulong lab_off,
                long ignore_index, float8 coef, float inv_t, float w_hard, float w_soft,
                __global double *stats, ulong smax_off, ulong ssum_off, ulong sterm_off,
-               __global float *ce, ulong ce_off, __global float *jsd, ulong jsd_off, __global T *g,
-               ulong g_off, int has_g, __global const float *n_valid, ulong n_off, int has_n) {
+               __global float *ce, ulong ce_off, __global float *soft, ulong soft_off,
+               __global T *g, ulong g_off, int has_g, __global const float *n_valid, ulong n_off,
+               int has_n) {
     __local float red_m[2 * WG_SIZE];
     __local distil_acc red_s[WG_SIZE];
     const ulong row = get_group_id(0);
@@ -69,7 +70,7 @@ distil_tp_rows(int phase, __global float *zs, ulong zs_off, __global const float
         if (phase == 3) {
             if (lid == 0) {
                 ce[ce_off + row] = 0.0f;
-                jsd[jsd_off + row] = 0.0f;
+                soft[soft_off + row] = 0.0f;
             }
             for (long j = lid; has_g && j < vocab; j += WG_SIZE) {
                 STORE(DTYPE, gr, j, 0.0f);
@@ -121,7 +122,7 @@ distil_tp_rows(int phase, __global float *zs, ulong zs_off, __global const float
         float sum_e;
         distil_acc sum_dx;
         float no_h; /* the entropy is refused on a vocabulary shard */
-        distil_row_jsd_sums(zsr, ztr, vocab, &st, red_s, &sum_e, &sum_dx, 0, &no_h);
+        distil_row_soft_sums(zsr, ztr, vocab, &st, red_s, &sum_e, &sum_dx, 0, &no_h);
         if (lid == 0) {
             sterm[0] = own >= 0 ? (double)z_label - (double)st.s.x : 0.0;
             sterm[1] = sum_e;
@@ -131,7 +132,7 @@ distil_tp_rows(int phase, __global float *zs, ulong zs_off, __global const float
     }
     if (lid == 0) {
         ce[ce_off + row] = (float)(log(ssum[2]) - sterm[0]);
-        jsd[jsd_off + row] = (float)sterm[1];
+        soft[soft_off + row] = (float)sterm[1];
     }
     if (has_g) {
         const float n = has_n ? n_valid[n_off] : 1.0f;

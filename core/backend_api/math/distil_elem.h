@@ -76,22 +76,12 @@
 #define DE_RATIO(a, b) ((a) / (b))
 #endif
 
-/* The mode of a divergence (docs/SPEC.md §6; distil_elem_div_make maps the public enum and its
- * parameter to one): the JSD's two endpoints and the skew KLs' alpha = 0 are the plain KLs, the
- * skew KLs' alpha = 1 is ZERO. The numbers are those of distil_elem_beta.h's DISTIL_ELEM_*. */
-#define DE_MIX  0 /* generalised JSD, 0 < beta <= 1/2 */
-#define DE_FWD  1 /* KL(p || q) */
-#define DE_REV  2 /* KL(q || p) */
-#define DE_SKL  3 /* KL(p || m), m = beta p + (1 - beta) q, beta = alpha */
-#define DE_SRKL 4 /* KL(q || m), m = beta p + (1 - beta) q, beta = 1 - alpha */
-#define DE_TVD  5 /* total variation */
-#define DE_ZERO 6 /* a divergence of a distribution from itself: 0 */
-#define DE_MIXH 7 /* generalised JSD, 1/2 < beta < 1 (the near form's series on the other side) */
-
-/* Every mode once, X(NAME) for each DE_NAME. Kernels that make the mode a compile-time constant
- * expand their dispatch from this list, so that a new divergence is one more line here (and its
- * DE_ value and branch of de_elem below), not one more case in each backend. */
-#define DE_MODES(X) X(MIX) X(FWD) X(REV) X(SKL) X(SRKL) X(TVD) X(ZERO) X(MIXH)
+/* The modes (DE_MIX, DE_FWD, ...) and the divergences they compute: distil_div_list.h, which
+ * OpenCL embeds as a source of its own before this one. A mode's term below is de_<term> of its
+ * line there, with the arguments (sv, k, x, y, g, q) of de_elem_sv. */
+#ifndef __OPENCL_VERSION__
+#include "distil_div_list.h"
+#endif
 
 /* Constants of one beta, rounded from float64 (see distil_elem_beta_make / DE_COEF_SET). For the
  * skew KLs "beta" is the teacher's weight in m (alpha, or 1 - alpha: distil_elem_div_make). */
@@ -228,7 +218,8 @@ DE_FN DE_T de_sv_zero(int sv, DE_M m, DE_T t) {
 }
 
 /* beta == 0, forward KL(p || q): e = p (y - x), de/dx = -p. */
-DE_FN DE_T de_fwd(int sv, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+DE_FN DE_T de_fwd(int sv, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    (void)k;
     DE_T p = DE_EXP(y);
     *q = DE_EXP(x);
     *g = -p;
@@ -236,7 +227,8 @@ DE_FN DE_T de_fwd(int sv, DE_T x, DE_T y, DE_T *g, DE_T *q) {
 }
 
 /* beta == 1, reverse KL(q || p): e = q (x - y), de/dx = q (x - y + 1). */
-DE_FN DE_T de_rev(int sv, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+DE_FN DE_T de_rev(int sv, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    (void)k;
     DE_T qq = DE_EXP(x);
     DE_T d = x - y;
     DE_M dead = qq == DE_K(0.0);
@@ -351,6 +343,14 @@ DE_FN DE_T de_mix(int sv, int hi, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_
     return de_sv_pass(sv, x, y, e);
 }
 
+/* DE_MIX (0 < beta <= 1/2) and DE_MIXH (1/2 < beta < 1): de_mix on the smaller weight's side. */
+DE_FN DE_T de_mix_lo(int sv, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    return de_mix(sv, 0, k, x, y, g, q);
+}
+DE_FN DE_T de_mix_hi(int sv, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    return de_mix(sv, 1, k, x, y, g, q);
+}
+
 /* Skew KL(p || m), m = alpha p + (1 - alpha) q (k's beta = alpha, 0 < alpha < 1):
  * e = p (y - log m), de/dx = -p (1 - alpha) q / m = -p sq. */
 DE_FN DE_T de_skl(int sv, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
@@ -373,7 +373,8 @@ DE_FN DE_T de_srkl(int sv, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
 
 /* Total variation: e = |p - q| / 2, de/dx = sign(q - p) q / 2 (0 where p = q). q - p is
  * p expm1(d) near (no cancellation as d -> 0), the plain difference far. */
-DE_FN DE_T de_tvd(int sv, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+DE_FN DE_T de_tvd(int sv, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    (void)k;
     DE_T p = DE_EXP(y);
     DE_T qq = DE_EXP(x);
     DE_T d = x - y;
@@ -389,7 +390,8 @@ DE_FN DE_T de_tvd(int sv, DE_T x, DE_T y, DE_T *g, DE_T *q) {
 }
 
 /* A skew KL at alpha = 1: m is the divergence's own argument, so e = 0 and de/dx = 0. */
-DE_FN DE_T de_zero(int sv, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+DE_FN DE_T de_zero(int sv, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
+    (void)k;
     *g = DE_V(DE_K(0.0));
     *q = DE_EXP(x);
     return de_sv_pass(sv, x, y, DE_V(DE_K(0.0)));
@@ -399,25 +401,13 @@ DE_FN DE_T de_zero(int sv, DE_T x, DE_T y, DE_T *g, DE_T *q) {
  * may be left out): returns e, *g = de/dx, *q = exp(x). With a constant mode and sv (template
  * parameters, a kernel's per-row branch) the compiler keeps only one formula. */
 DE_FN DE_T de_elem_sv(int mode, int sv, const de_coef *k, DE_T x, DE_T y, DE_T *g, DE_T *q) {
-    if (mode == DE_MIX || mode == DE_MIXH) {
-        return de_mix(sv, mode == DE_MIXH, k, x, y, g, q);
+#define DE_ELEM_CASE(MODE, term)                                                                   \
+    if (mode == DE_##MODE) {                                                                       \
+        return de_##term(sv, k, x, y, g, q);                                                       \
     }
-    if (mode == DE_FWD) {
-        return de_fwd(sv, x, y, g, q);
-    }
-    if (mode == DE_REV) {
-        return de_rev(sv, x, y, g, q);
-    }
-    if (mode == DE_SKL) {
-        return de_skl(sv, k, x, y, g, q);
-    }
-    if (mode == DE_SRKL) {
-        return de_srkl(sv, k, x, y, g, q);
-    }
-    if (mode == DE_TVD) {
-        return de_tvd(sv, x, y, g, q);
-    }
-    return de_zero(sv, x, y, g, q);
+    DE_MODES(DE_ELEM_CASE)
+#undef DE_ELEM_CASE
+    return de_zero(sv, k, x, y, g, q);
 }
 
 /* Any x and y (docs/SPEC.md §1's special values included). */

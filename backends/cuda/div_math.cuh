@@ -1,12 +1,12 @@
 /*
- * jsd_math.cuh - the element terms of docs/SPEC.md §1 for the CUDA/HIP kernels:
+ * div_math.cuh - the element terms of docs/SPEC.md §1 for the CUDA/HIP kernels:
  * core/backend_api/math/ distil_elem.h instantiated in float device code (one formulation for every
  * backend), and the constants of one divergence made on the host (distil_elem_div_make: float64,
  * rounded once). x = log q (student), y = log p (teacher). The probabilities' exp is the accurate
  * expf: the fast __expf flushes subnormal probabilities (docs/SPEC.md §1) and loses |x| ulp.
  */
-#ifndef DISTIL_GPU_JSD_MATH_CUH
-#define DISTIL_GPU_JSD_MATH_CUH
+#ifndef DISTIL_GPU_DIV_MATH_CUH
+#define DISTIL_GPU_DIV_MATH_CUH
 
 #include "vendor.h"
 #include "math/distil_elem_beta.h"
@@ -37,11 +37,11 @@ namespace DISTIL_GPU_NS {
 #include "math/distil_head.h"
 
 /* Constants of one divergence (mode, the weights of m, logs, ratios), computed on the host. */
-typedef de_coef jsd_coef;
+typedef de_coef div_coef;
 
-static inline jsd_coef jsd_coef_make(int divergence, float beta, float alpha) {
+static inline div_coef div_coef_make(int divergence, float beta, float alpha) {
     const distil_elem_beta b = distil_elem_div_make(divergence, beta, alpha);
-    jsd_coef c;
+    div_coef c;
     DE_COEF_SET(c, b);
     return c;
 }
@@ -49,14 +49,14 @@ static inline jsd_coef jsd_coef_make(int divergence, float beta, float alpha) {
 /* The element term e of the row's mode; *g = de/dx, *q = exp(x). MODE: a DE_ mode of DE_MODES;
  * SV: false only where x - y is known to be finite (distil_elem.h's de_elem_finite). */
 template <int MODE, bool SV = true>
-__device__ __forceinline__ float jsd_elem_q(const jsd_coef &c, float x, float y, float *g,
+__device__ __forceinline__ float div_elem_q(const div_coef &c, float x, float y, float *g,
                                             float *q) {
     return de_elem_sv(MODE, SV ? 1 : 0, &c, x, y, g, q);
 }
 
-/* jsd_with_sv for a group given by its sum of x - y (jsd_rows.cuh: vectors of which some lie past
+/* div_with_sv for a group given by its sum of x - y (div_rows.cuh: vectors of which some lie past
  * the row's end take no part). */
-template <typename F> __device__ __forceinline__ void jsd_with_sv_of(float sum_d, F &&f) {
+template <typename F> __device__ __forceinline__ void div_with_sv_of(float sum_d, F &&f) {
     if (fabsf(sum_d) < INFINITY) {
         f(std::false_type{});
     } else {
@@ -72,30 +72,30 @@ template <typename F> __device__ __forceinline__ void jsd_with_sv_of(float sum_d
  * row kernel"). One branch per group, uniform but for a rare group with a special value, so the
  * group's terms still interleave. */
 template <int N, typename F>
-__device__ __forceinline__ void jsd_with_sv(const float (&x)[N], const float (&y)[N], F &&f) {
+__device__ __forceinline__ void div_with_sv(const float (&x)[N], const float (&y)[N], F &&f) {
     float s = 0.0f;
 #pragma unroll
     for (int k = 0; k < N; k++) {
         s += x[k] - y[k];
     }
-    jsd_with_sv_of(s, static_cast<F &&>(f));
+    div_with_sv_of(s, static_cast<F &&>(f));
 }
 
 /* Calls f(MODE) with c's mode as a compile-time constant (std::integral_constant), so that the
  * element loops hold no branch on it and the compiler can interleave several elements' terms: the
  * branch is taken once, outside the loop. (With the mode read per element every term sat in its
  * own basic block behind a chain of compares: measured 1.6x the copy floor on an H200,
- * docs/GPU-NOTES.md "JSD row kernel".) One case per mode of DE_MODES (distil_elem.h). */
-template <typename F> __device__ __forceinline__ void jsd_with_mode(const jsd_coef &c, F &&f) {
-#define JSD_MODE_CASE(M)                                                                           \
+ * docs/GPU-NOTES.md "JSD row kernel".) One case per mode of DE_MODES (distil_div_list.h). */
+template <typename F> __device__ __forceinline__ void div_with_mode(const div_coef &c, F &&f) {
+#define DIV_MODE_CASE(M, term)                                                                     \
     if (c.mode == DE_##M) {                                                                        \
         f(std::integral_constant<int, DE_##M>{});                                                  \
         return;                                                                                    \
     }
-    DE_MODES(JSD_MODE_CASE)
-#undef JSD_MODE_CASE
+    DE_MODES(DIV_MODE_CASE)
+#undef DIV_MODE_CASE
 }
 
 } // namespace DISTIL_GPU_NS
 
-#endif /* DISTIL_GPU_JSD_MATH_CUH */
+#endif /* DISTIL_GPU_DIV_MATH_CUH */

@@ -1,5 +1,5 @@
 /*
- * distill.cl - docs/SPEC.md §2 steps 2-5 on one chunk of fp32 logits (opencl backend;
+ * fused_rows.cl - docs/SPEC.md §2 steps 2-5 on one chunk of fp32 logits (opencl backend;
  * common.cl comes first): per-row hard CE, soft JSD at temperature tau, and the logit gradient
  * G in DTYPE. One work-group per row, fixed-order reductions, no float atomics.
  */
@@ -55,9 +55,9 @@ distil_row_stats distil_row_stats_of(__global const float *zsr, __global const f
 
 /* Pass 2: the JSD row sum and sum_u dx_u over the work-group (in distil_acc); with has_h (uniform)
  * also the student's entropy -sum_u q_u x_u (docs/SPEC.md §6; a term with q == 0 is 0). */
-void distil_row_jsd_sums(__global const float *zsr, __global const float *ztr, long vocab,
-                         const distil_row_stats *st, __local distil_acc *red, float *sum_e,
-                         distil_acc *sum_dx, int has_h, float *ent) {
+void distil_row_soft_sums(__global const float *zsr, __global const float *ztr, long vocab,
+                          const distil_row_stats *st, __local distil_acc *red, float *sum_e,
+                          distil_acc *sum_dx, int has_h, float *ent) {
     const int lid = (int)get_local_id(0);
     distil_acc se = 0.0f, sg = 0.0f, sh = 0.0f;
     for (long base = 0; base < vocab; base += WG_SIZE * VEC) {
@@ -121,7 +121,7 @@ void distil_row_write_g(__global const float *zsr, __global const float *ztr, __
  *           logits. g may be zs itself (in place, DTYPE f32).
  * labels    (rows) long at lab_off. A label that is ignore_index or outside [0, vocab) ignores
  *           the row (count_valid, reduce.cl, has recorded the invalid ones).
- * ce, jsd   (rows) float at ce_off / jsd_off: CE_i and JSD_i, 0 for ignored rows
+ * ce, soft  (rows) float at ce_off / soft_off: CE_i and the soft part D_i, 0 for ignored rows
  * g         (rows, vocab) DTYPE at g_off, written when has_g:
  *           G = w_hard / n (s - onehot(label)) + w_soft / n * inv_t (dx - q sum_u dx_u)
  *           with s = softmax(zs), q = softmax(zs inv_t), dx = de/dx of docs/SPEC.md §1 at
@@ -139,7 +139,7 @@ __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
 distil_fused_rows(__global float *zs, ulong zs_off, __global const float *zt, ulong zt_off,
                   long vocab, __global const long *labels, ulong lab_off, long ignore_index,
                   float8 coef, float inv_t, float w_hard, float w_soft, __global float *ce,
-                  ulong ce_off, __global float *jsd, ulong jsd_off, __global T *g, ulong g_off,
+                  ulong ce_off, __global float *soft, ulong soft_off, __global T *g, ulong g_off,
                   int has_g, __global const float *n_valid, ulong n_off, int has_n, float inv_tt,
                   __global const float *dz, ulong dz_off, int has_dz, __global float *ent,
                   ulong ent_off, int has_h) {
@@ -155,7 +155,7 @@ distil_fused_rows(__global float *zs, ulong zs_off, __global const float *zt, ul
     if (label == ignore_index || label < 0 || label >= vocab) {
         if (lid == 0) {
             ce[ce_off + row] = 0.0f;
-            jsd[jsd_off + row] = 0.0f;
+            soft[soft_off + row] = 0.0f;
             if (has_h) {
                 ent[ent_off + row] = 0.0f;
             }
@@ -171,10 +171,10 @@ distil_fused_rows(__global float *zs, ulong zs_off, __global const float *zt, ul
     float sum_e;
     distil_acc sum_dx;
     float h;
-    distil_row_jsd_sums(zsr, ztr, vocab, &st, red_s, &sum_e, &sum_dx, has_h, &h);
+    distil_row_soft_sums(zsr, ztr, vocab, &st, red_s, &sum_e, &sum_dx, has_h, &h);
     if (lid == 0) {
         ce[ce_off + row] = (st.s.x - z_label) + st.s.y; /* logsumexp(zs) - zs[label] */
-        jsd[jsd_off + row] = sum_e;
+        soft[soft_off + row] = sum_e;
         if (has_h) {
             ent[ent_off + row] = h;
         }

@@ -1,8 +1,8 @@
 /*
- * jsd.cl - docs/SPEC.md §1 on a block of rows: per-row generalised JSD and its gradient with
- * respect to the student, in one pass over each row (opencl backend; common.cl comes first).
- * Inputs are log-probs, so no max or log-sum-exp is needed. One work-group per row; all math in
- * float whatever DTYPE is.
+ * div_rows.cl - docs/SPEC.md §1 and §6 on a block of rows: per-row divergence (the JSD or any
+ * other of distil_divergence) and its gradient with respect to the student, in one pass over each
+ * row (opencl backend; common.cl comes first). Inputs are log-probs, so no max or log-sum-exp is
+ * needed. One work-group per row; all math in float whatever DTYPE is.
  */
 
 /* The constants of one beta as the host packs them (distil_ocl_coef: beta, 1 - beta, log beta,
@@ -31,7 +31,7 @@ de_coef distil_coef_of(float8 c) {
  *            writes grad[j], and no other work-item touches j.
  */
 __kernel __attribute__((reqd_work_group_size(WG_SIZE, 1, 1))) void
-distil_jsd_rows(__global const T *x, ulong x_off, ulong x_stride, __global const T *y, ulong y_off,
+distil_div_rows(__global const T *x, ulong x_off, ulong x_stride, __global const T *y, ulong y_off,
                 ulong y_stride, long vocab, float8 coef, __global const long *labels, ulong lab_off,
                 int has_labels, long ignore_index, __global float *row_loss, ulong loss_off,
                 __global T *grad, ulong grad_off, ulong grad_stride, int has_grad, float grad_scale,
