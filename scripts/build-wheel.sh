@@ -3,7 +3,8 @@
 #   libdistil.so          cpu (scipy-openblas32's BLAS) + opencl (the ICD loader opened at run time)
 #   libdistil_cuda12.so   the same + the cuda backend built with CUDA 12, and
 #   libdistil_cuda13.so   with CUDA 13, for sm_80, sm_90a (+ the CUTLASS kernels), sm_100a and
-#                         compute_100 PTX; python/distil/_loader.py picks one from torch.version.cuda
+#                         compute_100 PTX (CUDA 12.4: sm_80, sm_90a, compute_90 PTX);
+#                         python/distil/_loader.py picks one from torch.version.cuda
 # Options:
 #   --cuda "12 13"   the CUDA majors to build (default "12 13"; "none": the host library only)
 #   --archs LIST     CMAKE_CUDA_ARCHITECTURES (default 80-real;90a-real;100a-real;100-virtual;
@@ -11,7 +12,7 @@
 #   --out DIR        where the wheel goes (default dist)
 # DISTIL_WHEEL_BUILD_DIR: the build folder (default build-wheel).
 # Toolkits: scripts/cuda-toolkit.sh (DISTIL_CUDA12_HOME / DISTIL_CUDA13_HOME, /usr/local/cuda of
-# that major, else PyPI's for CUDA 13). Build tools go into build-wheel/venv from PyPI. Every
+# that major, else PyPI's for CUDA 13 and Debian's CUDA 12.4.1 packages for CUDA 12). Build tools go into build-wheel/venv from PyPI. Every
 # library's glibc / libstdc++ symbol versions are checked against manylinux_2_28 before tagging.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,7 @@ done
 [ "$majors" = none ] && majors=""
 jobs=$(nproc)
 top="${DISTIL_WHEEL_BUILD_DIR:-build-wheel}"
+mkdir -p "$top" && top="$(cd "$top" && pwd)" # absolute: cmake and pip run elsewhere
 venv="$top/venv"
 py="$venv/bin/python"
 t0=$(date +%s)
@@ -45,21 +47,34 @@ fi
 common=(-DCMAKE_BUILD_TYPE=Release -DDISTIL_PYTHON=ON -DDISTIL_PYTHON_PORTABLE=ON
         -DDISTIL_BLAS_VENDOR=scipy-openblas32 -DDISTIL_CPU_OPENMP=OFF -DDISTIL_OPENCL=ON
         -DDISTIL_OPENCL_CLBLAST=OFF -DDISTIL_MPI=OFF -DDISTIL_HIP=OFF -DDISTIL_BUILD_TESTS=OFF
-        -DDISTIL_BUILD_BENCH=OFF -DDISTIL_BUILD_EXAMPLES=OFF -DPython_EXECUTABLE="$PWD/$py")
+        -DDISTIL_BUILD_BENCH=OFF -DDISTIL_BUILD_EXAMPLES=OFF -DPython_EXECUTABLE="$py")
+
+# The architectures a toolkit can build: one without sm_100 (CUDA 12 before 12.8) builds the
+# others and compute_90 PTX in place of compute_100's (newer cards compile it at load).
+archs_for() {
+    local root=$1 list=$2
+    if [ "$list" = auto ] || "$root/bin/nvcc" --list-gpu-arch | grep -qx compute_100; then
+        echo "$list"
+        return
+    fi
+    echo "$list" | tr ';' '\n' | sed -e '/^100a-real$/d' -e 's/^100-virtual$/90-virtual/' |
+        paste -sd';'
+}
 
 extra=()
 for m in $majors; do
     root=$(bash scripts/cuda-toolkit.sh "$m" "$top/toolkit$m")
-    stamp "CUDA $m from $root, architectures $archs"
+    use=$(archs_for "$root" "$archs")
+    stamp "CUDA $m from $root, architectures $use"
     b="$top/cuda$m"
-    arch_def=(-DCMAKE_CUDA_ARCHITECTURES="$archs")
+    arch_def=(-DCMAKE_CUDA_ARCHITECTURES="$use")
     [ "$archs" = auto ] && arch_def=(-DDISTIL_CUDA_ARCHS=auto)
     cmake -S . -B "$b" "${common[@]}" -DDISTIL_CUDA=ON -DCMAKE_CUDA_COMPILER="$root/bin/nvcc" \
         -DCUDAToolkit_ROOT="$root" "${arch_def[@]}" \
         -DDISTIL_PYTHON_LIBRARY_NAME="distil_cuda$m" >"$b.log"
     cmake --build "$b" -j"$jobs" >>"$b.log" 2>&1 || { tail -40 "$b.log"; exit 1; }
-    cmake --install "$b" --component python --prefix "$PWD/$top/stage$m" >>"$b.log"
-    extra+=("$PWD/$top/stage$m/distil/libdistil_cuda$m.so")
+    cmake --install "$b" --component python --prefix "$top/stage$m" >>"$b.log"
+    extra+=("$top/stage$m/distil/libdistil_cuda$m.so")
 done
 
 stamp "the host library and the wheel"

@@ -5,9 +5,10 @@
 # In order: $DISTIL_CUDA<M>_HOME; /usr/local/cuda when its nvcc is of major M (unless
 # DISTIL_CUDA_PYPI=1); PyPI's packages
 # (CUDA 13: nvidia-cuda-nvcc, -nvvm, -cuda-crt, -cuda-runtime, -cublas, -cuda-cccl, whose
-# nvidia/cu13/ folder is a whole toolkit). CUDA 12 has no compiler on PyPI: nvidia-cuda-nvcc-cu12
-# holds ptxas and NVVM but not nvcc, cudafe++, fatbinary or nvlink, so CUDA 12 needs a local
-# toolkit (12.8 or newer for sm_100a): set DISTIL_CUDA12_HOME.
+# nvidia/cu13/ folder is a whole toolkit). CUDA 12 has no compiler on PyPI (nvidia-cuda-nvcc-cu12
+# holds ptxas and NVVM but not nvcc, cudafe++, fatbinary or nvlink): Debian's CUDA 12.4.1
+# packages, unpacked by scripts/cuda12-debian.sh (a local 12.8+ in DISTIL_CUDA12_HOME adds
+# sm_100a).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 major="${1:?usage: scripts/cuda-toolkit.sh MAJOR [DIR]}"
@@ -27,11 +28,13 @@ if [ -z "${DISTIL_CUDA_PYPI:-}" ] && [ "$(nvcc_major /usr/local/cuda/bin/nvcc)" 
     exit 0
 fi
 case "$major" in
+12) bash scripts/cuda12-debian.sh "$dir"
+    exit 0 ;;
 13) pkgs=(nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88
           nvidia-cuda-runtime==13.0.96 nvidia-cublas==13.0.2.14 nvidia-cuda-cccl==13.0.85)
     root="$dir/nvidia/cu13" ;;
-*) echo "cuda-toolkit.sh: no CUDA $major toolkit here and none on PyPI with a compiler: install" \
-        "one (12.8+ for sm_100a) and set $home_var to its root" >&2
+*) echo "cuda-toolkit.sh: no CUDA $major toolkit here: install one and set $home_var to its" \
+        "root" >&2
    exit 1 ;;
 esac
 if [ ! -x "$root/bin/nvcc" ]; then

@@ -222,12 +222,21 @@ static cublasStatus_t fp8_attr(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttrib
  * scales only; neither (unit scales: the caller applies them). */
 enum fp8_lt_kind { FP8_LT_FULL, FP8_LT_SCALES, FP8_LT_UNIT };
 
+/* cuBLAS 12.9 added outer-vector scales; built against an older one (the wheel's CUDA 12.4
+ * library) only the unit-scale form exists, and fp8_scale_bias applies the scales after it. */
+#if CUBLAS_VERSION >= 120900
+#define DISTIL_FP8_LT_VECTOR_SCALES 1
+#else
+#define DISTIL_FP8_LT_VECTOR_SCALES 0
+#endif
+
 static cublasStatus_t fp8_describe(const gpu_state *b, const distil_gemm_e4m3_args *a,
                                    fp8_lt_kind kind, lt_plan &pl) {
+    if (!DISTIL_FP8_LT_VECTOR_SCALES && kind != FP8_LT_UNIT) {
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     const bool bias = kind == FP8_LT_FULL;
     const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
-    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-    const void *sa = distil_dptr_addr(a->sb), *sb = distil_dptr_addr(a->sa);
     const void *bp = distil_dptr_addr(a->bias);
     const int32_t bt = a->bias_dtype == DISTIL_F32    ? CUDA_R_32F
                        : a->bias_dtype == DISTIL_BF16 ? CUDA_R_16BF
@@ -238,12 +247,16 @@ static cublasStatus_t fp8_describe(const gpu_state *b, const distil_gemm_e4m3_ar
     cublasStatus_t st = cublasLtMatmulDescCreate(&pl.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t, st);
     st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n, st);
+#if DISTIL_FP8_LT_VECTOR_SCALES
     if (kind != FP8_LT_UNIT) {
+        const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        const void *sa = distil_dptr_addr(a->sb), *sb = distil_dptr_addr(a->sa);
         st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode, st);
         st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode, st);
         st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa, st);
         st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb, st);
     }
+#endif
     st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi, st);
     if (bias) {
         st = fp8_attr(pl.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp, st);
