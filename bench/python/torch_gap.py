@@ -109,15 +109,19 @@ def point(t, vocab, queue, reps, sets, profile=False):
         dt.jsd(x, y).backward()
         x.grad = None  # the gradient's memory goes back before the next call, as in training
 
-    out = {"T": t, "V": vocab}
     variants = (("c", c_call), ("c fresh", c_fresh), ("forward", forward), ("backward", backward))
+    return measured({"T": t, "V": vocab}, variants, queue, reps, profile)
+
+
+def measured(out, variants, queue, reps, profile):
+    """out with each variant's time (and kernels under profile) added."""
     out.update(timed(variants, queue, reps))
     if profile:
         try:
             out["profile"] = {name: profiled(fn, queue) for name, fn in variants}
         except Exception as e:  # a profiler that cannot run here: the timings still print
             print(f"torch_gap.py: torch.profiler failed: {e!r}")
-    return out  # its buffers go with its closures; the caller empties torch's cache
+    return out  # its buffers go with the variants' closures; the caller empties torch's cache
 
 
 def fused_point(t, vocab, queue, reps, sets, profile=False):
@@ -187,15 +191,8 @@ def fused_point(t, vocab, queue, reps, sets, profile=False):
         module(d["xs"], d["ws"], d["xt"], d["wt"], d["lab"]).backward()
         d["xs"].grad = d["ws"].grad = None
 
-    out = {"T": t, "V": vocab}
     variants = (("c", c_call), ("c fresh", c_fresh), ("forward", forward), ("backward", backward))
-    out.update(timed(variants, queue, reps))
-    if profile:
-        try:
-            out["profile"] = {name: profiled(fn, queue) for name, fn in variants}
-        except Exception as e:
-            print(f"torch_gap.py: torch.profiler failed: {e!r}")
-    return out
+    return measured({"T": t, "V": vocab}, variants, queue, reps, profile)
 
 
 def profiled(fn, queue):
