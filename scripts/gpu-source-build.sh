@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Time `pip install .` on a GPU machine with no network: the build requirements (nvidia-cutlass,
-# scipy-openblas32) come from the carried WHEELS folder, scikit-build-core, CMake and nvcc from the
+# Time `pip install .` on a GPU machine with no network: the build requirements (scikit-build-core,
+# nvidia-cutlass, scipy-openblas32) come from the carried WHEELS folder, CMake and nvcc from the
 # machine; the defaults pick the cuda backend for this machine's GPUs (sm_90a on an H100, with
 # the CUTLASS kernels), then `python -m distil` on the result.
 #   usage: OUT=/some/dir bash scripts/gpu-source-build.sh [WHEELS]     (WHEELS default .whl)
@@ -12,8 +12,8 @@ mkdir -p "$OUT"
 py=${PYTHON:-python3}
 tmp=$(mktemp -d)
 export PATH="/usr/local/cuda/bin:$PATH"
-"$py" -m pip install -q --no-index --find-links "$wheels" --target "$tmp/deps" nvidia-cutlass \
-    scipy-openblas32 || exit 1
+"$py" -m pip install -q --no-index --find-links "$wheels" --target "$tmp/deps" scikit-build-core \
+    nvidia-cutlass scipy-openblas32 || exit 1
 export PYTHONPATH="$tmp/deps"
 start=$(date +%s%N)
 "$py" -m pip install -v --no-index --no-build-isolation --no-deps --target "$tmp/site" \
