@@ -2,8 +2,8 @@
 # A CUDA 12 toolkit for building libdistil_cuda12.so where no CUDA 12 is installed: Debian's
 # non-free packages of CUDA 12.4.1 (trixie), downloaded with a private apt configuration (the
 # archive's signature checked against this system's debian-archive-keyring), unpacked with
-# dpkg -x (nothing is installed) and laid out as a toolkit root: bin/ (nvcc, cicc, ptxas,
-# fatbinary, nvlink, cudafe++), nvvm/, include/ (with cub, thrust and libcu++), lib64/.
+# dpkg -x (nothing is installed) and laid out as a toolkit root: bin/ (nvcc, ptxas, fatbinary,
+# nvlink, cudafe++), nvvm/ (cicc, libdevice), include/ (with cub, thrust and libcu++), lib64/.
 # PyPI has no CUDA 12 compiler (nvidia-cuda-nvcc-cu12 ships ptxas alone). CUDA 12.4 has no
 # sm_100a: scripts/build-wheel.sh builds CUDA 12 for sm_80 and sm_90a with compute_90 PTX.
 #   usage: scripts/cuda12-debian.sh DIR      (prints DIR/cuda, the toolkit root)
@@ -34,7 +34,7 @@ rm -rf "$unpacked" "$root"
 for deb in "$dir"/debs/*.deb; do dpkg -x "$deb" "$unpacked"; done
 tk="$unpacked/usr/lib/nvidia-cuda-toolkit"
 mkdir -p "$root/bin" "$root/nvvm/bin" "$root/nvvm/libdevice" "$root/lib64"
-cp "$tk/bin/nvcc" "$tk/bin/cicc" "$root/bin/"
+cp "$tk/bin/nvcc" "$root/bin/"
 cp -r "$tk/bin/crt" "$root/bin/"
 cp "$tk/bin/cicc" "$root/nvvm/bin/"
 cp "$tk/libdevice/libdevice.10.bc" "$root/nvvm/libdevice/"

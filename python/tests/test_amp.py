@@ -122,8 +122,8 @@ def test_fp32_weight_gradient_from_the_accumulator(device, chunk_rows):
         err = (got.double() - ref).norm() / ref.norm()
         rounded = (got.to(torch.bfloat16).double() - ref).norm() / ref.norm()
         print(f"  {name}: error {err:.2e}, rounded to bf16 {rounded:.2e}")
-        # A gradient rounded to bf16 on the way has err == rounded. Where the logits' gradient G
-        # is rounded to 16 bits (cuda, hip: docs/SPEC.md §3) the fp32 result carries G's
-        # rounding, about as large as the output's: 2.1x below the rounded one on an H100 (cpu
-        # and opencl keep G in fp32: far more).
-        assert err < rounded / 1.5, f"{name}: {err:.2e} not well below bf16's {rounded:.2e}"
+        # A gradient rounded to bf16 on the way has err == rounded. The cpu keeps the logits'
+        # gradient G in fp32: far below. cuda rounds G to 16 bits (docs/SPEC.md §3), so the fp32
+        # result carries G's rounding, about as large as the output's: 2.1x below on an H100.
+        below = 4 if device == "cpu" else 1.5
+        assert err < rounded / below, f"{name}: {err:.2e} not well below bf16's {rounded:.2e}"

@@ -235,8 +235,7 @@ def _cast(fn: str, name: str, t: Tensor | None, dtype) -> Tensor | None:
     integer t is refused by name, never converted (uncast, the call's checks refuse it)."""
     if t is None or dtype is None or t.dtype is dtype:
         return t
-    if t.dtype not in _ops._DTYPES:
-        _fail(f"{fn}: {name}: dtype {_float_name(t)} is not float32, bfloat16 or float16")
+    _same(fn, (name,), (t,))
     return t.to(dtype)
 
 
