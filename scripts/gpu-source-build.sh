@@ -12,8 +12,9 @@ mkdir -p "$OUT"
 py=${PYTHON:-python3}
 tmp=$(mktemp -d)
 export PATH="/usr/local/cuda/bin:$PATH"
-"$py" -m pip install -q --no-index --find-links "$wheels" --target "$tmp/deps" scikit-build-core \
-    nvidia-cutlass scipy-openblas32 || exit 1
+# --no-deps: the build reads only nvidia-cutlass's headers, not its Python runtime (cuda-python).
+"$py" -m pip install -q --no-index --no-deps --find-links "$wheels" --target "$tmp/deps" \
+    scikit-build-core packaging pathspec nvidia-cutlass scipy-openblas32 || exit 1
 export PYTHONPATH="$tmp/deps"
 start=$(date +%s%N)
 "$py" -m pip install -v --no-index --no-build-isolation --no-deps --target "$tmp/site" \
@@ -21,5 +22,8 @@ start=$(date +%s%N)
     { tail -40 "$OUT/pip-install.log"; exit 1; }
 end=$(date +%s%N)
 echo "pip install . ($(nproc) cores): $(( (end - start) / 1000000 )) ms" | tee "$OUT/time.txt"
+# The package's run-time BLAS, beside it as pip would install it (the run path is relative).
+"$py" -m pip install -q --no-index --no-deps --find-links "$wheels" --target "$tmp/site" \
+    scipy-openblas32 || exit 1
 grep -E "distil: (cuda|CUTLASS)" "$OUT/pip-install.log" | head
 cd "$tmp" && PYTHONPATH="$tmp/site:$tmp/deps" "$py" -m distil | tee "$OUT/distil.txt"
