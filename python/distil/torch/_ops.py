@@ -466,19 +466,19 @@ def fused_shape(fn: str, t: FusedTensors) -> _check.FusedShape:
 
 
 def fused_call(
-    t: FusedTensors, opts: _options.FusedOptions, want: _options.FusedOutputs, make, keep=False
+    t: FusedTensors,
+    opts: _options.FusedOptions,
+    want: _options.FusedOutputs,
+    make,
+    keep=False,
+    shape=None,
 ):
     """The fused kernel: (loss parts [3] or the loss [], grad_xs, grad_Ws, grad_bs,
     student_lse, teacher_lse, student_entropy), make's unwanted where not wanted; keep as in
-    jsd_call."""
-    fn = "fused_linear_jsd"
-    t, shape = _rounded_head(fn, t)
-    if t.labels is None and opts.weight_hard != 0:
-        raise _errors.invalid(
-            f"{fn}: labels are None but weight_hard_loss is "
-            f"{opts.weight_hard}: the hard loss needs labels (give them, or "
-            "set weight_hard_loss=0)"
-        )
+    jsd_call; shape: the checked shape of a call like one that passed (torch/_prepared.py),
+    None: check t."""
+    if shape is None:
+        t, shape = _checked_call("fused_linear_jsd", t, opts)
     xs, ws = t.xs, t.ws
     ctx = context_for(xs)
     g_dtype = torch.float32 if shape.grad_weight_fp32 else ws.dtype
@@ -521,6 +521,17 @@ def fused_call(
     out = _torch_errors(run)
     _after_call(ctx, xs)
     return out
+
+
+def _checked_call(fn: str, t: FusedTensors, opts: _options.FusedOptions):
+    """(tensors, checked shape) of a call (_rounded_head), the hard loss given its labels."""
+    if t.labels is None and opts.weight_hard != 0:
+        raise _errors.invalid(
+            f"{fn}: labels are None but weight_hard_loss is "
+            f"{opts.weight_hard}: the hard loss needs labels (give them, or "
+            "set weight_hard_loss=0)"
+        )
+    return _rounded_head(fn, t)
 
 
 def _rounded_head(fn: str, t: FusedTensors):
@@ -592,15 +603,16 @@ fused_op.register_autograd(_fused_backward, setup_context=_fused_setup)
 
 class _FusedFunction(torch.autograd.Function):
     """The eager route's loss: apply(xs, Ws, bs, call), call = (FusedTensors, options,
-    outputs, out): out, a list, receives the non-differentiable results (the loss parts [3] or
-    None, student_lse, teacher_lse, student_entropy) beside autograd."""
+    outputs, out, shape): out, a list, receives the non-differentiable results (the loss parts
+    [3] or None, student_lse, teacher_lse, student_entropy) beside autograd; shape as in
+    fused_call."""
 
     @staticmethod
     def forward(ctx, xs, ws, bs, call):
-        t, opts, want, out = call
+        t, opts, want, out, shape = call
         if xs is not t.xs or ws is not t.ws or bs is not t.bs:
             t = t._replace(xs=xs, ws=ws, bs=bs)
-        loss, gx, gw, gb, *rows = fused_call(t, opts, want, _wanted, keep=True)
+        loss, gx, gw, gb, *rows = fused_call(t, opts, want, _wanted, keep=True, shape=shape)
         ctx.grads = (gx, gw, gb)
         if not want.parts:
             out.extend([None] + rows)
@@ -616,19 +628,27 @@ class _FusedFunction(torch.autograd.Function):
         return _refuse_twice(tuple(grads), enabled) + (None,)
 
 
-def fused(t: FusedTensors, opts: _options.FusedOptions, want: _options.FusedOutputs):
+def fused(t: FusedTensors, opts: _options.FusedOptions, want: _options.FusedOutputs, shape=None):
     """(loss, loss parts [3] detached or None, student_lse, teacher_lse) of a fused call; only
     the loss is differentiable; the LSEs and the entropy are None (eager) or [0] (traced)
-    unless wanted."""
+    unless wanted; shape as in fused_call (the eager route only: a traced call checks when its
+    kernel runs)."""
     if not _untraced(*t):
         out = fused_op(*t, **opts.op_kwargs(), **want.op_kwargs())
         loss = out[0][0] if want.parts else out[0]
         return (loss, out[0].detach() if want.parts else None) + tuple(out[4:])
-    out = []
+    return fused_eager(t, opts, want, shape)
+
+
+def fused_eager(
+    t: FusedTensors, opts: _options.FusedOptions, want: _options.FusedOutputs, shape=None
+):
+    """fused's eager route, for a call known to be _untraced."""
     if not want.grads:
-        loss, _, _, _, *rows = fused_call(t, opts, want, _wanted, keep=True)
+        loss, _, _, _, *rows = fused_call(t, opts, want, _wanted, keep=True, shape=shape)
         return (loss[0], loss, *rows) if want.parts else (loss, None, *rows)
-    loss = _FusedFunction.apply(t.xs, t.ws, t.bs, _Opaque((t, opts, want, out)))
+    out = []
+    loss = _FusedFunction.apply(t.xs, t.ws, t.bs, _Opaque((t, opts, want, out, shape)))
     return (loss,) + tuple(out)
 
 
@@ -661,13 +681,18 @@ def _scaled(ctx, grads: list, s: Tensor) -> list:
 _PLAIN = (Tensor, torch.nn.Parameter)
 
 
-def _untraced(*tensors) -> bool:
-    """Whether a call may take the autograd.Function: nothing traces and every tensor is plain."""
-    if (
+def tracing() -> bool:
+    """Whether torch.compile, a dispatch mode or a functorch transform sees the call."""
+    return bool(
         torch.compiler.is_compiling()
         or torch._C._len_torch_dispatch_stack()
         or torch._C._are_functorch_transforms_active()
-    ):
+    )
+
+
+def _untraced(*tensors) -> bool:
+    """Whether a call may take the autograd.Function: nothing traces and every tensor is plain."""
+    if tracing():
         return False
     for t in tensors:  # a loop, not all() over a generator: half the host time
         if t is not None and type(t) not in _PLAIN:

@@ -33,13 +33,13 @@ num_items_in_batch, a token count across ranks; N <= 0 there gives loss and grad
 the fused losses, temperature_squared=True for the soft part times tau^2.
 """
 
-import dataclasses
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from .. import _calls, _errors, _options
-from . import _ops
+from . import _ops, _prepared
 
 
 def _fail(message):
@@ -264,12 +264,11 @@ class FusedInputs:
         self.normaliser, self.head = None, None
 
 
-@dataclasses.dataclass(frozen=True)
-class Returns:
+class Returns(NamedTuple):
     """What a public fused call returns after the loss, in this order: (soft, hard) with
     soft_hard (Liger's order), (student_lse, teacher_lse) with lse, student_entropy with
     entropy (docs/SPEC.md §6); each row output detached and shaped like the leading
-    dimensions."""
+    dimensions. A tuple: it is part of a kept call's key (_prepared.py), hashed per call."""
 
     soft_hard: bool = False
     lse: bool = False
@@ -279,6 +278,28 @@ class Returns:
 def fused_with(fn: str, opts: _options.FusedOptions, inputs: FusedInputs, returns: Returns):
     """The fused loss with its options made once: (loss, parts [3] detached or None,
     student_lse, teacher_lse, student_entropy shaped like the leading dimensions or None)."""
+    key = _prepared.key(opts, returns, inputs)
+    kept = _prepared.get(key)
+    if kept is None:
+        t, want = _fused_tensors(fn, inputs, returns)
+        out = _ops.fused(t, opts, want)
+        _prepared.keep(key, fn, inputs, t, want)
+    else:  # a call like one that succeeded: its tensors as they are, its shape checked
+        shape, want = kept
+        i = inputs
+        t = _ops.FusedTensors(i.xs, i.ws, i.bs, i.xt, i.wt, i.bt, i.labels)
+        out = _ops.fused_eager(t, opts, want, shape)
+    loss, out_parts, ls, lt, ent = out
+    if not (returns.lse or returns.entropy):
+        return loss, out_parts, None, None, None
+    lead = inputs.xs.shape[:-1]
+    lse_out = (ls.reshape(lead), lt.reshape(lead)) if returns.lse else (None, None)
+    return (loss, out_parts) + lse_out + (ent.reshape(lead) if returns.entropy else None,)
+
+
+def _fused_tensors(fn: str, inputs: FusedInputs, returns: Returns):
+    """(FusedTensors, FusedOutputs) of a call: its tensors in the compute dtype (_compute_dtype),
+    2-D and dense, the labels int64, and what the call writes."""
     dtype = _compute_dtype((inputs.xs, inputs.ws, inputs.xt, inputs.wt, inputs.bs, inputs.bt))
     xs0 = _cast(fn, "student_input", inputs.xs, dtype)
     ws = _student_head(fn, inputs.ws, dtype)
@@ -303,10 +324,7 @@ def fused_with(fn: str, opts: _options.FusedOptions, inputs: FusedInputs, return
     want = _options.fused_outputs(
         *_wants_grads(xs0, ws, bs), returns.soft_hard, returns.lse, returns.entropy
     )
-    loss, out_parts, ls, lt, ent = _ops.fused(t, opts, want)
-    lead = inputs.xs.shape[:-1]
-    lse_out = (ls.reshape(lead), lt.reshape(lead)) if returns.lse else (None, None)
-    return (loss, out_parts) + lse_out + (ent.reshape(lead) if returns.entropy else None,)
+    return t, want
 
 
 def _head_kwargs(
