@@ -26,4 +26,4 @@ echo "pip install . ($(nproc) cores): $(( (end - start) / 1000000 )) ms" | tee "
 "$py" -m pip install -q --no-index --no-deps --find-links "$wheels" --target "$tmp/site" \
     scipy-openblas32 || exit 1
 grep -E "distil: (cuda|CUTLASS)" "$OUT/pip-install.log" | head
-cd "$tmp" && PYTHONPATH="$tmp/site:$tmp/deps" "$py" -m distil | tee "$OUT/distil.txt"
+cd "$tmp" && PYTHONPATH="$tmp/site:$tmp/deps" "$py" -X faulthandler -m distil | tee "$OUT/distil.txt"

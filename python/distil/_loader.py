@@ -56,9 +56,9 @@ def torch_cuda():
     return torch.version.cuda or ""
 
 
-def _cuda_choice(libs):
-    """The package's CUDA libraries to try, best first, with notes saying why."""
-    version = torch_cuda()
+def _cuda_choice(libs, version):
+    """The package's CUDA libraries to try, best first, with notes saying why (version:
+    torch_cuda())."""
     have = ", ".join(f"CUDA {m}" for m in sorted(libs))
     if version is None:
         notes.append(("cuda", f"no torch: trying the libraries for {have}, newest first"))
@@ -79,7 +79,15 @@ def _cuda_choice(libs):
 
 
 def candidates():
-    """The libraries to try, in order; the first that loads is used."""
+    """The libraries to try, in order; the first that loads is used.
+
+    torch, where installed, is imported first: a library with the cuda backend (a source build's
+    or DISTIL_LIBRARY's as well as the wheel's) names libcudart and libcublas by soname, and
+    once torch has loaded its own, those serve it. Loaded before torch, a source build's would
+    bring the toolkit's copies, and torch would then run on a cuBLAS and runtime it was not
+    built with (a crash at `import torch` on the H100 machine).
+    """
+    version = torch_cuda()
     env = os.environ.get("DISTIL_LIBRARY")
     if env:
         notes.append(("library", "DISTIL_LIBRARY is set"))
@@ -98,7 +106,7 @@ def candidates():
         notes.append(("library", f"DISTIL_VARIANT={variant} names none of cpu{have}: ignored"))
     if not libs:
         return [host]
-    return _cuda_choice(libs) + [host]
+    return _cuda_choice(libs, version) + [host]
 
 
 def failed(path, error):

@@ -59,13 +59,22 @@ def test_variant_and_library_override(wheel_dir, monkeypatch):
     assert _loader.candidates() == ["/elsewhere/libdistil.so"]
 
 
-def test_source_build_has_one_library(tmp_path, monkeypatch):
+@pytest.mark.parametrize("given", [None, "DISTIL_LIBRARY"])
+def test_torch_before_a_source_build(tmp_path, monkeypatch, given):
+    """A source build's one library (or DISTIL_LIBRARY's) may hold the cuda backend, linked to
+    the toolkit's CUDA libraries: torch is imported before it is chosen and loaded, so that
+    the process holds torch's copies only."""
     (tmp_path / "libdistil.so").write_bytes(b"")
     monkeypatch.setattr(_loader, "_here", str(tmp_path))
-    monkeypatch.setattr(_loader, "torch_cuda", lambda: pytest.fail("torch asked for no reason"))
-    monkeypatch.delenv("DISTIL_LIBRARY", raising=False)
+    asked = []
+    monkeypatch.setattr(_loader, "torch_cuda", lambda: asked.append(1) or "13.0")
     monkeypatch.delenv("DISTIL_VARIANT", raising=False)
+    if given:
+        monkeypatch.setenv("DISTIL_LIBRARY", str(tmp_path / "libdistil.so"))
+    else:
+        monkeypatch.delenv("DISTIL_LIBRARY", raising=False)
     assert _names(_loader.candidates()) == ["libdistil.so"]
+    assert asked == [1]
 
 
 def test_diagnostic_runs():
