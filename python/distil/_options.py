@@ -85,6 +85,12 @@ def _hash_once(self) -> int:
     return h
 
 
+def _fields_state(self) -> dict:
+    """What pickles and copies of an options object carry: its fields, not the cached hash
+    (a str field hashes differently in another process)."""
+    return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+
 @dataclasses.dataclass(frozen=True)
 class JsdOptions:
     """distil_jsd_desc's options; normaliser 0.0: counted (or given per call on the device)."""
@@ -97,6 +103,7 @@ class JsdOptions:
     normaliser: float = 0.0
 
     __hash__ = _hash_once
+    __getstate__ = _fields_state
 
     def op_kwargs(self) -> dict:
         return dataclasses.asdict(self)
@@ -149,6 +156,7 @@ class FusedOptions:
     teacher_head_precision: int = 0
 
     __hash__ = _hash_once
+    __getstate__ = _fields_state
 
     def op_kwargs(self) -> dict:
         return dataclasses.asdict(self)

@@ -144,3 +144,17 @@ def test_autocast_is_not_kept(monkeypatch):
     assert w.grad.dtype is torch.float32 and x.grad.dtype is torch.float32
     d = [t.detach().to(torch.bfloat16).double() for t in (xs, ws, xt, wt)]
     check("loss", loss, ref_fused(*d, lab)[0], 2e-3)
+
+
+def test_options_hash_once_and_pickle_their_fields():
+    """Options objects key every cache by a hash computed once; pickles and copies carry the
+    fields only (a str's hash differs between processes)."""
+    import copy
+    import pickle
+
+    from distil import _options
+
+    for o in (_options.JsdOptions(reduction="sum"), _options.FusedOptions(beta=0.25)):
+        h = hash(o)
+        for c in (pickle.loads(pickle.dumps(o)), copy.copy(o), copy.deepcopy(o)):
+            assert "_hash" not in vars(c) and c == o and hash(c) == h
