@@ -628,22 +628,22 @@ class _FusedFunction(torch.autograd.Function):
         return _refuse_twice(tuple(grads), enabled) + (None,)
 
 
-def fused(t: FusedTensors, opts: _options.FusedOptions, want: _options.FusedOutputs, shape=None):
+def fused(t: FusedTensors, opts: _options.FusedOptions, want: _options.FusedOutputs):
     """(loss, loss parts [3] detached or None, student_lse, teacher_lse) of a fused call; only
     the loss is differentiable; the LSEs and the entropy are None (eager) or [0] (traced)
-    unless wanted; shape as in fused_call (the eager route only: a traced call checks when its
-    kernel runs)."""
+    unless wanted."""
     if not _untraced(*t):
         out = fused_op(*t, **opts.op_kwargs(), **want.op_kwargs())
         loss = out[0][0] if want.parts else out[0]
         return (loss, out[0].detach() if want.parts else None) + tuple(out[4:])
-    return fused_eager(t, opts, want, shape)
+    return fused_eager(t, opts, want)
 
 
 def fused_eager(
     t: FusedTensors, opts: _options.FusedOptions, want: _options.FusedOutputs, shape=None
 ):
-    """fused's eager route, for a call known to be _untraced."""
+    """fused's eager route, for a call known to be _untraced; shape as in fused_call (a kept
+    call's, torch/_prepared.py)."""
     if not want.grads:
         loss, _, _, _, *rows = fused_call(t, opts, want, _wanted, keep=True, shape=shape)
         return (loss[0], loss, *rows) if want.parts else (loss, None, *rows)

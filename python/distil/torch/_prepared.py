@@ -9,8 +9,9 @@ each tensor's type, shape, strides, dtype, device and requires_grad. Such a call
 checked shape and the outputs wanted) is kept under that signature after it succeeded once, so
 that the next call with the same signature goes straight to the library call.
 
-Why: the preparation made the fused loss's host time 63 µs per call on the H100 machine
-(bench/python/host_overhead.py), above the 40 µs budget docs/PYTHON.md gives it. Not kept: a
+Why: with every call prepared, the fused loss's host time beyond the library call was 60-63 µs
+on the H100 machine (bench/python/host_overhead.py), above the 40 µs budget docs/PYTHON.md
+gives it; kept, 49-50 µs (bench/tables/h100-host-overhead.md). Not kept: a
 traced call (torch.compile, dispatch modes, functorch: symbolic shapes), a tensor subclass, a
 normaliser tensor or a teacher head made once (both checked per call), autocast (its casts
 change the tensors), and any call that failed or changed a tensor.
