@@ -39,6 +39,12 @@ static inline const distil_backend_device *distil_backend_device_of(const distil
     return be->device != NULL ? be->device : &none;
 }
 
+/* Whether be can take a teacher head in fp8 (docs/SPEC.md §6): its fp8 sub-table, or a whole op
+ * that computes the call itself. */
+static inline bool distil_backend_has_fp8_head(const distil_backend *be) {
+    return be->whole != NULL || be->fp8 != NULL;
+}
+
 /* Enter ctx for the public call fn (a NULL ctx passes: the call reports it): DISTIL_ERR_BUSY, with
  * the message on the calling thread (distil_ctx_last_error(NULL): the context's buffer belongs to
  * the thread inside), when another call is running on it. Every DISTIL_OK is paired with one

@@ -151,7 +151,7 @@ distil_status distil_fused_fp8_check(distil_ctx *ctx, const char *fn,
                                 fn, (int)h);
     }
     const distil_backend *be = ctx->be;
-    if (be->whole == NULL && be->fp8 == NULL) {
+    if (!distil_backend_has_fp8_head(be)) {
         return distil_error_set(ctx, DISTIL_ERR_UNSUPPORTED,
                                 "%s: teacher_head_precision FP8_E4M3: backend '%s' has no fp8 "
                                 "teacher head",

@@ -6,7 +6,7 @@
 distil_testing_caps distil_testing_capabilities(const distil_ctx *ctx) {
     distil_testing_caps c = {0};
     if (ctx != NULL) {
-        c.fp8_head = ctx->be->whole != NULL || ctx->be->fp8 != NULL;
+        c.fp8_head = distil_backend_has_fp8_head(ctx->be);
         c.tp = ctx->be->tp != NULL;
     }
     return c;
