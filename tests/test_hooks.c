@@ -50,8 +50,9 @@ static void test_bad_specs(void **state) {
     }
 }
 
-/* Hooks are for the cuda backend: any other creates its context and computes as before. */
-static void test_context_under_hooks(void **state) {
+/* Hooks are for the cuda backend: another backend's context is still created under them (their
+ * effect on cuda's calls runs on a GPU: scripts/gpu-check.sh sets DISTIL_TEST_HOOKS). */
+static void test_other_backend_created_under_hooks(void **state) {
     (void)state;
     TU_OK(NULL, distil_testing_hooks_set("gemm=portable,fused_rows=stream,fp8=lt"));
     distil_ctx *ctx = NULL;
@@ -65,7 +66,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_specs),
         cmocka_unit_test(test_bad_specs),
-        cmocka_unit_test(test_context_under_hooks),
+        cmocka_unit_test(test_other_backend_created_under_hooks),
     };
     tu_apply_env();
     return cmocka_run_group_tests_name("testing hooks", tests, NULL, NULL);

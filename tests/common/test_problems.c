@@ -50,6 +50,14 @@ const char *tp_div_name(distil_divergence div) {
     return name != NULL ? name : "?";
 }
 
+int tp_div_count(void) {
+    int n = 0;
+    while (distil_divergence_name((distil_divergence)n) != NULL) {
+        n++;
+    }
+    return n;
+}
+
 /* Where the spec's divergence stays finite with a probability of 0 on one side only: the
  * teacher's (p = 0 < q) and the student's (q = 0 < p) (docs/SPEC.md §1 and §6). */
 static void tp_div_finite(const tp_jsd_spec *s, bool *teacher_zero, bool *student_zero) {

@@ -73,6 +73,10 @@ void tp_jsd_name(char *buf, size_t n, const tp_jsd_spec *s, distil_dtype dtype);
 /* The name of a divergence (distil_divergence_name: "jsd", "forward_kl", ...; "?" for none). */
 const char *tp_div_name(distil_divergence div);
 
+/* The number of divergences the library has (distil_divergence_name up to the first NULL): the
+ * values 0 .. count - 1. */
+int tp_div_count(void);
+
 /* ---------------------------------------------------------------- fused */
 
 enum { TP_WANT_XS = 1, TP_WANT_WS = 2, TP_WANT_BS = 4, TP_WANT_ALL = 7 };
